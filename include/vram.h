@@ -1,0 +1,393 @@
+/*
+** vram.h -- the whole public API of libvram, a GPU memory allocator with
+** TensorFlow's strategies for every framework.
+**
+** This header is the specification. Every function says what it does, who
+** owns what, whether it is thread-safe and which statuses it returns.
+**
+** Vocabulary
+**   context          One open backend (the CUDA driver or the simulated
+**                    device) with its physical devices.
+**   physical device  One GPU, as the backend sees it.
+**   logical device   A slice of a physical device with its own cap and
+**                    its own heap (TensorFlow's "logical/virtual device").
+**                    Logical devices are numbered 0.. across all physical
+**                    devices, in physical order.
+**   region           Memory obtained from the backend in one call.
+**   block            A piece of a region: handed out (allocated) or free.
+**
+** Conventions
+**   - Every fallible function returns vram_status. VRAM_OK is 0.
+**   - Out-parameters are written only when VRAM_OK is returned.
+**   - After a failure, vram_last_error() gives a one-line explanation for
+**     the calling thread (the OOM line, the bad environment value, ...).
+**   - Sizes are bytes (uint64_t). Device addresses are void pointers; on
+**     the simulated backend without host memory they cannot be
+**     dereferenced.
+**   - vram_close(NULL) does nothing.
+**
+** Thread safety: all functions may be called from any thread at any time,
+** except that a context must not be used during or after vram_close().
+*/
+#ifndef VRAM_H
+#define VRAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VRAM_VERSION "0.1.0"
+
+#if defined(__GNUC__)
+#define VRAM_API __attribute__((visibility("default")))
+#else
+#define VRAM_API
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Statuses                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+** X(name, number, message). Numbers are append-only: never reuse or
+** renumber one, bindings and logs depend on them.
+*/
+#define VRAM_STATUS_LIST(X)                                                    \
+    X(VRAM_OK, 0, "success")                                                   \
+    X(VRAM_E_OOM, 1, "out of memory")                                          \
+    X(VRAM_E_INVALID, 2, "invalid argument")                                   \
+    X(VRAM_E_INITIALIZED,                                                      \
+      3, "physical devices cannot be modified after being initialized")       \
+    X(VRAM_E_BACKEND, 4, "device backend call failed")                         \
+    X(VRAM_E_NO_DEVICE, 5, "no such device")                                   \
+    X(VRAM_E_CONFIG, 6, "bad configuration value")                             \
+    X(VRAM_E_PARSE, 7, "malformed input")                                      \
+    X(VRAM_E_IO, 8, "input/output error")                                      \
+    X(VRAM_E_HOST_MEMORY, 9, "out of host memory")                             \
+    X(VRAM_E_UNSUPPORTED, 10, "not supported by this backend")                 \
+    X(VRAM_E_NO_DRIVER, 11, "CUDA driver not available")                       \
+    X(VRAM_E_BAD_POINTER, 12, "pointer is not a live allocation of this device")
+
+typedef enum vram_status {
+#define VRAM_X_(name, num, msg) name = num,
+    VRAM_STATUS_LIST(VRAM_X_)
+#undef VRAM_X_
+} vram_status;
+
+/* A static string describing STATUS; "unknown status" for other values. */
+VRAM_API const char *vram_strerror(vram_status status);
+
+/* The symbolic name of STATUS, e.g. "VRAM_E_OOM"; NULL if unknown. */
+VRAM_API const char *vram_status_name(vram_status status);
+
+/*
+** A one-line explanation of the last failure of a vram_ call on this
+** thread, or "" if there is none. The string belongs to the library and
+** stays valid until the thread's next vram_ call.
+*/
+VRAM_API const char *vram_last_error(void);
+
+/* ------------------------------------------------------------------ */
+/* Strategies                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+** How a logical device obtains memory from its physical device.
+**   PREALLOCATE  the whole cap in one region at the first allocation
+**                (TensorFlow's default).
+**   GROWTH       start empty; add regions sized to the demand so that
+**                reserved bytes stay close to live bytes (vram's policy,
+**                see docs/ALLOCATOR.md).
+**   GROWTH_TF    TensorFlow's allow_growth: regions of 2 MiB, each new
+**                one twice the last (kept for comparison).
+** Names accepted by vram_strategy_parse and VRAM_STRATEGY: "preallocate",
+** "growth", "growth:tf-compat".
+*/
+#define VRAM_STRATEGY_LIST(X)                                                  \
+    X(VRAM_STRATEGY_PREALLOCATE, 0, "preallocate")                             \
+    X(VRAM_STRATEGY_GROWTH, 1, "growth")                                       \
+    X(VRAM_STRATEGY_GROWTH_TF, 2, "growth:tf-compat")
+
+typedef enum vram_strategy {
+#define VRAM_X_(name, num, str) name = num,
+    VRAM_STRATEGY_LIST(VRAM_X_)
+#undef VRAM_X_
+} vram_strategy;
+
+/* The name of S ("growth", ...), or NULL if S is not a strategy. */
+VRAM_API const char *vram_strategy_name(vram_strategy s);
+
+/* Parse a strategy name. VRAM_E_INVALID if TEXT names none. */
+VRAM_API vram_status vram_strategy_parse(const char *text, vram_strategy *out);
+
+/* ------------------------------------------------------------------ */
+/* Contexts                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum vram_backend_kind {
+    VRAM_BACKEND_DEFAULT = 0, /* VRAM_BACKEND from the environment, else cuda */
+    VRAM_BACKEND_SIM = 1,     /* the simulated device */
+    VRAM_BACKEND_CUDA = 2     /* the CUDA driver, loaded at run time */
+} vram_backend_kind;
+
+/* An NVIDIA H200's memory as the driver reports it: 143,771 MiB. */
+#define VRAM_SIM_DEFAULT_MEMORY (143771ULL << 20)
+
+/* Settings of the simulated backend. Zero means "the default". */
+typedef struct vram_sim_options {
+    int devices;             /* physical devices; default 1 */
+    uint64_t memory_bytes;   /* total memory per device; default H200 */
+    uint64_t others_bytes;   /* memory held by "other processes": reduces
+                                free memory as seen at start; default 0 */
+    int cc_major, cc_minor;  /* compute capability; default 9.0 (H200) */
+    bool host_backed;        /* back every region with host memory so that
+                                tests can write through the addresses */
+    uint64_t fail_call;      /* fail the Nth backend call (1-based) with
+                                fail_status; 0 = never */
+    vram_status fail_status; /* default VRAM_E_BACKEND */
+} vram_sim_options;
+
+typedef struct vram_options {
+    vram_backend_kind backend;
+    vram_sim_options sim;   /* used when the backend is the simulator */
+    bool ignore_environment; /* true: read no VRAM_* / TF_* variables;
+                                every setting comes from the API */
+} vram_options;
+
+typedef struct vram_context vram_context;
+
+/*
+** Open a context. OPTIONS may be NULL (all defaults); it is copied.
+** Unless options->ignore_environment, the environment variables listed
+** in docs/ENVIRONMENT.md are read here, once: they choose the backend,
+** configure the simulator and give every physical device its initial
+** configuration (strategy, fraction, per-device limits), which
+** vram_configure() may still change before the device is initialized.
+** Returns VRAM_E_CONFIG for a malformed variable (vram_last_error names
+** it), VRAM_E_NO_DRIVER when the CUDA backend is asked for and no driver
+** loads, VRAM_E_HOST_MEMORY.
+*/
+VRAM_API vram_status vram_open(const vram_options *options, vram_context **out);
+
+/*
+** Close CTX: every region goes back to the backend, every vram_device
+** handle of CTX becomes invalid, an open trace file is flushed and closed.
+** Live allocations are released with their regions. NULL does nothing.
+*/
+VRAM_API void vram_close(vram_context *ctx);
+
+/* ------------------------------------------------------------------ */
+/* Physical devices and their configuration                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct vram_physical_info {
+    int index;               /* ordinal in this context */
+    char name[96];           /* e.g. "NVIDIA H200" */
+    char uuid[48];           /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    uint64_t total_bytes;    /* total memory */
+    uint64_t free_bytes;     /* free memory now, as the backend says */
+    int cc_major, cc_minor;  /* compute capability */
+    uint64_t granularity;    /* virtual-memory granularity, bytes */
+} vram_physical_info;
+
+/* Number of physical devices of CTX. */
+VRAM_API vram_status vram_physical_count(vram_context *ctx, int *out);
+
+/* Facts about physical device INDEX. VRAM_E_NO_DEVICE if out of range. */
+VRAM_API vram_status vram_physical_info_get(vram_context *ctx, int index,
+                                            vram_physical_info *out);
+
+#define VRAM_MAX_LOGICAL 16
+
+/*
+** The configuration of one physical device, with TensorFlow's meaning:
+**   strategy      how memory is obtained (above).
+**   fraction      per_process_gpu_memory_fraction: the cap of each
+**                 logical device without an explicit limit is
+**                 fraction x total memory; 0 = unset.
+**   n_logical     how many logical devices the GPU is split into
+**                 (0 or 1: one). With more than one, each needs a limit.
+**   limit_bytes   memory_limit of each logical device; 0 = unset.
+** With neither fraction nor limit, the cap is the free memory at
+** initialization minus TensorFlow's reserve: 225 MiB if less than 2 GiB is
+** free, else 500 / 1050 / 1536 MiB for compute capability <= 6 / 7 /
+** higher (TF_DEVICE_MIN_SYS_MEMORY_IN_MB overrides the reserve).
+*/
+typedef struct vram_device_config {
+    vram_strategy strategy;
+    double fraction;
+    int n_logical;
+    uint64_t limit_bytes[VRAM_MAX_LOGICAL];
+} vram_device_config;
+
+/*
+** Set the configuration of physical device INDEX; CONFIG is copied.
+** Fails with VRAM_E_INITIALIZED once the device is initialized (a logical
+** device of it was fetched with vram_device_get), VRAM_E_INVALID for a
+** fraction outside (0, 1], an unknown strategy, n_logical outside
+** 0..VRAM_MAX_LOGICAL or several logical devices without limits,
+** VRAM_E_NO_DEVICE.
+*/
+VRAM_API vram_status vram_configure(vram_context *ctx, int index,
+                                    const vram_device_config *config);
+
+/* The configuration physical device INDEX has now. */
+VRAM_API vram_status vram_get_config(vram_context *ctx, int index,
+                                     vram_device_config *out);
+
+/* ------------------------------------------------------------------ */
+/* Logical devices                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct vram_device vram_device;
+
+/*
+** Number of logical devices of CTX under the current configuration
+** (each physical device contributes max(1, n_logical)).
+*/
+VRAM_API vram_status vram_device_count(vram_context *ctx, int *out);
+
+/*
+** Fetch logical device INDEX. This initializes its physical device: the
+** caps are computed and the configuration is frozen (TensorFlow's
+** list_logical_devices). The handle belongs to CTX and lives until
+** vram_close(ctx). VRAM_E_NO_DEVICE if INDEX is out of range.
+*/
+VRAM_API vram_status vram_device_get(vram_context *ctx, int index,
+                                     vram_device **out);
+
+typedef struct vram_device_info {
+    int index;              /* logical index */
+    int physical;           /* physical device index */
+    vram_strategy strategy;
+    uint64_t limit_bytes;   /* the cap of this logical device */
+} vram_device_info;
+
+VRAM_API vram_status vram_device_info_get(vram_device *dev,
+                                          vram_device_info *out);
+
+/* ------------------------------------------------------------------ */
+/* Allocation                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+** Allocate SIZE bytes on DEV for use on STREAM (an opaque handle such as a
+** cudaStream_t; NULL is the default stream, remembered with the block).
+** The size is rounded up to 256 bytes and the address is 256-byte
+** aligned. SIZE 0 succeeds with *out = NULL.
+** Returns VRAM_E_OOM when the cap or the device is exhausted (after
+** giving wholly free regions back to the backend and retrying);
+** vram_last_error() then holds a one-line explanation, and
+** VRAM_OOM_DUMP=1 writes the full dump (vram_dump) to the log.
+** VRAM_E_BACKEND when the backend fails otherwise. Thread-safe; no lock
+** is held while the backend is called.
+*/
+VRAM_API vram_status vram_alloc(vram_device *dev, size_t size, void *stream,
+                                void **out);
+
+/*
+** Give back the block at PTR, allocated from DEV. NULL does nothing.
+** VRAM_E_BAD_POINTER if PTR is not a live allocation of DEV (nothing is
+** changed then). Thread-safe.
+*/
+VRAM_API vram_status vram_free(vram_device *dev, void *ptr);
+
+/*
+** The usable size of the live block at PTR (the request rounded up, or
+** more when the block was not split) and the stream it was allocated on.
+** Either out-pointer may be NULL. VRAM_E_BAD_POINTER as for vram_free.
+*/
+VRAM_API vram_status vram_block_info(vram_device *dev, const void *ptr,
+                                     uint64_t *size, void **stream);
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                           */
+/* ------------------------------------------------------------------ */
+
+/* TensorFlow's get_memory_info: bytes in use now and their peak. */
+typedef struct vram_memory_info {
+    uint64_t current;
+    uint64_t peak;
+} vram_memory_info;
+
+VRAM_API vram_status vram_get_memory_info(vram_device *dev,
+                                          vram_memory_info *out);
+
+/*
+** X(type, name, unit, doc): every statistic, in one list from which the
+** struct, the CLI and later the exporter are generated.
+*/
+#define VRAM_STATS_LIST(X)                                                     \
+    X(uint64_t, bytes_in_use, "bytes",                                         \
+      "bytes in blocks handed out (requests rounded up to 256)")               \
+    X(uint64_t, peak_bytes_in_use, "bytes", "peak of bytes_in_use")            \
+    X(uint64_t, bytes_requested, "bytes",                                      \
+      "bytes asked for by the live allocations (before rounding)")             \
+    X(uint64_t, bytes_reserved, "bytes", "bytes held from the backend")        \
+    X(uint64_t, peak_bytes_reserved, "bytes", "peak of bytes_reserved")        \
+    X(uint64_t, bytes_limit, "bytes", "the cap of this logical device")        \
+    X(uint64_t, largest_free_block, "bytes",                                   \
+      "largest block that can be handed out without growing")                  \
+    X(uint64_t, live_blocks, "blocks", "allocations alive now")                \
+    X(uint64_t, regions, "regions", "regions held from the backend")           \
+    X(uint64_t, num_allocs, "calls", "successful allocations")                 \
+    X(uint64_t, num_frees, "calls", "frees")                                   \
+    X(uint64_t, num_ooms, "calls", "allocations refused for lack of memory")   \
+    X(uint64_t, backend_calls, "calls",                                        \
+      "calls to the backend that obtain or release memory")                    \
+    X(uint64_t, metadata_bytes, "bytes",                                       \
+      "host memory used by the allocator's bookkeeping")                       \
+    X(double, fragmentation, "ratio",                                          \
+      "peak_bytes_reserved / peak_bytes_in_use (1.0 is ideal; 0 if unused)")
+
+typedef struct vram_stats {
+#define VRAM_X_(type, name, unit, doc) type name;
+    VRAM_STATS_LIST(VRAM_X_)
+#undef VRAM_X_
+} vram_stats;
+
+/* A consistent snapshot of DEV's statistics. Thread-safe. */
+VRAM_API vram_status vram_get_stats(vram_device *dev, vram_stats *out);
+
+/* Set the peaks (in use, reserved) of DEV to their current values. */
+VRAM_API vram_status vram_reset_peak(vram_device *dev);
+
+/* ------------------------------------------------------------------ */
+/* Out of memory and diagnostics                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+** Write into BUF (LEN bytes, always NUL-terminated when LEN > 0) the
+** one-line explanation of an allocation of SIZE bytes failing on DEV now:
+** requested, in use, reserved, cap, largest free block, and the one
+** setting worth trying (never one already in force). Returns
+** VRAM_E_INVALID if BUF is NULL or LEN is 0.
+*/
+VRAM_API vram_status vram_explain_oom(vram_device *dev, uint64_t size,
+                                      char *buf, size_t len);
+
+/*
+** Write DEV's full state to OUT for people used to TensorFlow's OOM dump:
+** statistics, free blocks per size bin, regions, the block map and a
+** 100-character occupancy map per region. VRAM_E_IO if writing fails.
+*/
+VRAM_API vram_status vram_dump(vram_device *dev, FILE *out);
+
+/*
+** Walk every region and block of DEV and verify the allocator's
+** invariants (docs/ALLOCATOR.md). Returns true when all hold; otherwise
+** false, and vram_last_error() names the first broken one. For tests and
+** debugging: O(blocks).
+*/
+VRAM_API bool vram_check(vram_device *dev);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VRAM_H */

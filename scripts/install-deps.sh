@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install the Debian packages vram needs to build and test, and only those
+# missing. Safe to run again; does nothing when everything is present.
+# Usage: scripts/install-deps.sh   (as root, or with sudo available)
+set -eu
+
+PKGS="build-essential cmake pkg-config zlib1g-dev libcmocka-dev libjson-c-dev"
+
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "vram: installing Debian packages:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

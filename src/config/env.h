@@ -1,0 +1,78 @@
+/*
+** env.h -- the one module that reads the environment.
+**
+** Every variable vram understands is one row of VRAM_ENV_LIST in env.c:
+** name, kind, default and a one-line doc. From that table come the
+** parser, `vram env` (each effective value and where it came from) and
+** docs/ENVIRONMENT.md (`vram env --markdown`). No other file calls getenv.
+**
+** Settings that limit something fail closed: a malformed value is an
+** error (VRAM_E_CONFIG), never "unlimited".
+*/
+#ifndef VRAM_CONFIG_ENV_H
+#define VRAM_CONFIG_ENV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "vram.h"
+
+#define ENV_MAX_DEVICES 64
+
+/* Where an effective value came from. */
+enum env_source {
+    ENV_SRC_DEFAULT = 0,
+    ENV_SRC_ENVIRONMENT = 1
+};
+
+/*
+** VRAM_MEMORY_LIMIT for one physical device: one cap per logical device.
+** n == 0: no limit given for this device.
+*/
+struct env_device_limit {
+    int n;
+    uint64_t bytes[VRAM_MAX_LOGICAL];
+};
+
+/* The parsed environment. Plain data; copy freely. */
+struct vram_env {
+    vram_backend_kind backend;     /* VRAM_BACKEND: sim or cuda */
+    int sim_devices;               /* VRAM_SIM_DEVICES, >= 1 */
+    uint64_t sim_memory;           /* VRAM_SIM_MEMORY, bytes, > 0 */
+    bool strategy_set;             /* a strategy was chosen by any variable */
+    vram_strategy strategy;        /* from VRAM_STRATEGY / *_ALLOW_GROWTH */
+    double fraction;               /* VRAM_MEMORY_FRACTION; 0 = unset */
+    struct env_device_limit limit_all;  /* "6G" or "3G+3G": every device */
+    struct env_device_limit limit[ENV_MAX_DEVICES]; /* "0:6G,1:4G" */
+    int64_t reserve_mb;            /* TF_DEVICE_MIN_SYS_MEMORY_IN_MB; -1 unset */
+    int log_level;                 /* VRAM_LOG, 0..4 */
+    char log_file[512];            /* VRAM_LOG_FILE; "" = stderr */
+    char trace_path[512];          /* VRAM_TRACE; "" = no trace */
+    bool oom_dump;                 /* VRAM_OOM_DUMP */
+};
+
+/*
+** Read every variable with GET (NULL = getenv) and fill OUT. On a
+** malformed value: VRAM_E_CONFIG, and the thread's last error is one line
+** naming the variable, the value and what is expected, e.g.
+**   VRAM_MEMORY_LIMIT='6X': '6X': unknown unit 'X' (expected e.g. 6G, 512M, 0:6G,1:4G)
+** Conflicts (VRAM_STRATEGY=preallocate with VRAM_ALLOW_GROWTH=true) are
+** errors too. OUT is written only on success.
+*/
+typedef const char *(*env_getter)(const char *name, void *user);
+vram_status env_load(env_getter get, void *user, struct vram_env *out);
+
+/* The limits configured for physical device DEV (its own entry, else the
+** all-devices entry, else n == 0). */
+const struct env_device_limit *env_device_limit(const struct vram_env *env, int dev);
+
+/* Print every variable: name, effective value, source ("default" or
+** "environment"), one per line, aligned. GET as for env_load. Variables
+** whose value is malformed are printed with the error instead. */
+void env_print(FILE *out, env_getter get, void *user);
+
+/* Print the table as Markdown (docs/ENVIRONMENT.md is this output). */
+void env_markdown(FILE *out);
+
+#endif

@@ -1,0 +1,59 @@
+/*
+** error.c -- status texts and the per-thread last-error line.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/error.h"
+
+/* The calling thread's last-error line; "" when the last call succeeded
+** or set none. 512 bytes hold every message vram writes. */
+static _Thread_local char last_error[512];
+
+const char *
+vram_strerror(vram_status status)
+{
+    switch (status) {
+#define X(name, num, msg)                                                      \
+    case name:                                                                 \
+        return msg;
+        VRAM_STATUS_LIST(X)
+#undef X
+    }
+    return "unknown status";
+}
+
+const char *
+vram_status_name(vram_status status)
+{
+    switch (status) {
+#define X(name, num, msg)                                                      \
+    case name:                                                                 \
+        return #name;
+        VRAM_STATUS_LIST(X)
+#undef X
+    }
+    return NULL;
+}
+
+const char *
+vram_last_error(void)
+{
+    return last_error;
+}
+
+vram_status
+error_set(vram_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void
+error_clear(void)
+{
+    last_error[0] = '\0';
+}

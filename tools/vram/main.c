@@ -1,0 +1,64 @@
+/*
+** main.c -- the `vram` command: dispatch to a subcommand.
+** The table below is the one list of subcommands; `vram help` prints it.
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "vram.h"
+
+struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct command commands[] = {
+    {"replay", cmd_replay, "replay allocation traces through each strategy on a simulated GPU"},
+    {"env", cmd_env, "print every setting vram reads from the environment, and its source"},
+};
+
+void
+cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("vram: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void
+usage(FILE *out)
+{
+    fprintf(out, "usage: vram COMMAND [ARGS...]\n\nCommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n'vram COMMAND --help' describes a command. Version %s.\n", VRAM_VERSION);
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "help") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("vram %s\n", VRAM_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(name, commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    cli_error("unknown command '%s' (try 'vram help')", name);
+    return 2;
+}
