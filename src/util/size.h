@@ -28,4 +28,13 @@ vram_status fraction_parse(const char *text, double *out);
 ** into BUF of LEN bytes; returns BUF. */
 char *size_format(uint64_t bytes, char *buf, size_t len);
 
+/* A buffer of this many bytes holds any text_excerpt. */
+#define TEXT_EXCERPT_LEN 72
+
+/* Copy TEXT (NULL reads as "") into BUF of LEN bytes for quoting inside a
+** one-line error message: at most 64 characters, then "...", and control
+** characters replaced by '?' so that no value can break the line. Shared
+** by the parsers here and by env.c. Returns BUF. */
+char *text_excerpt(const char *text, char *buf, size_t len);
+
 #endif

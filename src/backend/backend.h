@@ -1,0 +1,87 @@
+/*
+** backend.h -- the contract between the allocator and a source of device
+** memory: the CUDA driver (issue 3) or the simulated device (sim.c).
+**
+** A backend is a struct whose first member is `struct backend`; the ops
+** table holds its functions. Every function returns a vram_status and
+** writes its out-parameters only on success; on failure it sets the
+** thread's last error (error_set) to a one-line reason that names the
+** underlying call. VRAM_E_OOM means "the device has no memory for this";
+** any other failure is VRAM_E_BACKEND (or VRAM_E_NO_DEVICE /
+** VRAM_E_INVALID for bad arguments). Every function is thread-safe: the
+** allocator calls them without holding its own locks.
+**
+** Devices are the backend's ordinals 0..count-1. Addresses and handles
+** are opaque 64-bit values; 0 is never a valid address or handle.
+*/
+#ifndef VRAM_BACKEND_BACKEND_H
+#define VRAM_BACKEND_BACKEND_H
+
+#include <stdint.h>
+
+#include "vram.h"
+
+struct backend;
+
+struct backend_ops {
+    const char *name; /* "sim", "cuda", "fault(sim)" */
+
+    /* Release the backend and whatever it still holds. */
+    void (*close)(struct backend *b);
+
+    /* Number of physical devices. */
+    vram_status (*device_count)(struct backend *b, int *out);
+
+    /* Name, UUID, total/free memory, compute capability, granularity. */
+    vram_status (*device_info)(struct backend *b, int dev, vram_physical_info *out);
+
+    /* Free and total memory of DEV now (cuMemGetInfo). */
+    vram_status (*mem_get_info)(struct backend *b, int dev, uint64_t *free_bytes,
+                                uint64_t *total_bytes);
+
+    /* Obtain SIZE bytes of device memory in one piece (cuMemAlloc); the
+    ** address is aligned to at least 512 bytes. VRAM_E_OOM if the device
+    ** cannot supply it. */
+    vram_status (*mem_alloc)(struct backend *b, int dev, uint64_t size, uint64_t *addr);
+
+    /* Give back memory obtained by mem_alloc (cuMemFree). */
+    vram_status (*mem_free)(struct backend *b, int dev, uint64_t addr);
+
+    /*
+    ** Virtual memory, for the expandable strategy; NULL where the backend
+    ** has none. va_reserve reserves address space only (no memory);
+    ** phys_create obtains SIZE bytes of physical memory (a multiple of the
+    ** granularity) as a handle; map backs [addr, addr+size) with a handle
+    ** and makes it accessible from DEV; unmap undoes a map.
+    */
+    vram_status (*va_reserve)(struct backend *b, int dev, uint64_t size, uint64_t *addr);
+    vram_status (*va_release)(struct backend *b, int dev, uint64_t addr, uint64_t size);
+    vram_status (*phys_create)(struct backend *b, int dev, uint64_t size, uint64_t *handle);
+    vram_status (*phys_release)(struct backend *b, int dev, uint64_t handle);
+    vram_status (*map)(struct backend *b, int dev, uint64_t addr, uint64_t size,
+                       uint64_t handle);
+    vram_status (*unmap)(struct backend *b, int dev, uint64_t addr, uint64_t size);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+};
+
+/* The simulated device (sim.c). OPTIONS is copied; zero fields take the
+** defaults documented in vram.h. */
+vram_status backend_sim_open(const vram_sim_options *options, struct backend **out);
+
+/*
+** Wrap INNER so that its FAIL_CALL-th call (1-based, counting every
+** function but close) fails with STATUS without reaching INNER. The
+** wrapper owns INNER and closes it. Used by tests and by
+** vram_sim_options.fail_call.
+*/
+vram_status backend_fault_open(struct backend *inner, uint64_t fail_call, vram_status status,
+                               struct backend **out);
+
+/* Calls made so far through a fault wrapper (tests use it to know when
+** every call has been failed once). */
+uint64_t backend_fault_calls(const struct backend *b);
+
+#endif

@@ -1,0 +1,509 @@
+/*
+** device.c -- a logical device: its cap, its strategy's growth policy and
+** the allocate/free paths around the heap.
+**
+** Lock rule (STYLE.md 11): dev->lock guards the heap and the counters; it
+** is never held across a backend call. Growing is "reserve, call, then
+** commit or undo": the bytes being obtained are counted in dev->pending
+** while the lock is dropped, so concurrent growers never pass the cap
+** together (invariant I8 in docs/ALLOCATOR.md).
+*/
+#include <assert.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/internal.h"
+#include "trace/trace.h"
+#include "util/log.h"
+#include "util/size.h"
+
+/* Requests below this share a region of one granule (2 MiB on CUDA):
+** small tensors are many and short-lived, and one backend call per
+** granule keeps their calls few. */
+#define SMALL_REQUEST (1ULL << 20)
+
+static inline uint64_t
+round_up(uint64_t x, uint64_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+static inline void
+lock(struct vram_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+}
+
+static inline void
+unlock(struct vram_device *dev)
+{
+    pthread_mutex_unlock(&dev->lock);
+}
+
+/* Bytes held from the backend, including regions being given back. */
+static inline uint64_t
+reserved_locked(const struct vram_device *dev)
+{
+    return dev->heap.bytes_regions + dev->releasing;
+}
+
+/* Bytes the cap still allows the device to obtain (I8). */
+static inline uint64_t
+headroom_locked(const struct vram_device *dev)
+{
+    uint64_t held = reserved_locked(dev) + dev->pending;
+    return held >= dev->limit ? 0 : dev->limit - held;
+}
+
+vram_status
+device_init(struct vram_device *dev, struct vram_context *ctx, int index, int physical,
+            int slot, vram_strategy strategy, uint64_t limit, uint64_t granularity)
+{
+    memset(dev, 0, sizeof *dev);
+    vram_status st = heap_init(&dev->heap, strategy == VRAM_STRATEGY_GROWTH_TF ||
+                                               strategy == VRAM_STRATEGY_PREALLOCATE);
+    if (st != VRAM_OK)
+        return st;
+    pthread_mutex_init(&dev->lock, NULL);
+    dev->ctx = ctx;
+    dev->index = index;
+    dev->physical = physical;
+    dev->slot = slot;
+    dev->strategy = strategy;
+    dev->limit = limit;
+    dev->granularity = granularity ? granularity : (2ULL << 20);
+    /* TensorFlow: the first region is 2 MiB (or the cap if smaller). */
+    dev->tf_region = limit < (2ULL << 20) ? round_up(limit ? limit : 1, HEAP_ALIGN)
+                                          : (2ULL << 20);
+    return VRAM_OK;
+}
+
+void
+device_destroy(struct vram_device *dev)
+{
+    struct backend *be = dev->ctx->backend;
+    for (struct region *r = dev->heap.regions; r != NULL; r = r->next) {
+        if (be->ops->mem_free(be, dev->physical, r->handle) != VRAM_OK)
+            log_write(LOG_CONFIG, "GPU:%d: giving a region back at close failed: %s",
+                      dev->index, vram_last_error());
+    }
+    heap_destroy(&dev->heap);
+    pthread_mutex_destroy(&dev->lock);
+}
+
+/* ================================================================== */
+/* Growth policy                                                       */
+/* ================================================================== */
+
+/*
+** The size of the next region for a request of SIZE bytes (a multiple of
+** HEAP_ALIGN), or 0 when the cap leaves no room for it. *forced tells
+** the tf-compat policy whether the request itself forced the size up.
+*/
+static uint64_t
+region_size_locked(const struct vram_device *dev, uint64_t size, bool *forced)
+{
+    uint64_t room = headroom_locked(dev) / HEAP_ALIGN * HEAP_ALIGN;
+    *forced = false;
+    if (size > room)
+        return 0;
+    uint64_t want;
+    switch (dev->strategy) {
+    case VRAM_STRATEGY_PREALLOCATE:
+        return room; /* everything the cap allows, in one piece */
+    case VRAM_STRATEGY_GROWTH_TF:
+        want = dev->tf_region;
+        while (want < size) {
+            want *= 2;
+            *forced = true;
+        }
+        break;
+    case VRAM_STRATEGY_GROWTH:
+    default:
+        /* Exactly what is needed, in whole granules: a region's unused
+        ** tail is less than one granule, and small requests share one. */
+        want = size < SMALL_REQUEST ? dev->granularity : round_up(size, dev->granularity);
+        break;
+    }
+    if (want > room)
+        want = room / dev->granularity * dev->granularity >= size
+                   ? room / dev->granularity * dev->granularity
+                   : size;
+    return want;
+}
+
+/*
+** Obtain a region of WANT bytes (at least SIZE) from the backend and add
+** it to the heap. On refusal for lack of memory, retry with 0.9x the size,
+** as TensorFlow does, while it still holds SIZE. Drops and retakes the
+** lock around each backend call.
+*/
+static vram_status
+grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
+{
+    struct backend *be = dev->ctx->backend;
+    for (;;) {
+        uint64_t addr = 0;
+        dev->pending += want; /* I8: reserved before the call */
+        unlock(dev);
+        vram_status st = be->ops->mem_alloc(be, dev->physical, want, &addr);
+        lock(dev);
+        dev->pending -= want;
+        dev->backend_calls++;
+        if (st == VRAM_OK) {
+            st = heap_add_region(&dev->heap, addr, want, addr, NULL);
+            if (st != VRAM_OK) {
+                unlock(dev);
+                be->ops->mem_free(be, dev->physical, addr);
+                lock(dev);
+                dev->backend_calls++;
+                return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
+            }
+            uint64_t reserved = reserved_locked(dev);
+            if (reserved > dev->peak_reserved)
+                dev->peak_reserved = reserved;
+            if (dev->strategy == VRAM_STRATEGY_GROWTH_TF)
+                dev->tf_region = forced ? want : 2 * want;
+            if (log_enabled(LOG_REGION)) {
+                char a[32], b[32];
+                log_write(LOG_REGION, "GPU:%d: new region of %s at 0x%" PRIx64 " (reserved %s)",
+                          dev->index, size_format(want, a, sizeof a), addr,
+                          size_format(reserved, b, sizeof b));
+            }
+            return VRAM_OK;
+        }
+        if (st != VRAM_E_OOM)
+            return st;
+        uint64_t next = round_up((uint64_t)((double)want * 0.9), HEAP_ALIGN);
+        if (next < size || next >= want)
+            return VRAM_E_OOM;
+        want = next;
+    }
+}
+
+/*
+** Give every wholly free region back to the backend, so that its memory
+** can be obtained again in the shape the current request needs. Returns
+** the number of regions given back. Drops and retakes the lock.
+*/
+static uint64_t
+release_free_regions_locked(struct vram_device *dev)
+{
+    uint64_t n = 0;
+    for (struct region *r = dev->heap.regions; r != NULL; r = r->next)
+        n += heap_region_free(r);
+    if (n == 0)
+        return 0;
+    struct {
+        uint64_t handle, size;
+    } *list = malloc(n * sizeof *list);
+    if (list == NULL)
+        return 0;
+    uint64_t k = 0;
+    struct region *r = dev->heap.regions;
+    while (r != NULL) {
+        struct region *next = r->next;
+        if (heap_region_free(r)) {
+            list[k].handle = r->handle;
+            list[k].size = r->size;
+            k++;
+            dev->releasing += r->size; /* still counted until the backend has it */
+            heap_remove_region(&dev->heap, r);
+        }
+        r = next;
+    }
+    struct backend *be = dev->ctx->backend;
+    unlock(dev);
+    vram_status *res = calloc(n, sizeof *res);
+    for (k = 0; k < n; k++)
+        if (res != NULL)
+            res[k] = be->ops->mem_free(be, dev->physical, list[k].handle);
+    lock(dev);
+    uint64_t released = 0;
+    for (k = 0; k < n; k++) {
+        dev->backend_calls++;
+        dev->releasing -= list[k].size;
+        if (res != NULL && res[k] == VRAM_OK) {
+            released++;
+            continue;
+        }
+        /* The backend kept it: the region is still ours and still usable. */
+        if (heap_add_region(&dev->heap, list[k].handle, list[k].size, list[k].handle, NULL) !=
+            VRAM_OK)
+            log_write(LOG_CONFIG, "GPU:%d: lost track of a region of %" PRIu64 " bytes",
+                      dev->index, list[k].size);
+    }
+    if (log_enabled(LOG_REGION))
+        log_write(LOG_REGION, "GPU:%d: gave %" PRIu64 " free regions back", dev->index,
+                  released);
+    free(res);
+    free(list);
+    return released;
+}
+
+/* Bytes in wholly free regions. O(regions): only on the growth path. */
+static uint64_t
+free_region_bytes_locked(const struct vram_device *dev)
+{
+    uint64_t n = 0;
+    for (const struct region *r = dev->heap.regions; r != NULL; r = r->next)
+        if (heap_region_free(r))
+            n += r->size;
+    return n;
+}
+
+/* ================================================================== */
+/* Allocate and free                                                   */
+/* ================================================================== */
+
+static uint64_t
+now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void
+trace_event(struct vram_device *dev, char op, uint64_t id, uint64_t size, void *stream)
+{
+    struct trace_event ev = {now_us(), id, size, (uint64_t)(uintptr_t)stream, 0,
+                             dev->index, op};
+    if (trace_writer_event(dev->ctx->trace, &ev) != VRAM_OK)
+        log_write(LOG_CONFIG, "trace: %s", vram_last_error());
+}
+
+static vram_status
+oom_locked(struct vram_device *dev, uint64_t size)
+{
+    dev->num_ooms++;
+    oom_explain_locked(dev, size, dev->last_oom, sizeof dev->last_oom);
+    log_write(LOG_CONFIG, "%s", dev->last_oom);
+    if (dev->ctx->oom_dump)
+        oom_dump_locked(dev, log_stream());
+    vram_status st = error_set(VRAM_E_OOM, "%s", dev->last_oom);
+    unlock(dev);
+    return st;
+}
+
+vram_status
+vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
+{
+    if (dev == NULL || out == NULL)
+        return error_set(VRAM_E_INVALID, "vram_alloc: NULL device or out-pointer");
+    if (size == 0) {
+        *out = NULL;
+        return VRAM_OK;
+    }
+    lock(dev);
+    if (size > HEAP_MAX_SIZE)
+        return oom_locked(dev, size);
+    uint64_t rounded = round_up(size, HEAP_ALIGN);
+    bool released = false;
+    struct block *b;
+    for (;;) {
+        bool host_oom;
+        b = heap_take(&dev->heap, rounded, size, stream, &host_oom);
+        if (b != NULL)
+            break;
+        if (host_oom) {
+            unlock(dev);
+            return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
+        }
+        /* growth recycles before it grows: wholly free regions that
+        ** together could hold the request go back to the backend first, so
+        ** that the new region can take their place in the shape needed
+        ** (docs/ALLOCATOR.md, "Region sizing"). */
+        if (!released && dev->strategy == VRAM_STRATEGY_GROWTH &&
+            free_region_bytes_locked(dev) >= rounded && release_free_regions_locked(dev) > 0) {
+            released = true;
+            continue;
+        }
+        bool forced;
+        uint64_t want = region_size_locked(dev, rounded, &forced);
+        vram_status st = want ? grow_locked(dev, want, rounded, forced) : VRAM_E_OOM;
+        if (st == VRAM_OK)
+            continue;
+        if (st != VRAM_E_OOM) {
+            unlock(dev);
+            return st; /* the backend's message is the thread's last error */
+        }
+        /* Before refusing: free regions may be merged by giving them back
+        ** and obtaining one of the needed shape. */
+        if (!released && dev->strategy != VRAM_STRATEGY_PREALLOCATE &&
+            release_free_regions_locked(dev) > 0) {
+            released = true;
+            continue;
+        }
+        return oom_locked(dev, size);
+    }
+    dev->num_allocs++;
+    if (dev->heap.bytes_in_use > dev->peak_in_use)
+        dev->peak_in_use = dev->heap.bytes_in_use;
+    struct vram_context *ctx = dev->ctx;
+    uint64_t id = 0;
+    if (ctx->trace != NULL) {
+        id = atomic_fetch_add(&ctx->next_trace_id, 1);
+        b->trace_id = id;
+    }
+    uint64_t addr = b->addr;
+    unlock(dev);
+    if (ctx->trace != NULL)
+        trace_event(dev, TRACE_ALLOC, id, size, stream);
+    if (log_enabled(LOG_LARGE) && (size >= SMALL_REQUEST || log_enabled(LOG_ALL)))
+        log_write(LOG_LARGE, "GPU:%d: alloc %zu bytes at 0x%" PRIx64 " stream %p", dev->index,
+                  size, addr, stream);
+    *out = (void *)(uintptr_t)addr;
+    return VRAM_OK;
+}
+
+vram_status
+vram_free(vram_device *dev, void *ptr)
+{
+    if (ptr == NULL)
+        return VRAM_OK;
+    if (dev == NULL)
+        return error_set(VRAM_E_INVALID, "vram_free: NULL device");
+    lock(dev);
+    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
+    if (b == NULL) {
+        unlock(dev);
+        return error_set(VRAM_E_BAD_POINTER, "vram_free(%p): not a live allocation of GPU:%d",
+                         ptr, dev->index);
+    }
+    uint64_t id = b->trace_id, requested = b->requested;
+    void *stream = b->stream;
+    heap_release(&dev->heap, b);
+    dev->num_frees++;
+    unlock(dev);
+    if (dev->ctx->trace != NULL)
+        trace_event(dev, TRACE_FREE, id, requested, stream);
+    if (log_enabled(LOG_LARGE) && (requested >= SMALL_REQUEST || log_enabled(LOG_ALL)))
+        log_write(LOG_LARGE, "GPU:%d: free %" PRIu64 " bytes at %p", dev->index, requested,
+                  ptr);
+    return VRAM_OK;
+}
+
+vram_status
+vram_block_info(vram_device *dev, const void *ptr, uint64_t *size, void **stream)
+{
+    if (dev == NULL)
+        return error_set(VRAM_E_INVALID, "vram_block_info: NULL device");
+    lock(dev);
+    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
+    if (b == NULL) {
+        unlock(dev);
+        return error_set(VRAM_E_BAD_POINTER, "vram_block_info(%p): not a live allocation",
+                         ptr);
+    }
+    if (size != NULL)
+        *size = b->size;
+    if (stream != NULL)
+        *stream = b->stream;
+    unlock(dev);
+    return VRAM_OK;
+}
+
+/* ================================================================== */
+/* Statistics                                                          */
+/* ================================================================== */
+
+vram_status
+vram_get_memory_info(vram_device *dev, vram_memory_info *out)
+{
+    if (dev == NULL || out == NULL)
+        return error_set(VRAM_E_INVALID, "vram_get_memory_info: NULL argument");
+    lock(dev);
+    out->current = dev->heap.bytes_in_use;
+    out->peak = dev->peak_in_use;
+    unlock(dev);
+    return VRAM_OK;
+}
+
+vram_status
+vram_get_stats(vram_device *dev, vram_stats *out)
+{
+    if (dev == NULL || out == NULL)
+        return error_set(VRAM_E_INVALID, "vram_get_stats: NULL argument");
+    vram_stats s;
+    memset(&s, 0, sizeof s);
+    lock(dev);
+    s.bytes_in_use = dev->heap.bytes_in_use;
+    s.peak_bytes_in_use = dev->peak_in_use;
+    s.bytes_requested = dev->heap.bytes_requested;
+    s.bytes_reserved = reserved_locked(dev);
+    s.peak_bytes_reserved = dev->peak_reserved;
+    s.bytes_limit = dev->limit;
+    s.largest_free_block = heap_largest_free(&dev->heap);
+    s.live_blocks = dev->heap.live_blocks;
+    s.regions = dev->heap.n_regions;
+    s.num_allocs = dev->num_allocs;
+    s.num_frees = dev->num_frees;
+    s.num_ooms = dev->num_ooms;
+    s.backend_calls = dev->backend_calls;
+    s.metadata_bytes = heap_metadata_bytes(&dev->heap);
+    unlock(dev);
+    s.fragmentation =
+        s.peak_bytes_in_use ? (double)s.peak_bytes_reserved / (double)s.peak_bytes_in_use : 0.0;
+    *out = s;
+    return VRAM_OK;
+}
+
+vram_status
+vram_reset_peak(vram_device *dev)
+{
+    if (dev == NULL)
+        return error_set(VRAM_E_INVALID, "vram_reset_peak: NULL device");
+    lock(dev);
+    dev->peak_in_use = dev->heap.bytes_in_use;
+    dev->peak_reserved = reserved_locked(dev);
+    unlock(dev);
+    return VRAM_OK;
+}
+
+bool
+vram_check(vram_device *dev)
+{
+    if (dev == NULL) {
+        error_set(VRAM_E_INVALID, "vram_check: NULL device");
+        return false;
+    }
+    lock(dev);
+    bool ok = heap_check(&dev->heap);
+    if (ok && reserved_locked(dev) + dev->pending > dev->limit) {
+        error_set(VRAM_E_INVALID, "I8: %" PRIu64 " bytes held or pending above the cap %" PRIu64,
+                  reserved_locked(dev) + dev->pending, dev->limit);
+        ok = false;
+    }
+    if (ok && dev->peak_in_use < dev->heap.bytes_in_use) {
+        error_set(VRAM_E_INVALID, "I5: peak in use below in use");
+        ok = false;
+    }
+    unlock(dev);
+    return ok;
+}
+
+vram_status
+vram_explain_oom(vram_device *dev, uint64_t size, char *buf, size_t len)
+{
+    if (dev == NULL || buf == NULL || len == 0)
+        return error_set(VRAM_E_INVALID, "vram_explain_oom: NULL device or empty buffer");
+    lock(dev);
+    oom_explain_locked(dev, size, buf, len);
+    unlock(dev);
+    return VRAM_OK;
+}
+
+vram_status
+vram_dump(vram_device *dev, FILE *out)
+{
+    if (dev == NULL || out == NULL)
+        return error_set(VRAM_E_INVALID, "vram_dump: NULL argument");
+    lock(dev);
+    vram_status st = oom_dump_locked(dev, out);
+    unlock(dev);
+    return st;
+}

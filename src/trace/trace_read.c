@@ -1,0 +1,934 @@
+/*
+** trace_read.c -- load a trace file (docs/TRACE_FORMAT.md) into memory,
+** validated, with every id mapped to a dense slot.
+**
+** The file is read in large chunks, inflated with zlib when it starts
+** with the gzip magic (plain text otherwise: the name does not matter),
+** and split into lines and fields here, by hand: the largest shared trace
+** (1.5 million events, 49 MB of text) must load in a fraction of a
+** second, and a getline/strtoull loop spends most of that in libc. Ids
+** are looked up in an open-addressing table of our own.
+**
+** Every error path frees what was built so far; OUT is written only on
+** success.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/error.h"
+#include "trace/trace.h"
+
+/* Longest line accepted, not counting its "\n" or "\r\n". Real lines are
+** under 100 bytes; the limit keeps a binary or corrupt file from being
+** taken as one enormous line. */
+#define TRACE_MAX_LINE 4096
+
+/* Bytes of text taken from the source at a time. */
+#define READ_CHUNK (1u << 20)
+
+/* Highest logical device a trace may name: far above any machine, low
+** enough that replays can size per-device arrays from n_devices. */
+#define TRACE_MAX_DEVICE 1023
+
+/* Initial capacities; both grow by doubling. */
+#define EVENTS_INITIAL 4096
+#define IDS_INITIAL_BITS 12
+
+/*
+** X(role, header name, required): the columns a reader understands. A
+** header may name them in any order; other columns are ignored so that
+** the format can grow without breaking this reader.
+*/
+#define TRACE_COLUMN_LIST(X)                                                             \
+    X(COL_T_US, "t_us", true)                                                            \
+    X(COL_OP, "op", true)                                                                \
+    X(COL_ID, "id", true)                                                                \
+    X(COL_SIZE, "size", true)                                                            \
+    X(COL_STREAM, "stream", true)                                                        \
+    X(COL_DEVICE, "device", false)
+
+/* clang-format off */
+enum column_role {
+    COL_IGNORED = 0,
+#define X_(role, name, required) role,
+    TRACE_COLUMN_LIST(X_)
+#undef X_
+    COL_COUNT
+};
+
+static const struct {
+    const char *name;
+    bool required;
+} columns[COL_COUNT] = {
+    [COL_IGNORED] = {"", false},
+#define X_(role, name, required) [role] = {name, required},
+    TRACE_COLUMN_LIST(X_)
+#undef X_
+};
+/* clang-format on */
+
+/*
+** What the loader knows of one id: its bucket in the id table. The table
+** maps id -> slot with open addressing and linear probing, kept at most
+** half full. Slot information lives in the bucket itself, so that
+** checking an event touches one cache line.
+**
+** The hash keeps the low bits of the id and folds the high bits onto
+** them: the ids of real traces are sequential, so consecutive ids land in
+** consecutive buckets and an allocation and its free, usually close in
+** time, find their bucket still in cache. (A multiplicative hash
+** scattered them over the whole table, a cache miss per event, and made
+** the largest trace load half again as slowly.)
+*/
+struct id_entry {
+    uint64_t id;
+    uint64_t size;  /* bytes, as allocated */
+    uint32_t slot;  /* slot + 1; 0 marks an empty bucket */
+    int16_t device; /* logical device it was allocated on */
+    bool live;      /* allocated and not yet freed */
+};
+
+struct id_table {
+    struct id_entry *b; /* 1 << bits buckets */
+    unsigned bits;
+    uint64_t count; /* occupied buckets */
+};
+
+/* One field of the line being parsed: a span of the read buffer. */
+struct field {
+    const char *p;
+    size_t n;
+};
+
+/* Everything trace_load builds before it hands out the trace. */
+struct reader {
+    const char *path;
+    uint64_t line; /* number of the line being handled, 1-based */
+    bool have_header;
+    int n_cols;              /* fields per line, from the header */
+    enum column_role *roles; /* n_cols entries */
+    struct field *fields;    /* n_cols entries, reused for every line */
+    char *meta;              /* the first line's comment, or NULL */
+
+    struct trace_event *events;
+    uint64_t n_events, cap_events;
+
+    struct id_table ids;
+    uint32_t n_slots; /* distinct ids so far */
+
+    uint64_t live_bytes; /* sum of live sizes, all devices */
+    uint64_t peak_live_bytes;
+    int32_t max_device; /* highest device seen; -1 for none */
+};
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                               */
+/* ------------------------------------------------------------------ */
+
+/* Fail with VRAM_E_PARSE and "PATH:LINE: reason" for the current line. */
+static vram_status parse_error(const struct reader *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static vram_status
+parse_error(const struct reader *r, const char *fmt, ...)
+{
+    char reason[400];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    return error_set(VRAM_E_PARSE, "%s:%" PRIu64 ": %s", r->path, r->line, reason);
+}
+
+/*
+** Copy field F into BUF for an error message: at most 32 bytes, with
+** anything unprintable shown as '?', so that a binary file still yields a
+** one-line, readable error.
+*/
+static const char *
+field_text(const struct field *f, char *buf, size_t len)
+{
+    size_t max = len - 4, i, o = 0;
+
+    for (i = 0; i < f->n && o < max && o < 32; i++) {
+        unsigned char c = (unsigned char)f->p[i];
+        buf[o++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (i < f->n) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* ------------------------------------------------------------------ */
+/* The id table                                                         */
+/* ------------------------------------------------------------------ */
+
+static inline uint64_t
+id_hash(uint64_t id, unsigned bits)
+{
+    uint64_t h = id;
+    unsigned shift;
+
+    for (shift = bits; shift < 64; shift += bits)
+        h ^= id >> shift;
+    return h & (((uint64_t)1 << bits) - 1);
+}
+
+static bool
+ids_init(struct id_table *t, unsigned bits)
+{
+    t->b = calloc((size_t)1 << bits, sizeof *t->b);
+    t->bits = bits;
+    t->count = 0;
+    return t->b != NULL;
+}
+
+static void
+ids_destroy(struct id_table *t)
+{
+    free(t->b);
+    t->b = NULL;
+}
+
+/* The bucket that holds ID, or the empty bucket where it would go. */
+static struct id_entry *
+ids_bucket(const struct id_table *t, uint64_t id)
+{
+    uint64_t mask = ((uint64_t)1 << t->bits) - 1;
+    uint64_t i = id_hash(id, t->bits);
+
+    while (t->b[i].slot != 0 && t->b[i].id != id)
+        i = (i + 1) & mask;
+    return &t->b[i];
+}
+
+/* Double the table. False when out of memory (the table is unchanged). */
+static bool
+ids_grow(struct id_table *t)
+{
+    struct id_table bigger;
+    uint64_t i, cap = (uint64_t)1 << t->bits;
+
+    if (!ids_init(&bigger, t->bits + 1))
+        return false;
+    for (i = 0; i < cap; i++) {
+        if (t->b[i].slot != 0)
+            *ids_bucket(&bigger, t->b[i].id) = t->b[i];
+    }
+    bigger.count = t->count;
+    ids_destroy(t);
+    *t = bigger;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Fields                                                               */
+/* ------------------------------------------------------------------ */
+
+enum num_result { NUM_OK, NUM_BAD, NUM_OVERFLOW };
+
+/* Parse F as a decimal uint64_t: digits only, no sign, no spaces. */
+static enum num_result
+parse_u64(const struct field *f, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i;
+
+    if (f->n == 0)
+        return NUM_BAD;
+    for (i = 0; i < f->n; i++) {
+        unsigned d = (unsigned)((unsigned char)f->p[i] - '0');
+        if (d > 9)
+            return NUM_BAD;
+        if (v > (UINT64_MAX - d) / 10)
+            return NUM_OVERFLOW;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return NUM_OK;
+}
+
+/* Parse numeric field F of column ROLE into *OUT, or say what is wrong. */
+static vram_status
+number_field(const struct reader *r, const struct field *f, enum column_role role,
+             uint64_t *out)
+{
+    char text[48];
+
+    switch (parse_u64(f, out)) {
+    case NUM_OK:
+        return VRAM_OK;
+    case NUM_OVERFLOW:
+        return parse_error(r, "%s '%s' does not fit in 64 bits", columns[role].name,
+                           field_text(f, text, sizeof text));
+    case NUM_BAD:
+        break;
+    }
+    return parse_error(r, "%s '%s' is not a non-negative decimal integer",
+                       columns[role].name, field_text(f, text, sizeof text));
+}
+
+/* Parse the device column: a decimal integer in 0..TRACE_MAX_DEVICE. */
+static vram_status
+device_field(const struct reader *r, const struct field *f, int32_t *out)
+{
+    char text[48];
+    uint64_t v;
+
+    if (f->n > 1 && f->p[0] == '-') {
+        struct field digits = {f->p + 1, f->n - 1};
+        if (parse_u64(&digits, &v) != NUM_BAD)
+            return parse_error(r, "device %s is negative",
+                               field_text(f, text, sizeof text));
+    }
+    switch (parse_u64(f, &v)) {
+    case NUM_OK:
+        if (v > TRACE_MAX_DEVICE)
+            return parse_error(r, "device %s is out of range (0..%d)",
+                               field_text(f, text, sizeof text), TRACE_MAX_DEVICE);
+        *out = (int32_t)v;
+        return VRAM_OK;
+    case NUM_OVERFLOW:
+        return parse_error(r, "device %s is out of range (0..%d)",
+                           field_text(f, text, sizeof text), TRACE_MAX_DEVICE);
+    case NUM_BAD:
+        break;
+    }
+    return parse_error(r, "device '%s' is not a decimal integer",
+                       field_text(f, text, sizeof text));
+}
+
+/*
+** Split LINE (N bytes, no line end) at commas into r->fields. The header
+** fixed how many fields a line has; any other count is an error.
+*/
+static vram_status
+split_fields(struct reader *r, const char *line, size_t n)
+{
+    const char *p = line, *end = line + n;
+    int i = 0;
+
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma != NULL ? comma : end;
+        if (i < r->n_cols) {
+            r->fields[i].p = p;
+            r->fields[i].n = (size_t)(stop - p);
+        }
+        i++;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    if (i != r->n_cols)
+        return parse_error(r, "expected %d fields as in the header, found %d", r->n_cols,
+                           i);
+    return VRAM_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Lines                                                                */
+/* ------------------------------------------------------------------ */
+
+/* The header: learn which field holds which column. */
+static vram_status
+parse_header(struct reader *r, const char *line, size_t n)
+{
+    bool seen[COL_COUNT] = {false};
+    int i, known = 0, n_cols = 1;
+    size_t k;
+
+    for (k = 0; k < n; k++)
+        n_cols += line[k] == ',';
+    r->roles = calloc((size_t)n_cols, sizeof *r->roles);
+    r->fields = calloc((size_t)n_cols, sizeof *r->fields);
+    if (r->roles == NULL || r->fields == NULL)
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    r->n_cols = n_cols;
+    if (split_fields(r, line, n) != VRAM_OK)
+        return VRAM_E_PARSE; /* cannot happen: n_cols was counted */
+
+    for (i = 0; i < n_cols; i++) {
+        const struct field *f = &r->fields[i];
+        int c;
+        for (c = 1; c < COL_COUNT; c++) {
+            if (strlen(columns[c].name) == f->n &&
+                memcmp(columns[c].name, f->p, f->n) == 0)
+                break;
+        }
+        if (c == COL_COUNT)
+            continue; /* a column this reader does not know */
+        if (seen[c])
+            return parse_error(r, "column '%s' appears twice in the header",
+                               columns[c].name);
+        seen[c] = true;
+        r->roles[i] = (enum column_role)c;
+        known++;
+    }
+    if (known == 0)
+        return parse_error(r, "no header: expected a line naming the "
+                              "columns t_us,op,id,size,stream[,device]");
+    for (i = 1; i < COL_COUNT; i++) {
+        if (columns[i].required && !seen[i])
+            return parse_error(r, "the header lacks the required column '%s'",
+                               columns[i].name);
+    }
+    r->have_header = true;
+    return VRAM_OK;
+}
+
+/* Check EV against the ids seen so far and account for its bytes. */
+static vram_status
+apply_event(struct reader *r, struct trace_event *ev)
+{
+    struct id_entry *e = ids_bucket(&r->ids, ev->id);
+
+    if (ev->op == TRACE_FREE) {
+        if (e->slot == 0)
+            return parse_error(r, "free of id %" PRIu64 ", which was never allocated",
+                               ev->id);
+        if (!e->live)
+            return parse_error(r, "free of id %" PRIu64 ", which was already freed",
+                               ev->id);
+        if (e->size != ev->size)
+            return parse_error(r,
+                               "free of id %" PRIu64 " with size %" PRIu64
+                               ", but it was allocated with size %" PRIu64,
+                               ev->id, ev->size, e->size);
+        if (e->device != ev->device)
+            return parse_error(r,
+                               "free of id %" PRIu64 " on device %" PRId32
+                               ", but it was allocated on device %d",
+                               ev->id, ev->device, (int)e->device);
+        e->live = false;
+        r->live_bytes -= e->size;
+        ev->slot = e->slot - 1;
+        return VRAM_OK;
+    }
+
+    if (e->slot != 0)
+        return parse_error(r,
+                           e->live ? "id %" PRIu64 " allocated again while live"
+                                   : "id %" PRIu64 " allocated again after its "
+                                     "free (ids are unique within a trace)",
+                           ev->id);
+    if (r->live_bytes > UINT64_MAX - ev->size)
+        return parse_error(r, "live bytes exceed 64 bits");
+    if (r->n_slots == UINT32_MAX - 1)
+        return parse_error(r, "more than %" PRIu32 " ids", UINT32_MAX - 2);
+    /* Keep the table at most half full; growing moves the buckets. */
+    if ((r->ids.count + 1) * 2 > ((uint64_t)1 << r->ids.bits)) {
+        if (!ids_grow(&r->ids))
+            return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+        e = ids_bucket(&r->ids, ev->id);
+    }
+    ev->slot = r->n_slots++;
+    *e = (struct id_entry){.id = ev->id,
+                           .size = ev->size,
+                           .slot = ev->slot + 1,
+                           .device = (int16_t)ev->device,
+                           .live = true};
+    r->ids.count++;
+
+    r->live_bytes += ev->size;
+    if (r->live_bytes > r->peak_live_bytes)
+        r->peak_live_bytes = r->live_bytes;
+    return VRAM_OK;
+}
+
+/* One event line. */
+static vram_status
+parse_event(struct reader *r, const char *line, size_t n)
+{
+    struct trace_event ev = {0};
+    vram_status st;
+    int i;
+
+    if ((st = split_fields(r, line, n)) != VRAM_OK)
+        return st;
+    for (i = 0; i < r->n_cols; i++) {
+        const struct field *f = &r->fields[i];
+        enum column_role role = r->roles[i];
+        char text[48];
+
+        if (role == COL_IGNORED)
+            continue;
+        if (f->n == 0)
+            return parse_error(r, "empty field '%s'", columns[role].name);
+        switch (role) {
+        case COL_OP:
+            if (f->n != 1 || (f->p[0] != TRACE_ALLOC && f->p[0] != TRACE_FREE))
+                return parse_error(r, "op '%s' is neither 'a' nor 'f'",
+                                   field_text(f, text, sizeof text));
+            ev.op = f->p[0];
+            st = VRAM_OK;
+            break;
+        case COL_T_US:
+            st = number_field(r, f, role, &ev.t_us);
+            break;
+        case COL_ID:
+            st = number_field(r, f, role, &ev.id);
+            break;
+        case COL_SIZE:
+            st = number_field(r, f, role, &ev.size);
+            break;
+        case COL_STREAM:
+            st = number_field(r, f, role, &ev.stream);
+            break;
+        case COL_DEVICE:
+            st = device_field(r, f, &ev.device);
+            break;
+        case COL_IGNORED:
+        case COL_COUNT:
+        default:
+            st = VRAM_OK;
+            break;
+        }
+        if (st != VRAM_OK)
+            return st;
+    }
+
+    if ((st = apply_event(r, &ev)) != VRAM_OK)
+        return st;
+    if (r->n_events == r->cap_events) {
+        uint64_t cap = r->cap_events * 2;
+        struct trace_event *grown = realloc(r->events, cap * sizeof *grown);
+        if (grown == NULL)
+            return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+        r->events = grown;
+        r->cap_events = cap;
+    }
+    r->events[r->n_events++] = ev;
+    if (ev.device > r->max_device)
+        r->max_device = ev.device;
+    return VRAM_OK;
+}
+
+static bool
+is_blank(const char *line, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if (line[i] != ' ' && line[i] != '\t')
+            return false;
+    }
+    return true;
+}
+
+/* Handle line number r->line: LINE is N bytes without its "\n". */
+static vram_status
+handle_line(struct reader *r, const char *line, size_t n)
+{
+    if (n > 0 && line[n - 1] == '\r')
+        n--;
+    if (n > TRACE_MAX_LINE)
+        return parse_error(r, "line longer than %d bytes", TRACE_MAX_LINE);
+    if (n > 0 && line[0] == '#') {
+        /* Only the first line's comment is the trace's metadata. */
+        if (r->line == 1) {
+            size_t skip = (n > 1 && line[1] == ' ') ? 2 : 1;
+            r->meta = strndup(line + skip, n - skip);
+            if (r->meta == NULL)
+                return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+        }
+        return VRAM_OK;
+    }
+    if (is_blank(line, n))
+        return VRAM_OK;
+    if (!r->have_header)
+        return parse_header(r, line, n);
+    return parse_event(r, line, n);
+}
+
+/* ------------------------------------------------------------------ */
+/* The file                                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+** Where the text comes from: the file's bytes, inflated by zlib when they
+** start with the gzip magic, else taken as they are.
+**
+** This drives inflate() itself rather than gzread(): gzread throws away
+** what it inflated in the call that meets a damaged stream, so a
+** truncated trace would be reported thousands of lines before the damage
+** (a bad checksum at the very end even as line 1). Here every byte
+** inflated before the damage is handed out first, and the error comes
+** with the next read, so "PATH:LINE" names the line the damage cut.
+*/
+enum source_result {
+    SRC_OK,
+    SRC_IO,        /* read() failed; err_errno says why */
+    SRC_TRUNCATED, /* the file ends inside a gzip member */
+    SRC_CORRUPT,   /* inflate() found bad data; err_msg says what */
+    SRC_NOMEM
+};
+
+#define SOURCE_IN_SIZE (256u * 1024)
+
+struct source {
+    int fd;
+    bool gzip;        /* else the bytes are the text */
+    bool in_eof;      /* read() has returned 0 */
+    bool z_ready;     /* inflateInit2 succeeded */
+    bool member_done; /* the current gzip member has ended */
+    z_stream z;
+    unsigned char *in;           /* SOURCE_IN_SIZE bytes read from fd */
+    size_t plain_off, plain_len; /* plain text: bytes of IN not yet given */
+    enum source_result pending;  /* an error to report at the next read */
+    int err_errno;
+    char err_msg[96];
+};
+
+/* Fill S->in from the file. False on a read error (recorded). */
+static bool
+source_fill(struct source *s, size_t *len)
+{
+    ssize_t n;
+
+    do
+        n = read(s->fd, s->in, SOURCE_IN_SIZE);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        s->err_errno = errno;
+        return false;
+    }
+    if (n == 0)
+        s->in_eof = true;
+    *len = (size_t)n;
+    return true;
+}
+
+/* Take FD (closed by source_close, also on failure) and look at its first
+** bytes to tell gzip from plain text. */
+static enum source_result
+source_open(struct source *s, int fd)
+{
+    size_t len = 0;
+
+    memset(s, 0, sizeof *s);
+    s->fd = fd;
+    s->in = malloc(SOURCE_IN_SIZE);
+    if (s->in == NULL)
+        return SRC_NOMEM;
+    /* read() may return a single byte (a pipe); the magic needs two. */
+    while (len < 2 && !s->in_eof) {
+        ssize_t n;
+        do
+            n = read(fd, s->in + len, SOURCE_IN_SIZE - len);
+        while (n < 0 && errno == EINTR);
+        if (n < 0) {
+            s->err_errno = errno;
+            return SRC_IO;
+        }
+        if (n == 0)
+            s->in_eof = true;
+        len += (size_t)n;
+    }
+    s->gzip = len >= 2 && s->in[0] == 0x1f && s->in[1] == 0x8b;
+    if (!s->gzip) {
+        s->plain_len = len;
+        return SRC_OK;
+    }
+    /* 15 + 16: the largest window, gzip wrapper only. */
+    if (inflateInit2(&s->z, 15 + 16) != Z_OK)
+        return SRC_NOMEM;
+    s->z_ready = true;
+    s->z.next_in = s->in;
+    s->z.avail_in = (uInt)len;
+    return SRC_OK;
+}
+
+static void
+source_close(struct source *s)
+{
+    if (s->z_ready)
+        inflateEnd(&s->z);
+    free(s->in);
+    close(s->fd);
+}
+
+/* Inflate into BUF until it is full, the input ends or an error. */
+static enum source_result
+source_inflate(struct source *s, char *buf, size_t len)
+{
+    z_stream *z = &s->z;
+
+    z->next_out = (Bytef *)buf;
+    z->avail_out = (uInt)len;
+    while (z->avail_out > 0) {
+        int ret;
+
+        if (z->avail_in == 0 && !s->in_eof) {
+            size_t n;
+            if (!source_fill(s, &n))
+                return SRC_IO;
+            z->next_in = s->in;
+            z->avail_in = (uInt)n;
+            continue;
+        }
+        if (s->member_done) {
+            if (z->avail_in == 0)
+                break; /* the end of the file */
+            if (z->next_in[0] != 0x1f) {
+                /* Bytes after the last member that start no other one:
+                 * ignored, as gzip and gzread do. */
+                z->avail_in = 0;
+                s->in_eof = true;
+                break;
+            }
+            inflateReset(z); /* another member follows (cat a.gz b.gz) */
+            s->member_done = false;
+        }
+        if (z->avail_in == 0)
+            return SRC_TRUNCATED;
+        ret = inflate(z, Z_NO_FLUSH);
+        switch (ret) {
+        case Z_STREAM_END:
+            s->member_done = true;
+            break;
+        case Z_OK:
+        case Z_BUF_ERROR: /* no progress: more input is read above */
+            break;
+        case Z_MEM_ERROR:
+            return SRC_NOMEM;
+        default:
+            snprintf(s->err_msg, sizeof s->err_msg, "%s",
+                     z->msg != NULL ? z->msg : "invalid data");
+            return SRC_CORRUPT;
+        }
+    }
+    return SRC_OK;
+}
+
+/*
+** Put up to LEN bytes of text into BUF and their count in *GOT; 0 means
+** the end. An error met after some text was produced is held back until
+** the next call, so that the caller first parses everything before it.
+*/
+static enum source_result
+source_read(struct source *s, char *buf, size_t len, size_t *got)
+{
+    enum source_result res;
+
+    *got = 0;
+    if (s->pending != SRC_OK)
+        return s->pending;
+    if (!s->gzip) {
+        size_t n;
+        if (s->plain_off < s->plain_len) {
+            n = s->plain_len - s->plain_off < len ? s->plain_len - s->plain_off : len;
+            memcpy(buf, s->in + s->plain_off, n);
+            s->plain_off += n;
+            *got = n;
+            return SRC_OK;
+        }
+        if (s->in_eof)
+            return SRC_OK;
+        for (;;) {
+            ssize_t r = read(s->fd, buf, len);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0) {
+                s->err_errno = errno;
+                return SRC_IO;
+            }
+            if (r == 0)
+                s->in_eof = true;
+            *got = (size_t)r;
+            return SRC_OK;
+        }
+    }
+
+    res = source_inflate(s, buf, len);
+    *got = len - s->z.avail_out;
+    if (res != SRC_OK && *got > 0) {
+        s->pending = res;
+        res = SRC_OK;
+    }
+    return res;
+}
+
+/* Report what went wrong with the source, at the line it cut short. */
+static vram_status
+source_error(struct reader *r, const struct source *s, enum source_result res)
+{
+    switch (res) {
+    case SRC_IO:
+        return error_set(VRAM_E_IO, "%s: %s", r->path, strerror(s->err_errno));
+    case SRC_NOMEM:
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    case SRC_TRUNCATED:
+        r->line++;
+        return parse_error(r, "truncated gzip stream (the file ends inside "
+                              "it)");
+    case SRC_CORRUPT:
+        r->line++;
+        return parse_error(r, "corrupt gzip stream (%s)", s->err_msg);
+    case SRC_OK:
+        break;
+    }
+    return VRAM_OK;
+}
+
+/* Read every line of S through handle_line. */
+static vram_status
+read_lines(struct reader *r, struct source *s)
+{
+    /* A chunk, plus room for the unfinished line carried over from the
+     * previous chunk (at most TRACE_MAX_LINE bytes and a '\r'). */
+    size_t size = READ_CHUNK + TRACE_MAX_LINE + 1;
+    size_t have = 0;
+    char *buf = malloc(size);
+    vram_status st = VRAM_OK;
+
+    if (buf == NULL)
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    for (;;) {
+        enum source_result res;
+        size_t got;
+        char *p, *end, *nl;
+
+        res = source_read(s, buf + have, size - have, &got);
+        if (res != SRC_OK) {
+            st = source_error(r, s, res);
+            break;
+        }
+        if (got == 0) {
+            if (have > 0) {
+                r->line++; /* a last line without "\n" */
+                st = handle_line(r, buf, have);
+            }
+            break;
+        }
+
+        p = buf;
+        end = buf + have + got;
+        while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+            r->line++;
+            if ((st = handle_line(r, p, (size_t)(nl - p))) != VRAM_OK)
+                goto out;
+            p = nl + 1;
+        }
+        have = (size_t)(end - p);
+        if (have > TRACE_MAX_LINE + 1) {
+            r->line++;
+            st = parse_error(r, "line longer than %d bytes", TRACE_MAX_LINE);
+            break;
+        }
+        memmove(buf, p, have);
+    }
+out:
+    free(buf);
+    return st;
+}
+
+static void
+reader_destroy(struct reader *r)
+{
+    free(r->roles);
+    free(r->fields);
+    free(r->meta);
+    free(r->events);
+    ids_destroy(&r->ids);
+}
+
+/* Move what R built into a new struct trace. */
+static vram_status
+reader_finish(struct reader *r, struct trace **out)
+{
+    struct trace *t = calloc(1, sizeof *t);
+    char *path = strdup(r->path);
+    char *meta = r->meta != NULL ? r->meta : strdup("");
+
+    if (t == NULL || path == NULL || meta == NULL) {
+        free(t);
+        free(path);
+        if (meta != r->meta)
+            free(meta);
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    }
+    if (r->n_events < r->cap_events) {
+        /* Give back the doubling slack; a failed shrink changes nothing. */
+        struct trace_event *fit =
+            realloc(r->events, (r->n_events > 0 ? r->n_events : 1) * sizeof *fit);
+        if (fit != NULL)
+            r->events = fit;
+    }
+    t->path = path;
+    t->meta = meta;
+    t->events = r->events;
+    t->n_events = r->n_events;
+    t->n_slots = r->n_slots;
+    t->n_devices = r->max_device + 1 > 0 ? (int)r->max_device + 1 : 1;
+    t->peak_live_bytes = r->peak_live_bytes;
+    r->meta = NULL;
+    r->events = NULL;
+    *out = t;
+    return VRAM_OK;
+}
+
+vram_status
+trace_load(const char *path, struct trace **out)
+{
+    struct reader r = {0};
+    struct source src;
+    enum source_result res;
+    vram_status st;
+    int fd;
+
+    if (path == NULL || out == NULL)
+        return error_set(VRAM_E_INVALID, "trace_load: NULL argument");
+    r.path = path;
+    r.max_device = -1;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return error_set(VRAM_E_IO, "%s: %s", path, strerror(errno));
+    res = source_open(&src, fd);
+    if (res != SRC_OK) {
+        st = source_error(&r, &src, res);
+        source_close(&src);
+        return st;
+    }
+
+    r.cap_events = EVENTS_INITIAL;
+    r.events = malloc(r.cap_events * sizeof *r.events);
+    if (r.events == NULL || !ids_init(&r.ids, IDS_INITIAL_BITS)) {
+        st = error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", path);
+        goto out;
+    }
+
+    st = read_lines(&r, &src);
+    if (st == VRAM_OK && !r.have_header) {
+        r.line++;
+        st = parse_error(&r, "no header (end of file reached)");
+    }
+    if (st == VRAM_OK)
+        st = reader_finish(&r, out);
+out:
+    source_close(&src);
+    reader_destroy(&r);
+    return st;
+}
+
+void
+trace_free(struct trace *t)
+{
+    if (t == NULL)
+        return;
+    free(t->path);
+    free(t->meta);
+    free(t->events);
+    free(t);
+}

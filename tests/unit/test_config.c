@@ -1,0 +1,263 @@
+/*
+** test_config.c -- the environment as a user sets it, seen through
+** vram_open: strategies, caps, per-device lists, TensorFlow's own
+** variables, malformed values (which fail, never mean "unlimited"), and
+** the trace, log and dump that the environment turns on.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "trace/trace.h"
+
+static const char *const vars[] = {
+    "VRAM_BACKEND", "VRAM_SIM_DEVICES", "VRAM_SIM_MEMORY", "VRAM_STRATEGY",
+    "VRAM_ALLOW_GROWTH", "TF_FORCE_GPU_ALLOW_GROWTH", "VRAM_MEMORY_FRACTION",
+    "VRAM_MEMORY_LIMIT", "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "VRAM_LOG", "VRAM_LOG_FILE",
+    "VRAM_TRACE", "VRAM_OOM_DUMP",
+};
+
+static int
+clean_env(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    setenv("VRAM_BACKEND", "sim", 1);
+    setenv("VRAM_SIM_MEMORY", "16G", 1);
+    return 0;
+}
+
+static vram_context *
+open_env(void)
+{
+    vram_context *ctx = NULL;
+    vram_status st = vram_open(NULL, &ctx);
+    if (st != VRAM_OK)
+        fail_msg("vram_open: %s", vram_last_error());
+    return ctx;
+}
+
+static vram_device_info
+info_of(vram_context *ctx, int logical)
+{
+    vram_device *dev;
+    assert_int_equal(vram_device_get(ctx, logical, &dev), VRAM_OK);
+    vram_device_info di;
+    assert_int_equal(vram_device_info_get(dev, &di), VRAM_OK);
+    return di;
+}
+
+static void
+test_env_defaults(void **state)
+{
+    (void)state;
+    vram_context *ctx = open_env();
+    vram_device_info di = info_of(ctx, 0);
+    assert_int_equal(di.strategy, VRAM_STRATEGY_PREALLOCATE);
+    assert_int_equal(di.limit_bytes, 16 * GiB - 1536 * MiB);
+    vram_close(ctx);
+}
+
+static void
+test_env_strategy_and_growth(void **state)
+{
+    (void)state;
+    setenv("VRAM_STRATEGY", "growth:tf-compat", 1);
+    vram_context *ctx = open_env();
+    assert_int_equal(info_of(ctx, 0).strategy, VRAM_STRATEGY_GROWTH_TF);
+    vram_close(ctx);
+    unsetenv("VRAM_STRATEGY");
+    setenv("TF_FORCE_GPU_ALLOW_GROWTH", "true", 1);
+    ctx = open_env();
+    assert_int_equal(info_of(ctx, 0).strategy, VRAM_STRATEGY_GROWTH);
+    vram_close(ctx);
+    unsetenv("TF_FORCE_GPU_ALLOW_GROWTH");
+    setenv("VRAM_ALLOW_GROWTH", "1", 1);
+    ctx = open_env();
+    assert_int_equal(info_of(ctx, 0).strategy, VRAM_STRATEGY_GROWTH);
+    vram_close(ctx);
+}
+
+static void
+test_env_fraction_limit_reserve(void **state)
+{
+    (void)state;
+    setenv("VRAM_MEMORY_FRACTION", "25%", 1);
+    vram_context *ctx = open_env();
+    assert_int_equal(info_of(ctx, 0).limit_bytes, 4 * GiB);
+    vram_close(ctx);
+    unsetenv("VRAM_MEMORY_FRACTION");
+    setenv("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "100", 1);
+    ctx = open_env();
+    assert_int_equal(info_of(ctx, 0).limit_bytes, 16 * GiB - 100 * MiB);
+    vram_close(ctx);
+    setenv("VRAM_MEMORY_LIMIT", "6GiB", 1);
+    ctx = open_env();
+    assert_int_equal(info_of(ctx, 0).limit_bytes, 6 * GiB);
+    vram_close(ctx);
+}
+
+static void
+test_env_per_device_lists(void **state)
+{
+    (void)state;
+    setenv("VRAM_SIM_DEVICES", "2", 1);
+    setenv("VRAM_MEMORY_LIMIT", "0:3G+2G,1:4G", 1);
+    vram_context *ctx = open_env();
+    int n = 0;
+    assert_int_equal(vram_device_count(ctx, &n), VRAM_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(info_of(ctx, 0).limit_bytes, 3 * GiB);
+    assert_int_equal(info_of(ctx, 1).limit_bytes, 2 * GiB);
+    assert_int_equal(info_of(ctx, 1).physical, 0);
+    assert_int_equal(info_of(ctx, 2).limit_bytes, 4 * GiB);
+    assert_int_equal(info_of(ctx, 2).physical, 1);
+    vram_close(ctx);
+}
+
+/* Limits fail closed: a bad or impossible value stops vram_open. */
+static void
+test_env_malformed_fails_closed(void **state)
+{
+    (void)state;
+    struct {
+        const char *name, *value, *expect;
+    } bad[] = {
+        {"VRAM_MEMORY_LIMIT", "6X", "VRAM_MEMORY_LIMIT"},
+        {"VRAM_MEMORY_LIMIT", "-1G", "VRAM_MEMORY_LIMIT"},
+        {"VRAM_MEMORY_LIMIT", "0", "VRAM_MEMORY_LIMIT"},
+        {"VRAM_MEMORY_LIMIT", "3:4G", "device 3"}, /* only one device */
+        {"VRAM_MEMORY_FRACTION", "150%", "VRAM_MEMORY_FRACTION"},
+        {"VRAM_STRATEGY", "grow", "VRAM_STRATEGY"},
+        {"TF_FORCE_GPU_ALLOW_GROWTH", "maybe", "TF_FORCE_GPU_ALLOW_GROWTH"},
+        {"VRAM_LOG", "9", "VRAM_LOG"},
+        {"VRAM_BACKEND", "tpu", "VRAM_BACKEND"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        clean_env(NULL);
+        setenv(bad[i].name, bad[i].value, 1);
+        vram_context *ctx = (vram_context *)0x1;
+        assert_int_equal(vram_open(NULL, &ctx), VRAM_E_CONFIG);
+        assert_ptr_equal(ctx, (vram_context *)0x1);
+        if (strstr(vram_last_error(), bad[i].expect) == NULL)
+            fail_msg("%s=%s: message '%s' lacks '%s'", bad[i].name, bad[i].value,
+                     vram_last_error(), bad[i].expect);
+        assert_null(strchr(vram_last_error(), '\n'));
+    }
+}
+
+/* ignore_environment: the same bad value is not even read. */
+static void
+test_env_ignored_on_request(void **state)
+{
+    (void)state;
+    setenv("VRAM_MEMORY_LIMIT", "garbage", 1);
+    vram_context *ctx = sim_open(1, 4 * GiB, false);
+    vram_close(ctx);
+}
+
+/* VRAM_TRACE records every allocation and free in the shared format, and
+** the trace reads back with the same events. */
+static void
+test_env_trace_round_trip(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/vram-test-trace-XXXXXX.csv.gz";
+    int fd = mkstemps(path, 7);
+    assert_true(fd >= 0);
+    close(fd);
+    setenv("VRAM_TRACE", path, 1);
+    setenv("VRAM_STRATEGY", "growth", 1);
+    vram_context *ctx = open_env();
+    vram_device *dev;
+    assert_int_equal(vram_device_get(ctx, 0, &dev), VRAM_OK);
+    void *a, *b;
+    assert_int_equal(vram_alloc(dev, 1000, (void *)0x10, &a), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 5 * MiB, NULL, &b), VRAM_OK);
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    vram_close(ctx);
+
+    struct trace *t = NULL;
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_events, 3);
+    assert_int_equal(t->events[0].op, TRACE_ALLOC);
+    assert_int_equal(t->events[0].size, 1000);
+    assert_int_equal(t->events[0].stream, 0x10);
+    assert_int_equal(t->events[1].size, 5 * MiB);
+    assert_int_equal(t->events[2].op, TRACE_FREE);
+    assert_int_equal(t->events[2].id, t->events[0].id);
+    assert_int_equal(t->peak_live_bytes, 1000 + 5 * MiB);
+    assert_non_null(strstr(t->meta, "workload=vram"));
+    trace_free(t);
+    unlink(path);
+
+    setenv("VRAM_TRACE", "/nonexistent-dir/trace.csv", 1);
+    vram_context *bad = NULL;
+    assert_int_equal(vram_open(NULL, &bad), VRAM_E_CONFIG);
+    assert_non_null(strstr(vram_last_error(), "VRAM_TRACE"));
+}
+
+static char *
+slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* VRAM_LOG=4 logs every allocation; VRAM_OOM_DUMP=1 adds the dump. */
+static void
+test_env_log_and_dump(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/vram-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    setenv("VRAM_LOG", "4", 1);
+    setenv("VRAM_LOG_FILE", path, 1);
+    setenv("VRAM_OOM_DUMP", "1", 1);
+    setenv("VRAM_STRATEGY", "growth", 1);
+    setenv("VRAM_MEMORY_LIMIT", "64M", 1);
+    vram_context *ctx = open_env();
+    vram_device *dev;
+    assert_int_equal(vram_device_get(ctx, 0, &dev), VRAM_OK);
+    void *a, *b;
+    assert_int_equal(vram_alloc(dev, 4096, NULL, &a), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 100 * MiB, NULL, &b), VRAM_E_OOM);
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    vram_close(ctx);
+    unsetenv("VRAM_LOG");
+    unsetenv("VRAM_LOG_FILE");
+    vram_close(open_env()); /* back to no logging */
+    const char *log = slurp(path);
+    assert_non_null(strstr(log, "alloc 4096 bytes"));
+    assert_non_null(strstr(log, "new region of 2.00 MiB"));
+    assert_non_null(strstr(log, "out of memory on GPU:0"));
+    assert_non_null(strstr(log, "==== vram dump: GPU:0"));
+    assert_non_null(strstr(log, "free 4096 bytes"));
+    unlink(path);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_env_defaults, clean_env),
+        cmocka_unit_test_setup(test_env_strategy_and_growth, clean_env),
+        cmocka_unit_test_setup(test_env_fraction_limit_reserve, clean_env),
+        cmocka_unit_test_setup(test_env_per_device_lists, clean_env),
+        cmocka_unit_test_setup(test_env_malformed_fails_closed, clean_env),
+        cmocka_unit_test_setup(test_env_ignored_on_request, clean_env),
+        cmocka_unit_test_setup(test_env_trace_round_trip, clean_env),
+        cmocka_unit_test_setup(test_env_log_and_dump, clean_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,874 @@
+/*
+** test_env.c -- the environment module (src/config/env.c), driven through
+** a fake getter so that no test touches the real environment: defaults,
+** every variable's accepted and rejected values, the growth/strategy
+** conflicts, VRAM_MEMORY_LIMIT's forms, the one-line messages, OUT left
+** alone on failure, `vram env`'s table and docs/ENVIRONMENT.md being the
+** exact output of env_markdown.
+*/
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/env.h"
+
+#define KiB (1ULL << 10)
+#define MiB (1ULL << 20)
+#define GiB (1ULL << 30)
+
+/* ------------------------------------------------------------------ */
+/* The fake environment                                                 */
+/* ------------------------------------------------------------------ */
+
+struct kv {
+    const char *name;
+    const char *value;
+};
+
+/* A list of name/value pairs ended by {NULL, NULL}. */
+#define VARS(...) ((const struct kv[]){__VA_ARGS__, {NULL, NULL}})
+
+static const struct kv no_vars[] = {{NULL, NULL}};
+
+static const char *
+fake_get(const char *name, void *user)
+{
+    for (const struct kv *p = user; p->name != NULL; p++)
+        if (strcmp(p->name, name) == 0)
+            return p->value;
+    return NULL;
+}
+
+static vram_status
+load(const struct kv *vars, struct vram_env *out)
+{
+    return env_load(fake_get, (void *)vars, out);
+}
+
+/* Load VARS, which must succeed; the result. */
+static struct vram_env
+load_ok(const struct kv *vars)
+{
+    struct vram_env env;
+    vram_status st = load(vars, &env);
+    if (st != VRAM_OK)
+        fail_msg("env_load failed: %s", vram_last_error());
+    return env;
+}
+
+/*
+** Load VARS, which must fail with VRAM_E_CONFIG and a one-line message
+** that starts with PREFIX and contains REASON; OUT must be untouched.
+*/
+static void
+load_fails(const struct kv *vars, const char *prefix, const char *reason)
+{
+    static struct vram_env out, copy;
+    memset(&out, 0xA5, sizeof out);
+    memcpy(&copy, &out, sizeof out);
+    vram_status st = load(vars, &out);
+    const char *msg = vram_last_error();
+    if (st != VRAM_E_CONFIG)
+        fail_msg("%s...: expected VRAM_E_CONFIG, got %d (%s)", prefix, (int)st, msg);
+    if (memcmp(&out, &copy, sizeof out) != 0)
+        fail_msg("%s...: OUT written on failure", prefix);
+    if (strncmp(msg, prefix, strlen(prefix)) != 0)
+        fail_msg("message '%s' does not start with '%s'", msg, prefix);
+    if (reason != NULL && strstr(msg, reason) == NULL)
+        fail_msg("message '%s' lacks '%s'", msg, reason);
+    if (strchr(msg, '\n') != NULL)
+        fail_msg("message '%s' is not one line", msg);
+}
+
+/* One variable set to VALUE. */
+static void
+one_fails(const char *name, const char *value, const char *reason)
+{
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "%s='%s': ", name, value);
+    load_fails(VARS({name, value}), prefix, reason);
+}
+
+/* Every variable the module must read, in its documented order. */
+static const char *const all_names[] = {
+    "VRAM_BACKEND",
+    "VRAM_SIM_DEVICES",
+    "VRAM_SIM_MEMORY",
+    "VRAM_STRATEGY",
+    "VRAM_ALLOW_GROWTH",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "VRAM_MEMORY_FRACTION",
+    "VRAM_MEMORY_LIMIT",
+    "TF_DEVICE_MIN_SYS_MEMORY_IN_MB",
+    "VRAM_LOG",
+    "VRAM_LOG_FILE",
+    "VRAM_TRACE",
+    "VRAM_OOM_DUMP",
+};
+#define N_NAMES (sizeof all_names / sizeof all_names[0])
+
+/* ------------------------------------------------------------------ */
+/* Defaults and the getter                                              */
+/* ------------------------------------------------------------------ */
+
+static void
+assert_defaults(const struct vram_env *e)
+{
+    assert_int_equal(e->backend, VRAM_BACKEND_CUDA);
+    assert_int_equal(e->sim_devices, 1);
+    assert_true(e->sim_memory == VRAM_SIM_DEFAULT_MEMORY);
+    assert_false(e->strategy_set);
+    assert_int_equal(e->strategy, VRAM_STRATEGY_PREALLOCATE);
+    assert_true(e->fraction == 0.0);
+    assert_int_equal(e->limit_all.n, 0);
+    for (int d = 0; d < ENV_MAX_DEVICES; d++)
+        assert_int_equal(e->limit[d].n, 0);
+    assert_int_equal(e->reserve_mb, -1);
+    assert_int_equal(e->log_level, 0);
+    assert_string_equal(e->log_file, "");
+    assert_string_equal(e->trace_path, "");
+    assert_false(e->oom_dump);
+}
+
+static void
+test_defaults(void **state)
+{
+    (void)state;
+    struct vram_env e = load_ok(no_vars);
+    assert_defaults(&e);
+}
+
+/* An empty value is the same as an unset one, for every variable. */
+static void
+test_empty_is_unset(void **state)
+{
+    (void)state;
+    struct kv vars[N_NAMES + 1];
+    for (size_t i = 0; i < N_NAMES; i++)
+        vars[i] = (struct kv){all_names[i], ""};
+    vars[N_NAMES] = (struct kv){NULL, NULL};
+    struct vram_env e = load_ok(vars);
+    assert_defaults(&e);
+}
+
+struct record {
+    int calls[N_NAMES];
+    int others;
+};
+
+static const char *
+recording_get(const char *name, void *user)
+{
+    struct record *r = user;
+    for (size_t i = 0; i < N_NAMES; i++)
+        if (strcmp(name, all_names[i]) == 0) {
+            r->calls[i]++;
+            return NULL;
+        }
+    r->others++;
+    return NULL;
+}
+
+/* Exactly the documented variables are read, each once, and USER is
+** passed through to the getter. */
+static void
+test_reads_every_variable_once(void **state)
+{
+    (void)state;
+    struct record r = {{0}, 0};
+    struct vram_env e;
+    assert_int_equal(env_load(recording_get, &r, &e), VRAM_OK);
+    for (size_t i = 0; i < N_NAMES; i++)
+        if (r.calls[i] != 1)
+            fail_msg("%s read %d times", all_names[i], r.calls[i]);
+    assert_int_equal(r.others, 0);
+}
+
+static void
+test_null_out(void **state)
+{
+    (void)state;
+    assert_int_equal(env_load(fake_get, (void *)no_vars, NULL), VRAM_E_INVALID);
+}
+
+/* ------------------------------------------------------------------ */
+/* Simple variables                                                     */
+/* ------------------------------------------------------------------ */
+
+static void
+test_backend(void **state)
+{
+    (void)state;
+    assert_int_equal(load_ok(VARS({"VRAM_BACKEND", "sim"})).backend, VRAM_BACKEND_SIM);
+    assert_int_equal(load_ok(VARS({"VRAM_BACKEND", "cuda"})).backend, VRAM_BACKEND_CUDA);
+    one_fails("VRAM_BACKEND", "gpu", "unknown backend (expected sim or cuda)");
+    one_fails("VRAM_BACKEND", "sim ", "unknown backend");
+    one_fails("VRAM_BACKEND", "default", "unknown backend");
+}
+
+static void
+test_sim_devices(void **state)
+{
+    (void)state;
+    assert_int_equal(load_ok(VARS({"VRAM_SIM_DEVICES", "1"})).sim_devices, 1);
+    assert_int_equal(load_ok(VARS({"VRAM_SIM_DEVICES", "8"})).sim_devices, 8);
+    assert_int_equal(load_ok(VARS({"VRAM_SIM_DEVICES", "64"})).sim_devices, 64);
+    assert_int_equal(load_ok(VARS({"VRAM_SIM_DEVICES", "008"})).sim_devices, 8);
+    one_fails("VRAM_SIM_DEVICES", "0", "out of range 1..64");
+    one_fails("VRAM_SIM_DEVICES", "65", "out of range 1..64");
+    one_fails("VRAM_SIM_DEVICES", "99999999999999999999999", "out of range");
+    one_fails("VRAM_SIM_DEVICES", "-1", "not a whole number");
+    one_fails("VRAM_SIM_DEVICES", "+2", "not a whole number");
+    one_fails("VRAM_SIM_DEVICES", " 2", "not a whole number");
+    one_fails("VRAM_SIM_DEVICES", "2 ", "not a whole number");
+    one_fails("VRAM_SIM_DEVICES", "2.0", "not a whole number");
+    one_fails("VRAM_SIM_DEVICES", "0x2", "not a whole number");
+    one_fails("VRAM_SIM_DEVICES", "two", "(expected an integer from 1 to 64)");
+}
+
+static void
+test_sim_memory(void **state)
+{
+    (void)state;
+    assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "80G"})).sim_memory == 80 * GiB);
+    assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "80GB"})).sim_memory == 80 * GiB);
+    assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "1"})).sim_memory == 1);
+    assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "143771M"})).sim_memory ==
+                VRAM_SIM_DEFAULT_MEMORY);
+    one_fails("VRAM_SIM_MEMORY", "0", "must be more than 0");
+    one_fails("VRAM_SIM_MEMORY", "0G", "must be more than 0");
+    one_fails("VRAM_SIM_MEMORY", "6X", "'6X': unknown unit 'X'");
+    one_fails("VRAM_SIM_MEMORY", "-6G", "must start with a digit");
+    one_fails("VRAM_SIM_MEMORY", "16384P", "too large");
+    one_fails("VRAM_SIM_MEMORY", "1.5", "needs a unit");
+}
+
+static void
+test_fraction(void **state)
+{
+    (void)state;
+    assert_true(load_ok(VARS({"VRAM_MEMORY_FRACTION", "0.5"})).fraction == 0.5);
+    assert_true(load_ok(VARS({"VRAM_MEMORY_FRACTION", "50%"})).fraction == 0.5);
+    assert_true(load_ok(VARS({"VRAM_MEMORY_FRACTION", "1"})).fraction == 1.0);
+    assert_true(load_ok(VARS({"VRAM_MEMORY_FRACTION", "100%"})).fraction == 1.0);
+    assert_true(load_ok(VARS({"VRAM_MEMORY_FRACTION", "0.25"})).fraction == 0.25);
+    one_fails("VRAM_MEMORY_FRACTION", "0", "more than 0");
+    one_fails("VRAM_MEMORY_FRACTION", "0%", "more than 0");
+    one_fails("VRAM_MEMORY_FRACTION", "1.5", "more than 1");
+    one_fails("VRAM_MEMORY_FRACTION", "150%", "more than 100%");
+    one_fails("VRAM_MEMORY_FRACTION", "-0.5", "must start with a digit");
+    one_fails("VRAM_MEMORY_FRACTION", "nan", "must start with a digit");
+    one_fails("VRAM_MEMORY_FRACTION", "inf", "must start with a digit");
+    one_fails("VRAM_MEMORY_FRACTION", "half",
+              "(expected a fraction in (0, 1], e.g. 0.5 or 50%)");
+}
+
+static void
+test_reserve_mb(void **state)
+{
+    (void)state;
+    assert_int_equal(load_ok(VARS({"TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "0"})).reserve_mb,
+                     0);
+    assert_int_equal(load_ok(VARS({"TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "1024"})).reserve_mb,
+                     1024);
+    assert_true(
+        load_ok(VARS({"TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "8796093022207"})).reserve_mb ==
+        INT64_MAX >> 20);
+    one_fails("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "8796093022208", "out of range");
+    one_fails("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "99999999999999999999999",
+              "out of range");
+    one_fails("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "-1", "not a whole number");
+    one_fails("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "1.5", "not a whole number");
+    one_fails("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "500M", "not a whole number");
+    one_fails("TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "abc",
+              "(expected a whole number of MiB, 0 or more)");
+}
+
+static void
+test_log_level(void **state)
+{
+    (void)state;
+    static const char *const levels[] = {"0", "1", "2", "3", "4"};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(load_ok(VARS({"VRAM_LOG", levels[i]})).log_level, i);
+    one_fails("VRAM_LOG", "5", "out of range 0..4");
+    one_fails("VRAM_LOG", "-1", "not a whole number");
+    one_fails("VRAM_LOG", "debug", "(expected an integer from 0 to 4)");
+}
+
+static void
+test_paths(void **state)
+{
+    (void)state;
+    struct vram_env e = load_ok(
+        VARS({"VRAM_LOG_FILE", "/tmp/vram.log"}, {"VRAM_TRACE", "run 1/t.csv.gz"}));
+    assert_string_equal(e.log_file, "/tmp/vram.log");
+    assert_string_equal(e.trace_path, "run 1/t.csv.gz");
+
+    /* 511 bytes fit the 512-byte field; 512 are refused, never cut. */
+    char path[600];
+    memset(path, 'p', sizeof path);
+    path[511] = '\0';
+    e = load_ok(VARS({"VRAM_TRACE", path}));
+    assert_int_equal(strlen(e.trace_path), 511);
+    path[511] = 'p';
+    path[512] = '\0';
+    load_fails(VARS({"VRAM_TRACE", path}), "VRAM_TRACE='ppp",
+               "path longer than 511 bytes");
+    load_fails(VARS({"VRAM_LOG_FILE", path}), "VRAM_LOG_FILE='", "path longer than 511");
+    /* The message quotes at most 64 characters of the value. */
+    assert_true(strlen(vram_last_error()) < 200);
+    assert_non_null(strstr(vram_last_error(), "pp...'"));
+}
+
+static void
+test_bool_words(void **state)
+{
+    (void)state;
+    static const char *const yes[] = {"true", "TRUE", "True", "1",
+                                      "yes",  "YES",  "on",   "On"};
+    static const char *const no[] = {"false", "FALSE", "0", "no", "No", "off", "OFF"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        assert_true(load_ok(VARS({"VRAM_OOM_DUMP", yes[i]})).oom_dump);
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        assert_false(load_ok(VARS({"VRAM_OOM_DUMP", no[i]})).oom_dump);
+
+    static const char *const bad[] = {"2", "y", "n", "t", "enable", "true ", " on", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        one_fails("VRAM_OOM_DUMP", bad[i],
+                  "not a boolean (expected true or false; also 1/0, yes/no, on/off)");
+        one_fails("VRAM_ALLOW_GROWTH", bad[i], "not a boolean");
+        one_fails("TF_FORCE_GPU_ALLOW_GROWTH", bad[i], "not a boolean");
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Strategy and the growth switches                                     */
+/* ------------------------------------------------------------------ */
+
+static void
+test_strategy(void **state)
+{
+    (void)state;
+    struct vram_env e = load_ok(VARS({"VRAM_STRATEGY", "preallocate"}));
+    assert_int_equal(e.strategy, VRAM_STRATEGY_PREALLOCATE);
+    assert_true(e.strategy_set);
+    e = load_ok(VARS({"VRAM_STRATEGY", "growth"}));
+    assert_int_equal(e.strategy, VRAM_STRATEGY_GROWTH);
+    assert_true(e.strategy_set);
+    e = load_ok(VARS({"VRAM_STRATEGY", "growth:tf-compat"}));
+    assert_int_equal(e.strategy, VRAM_STRATEGY_GROWTH_TF);
+    assert_true(e.strategy_set);
+    one_fails("VRAM_STRATEGY", "grow",
+              "unknown strategy (expected preallocate, growth or growth:tf-compat)");
+    one_fails("VRAM_STRATEGY", "growth:", "unknown strategy");
+}
+
+/* Each growth switch alone, and both agreeing, choose the strategy. */
+static void
+test_growth_switches(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"VRAM_ALLOW_GROWTH", "TF_FORCE_GPU_ALLOW_GROWTH"};
+    for (int i = 0; i < 2; i++) {
+        struct vram_env e = load_ok(VARS({names[i], "true"}));
+        assert_int_equal(e.strategy, VRAM_STRATEGY_GROWTH);
+        assert_true(e.strategy_set);
+        e = load_ok(VARS({names[i], "false"}));
+        assert_int_equal(e.strategy, VRAM_STRATEGY_PREALLOCATE);
+        assert_true(e.strategy_set);
+        /* An explicit growth strategy is kept. */
+        e = load_ok(VARS({names[i], "1"}, {"VRAM_STRATEGY", "growth:tf-compat"}));
+        assert_int_equal(e.strategy, VRAM_STRATEGY_GROWTH_TF);
+        e = load_ok(VARS({names[i], "on"}, {"VRAM_STRATEGY", "growth"}));
+        assert_int_equal(e.strategy, VRAM_STRATEGY_GROWTH);
+        e = load_ok(VARS({names[i], "off"}, {"VRAM_STRATEGY", "preallocate"}));
+        assert_int_equal(e.strategy, VRAM_STRATEGY_PREALLOCATE);
+        assert_true(e.strategy_set);
+    }
+    struct vram_env e = load_ok(
+        VARS({"VRAM_ALLOW_GROWTH", "yes"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "TRUE"}));
+    assert_int_equal(e.strategy, VRAM_STRATEGY_GROWTH);
+    e = load_ok(VARS({"VRAM_ALLOW_GROWTH", "no"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "0"}));
+    assert_int_equal(e.strategy, VRAM_STRATEGY_PREALLOCATE);
+    assert_true(e.strategy_set);
+    /* Empty switches are unset: nothing chose a strategy. */
+    e = load_ok(VARS({"VRAM_ALLOW_GROWTH", ""}, {"TF_FORCE_GPU_ALLOW_GROWTH", ""}));
+    assert_false(e.strategy_set);
+}
+
+static void
+test_growth_conflicts(void **state)
+{
+    (void)state;
+    load_fails(VARS({"VRAM_STRATEGY", "preallocate"}, {"VRAM_ALLOW_GROWTH", "true"}),
+               "VRAM_STRATEGY='preallocate' conflicts with VRAM_ALLOW_GROWTH='true'",
+               NULL);
+    load_fails(VARS({"VRAM_STRATEGY", "preallocate"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "1"}),
+               "VRAM_STRATEGY='preallocate' conflicts with TF_FORCE_GPU_ALLOW_GROWTH='1'",
+               NULL);
+    load_fails(VARS({"VRAM_STRATEGY", "preallocate"}, {"VRAM_ALLOW_GROWTH", "true"},
+                    {"TF_FORCE_GPU_ALLOW_GROWTH", "on"}),
+               "VRAM_STRATEGY='preallocate' conflicts with VRAM_ALLOW_GROWTH='true' and "
+               "TF_FORCE_GPU_ALLOW_GROWTH='on'",
+               NULL);
+    load_fails(VARS({"VRAM_STRATEGY", "growth"}, {"VRAM_ALLOW_GROWTH", "false"}),
+               "VRAM_STRATEGY='growth' conflicts with VRAM_ALLOW_GROWTH='false'", NULL);
+    load_fails(
+        VARS({"VRAM_STRATEGY", "growth:tf-compat"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "no"}),
+        "VRAM_STRATEGY='growth:tf-compat' conflicts with "
+        "TF_FORCE_GPU_ALLOW_GROWTH='no'",
+        NULL);
+    load_fails(
+        VARS({"VRAM_ALLOW_GROWTH", "true"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "false"}),
+        "VRAM_ALLOW_GROWTH='true' and TF_FORCE_GPU_ALLOW_GROWTH='false' disagree", NULL);
+    load_fails(VARS({"VRAM_ALLOW_GROWTH", "off"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "yes"}),
+               "VRAM_ALLOW_GROWTH='off' and TF_FORCE_GPU_ALLOW_GROWTH='yes' disagree",
+               NULL);
+    /* A malformed switch is reported as such, before any conflict. */
+    load_fails(VARS({"VRAM_STRATEGY", "preallocate"}, {"VRAM_ALLOW_GROWTH", "sure"}),
+               "VRAM_ALLOW_GROWTH='sure': not a boolean", NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* VRAM_MEMORY_LIMIT                                                    */
+/* ------------------------------------------------------------------ */
+
+static void
+test_limit_all(void **state)
+{
+    (void)state;
+    struct vram_env e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "6G"}));
+    assert_int_equal(e.limit_all.n, 1);
+    assert_true(e.limit_all.bytes[0] == 6 * GiB);
+    for (int d = 0; d < ENV_MAX_DEVICES; d++)
+        assert_int_equal(e.limit[d].n, 0);
+
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "3G+3G"}));
+    assert_int_equal(e.limit_all.n, 2);
+    assert_true(e.limit_all.bytes[0] == 3 * GiB && e.limit_all.bytes[1] == 3 * GiB);
+
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "1.5G+512M+1024"}));
+    assert_int_equal(e.limit_all.n, 3);
+    assert_true(e.limit_all.bytes[0] == GiB + GiB / 2);
+    assert_true(e.limit_all.bytes[1] == 512 * MiB);
+    assert_true(e.limit_all.bytes[2] == KiB);
+
+    /* Sixteen caps are the most. */
+    char text[200] = "1G";
+    size_t used = 2;
+    for (int i = 1; i < VRAM_MAX_LOGICAL; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "+1G");
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", text}));
+    assert_int_equal(e.limit_all.n, VRAM_MAX_LOGICAL);
+    snprintf(text + used, sizeof text - used, "+1G");
+    load_fails(VARS({"VRAM_MEMORY_LIMIT", text}), "VRAM_MEMORY_LIMIT='1G+1G",
+               "more than 16 logical devices on one device");
+}
+
+static void
+test_limit_per_device(void **state)
+{
+    (void)state;
+    struct vram_env e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "0:6G,1:4G"}));
+    assert_int_equal(e.limit_all.n, 0);
+    assert_int_equal(e.limit[0].n, 1);
+    assert_true(e.limit[0].bytes[0] == 6 * GiB);
+    assert_int_equal(e.limit[1].n, 1);
+    assert_true(e.limit[1].bytes[0] == 4 * GiB);
+    for (int d = 2; d < ENV_MAX_DEVICES; d++)
+        assert_int_equal(e.limit[d].n, 0);
+
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "0:3G+3G,1:6G"}));
+    assert_int_equal(e.limit[0].n, 2);
+    assert_true(e.limit[0].bytes[0] == 3 * GiB && e.limit[0].bytes[1] == 3 * GiB);
+    assert_int_equal(e.limit[1].n, 1);
+    assert_true(e.limit[1].bytes[0] == 6 * GiB);
+
+    /* Any order, gaps, the last ordinal, leading zeros in the ordinal. */
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "63:1G,2:2G+512M,007:7G"}));
+    assert_int_equal(e.limit[63].n, 1);
+    assert_int_equal(e.limit[2].n, 2);
+    assert_true(e.limit[2].bytes[1] == 512 * MiB);
+    assert_int_equal(e.limit[7].n, 1);
+    assert_int_equal(e.limit[0].n, 0);
+    assert_int_equal(e.limit[1].n, 0);
+
+    /* A single keyed item is a per-device list too. */
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "1:2G"}));
+    assert_int_equal(e.limit_all.n, 0);
+    assert_int_equal(e.limit[1].n, 1);
+    assert_int_equal(e.limit[0].n, 0);
+}
+
+static void
+test_limit_rejects(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        const char *reason;
+    } cases[] = {
+        {"6X", "'6X': unknown unit 'X'"},
+        {"0", "'0': a cap must be more than 0"},
+        {"0G", "a cap must be more than 0"},
+        {"3G+0", "a cap must be more than 0"},
+        {"0:0", "a cap must be more than 0"},
+        {"-6G", "must start with a digit"},
+        {"6G,4G", "a list needs device ordinals"},
+        {"6G,", "a list needs device ordinals"},
+        {",", "empty item"},
+        {"0:6G,,1:4G", "empty item"},
+        {"0:6G,", "empty item"},
+        {",0:6G", "empty item"},
+        {"0:6G,0:4G", "device 0 given twice"},
+        {"1:1G,01:2G", "device 1 given twice"},
+        {"64:1G", "device ordinal out of range 0..63"},
+        {"99999999999999999999:1G", "out of range"},
+        {"-1:6G", "device ordinal is not a whole number"},
+        {"+1:6G", "device ordinal is not a whole number"},
+        {" 0:6G", "device ordinal is not a whole number"},
+        {"a:6G", "device ordinal is not a whole number"},
+        {":6G", "missing device ordinal"},
+        {"0:", "empty size"},
+        {"0:6G,1:", "empty size"},
+        {"6G,1:4G",
+         "'6G' has no device ordinal (plain and per-device items cannot be mixed)"},
+        {"1:4G,6G", "'6G' has no device ordinal"},
+        {"3G++3G", "empty size"},
+        {"+3G", "empty size"},
+        {"3G+", "empty size"},
+        {"0:3G+", "empty size"},
+        {"0:1:6G", "unexpected ':'"},
+        {"0:6G;1:4G", "'6G;1:4G': unexpected ';1:4G' after the unit"},
+        {"6 G", "unexpected ' '"},
+        {"16384P", "too large"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        one_fails("VRAM_MEMORY_LIMIT", cases[i].text, cases[i].reason);
+}
+
+/* The example in env.h, word for word. */
+static void
+test_limit_message_shape(void **state)
+{
+    (void)state;
+    struct vram_env e;
+    assert_int_equal(load(VARS({"VRAM_MEMORY_LIMIT", "6X"}), &e), VRAM_E_CONFIG);
+    assert_string_equal(vram_last_error(),
+                        "VRAM_MEMORY_LIMIT='6X': '6X': unknown unit 'X' "
+                        "(expected e.g. 6G, 512M, 0:6G,1:4G)");
+    assert_int_equal(load(VARS({"VRAM_MEMORY_LIMIT", "0:6G,1:4X"}), &e), VRAM_E_CONFIG);
+    assert_string_equal(vram_last_error(),
+                        "VRAM_MEMORY_LIMIT='0:6G,1:4X': '4X': unknown unit 'X' "
+                        "(expected e.g. 6G, 512M, 0:6G,1:4G)");
+}
+
+static void
+test_device_limit_fallbacks(void **state)
+{
+    (void)state;
+    struct vram_env e = load_ok(no_vars);
+    for (int d = -1; d <= ENV_MAX_DEVICES; d++)
+        assert_int_equal(env_device_limit(&e, d)->n, 0);
+    assert_int_equal(env_device_limit(NULL, 0)->n, 0);
+
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "3G+3G"}));
+    for (int d = -1; d <= ENV_MAX_DEVICES; d++) {
+        const struct env_device_limit *l = env_device_limit(&e, d);
+        assert_ptr_equal(l, &e.limit_all);
+        assert_int_equal(l->n, 2);
+    }
+
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "0:6G,2:1G+2G"}));
+    assert_ptr_equal(env_device_limit(&e, 0), &e.limit[0]);
+    assert_true(env_device_limit(&e, 0)->bytes[0] == 6 * GiB);
+    assert_int_equal(env_device_limit(&e, 1)->n, 0);
+    assert_ptr_equal(env_device_limit(&e, 2), &e.limit[2]);
+    assert_int_equal(env_device_limit(&e, 2)->n, 2);
+    assert_int_equal(env_device_limit(&e, -1)->n, 0);
+    assert_int_equal(env_device_limit(&e, ENV_MAX_DEVICES)->n, 0);
+
+    /* A device's own entry wins over the all-devices entry (a state the
+    ** parser never produces, but the contract says so). */
+    e.limit_all.n = 1;
+    e.limit_all.bytes[0] = GiB;
+    assert_ptr_equal(env_device_limit(&e, 0), &e.limit[0]);
+    assert_ptr_equal(env_device_limit(&e, 1), &e.limit_all);
+    assert_ptr_equal(env_device_limit(&e, 64), &e.limit_all);
+}
+
+/* A whole realistic environment at once. */
+static void
+test_everything_set(void **state)
+{
+    (void)state;
+    struct vram_env e = load_ok(VARS(
+        {"VRAM_BACKEND", "sim"}, {"VRAM_SIM_DEVICES", "4"}, {"VRAM_SIM_MEMORY", "80GiB"},
+        {"VRAM_STRATEGY", "growth"}, {"VRAM_ALLOW_GROWTH", "true"},
+        {"TF_FORCE_GPU_ALLOW_GROWTH", "true"}, {"VRAM_MEMORY_FRACTION", "90%"},
+        {"VRAM_MEMORY_LIMIT", "0:3G+3G,3:10G"}, {"TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "256"},
+        {"VRAM_LOG", "2"}, {"VRAM_LOG_FILE", "/tmp/l"}, {"VRAM_TRACE", "/tmp/t"},
+        {"VRAM_OOM_DUMP", "1"}, {"UNRELATED", "x"}));
+    assert_int_equal(e.backend, VRAM_BACKEND_SIM);
+    assert_int_equal(e.sim_devices, 4);
+    assert_true(e.sim_memory == 80 * GiB);
+    assert_true(e.strategy_set);
+    assert_int_equal(e.strategy, VRAM_STRATEGY_GROWTH);
+    assert_true(e.fraction == 0.9);
+    assert_int_equal(e.limit[0].n, 2);
+    assert_int_equal(e.limit[3].n, 1);
+    assert_int_equal(e.reserve_mb, 256);
+    assert_int_equal(e.log_level, 2);
+    assert_string_equal(e.log_file, "/tmp/l");
+    assert_string_equal(e.trace_path, "/tmp/t");
+    assert_true(e.oom_dump);
+}
+
+/* The first malformed variable in table order is the one reported, and
+** a long value is cut in the message. */
+static void
+test_messages(void **state)
+{
+    (void)state;
+    load_fails(VARS({"VRAM_LOG", "9"}, {"VRAM_BACKEND", "tpu"}),
+               "VRAM_BACKEND='tpu': ", NULL);
+    char value[300];
+    memset(value, 'Z', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    load_fails(VARS({"VRAM_BACKEND", value}), "VRAM_BACKEND='ZZZZ", "unknown backend");
+    const char *msg = vram_last_error();
+    assert_true(strlen(msg) < 160);
+    assert_non_null(strstr(msg, "ZZZ...'"));
+    /* Control characters in a value cannot break the line. */
+    load_fails(VARS({"VRAM_BACKEND", "sim\ncuda"}), "VRAM_BACKEND='sim?cuda': ", NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* env_print and env_markdown                                           */
+/* ------------------------------------------------------------------ */
+
+/* Run PRINT into a string (caller frees). */
+static char *
+capture_print(const struct kv *vars)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    env_print(f, fake_get, (void *)vars);
+    assert_int_equal(fclose(f), 0);
+    return buf;
+}
+
+static char *
+capture_markdown(size_t *len_out)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    env_markdown(f);
+    assert_int_equal(fclose(f), 0);
+    if (len_out != NULL)
+        *len_out = len;
+    return buf;
+}
+
+/* The line of OUT that starts with NAME followed by a space. */
+static const char *
+line_of(const char *out, const char *name, char *line, size_t len)
+{
+    size_t n = strlen(name);
+    for (const char *p = out; *p != '\0';) {
+        const char *eol = strchr(p, '\n');
+        size_t l = eol != NULL ? (size_t)(eol - p) : strlen(p);
+        if (l > n && strncmp(p, name, n) == 0 && p[n] == ' ') {
+            snprintf(line, len, "%.*s", (int)l, p);
+            return line;
+        }
+        p += l + (eol != NULL);
+    }
+    fail_msg("no line for %s in:\n%s", name, out);
+    return NULL;
+}
+
+static void
+assert_line(const char *out, const char *name, const char *piece1, const char *piece2)
+{
+    char line[1024];
+    line_of(out, name, line, sizeof line);
+    if (strstr(line, piece1) == NULL || (piece2 != NULL && strstr(line, piece2) == NULL))
+        fail_msg("line '%s' lacks '%s' / '%s'", line, piece1, piece2 ? piece2 : "");
+}
+
+static void
+test_print_defaults(void **state)
+{
+    (void)state;
+    char *out = capture_print(no_vars);
+    assert_true(strncmp(out, "VARIABLE ", 9) == 0);
+    for (size_t i = 0; i < N_NAMES; i++)
+        assert_line(out, all_names[i], " default", NULL);
+    assert_null(strstr(out, "environment"));
+    assert_null(strstr(out, "error"));
+    assert_line(out, "VRAM_BACKEND", "cuda", NULL);
+    assert_line(out, "VRAM_SIM_MEMORY", "140.40 GiB", NULL);
+    assert_line(out, "VRAM_STRATEGY", "preallocate", NULL);
+    assert_line(out, "VRAM_MEMORY_LIMIT", "unset", NULL);
+    /* One line per variable plus the header. */
+    size_t lines = 0;
+    for (const char *p = out; *p != '\0'; p++)
+        lines += *p == '\n';
+    assert_int_equal(lines, N_NAMES + 1);
+    free(out);
+}
+
+static void
+test_print_values_and_errors(void **state)
+{
+    (void)state;
+    char *out = capture_print(VARS(
+        {"VRAM_BACKEND", "sim"}, {"VRAM_SIM_MEMORY", "6X"}, {"VRAM_ALLOW_GROWTH", "on"},
+        {"VRAM_MEMORY_FRACTION", "50%"}, {"VRAM_MEMORY_LIMIT", "0:3G+3G,2:6G"},
+        {"TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "500"}, {"VRAM_TRACE", "/tmp/t.csv"}));
+    assert_line(out, "VRAM_BACKEND", "sim", "environment");
+    assert_line(out, "VRAM_SIM_DEVICES", "1", "default");
+    assert_line(out, "VRAM_SIM_MEMORY",
+                "error: VRAM_SIM_MEMORY='6X': '6X': unknown unit 'X' (expected", NULL);
+    assert_line(out, "VRAM_STRATEGY", "growth (set by VRAM_ALLOW_GROWTH)", NULL);
+    assert_line(out, "VRAM_ALLOW_GROWTH", "true", "environment");
+    assert_line(out, "TF_FORCE_GPU_ALLOW_GROWTH", "unset", "default");
+    assert_line(out, "VRAM_MEMORY_FRACTION", "0.5", "environment");
+    assert_line(out, "VRAM_MEMORY_LIMIT",
+                "device 0: 3.00 GiB + 3.00 GiB, device 2: 6.00 GiB", "environment");
+    assert_line(out, "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "500 MiB", "environment");
+    assert_line(out, "VRAM_TRACE", "/tmp/t.csv", "environment");
+    free(out);
+
+    out =
+        capture_print(VARS({"VRAM_MEMORY_LIMIT", "3G+3G"}, {"VRAM_STRATEGY", "growth"}));
+    assert_line(out, "VRAM_MEMORY_LIMIT", "3.00 GiB + 3.00 GiB on every device", NULL);
+    assert_line(out, "VRAM_STRATEGY", "growth", "environment");
+    free(out);
+
+    /* A conflict is shown on the strategy row. */
+    out = capture_print(
+        VARS({"VRAM_STRATEGY", "preallocate"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "true"}));
+    assert_line(out, "VRAM_STRATEGY",
+                "error: VRAM_STRATEGY='preallocate' conflicts with "
+                "TF_FORCE_GPU_ALLOW_GROWTH='true'",
+                NULL);
+    assert_line(out, "TF_FORCE_GPU_ALLOW_GROWTH", "true", "environment");
+    free(out);
+}
+
+static void
+test_markdown(void **state)
+{
+    (void)state;
+    char *md = capture_markdown(NULL);
+    assert_true(strncmp(md, "# Environment variables\n", 24) == 0);
+    assert_non_null(strstr(md, "vram_open"));
+    assert_non_null(strstr(md, "1024-based"));
+    assert_non_null(strstr(md, "fail closed"));
+    assert_non_null(strstr(md, "\n| Variable | Default | Meaning |\n|---|---|---|\n"));
+    for (size_t i = 0; i < N_NAMES; i++) {
+        char row[128];
+        snprintf(row, sizeof row, "\n| `%s` | ", all_names[i]);
+        if (strstr(md, row) == NULL)
+            fail_msg("no row for %s", all_names[i]);
+    }
+    assert_non_null(strstr(md, "| `VRAM_BACKEND` | `cuda` |"));
+    assert_non_null(strstr(md, "| `VRAM_SIM_MEMORY` | `143771M` |"));
+    assert_non_null(strstr(md, "| `VRAM_MEMORY_LIMIT` | unset |"));
+    /* Every table row has exactly four '|': no doc text may add one. */
+    const char *table = strstr(md, "|---|---|---|\n") + 14;
+    for (const char *p = table; *p != '\0';) {
+        const char *eol = strchr(p, '\n');
+        assert_non_null(eol);
+        int bars = 0;
+        for (const char *q = p; q < eol; q++)
+            bars += *q == '|';
+        if (bars != 4)
+            fail_msg("row with %d bars: %.*s", bars, (int)(eol - p), p);
+        p = eol + 1;
+    }
+    free(md);
+}
+
+/* docs/ENVIRONMENT.md is exactly `vram env --markdown`. */
+static void
+test_doc_is_generated(void **state)
+{
+    (void)state;
+    const char *data = getenv("VRAM_TEST_DATA"); /* set by ctest: <repo>/tests/data */
+    if (data == NULL || data[0] == '\0') {
+        print_message("VRAM_TEST_DATA unset: skipping the docs check\n");
+        skip();
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/../../docs/ENVIRONMENT.md", data);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    char *doc = NULL;
+    size_t doc_len = 0;
+    FILE *m = open_memstream(&doc, &doc_len);
+    assert_non_null(m);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        fwrite(chunk, 1, n, m);
+    fclose(f);
+    assert_int_equal(fclose(m), 0);
+
+    size_t md_len;
+    char *md = capture_markdown(&md_len);
+    if (doc_len != md_len || memcmp(doc, md, md_len) != 0)
+        fail_msg("%s is stale: regenerate it with "
+                 "`build/bin/vram env --markdown > docs/ENVIRONMENT.md`",
+                 path);
+    free(doc);
+    free(md);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_empty_is_unset),
+        cmocka_unit_test(test_reads_every_variable_once),
+        cmocka_unit_test(test_null_out),
+        cmocka_unit_test(test_backend),
+        cmocka_unit_test(test_sim_devices),
+        cmocka_unit_test(test_sim_memory),
+        cmocka_unit_test(test_fraction),
+        cmocka_unit_test(test_reserve_mb),
+        cmocka_unit_test(test_log_level),
+        cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_bool_words),
+        cmocka_unit_test(test_strategy),
+        cmocka_unit_test(test_growth_switches),
+        cmocka_unit_test(test_growth_conflicts),
+        cmocka_unit_test(test_limit_all),
+        cmocka_unit_test(test_limit_per_device),
+        cmocka_unit_test(test_limit_rejects),
+        cmocka_unit_test(test_limit_message_shape),
+        cmocka_unit_test(test_device_limit_fallbacks),
+        cmocka_unit_test(test_everything_set),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_print_defaults),
+        cmocka_unit_test(test_print_values_and_errors),
+        cmocka_unit_test(test_markdown),
+        cmocka_unit_test(test_doc_is_generated),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,776 @@
+/*
+** test_trace.c -- the trace reader and writer (src/trace/, the format in
+** docs/TRACE_FORMAT.md).
+**
+** The four real traces (directory in VRAM_TRACES, set by CTest) must load
+** with the event counts and peaks of data/traces/README.md. Every
+** malformed case the reader promises to catch has its own test, written
+** to a temporary file here, and each checks the status and that the error
+** line names the file and the offending line. Writer tests round-trip
+** through the reader, plain and gzip, from several threads.
+*/
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trace/trace.h"
+
+#define HEADER "t_us,op,id,size,stream\n"
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                              */
+/* ------------------------------------------------------------------ */
+
+/* Write LEN bytes of DATA to a new temporary file; PATH is a mkstemp
+** template that receives the name. */
+static void
+write_temp(char *path, const void *data, size_t len)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    assert_int_equal(close(fd), 0);
+}
+
+/* Fail unless the last error starts with "PATH:LINE: " and contains
+** NEEDLE (when not NULL). */
+static void
+expect_error_at(const char *path, uint64_t line, const char *needle)
+{
+    const char *err = vram_last_error();
+    char prefix[256];
+
+    snprintf(prefix, sizeof prefix, "%s:%" PRIu64 ": ", path, line);
+    if (strncmp(err, prefix, strlen(prefix)) != 0)
+        fail_msg("expected an error starting '%s', got '%s'", prefix, err);
+    if (needle != NULL && strstr(err, needle) == NULL)
+        fail_msg("expected '%s' in the error, got '%s'", needle, err);
+}
+
+/* Load TEXT from a temporary file and expect VRAM_E_PARSE at LINE, with
+** NEEDLE in the message, and OUT left alone. */
+static void
+expect_parse_error(const char *text, uint64_t line, const char *needle)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX";
+    struct trace dummy, *t = &dummy;
+
+    write_temp(path, text, strlen(text));
+    assert_int_equal(trace_load(path, &t), VRAM_E_PARSE);
+    assert_ptr_equal(t, &dummy);
+    expect_error_at(path, line, needle);
+    unlink(path);
+}
+
+/* Load TEXT from a temporary file, expecting success. Free the result. */
+static struct trace *
+load_text(const char *text)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX";
+    struct trace *t = NULL;
+    vram_status st;
+
+    write_temp(path, text, strlen(text));
+    st = trace_load(path, &t);
+    if (st != VRAM_OK)
+        fail_msg("loading '%s' failed: %s", text, vram_last_error());
+    assert_non_null(t);
+    unlink(path);
+    return t;
+}
+
+/* ------------------------------------------------------------------ */
+/* The real traces                                                      */
+/* ------------------------------------------------------------------ */
+
+struct real_trace {
+    const char *name;
+    uint64_t events;     /* from data/traces/README.md */
+    uint32_t ids;        /* allocations; counted with awk */
+    uint64_t peak_bytes; /* measured; the README rounds it to MiB */
+    uint64_t peak_mib;   /* the README's figure */
+};
+
+static const struct real_trace real_traces[] = {
+    {"resnet50_fp32", 21175, 10911, 11379364496u, 10852},
+    {"gpt2_bf16_b16", 34716, 17656, 25379906248u, 24204},
+    {"gpt2m_generate", 1476138, 738216, 1522219008u, 1452},
+    {"leak_mlp", 1971, 1055, 1234337796u, 1177},
+};
+
+static void
+check_real_trace(const struct real_trace *rt)
+{
+    const char *dir = getenv("VRAM_TRACES");
+    char path[1024], workload[64];
+    struct trace *t = NULL;
+    uint64_t diff, mib = (uint64_t)1 << 20, i;
+
+    if (dir == NULL || dir[0] == '\0')
+        skip();
+    snprintf(path, sizeof path, "%s/%s.trace.csv.gz", dir, rt->name);
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+
+    assert_int_equal(t->n_events, rt->events);
+    assert_int_equal(t->n_slots, rt->ids);
+    assert_int_equal(t->n_devices, 1);
+    assert_int_equal(t->peak_live_bytes, rt->peak_bytes);
+    diff = t->peak_live_bytes > rt->peak_mib * mib
+               ? t->peak_live_bytes - rt->peak_mib * mib
+               : rt->peak_mib * mib - t->peak_live_bytes;
+    assert_true(diff <= mib);
+    snprintf(workload, sizeof workload, "workload=%s ", rt->name);
+    assert_true(strncmp(t->meta, workload, strlen(workload)) == 0);
+    assert_string_equal(t->path, path);
+    for (i = 0; i < t->n_events; i++) {
+        assert_true(t->events[i].slot < t->n_slots);
+        assert_true(t->events[i].op == TRACE_ALLOC || t->events[i].op == TRACE_FREE);
+    }
+    trace_free(t);
+}
+
+static void
+test_real_resnet50(void **state)
+{
+    (void)state;
+    check_real_trace(&real_traces[0]);
+}
+
+static void
+test_real_gpt2(void **state)
+{
+    (void)state;
+    check_real_trace(&real_traces[1]);
+}
+
+static void
+test_real_gpt2m_generate(void **state)
+{
+    (void)state;
+    check_real_trace(&real_traces[2]);
+}
+
+static void
+test_real_leak_mlp(void **state)
+{
+    (void)state;
+    check_real_trace(&real_traces[3]);
+}
+
+/* ------------------------------------------------------------------ */
+/* What the reader accepts                                              */
+/* ------------------------------------------------------------------ */
+
+/* Slots are dense and shared by an allocation and its free; the peak is
+** the largest sum of live sizes. */
+static void
+test_slots_and_peak(void **state)
+{
+    struct trace *t;
+    (void)state;
+
+    t = load_text("# workload=x a=1\n" HEADER "10,a,100,512,0\n"
+                  "11,a,7,1024,0\n"
+                  "12,f,100,512,0\n"
+                  "13,a,5,256,9\n"
+                  "14,f,7,1024,0\n");
+    assert_string_equal(t->meta, "workload=x a=1");
+    assert_int_equal(t->n_events, 5);
+    assert_int_equal(t->n_slots, 3);
+    assert_int_equal(t->n_devices, 1);
+    assert_int_equal(t->peak_live_bytes, 1536);
+    assert_int_equal(t->events[0].slot, 0);
+    assert_int_equal(t->events[1].slot, 1);
+    assert_int_equal(t->events[2].slot, 0);
+    assert_int_equal(t->events[3].slot, 2);
+    assert_int_equal(t->events[4].slot, 1);
+    assert_int_equal(t->events[3].t_us, 13);
+    assert_int_equal(t->events[3].id, 5);
+    assert_int_equal(t->events[3].size, 256);
+    assert_int_equal(t->events[3].stream, 9);
+    assert_int_equal(t->events[3].device, 0);
+    assert_int_equal(t->events[2].op, TRACE_FREE);
+    trace_free(t);
+}
+
+/* CRLF, blank and comment lines, unknown and reordered columns, a device
+** column, a metadata line without its space, no final line end. */
+static void
+test_accepts_variants(void **state)
+{
+    struct trace *t;
+    (void)state;
+
+    t = load_text("#k=v\r\n"
+                  "\r\n"
+                  "note,device,size,id,op,stream,t_us,future\r\n"
+                  "# a comment between events\r\n"
+                  "hello,2,512,1,a,0,5,\r\n"
+                  "   \r\n"
+                  ",2,512,1,f,0,6,x");
+    assert_string_equal(t->meta, "k=v");
+    assert_int_equal(t->n_events, 2);
+    assert_int_equal(t->n_devices, 3);
+    assert_int_equal(t->events[0].device, 2);
+    assert_int_equal(t->events[0].size, 512);
+    assert_int_equal(t->events[0].t_us, 5);
+    assert_int_equal(t->events[1].op, TRACE_FREE);
+    assert_int_equal(t->peak_live_bytes, 512);
+    trace_free(t);
+}
+
+/* A header alone is a valid, empty trace; without a "#" line meta is "". */
+static void
+test_header_only(void **state)
+{
+    struct trace *t;
+    (void)state;
+
+    t = load_text(HEADER);
+    assert_int_equal(t->n_events, 0);
+    assert_int_equal(t->n_slots, 0);
+    assert_int_equal(t->n_devices, 1);
+    assert_int_equal(t->peak_live_bytes, 0);
+    assert_string_equal(t->meta, "");
+    trace_free(t);
+    trace_free(NULL);
+}
+
+/* The largest numbers fit; device 1023 is the last accepted. */
+static void
+test_limits_accepted(void **state)
+{
+    struct trace *t;
+    (void)state;
+
+    t = load_text("t_us,op,id,size,stream,device\n"
+                  "18446744073709551615,a,18446744073709551615,"
+                  "18446744073709551615,18446744073709551615,1023\n");
+    assert_int_equal(t->events[0].t_us, UINT64_MAX);
+    assert_int_equal(t->events[0].id, UINT64_MAX);
+    assert_int_equal(t->events[0].stream, UINT64_MAX);
+    assert_int_equal(t->peak_live_bytes, UINT64_MAX);
+    assert_int_equal(t->n_devices, 1024);
+    trace_free(t);
+}
+
+/* ------------------------------------------------------------------ */
+/* Malformed input: one test per rule                                   */
+/* ------------------------------------------------------------------ */
+
+static void
+test_missing_header(void **state)
+{
+    (void)state;
+    expect_parse_error("1,a,0,512,0\n", 1, "no header");
+    expect_parse_error("# meta\n\n1,a,0,512,0\n", 3, "no header");
+}
+
+static void
+test_missing_column(void **state)
+{
+    (void)state;
+    expect_parse_error("# m\nt_us,op,id,size\n1,a,0,512\n", 2,
+                       "required column 'stream'");
+    expect_parse_error("t_us,op,size,stream\n", 1, "required column 'id'");
+    expect_parse_error("t_us,op,id,size,stream,op\n", 1, "appears twice");
+}
+
+static void
+test_field_count(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,a,0,512,0\n2,a,1,512\n", 3,
+                       "expected 5 fields as in the header, found 4");
+    expect_parse_error(HEADER "1,a,0,512,0,7\n", 2, "found 6");
+}
+
+static void
+test_non_numeric(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,a,0,12x,0\n", 2, "size '12x'");
+    expect_parse_error(HEADER "1,a,-3,512,0\n", 2, "id '-3'");
+    expect_parse_error(HEADER "1.5,a,0,512,0\n", 2, "t_us '1.5'");
+    expect_parse_error(HEADER "1,a,0, 512,0\n", 2, "size ' 512'");
+    expect_parse_error(HEADER "1,a,0,512,0x10\n", 2, "stream '0x10'");
+}
+
+static void
+test_overflow(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,a,0,18446744073709551616,0\n", 2,
+                       "does not fit in 64 bits");
+    expect_parse_error(HEADER "99999999999999999999999,a,0,1,0\n", 2,
+                       "t_us '99999999999999999999999' does not fit");
+    /* Live bytes past 2^64 cannot be counted either. */
+    expect_parse_error(HEADER "1,a,0,18446744073709551615,0\n2,a,1,1,0\n", 3,
+                       "live bytes");
+}
+
+static void
+test_empty_field(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,a,,512,0\n", 2, "empty field 'id'");
+    expect_parse_error(HEADER "1,,0,512,0\n", 2, "empty field 'op'");
+}
+
+static void
+test_bad_op(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,x,0,512,0\n", 2, "op 'x'");
+    expect_parse_error(HEADER "1,af,0,512,0\n", 2, "op 'af'");
+    expect_parse_error(HEADER "1,A,0,512,0\n", 2, "neither 'a' nor 'f'");
+}
+
+static void
+test_free_not_live(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,a,0,512,0\n2,f,1,512,0\n", 3,
+                       "free of id 1, which was never allocated");
+    expect_parse_error(HEADER "1,a,0,512,0\n2,f,0,512,0\n3,f,0,512,0\n", 4,
+                       "free of id 0, which was already freed");
+}
+
+static void
+test_id_reused(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,a,4,512,0\n2,a,4,512,0\n", 3,
+                       "id 4 allocated again while live");
+    expect_parse_error(HEADER "1,a,4,512,0\n2,f,4,512,0\n3,a,4,512,0\n", 4,
+                       "id 4 allocated again after its free");
+}
+
+static void
+test_free_size_mismatch(void **state)
+{
+    (void)state;
+    expect_parse_error(HEADER "1,a,4,512,0\n2,f,4,1024,0\n", 3,
+                       "free of id 4 with size 1024, but it was allocated "
+                       "with size 512");
+}
+
+static void
+test_free_device_mismatch(void **state)
+{
+    (void)state;
+    expect_parse_error("t_us,op,id,size,stream,device\n"
+                       "1,a,4,512,0,1\n2,f,4,512,0,0\n",
+                       3, "on device 0, but it was allocated on device 1");
+}
+
+static void
+test_device_range(void **state)
+{
+    (void)state;
+    expect_parse_error("t_us,op,id,size,stream,device\n1,a,0,512,0,-1\n", 2,
+                       "device -1 is negative");
+    expect_parse_error("t_us,op,id,size,stream,device\n1,a,0,512,0,1024\n", 2,
+                       "device 1024 is out of range (0..1023)");
+    expect_parse_error("t_us,op,id,size,stream,device\n1,a,0,512,0,x\n", 2, "device 'x'");
+}
+
+/* Exactly 4096 bytes (with or without "\r") pass; 4097 do not, even
+** when the line never ends. */
+static void
+test_line_too_long(void **state)
+{
+    static const char head[] = "t_us,op,id,size,stream,note\n";
+    static const char event[] = "1,a,0,512,0,";
+    size_t len = sizeof head - 1 + 4096 + 2 + 16;
+    char *text = malloc(len), *p;
+    struct trace *t;
+    (void)state;
+
+    assert_non_null(text);
+    /* A line of exactly 4096 bytes, then "\r\n". */
+    memcpy(text, head, sizeof head - 1);
+    p = text + sizeof head - 1;
+    memcpy(p, event, sizeof event - 1);
+    memset(p + sizeof event - 1, 'x', 4096 - (sizeof event - 1));
+    memcpy(p + 4096, "\r\n", 3);
+    t = load_text(text);
+    assert_int_equal(t->n_events, 1);
+    trace_free(t);
+
+    /* One more byte. */
+    memset(p + sizeof event - 1, 'x', 4097 - (sizeof event - 1));
+    memcpy(p + 4097, "\n", 2);
+    expect_parse_error(text, 2, "line longer than 4096 bytes");
+
+    /* A line that never ends. */
+    p[4097] = '\0';
+    expect_parse_error(text, 2, "line longer than 4096 bytes");
+    free(text);
+
+    /* A long binary file without line ends. */
+    text = malloc(3 * 1024 * 1024);
+    assert_non_null(text);
+    memset(text, 'z', 3 * 1024 * 1024 - 1);
+    text[3 * 1024 * 1024 - 1] = '\0';
+    expect_parse_error(text, 1, "line longer than 4096 bytes");
+    free(text);
+}
+
+static void
+test_empty_file(void **state)
+{
+    (void)state;
+    expect_parse_error("", 1, "no header");
+    expect_parse_error("# only metadata\n\n", 3, "no header");
+}
+
+/*
+** A gzip stream cut short (tests/data/truncated.trace.csv.gz: the first
+** 4000 bytes of leak_mlp.trace.csv.gz). Its text holds 666 whole lines
+** and part of line 667; all 666 are parsed, and the error names 667.
+*/
+static void
+test_truncated_gzip(void **state)
+{
+    const char *dir = getenv("VRAM_TEST_DATA");
+    char path[1024];
+    struct trace dummy, *t = &dummy;
+    (void)state;
+
+    if (dir == NULL || dir[0] == '\0')
+        skip();
+    snprintf(path, sizeof path, "%s/truncated.trace.csv.gz", dir);
+    assert_int_equal(trace_load(path, &t), VRAM_E_PARSE);
+    assert_ptr_equal(t, &dummy);
+    expect_error_at(path, 667, "truncated gzip stream");
+}
+
+/* A gzip stream whose checksum is wrong: every line is intact (the
+** metadata, the header and 100 events), the damage comes after them. */
+static void
+test_corrupt_gzip(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX.gz";
+    struct trace_writer *w;
+    struct trace_event ev = {.op = TRACE_ALLOC, .size = 512};
+    struct trace dummy, *t = &dummy;
+    unsigned char byte;
+    FILE *f;
+    long size;
+    int fd;
+    (void)state;
+
+    fd = mkstemps(path, 3);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open(path, "k=v", &w), VRAM_OK);
+    for (ev.id = 0; ev.id < 100; ev.id++)
+        assert_int_equal(trace_writer_event(w, &ev), VRAM_OK);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+
+    /* Flip a bit of the CRC-32 in the trailer (the last 8 bytes). */
+    f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    size = ftell(f);
+    assert_int_equal(fseek(f, size - 8, SEEK_SET), 0);
+    assert_int_equal(fread(&byte, 1, 1, f), 1);
+    byte ^= 1;
+    assert_int_equal(fseek(f, size - 8, SEEK_SET), 0);
+    assert_int_equal(fwrite(&byte, 1, 1, f), 1);
+    assert_int_equal(fclose(f), 0);
+
+    assert_int_equal(trace_load(path, &t), VRAM_E_PARSE);
+    assert_ptr_equal(t, &dummy);
+    expect_error_at(path, 103, "corrupt gzip stream (incorrect data check)");
+    unlink(path);
+}
+
+static void
+test_missing_file(void **state)
+{
+    struct trace dummy, *t = &dummy;
+    (void)state;
+
+    assert_int_equal(trace_load("/nonexistent/x.csv.gz", &t), VRAM_E_IO);
+    assert_ptr_equal(t, &dummy);
+    assert_string_equal(vram_last_error(),
+                        "/nonexistent/x.csv.gz: No such file or directory");
+    assert_int_equal(trace_load("/tmp", &t), VRAM_E_IO);
+    assert_string_equal(vram_last_error(), "/tmp: Is a directory");
+}
+
+/* ------------------------------------------------------------------ */
+/* The writer                                                           */
+/* ------------------------------------------------------------------ */
+
+static const struct trace_event sample[] = {
+    {.t_us = 1, .op = TRACE_ALLOC, .id = 10, .size = 512, .stream = 0, .device = 0},
+    {.t_us = 2, .op = TRACE_ALLOC, .id = 11, .size = 4096, .stream = 140234, .device = 3},
+    {.t_us = 3, .op = TRACE_FREE, .id = 10, .size = 512, .stream = 0, .device = 0},
+    {.t_us = UINT64_MAX,
+     .op = TRACE_ALLOC,
+     .id = UINT64_MAX,
+     .size = 1,
+     .stream = UINT64_MAX,
+     .device = 1023},
+    {.t_us = 5, .op = TRACE_FREE, .id = 11, .size = 4096, .stream = 140234, .device = 3},
+};
+
+static void
+round_trip(const char *suffix)
+{
+    char path[64];
+    struct trace_writer *w;
+    struct trace *t;
+    size_t i, n = sizeof sample / sizeof sample[0];
+    int fd;
+
+    snprintf(path, sizeof path, "/tmp/vram_test_trace_XXXXXX%s", suffix);
+    fd = mkstemps(path, (int)strlen(suffix));
+    assert_true(fd >= 0);
+    close(fd);
+
+    assert_int_equal(trace_writer_open(path, "workload=rt\nsecond", &w), VRAM_OK);
+    for (i = 0; i < n; i++)
+        assert_int_equal(trace_writer_event(w, &sample[i]), VRAM_OK);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    /* A line end in the metadata must not split the line. */
+    assert_string_equal(t->meta, "workload=rt second");
+    assert_int_equal(t->n_events, n);
+    assert_int_equal(t->n_slots, 3);
+    assert_int_equal(t->n_devices, 1024);
+    for (i = 0; i < n; i++) {
+        assert_int_equal(t->events[i].t_us, sample[i].t_us);
+        assert_int_equal(t->events[i].op, sample[i].op);
+        assert_int_equal(t->events[i].id, sample[i].id);
+        assert_int_equal(t->events[i].size, sample[i].size);
+        assert_int_equal(t->events[i].stream, sample[i].stream);
+        assert_int_equal(t->events[i].device, sample[i].device);
+    }
+    trace_free(t);
+    unlink(path);
+}
+
+static void
+test_round_trip_plain(void **state)
+{
+    (void)state;
+    round_trip(".csv");
+}
+
+static void
+test_round_trip_gzip(void **state)
+{
+    FILE *f;
+    unsigned char magic[2];
+    char path[] = "/tmp/vram_test_trace_XXXXXX.csv.gz";
+    struct trace_writer *w;
+    int fd;
+    (void)state;
+
+    round_trip(".csv.gz");
+
+    /* ".gz" really means gzip; no metadata means no "#" line. */
+    fd = mkstemps(path, 7);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open(path, NULL, &w), VRAM_OK);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(magic, 1, 2, f), 2);
+    fclose(f);
+    assert_int_equal(magic[0], 0x1f);
+    assert_int_equal(magic[1], 0x8b);
+    unlink(path);
+}
+
+struct writer_thread {
+    struct trace_writer *w;
+    uint64_t first_id;
+};
+
+#define THREAD_PAIRS 2000
+#define N_THREADS 4
+
+static void *
+writer_thread_main(void *arg)
+{
+    const struct writer_thread *wt = arg;
+    uint64_t i;
+
+    for (i = 0; i < THREAD_PAIRS; i++) {
+        struct trace_event ev = {.t_us = i,
+                                 .op = TRACE_ALLOC,
+                                 .id = wt->first_id + i,
+                                 .size = 512 + i,
+                                 .device = (int32_t)(wt->first_id % 7)};
+        if (trace_writer_event(wt->w, &ev) != VRAM_OK)
+            return arg;
+        ev.op = TRACE_FREE;
+        if (trace_writer_event(wt->w, &ev) != VRAM_OK)
+            return arg;
+    }
+    return NULL;
+}
+
+/* Lines from several threads never interleave. */
+static void
+test_writer_threads(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX.gz";
+    struct writer_thread wt[N_THREADS];
+    pthread_t th[N_THREADS];
+    struct trace_writer *w;
+    struct trace *t;
+    int fd, i;
+    (void)state;
+
+    fd = mkstemps(path, 3);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open(path, "threads=4", &w), VRAM_OK);
+    for (i = 0; i < N_THREADS; i++) {
+        wt[i].w = w;
+        wt[i].first_id = (uint64_t)i * 1000003;
+        assert_int_equal(pthread_create(&th[i], NULL, writer_thread_main, &wt[i]), 0);
+    }
+    for (i = 0; i < N_THREADS; i++) {
+        void *ret;
+        assert_int_equal(pthread_join(th[i], &ret), 0);
+        assert_null(ret);
+    }
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_events, 2 * THREAD_PAIRS * N_THREADS);
+    assert_int_equal(t->n_slots, THREAD_PAIRS * N_THREADS);
+    trace_free(t);
+    unlink(path);
+}
+
+static void
+test_writer_errors(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX";
+    char path2[] = "/tmp/vram_test_trace_XXXXXX";
+    struct trace_writer *w = NULL;
+    struct trace_event ev = {.op = 'x'};
+    int fd;
+    (void)state;
+
+    assert_int_equal(trace_writer_open("/nonexistent/t.csv", NULL, &w), VRAM_E_IO);
+    assert_null(w);
+    assert_string_equal(vram_last_error(),
+                        "/nonexistent/t.csv: No such file or directory");
+    assert_int_equal(trace_writer_open("/nonexistent/t.csv.gz", "m", &w), VRAM_E_IO);
+    assert_null(w);
+    assert_true(strncmp(vram_last_error(), "/nonexistent/t.csv.gz: ", 23) == 0);
+
+    /* Events no reader would accept are refused, not written. */
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open(path, NULL, &w), VRAM_OK);
+    assert_int_equal(trace_writer_event(w, &ev), VRAM_E_INVALID);
+    ev.op = TRACE_ALLOC;
+    ev.device = -1;
+    assert_int_equal(trace_writer_event(w, &ev), VRAM_E_INVALID);
+    ev.device = 1024;
+    assert_int_equal(trace_writer_event(w, &ev), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    assert_int_equal(trace_writer_close(NULL), VRAM_OK);
+    unlink(path);
+
+    /* Metadata too long for one line is cut so that the file stays
+     * readable. */
+    {
+        char *meta = malloc(10000);
+        struct trace *t;
+        assert_non_null(meta);
+        memset(meta, 'm', 9999);
+        meta[9999] = '\0';
+        fd = mkstemp(path2);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(trace_writer_open(path2, meta, &w), VRAM_OK);
+        assert_int_equal(trace_writer_close(w), VRAM_OK);
+        free(meta);
+        if (trace_load(path2, &t) != VRAM_OK)
+            fail_msg("%s", vram_last_error());
+        assert_int_equal(strlen(t->meta), 4094);
+        trace_free(t);
+        unlink(path2);
+    }
+
+    /* A full device: the failure surfaces at the latest on close. */
+    if (access("/dev/full", W_OK) == 0) {
+        vram_status st = VRAM_OK;
+        int i;
+        ev.device = 0;
+        assert_int_equal(trace_writer_open("/dev/full", "m", &w), VRAM_OK);
+        for (i = 0; i < 100000 && st == VRAM_OK; i++) {
+            ev.id = (uint64_t)i;
+            st = trace_writer_event(w, &ev);
+        }
+        if (st == VRAM_OK)
+            st = trace_writer_close(w);
+        else
+            assert_int_equal(trace_writer_close(w), VRAM_E_IO);
+        assert_int_equal(st, VRAM_E_IO);
+        assert_true(strncmp(vram_last_error(), "/dev/full: ", 11) == 0);
+    }
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_real_resnet50),
+        cmocka_unit_test(test_real_gpt2),
+        cmocka_unit_test(test_real_gpt2m_generate),
+        cmocka_unit_test(test_real_leak_mlp),
+        cmocka_unit_test(test_slots_and_peak),
+        cmocka_unit_test(test_accepts_variants),
+        cmocka_unit_test(test_header_only),
+        cmocka_unit_test(test_limits_accepted),
+        cmocka_unit_test(test_missing_header),
+        cmocka_unit_test(test_missing_column),
+        cmocka_unit_test(test_field_count),
+        cmocka_unit_test(test_non_numeric),
+        cmocka_unit_test(test_overflow),
+        cmocka_unit_test(test_empty_field),
+        cmocka_unit_test(test_bad_op),
+        cmocka_unit_test(test_free_not_live),
+        cmocka_unit_test(test_id_reused),
+        cmocka_unit_test(test_free_size_mismatch),
+        cmocka_unit_test(test_free_device_mismatch),
+        cmocka_unit_test(test_device_range),
+        cmocka_unit_test(test_line_too_long),
+        cmocka_unit_test(test_empty_file),
+        cmocka_unit_test(test_truncated_gzip),
+        cmocka_unit_test(test_corrupt_gzip),
+        cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_round_trip_plain),
+        cmocka_unit_test(test_round_trip_gzip),
+        cmocka_unit_test(test_writer_threads),
+        cmocka_unit_test(test_writer_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,802 @@
+/*
+** cmd_replay.c -- `vram replay`: replay allocation traces through each
+** strategy on the simulated device and report what every strategy cost.
+**
+** Per trace and strategy: operations, host nanoseconds per operation (the
+** event loop alone, median of --repeat runs), peak bytes in use (the sum of
+** the trace's sizes of live allocations), peak bytes reserved from the
+** device, fragmentation = reserved / in use, OOMs and backend calls; with
+** --min-limit also the smallest cap under which the trace runs without an
+** OOM. Strategies come from VRAM_STRATEGY_LIST, so new ones join here
+** without a change to this file.
+**
+** Every trace is loaded (and so validated) before any replay starts: a
+** malformed file fails fast with "vram: FILE:LINE: reason" and exit 2.
+*/
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cmd.h"
+#include "trace/trace.h"
+#include "util/size.h"
+#include "vram.h"
+
+/* ------------------------------------------------------------------ */
+/* Options: one table, from which both the parser and --help come      */
+/* ------------------------------------------------------------------ */
+
+enum opt_id {
+    OPT_STRATEGY,
+    OPT_LIMIT,
+    OPT_DEVICE_MEMORY,
+    OPT_REPEAT,
+    OPT_MIN_LIMIT,
+    OPT_JSON,
+    OPT_HELP
+};
+
+struct opt_spec {
+    enum opt_id id;
+    const char *name;    /* long name without "--" */
+    const char *metavar; /* NULL: a flag without a value */
+    const char *help;
+};
+
+static const struct opt_spec opt_table[] = {
+    {OPT_STRATEGY, "strategy", "NAME[,NAME...]|all",
+     "strategies to replay under (default: growth)"},
+    {OPT_LIMIT, "limit", "SIZE", "cap of each device (memory_limit), e.g. 6G; default: none"},
+    {OPT_DEVICE_MEMORY, "device-memory", "SIZE",
+     "memory of each simulated device (default: an H200's 143771 MiB)"},
+    {OPT_REPEAT, "repeat", "N", "replay N times (1..1000) and report the median ns/op"},
+    {OPT_MIN_LIMIT, "min-limit", NULL,
+     "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
+     "between peak in use and the device memory"},
+    {OPT_JSON, "json", NULL, "print one JSON object per line (sizes in bytes)"},
+    {OPT_HELP, "help", NULL, "print this help"},
+};
+
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+/* Every strategy the library knows, in the order of the public list. */
+static const vram_strategy all_strategies[] = {
+#define X(name, num, str) name,
+    VRAM_STRATEGY_LIST(X)
+#undef X
+};
+
+#define N_STRATEGIES (sizeof all_strategies / sizeof all_strategies[0])
+
+static void
+replay_usage(FILE *out)
+{
+    fprintf(out, "usage: vram replay [OPTIONS] TRACE...\n\n"
+                 "Replay .csv or .csv.gz allocation traces through the allocator on a\n"
+                 "simulated GPU and report, per trace and strategy, what it cost.\n\n"
+                 "Options:\n");
+    for (size_t i = 0; i < N_OPTS; i++) {
+        char left[64];
+        if (opt_table[i].metavar != NULL)
+            snprintf(left, sizeof left, "--%s %s", opt_table[i].name, opt_table[i].metavar);
+        else
+            snprintf(left, sizeof left, "--%s", opt_table[i].name);
+        fprintf(out, "  %-34s %s\n", left, opt_table[i].help);
+    }
+    fprintf(out, "\nStrategies:");
+    for (size_t i = 0; i < N_STRATEGIES; i++)
+        fprintf(out, " %s", vram_strategy_name(all_strategies[i]));
+    fprintf(out, " (or 'all')\n"
+                 "Sizes accept 1073741824, 512M, 6G, 6GiB, 6GB (all 1024-based).\n"
+                 "Exit status: 0 ok, 1 failure, 2 bad usage or malformed trace.\n");
+}
+
+/* ------------------------------------------------------------------ */
+/* Settings and results                                                 */
+/* ------------------------------------------------------------------ */
+
+struct replay_settings {
+    vram_strategy strategies[N_STRATEGIES]; /* in the order asked, no repeats */
+    size_t n_strategies;
+    uint64_t limit_bytes;   /* 0 = no cap given */
+    uint64_t device_memory; /* bytes per simulated device */
+    unsigned repeat;        /* runs per trace and strategy, 1..1000 */
+    bool min_limit;
+    bool json;
+};
+
+/* What one replay of one trace under one strategy measured. */
+struct replay_result {
+    uint64_t ops;                 /* events replayed */
+    double ns_per_op;             /* host ns per event, event loop only */
+    uint64_t peak_in_use_bytes;   /* max of the sum of trace sizes live */
+    uint64_t peak_reserved_bytes; /* sum over devices of their peaks */
+    uint64_t ooms;                /* allocations refused with VRAM_E_OOM */
+    uint64_t backend_calls;       /* sum over devices */
+};
+
+/* One row of the report. */
+struct replay_row {
+    const char *trace;    /* display name; points into the trace path */
+    vram_strategy strategy;
+    struct replay_result r; /* ns_per_op is the median of the runs */
+    bool has_min_limit;   /* the search found a cap (false: none fits) */
+    uint64_t min_limit_bytes;
+};
+
+/*
+** A replay that could not be carried out: the exit code to return (the
+** message is already printed).
+*/
+enum { REPLAY_OK = 0, REPLAY_FAIL = 1, REPLAY_BAD_INPUT = 2 };
+
+/* ------------------------------------------------------------------ */
+/* Parsing option values                                                */
+/* ------------------------------------------------------------------ */
+
+static bool
+strategy_listed(const struct replay_settings *s, vram_strategy st)
+{
+    for (size_t i = 0; i < s->n_strategies; i++)
+        if (s->strategies[i] == st)
+            return true;
+    return false;
+}
+
+/* Parse "all", one name or a comma list into S. Returns false (after
+** printing the error) on an unknown name or an empty item. */
+static bool
+parse_strategies(const char *text, struct replay_settings *s)
+{
+    s->n_strategies = 0;
+    if (strcmp(text, "all") == 0) {
+        for (size_t i = 0; i < N_STRATEGIES; i++)
+            s->strategies[s->n_strategies++] = all_strategies[i];
+        return true;
+    }
+    const char *p = text;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        char name[64];
+        vram_strategy st;
+        if (len == 0 || len >= sizeof name) {
+            cli_error("--strategy '%s': empty or overlong strategy name", text);
+            return false;
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+        if (strcmp(name, "all") == 0) {
+            for (size_t i = 0; i < N_STRATEGIES; i++)
+                if (!strategy_listed(s, all_strategies[i]))
+                    s->strategies[s->n_strategies++] = all_strategies[i];
+        } else if (vram_strategy_parse(name, &st) != VRAM_OK) {
+            char known[256] = "";
+            size_t used = 0;
+            for (size_t i = 0; i < N_STRATEGIES && used < sizeof known; i++) {
+                int n = snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                                 vram_strategy_name(all_strategies[i]));
+                if (n < 0)
+                    break;
+                used += (size_t)n;
+            }
+            cli_error("--strategy: unknown strategy '%s' (expected %s or all)", name,
+                      known);
+            return false;
+        } else if (!strategy_listed(s, st)) {
+            s->strategies[s->n_strategies++] = st;
+        }
+        if (comma == NULL)
+            return true;
+        p = comma + 1;
+    }
+}
+
+/* Parse a positive size for option NAME. */
+static bool
+parse_size_option(const char *name, const char *text, uint64_t *out)
+{
+    uint64_t v;
+    if (size_parse(text, &v) != VRAM_OK) {
+        const char *why = vram_last_error();
+        cli_error("--%s: %s", name, why[0] != '\0' ? why : "malformed size");
+        return false;
+    }
+    if (v == 0) {
+        cli_error("--%s '%s': must be more than 0 bytes", name, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool
+parse_repeat(const char *text, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < 1 ||
+        v > 1000) {
+        cli_error("--repeat '%s': expected a whole number from 1 to 1000", text);
+        return false;
+    }
+    *out = (unsigned)v;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* One replay                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Per-slot state of a replay, reused between runs of the same trace. */
+struct replay_slots {
+    void **ptr;     /* address of the live allocation of each slot */
+    uint64_t *size; /* its size in the trace; valid while live */
+    bool *live;     /* allocated and not yet freed (an OOM'd one is not) */
+};
+
+static void
+slots_free(struct replay_slots *sl)
+{
+    free(sl->ptr);
+    free(sl->size);
+    free(sl->live);
+}
+
+static bool
+slots_alloc(struct replay_slots *sl, uint32_t n)
+{
+    size_t count = n > 0 ? n : 1;
+    sl->ptr = calloc(count, sizeof *sl->ptr);
+    sl->size = calloc(count, sizeof *sl->size);
+    sl->live = calloc(count, sizeof *sl->live);
+    if (sl->ptr == NULL || sl->size == NULL || sl->live == NULL) {
+        slots_free(sl);
+        return false;
+    }
+    return true;
+}
+
+static double
+elapsed_ns(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) * 1e9 + (double)(b->tv_nsec - a->tv_nsec);
+}
+
+/*
+** Replay T once under strategy ST with cap LIMIT (0 = none) on devices of
+** DEVICE_MEMORY bytes, into OUT. Returns REPLAY_OK, or prints one line and
+** returns REPLAY_FAIL / REPLAY_BAD_INPUT.
+*/
+static int
+replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t device_memory,
+            struct replay_slots *sl, struct replay_result *out)
+{
+    vram_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.backend = VRAM_BACKEND_SIM;
+    opts.sim.devices = t->n_devices > 0 ? t->n_devices : 1;
+    opts.sim.memory_bytes = device_memory;
+    opts.ignore_environment = true;
+
+    int n_dev = opts.sim.devices;
+    vram_context *ctx = NULL;
+    vram_status s = vram_open(&opts, &ctx);
+    if (s != VRAM_OK) {
+        cli_error("cannot open the simulated device: %s", vram_last_error());
+        return s == VRAM_E_INVALID || s == VRAM_E_CONFIG ? REPLAY_BAD_INPUT : REPLAY_FAIL;
+    }
+
+    vram_device **devs = calloc((size_t)n_dev, sizeof *devs);
+    if (devs == NULL) {
+        vram_close(ctx);
+        cli_error("out of host memory");
+        return REPLAY_FAIL;
+    }
+    for (int d = 0; d < n_dev; d++) {
+        vram_device_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.strategy = st;
+        cfg.limit_bytes[0] = limit;
+        s = vram_configure(ctx, d, &cfg);
+        if (s == VRAM_OK)
+            s = vram_device_get(ctx, d, &devs[d]);
+        if (s != VRAM_OK) {
+            cli_error("%s: device %d: %s", t->path, d, vram_last_error());
+            free(devs);
+            vram_close(ctx);
+            return s == VRAM_E_INVALID || s == VRAM_E_CONFIG ? REPLAY_BAD_INPUT
+                                                             : REPLAY_FAIL;
+        }
+    }
+
+    memset(sl->live, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *sl->live);
+    uint64_t in_use = 0, peak = 0, ooms = 0;
+    int rc = REPLAY_OK;
+    struct timespec t0, t1;
+
+    /* The timed loop: the trace is already in memory, so this measures the
+     * library's allocate and free calls plus a few loads and stores. */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint64_t i = 0; i < t->n_events; i++) {
+        const struct trace_event *ev = &t->events[i];
+        vram_device *dev = devs[ev->device];
+        uint32_t k = ev->slot;
+        if (ev->op == TRACE_ALLOC) {
+            void *p;
+            s = vram_alloc(dev, (size_t)ev->size, (void *)(uintptr_t)ev->stream, &p);
+            if (s == VRAM_OK) {
+                sl->ptr[k] = p;
+                sl->size[k] = ev->size;
+                sl->live[k] = true;
+                in_use += ev->size;
+                if (in_use > peak)
+                    peak = in_use;
+            } else if (s == VRAM_E_OOM) {
+                ooms++;
+            } else {
+                cli_error("%s: event %llu: allocating %llu bytes: %s", t->path,
+                          (unsigned long long)(i + 1), (unsigned long long)ev->size,
+                          vram_last_error());
+                rc = REPLAY_FAIL;
+                break;
+            }
+        } else {
+            if (!sl->live[k])
+                continue; /* its allocation was refused */
+            s = vram_free(dev, sl->ptr[k]);
+            if (s != VRAM_OK) {
+                cli_error("%s: event %llu: free: %s", t->path, (unsigned long long)(i + 1),
+                          vram_last_error());
+                rc = REPLAY_FAIL;
+                break;
+            }
+            sl->live[k] = false;
+            in_use -= sl->size[k];
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+
+    if (rc == REPLAY_OK) {
+        struct replay_result r;
+        memset(&r, 0, sizeof r);
+        r.ops = t->n_events;
+        r.ns_per_op = t->n_events > 0 ? elapsed_ns(&t0, &t1) / (double)t->n_events : 0.0;
+        r.peak_in_use_bytes = peak;
+        r.ooms = ooms;
+        for (int d = 0; d < n_dev && rc == REPLAY_OK; d++) {
+            vram_stats stats;
+            s = vram_get_stats(devs[d], &stats);
+            if (s != VRAM_OK) {
+                cli_error("%s: statistics of device %d: %s", t->path, d, vram_last_error());
+                rc = REPLAY_FAIL;
+                break;
+            }
+            r.peak_reserved_bytes += stats.peak_bytes_reserved;
+            r.backend_calls += stats.backend_calls;
+        }
+        if (rc == REPLAY_OK)
+            *out = r;
+    }
+    free(devs);
+    vram_close(ctx);
+    return rc;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+** Replay T REPEAT times under ST; the statistics are those of the first
+** run (they do not depend on timing) and ns_per_op is the median.
+*/
+static int
+replay_repeated(const struct trace *t, vram_strategy st, const struct replay_settings *set,
+                struct replay_slots *sl, struct replay_result *out)
+{
+    double times[1000];
+    struct replay_result first, r;
+    memset(&first, 0, sizeof first);
+    for (unsigned i = 0; i < set->repeat; i++) {
+        int rc = replay_once(t, st, set->limit_bytes, set->device_memory, sl, &r);
+        if (rc != REPLAY_OK)
+            return rc;
+        if (i == 0)
+            first = r;
+        times[i] = r.ns_per_op;
+    }
+    qsort(times, set->repeat, sizeof times[0], cmp_double);
+    unsigned n = set->repeat;
+    first.ns_per_op = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2.0;
+    *out = first;
+    return REPLAY_OK;
+}
+
+/*
+** The smallest cap, to 1 MiB, under which T replays under ST without an
+** OOM: bisection between the last MiB below PEAK_IN_USE (a cap below the
+** bytes in use must refuse something) and the device memory. *FOUND is
+** false when even a cap of the whole device is not enough.
+*/
+static int
+find_min_limit(const struct trace *t, vram_strategy st, const struct replay_settings *set,
+               uint64_t peak_in_use, struct replay_slots *sl, bool *found, uint64_t *out)
+{
+    const uint64_t mib = 1ULL << 20;
+    struct replay_result r;
+    uint64_t hi = set->device_memory / mib; /* in MiB; known to fit once tested */
+    uint64_t lo = (peak_in_use + mib - 1) / mib;
+    lo = lo > 0 ? lo - 1 : 0; /* in MiB; known (or assumed, at 0) to OOM */
+
+    *found = false;
+    if (hi == 0 || hi <= lo)
+        return REPLAY_OK;
+    int rc = replay_once(t, st, hi * mib, set->device_memory, sl, &r);
+    if (rc != REPLAY_OK)
+        return rc;
+    if (r.ooms > 0)
+        return REPLAY_OK;
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        rc = replay_once(t, st, mid * mib, set->device_memory, sl, &r);
+        if (rc != REPLAY_OK)
+            return rc;
+        if (r.ooms > 0)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *found = true;
+    *out = hi * mib;
+    return REPLAY_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Output                                                               */
+/* ------------------------------------------------------------------ */
+
+/* The name of a trace for the report: the basename without
+** ".trace.csv.gz" (or ".csv.gz", ".csv", ".gz"), in BUF. */
+static const char *
+trace_display_name(const char *path, char *buf, size_t len)
+{
+    static const char *const suffixes[] = {".trace.csv.gz", ".trace.csv", ".csv.gz", ".csv",
+                                           ".gz"};
+    const char *base = strrchr(path, '/');
+    base = base != NULL ? base + 1 : path;
+    size_t n = strlen(base);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t sn = strlen(suffixes[i]);
+        if (n > sn && strcmp(base + n - sn, suffixes[i]) == 0) {
+            n -= sn;
+            break;
+        }
+    }
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, base, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+static double
+fragmentation_of(const struct replay_result *r)
+{
+    return r->peak_in_use_bytes > 0
+               ? (double)r->peak_reserved_bytes / (double)r->peak_in_use_bytes
+               : 0.0;
+}
+
+static int
+print_json_row(const struct replay_row *row, bool with_min_limit)
+{
+    char num[64];
+    struct json_object *o = json_object_new_object();
+    if (o == NULL)
+        return REPLAY_FAIL;
+    json_object_object_add(o, "trace", json_object_new_string(row->trace));
+    json_object_object_add(o, "strategy",
+                           json_object_new_string(vram_strategy_name(row->strategy)));
+    json_object_object_add(o, "ops", json_object_new_uint64(row->r.ops));
+    snprintf(num, sizeof num, "%.1f", row->r.ns_per_op);
+    json_object_object_add(o, "ns_per_op", json_object_new_double_s(row->r.ns_per_op, num));
+    json_object_object_add(o, "peak_in_use_bytes",
+                           json_object_new_uint64(row->r.peak_in_use_bytes));
+    json_object_object_add(o, "peak_reserved_bytes",
+                           json_object_new_uint64(row->r.peak_reserved_bytes));
+    double frag = fragmentation_of(&row->r);
+    snprintf(num, sizeof num, "%.3f", frag);
+    json_object_object_add(o, "fragmentation", json_object_new_double_s(frag, num));
+    json_object_object_add(o, "ooms", json_object_new_uint64(row->r.ooms));
+    json_object_object_add(o, "backend_calls", json_object_new_uint64(row->r.backend_calls));
+    if (with_min_limit)
+        json_object_object_add(o, "min_limit_bytes",
+                               row->has_min_limit ? json_object_new_uint64(row->min_limit_bytes)
+                                                  : NULL);
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    fflush(stdout);
+    json_object_put(o);
+    return REPLAY_OK;
+}
+
+enum {
+    COL_TRACE,
+    COL_STRATEGY,
+    COL_OPS,
+    COL_NS,
+    COL_IN_USE,
+    COL_RESERVED,
+    COL_FRAG,
+    COL_OOMS,
+    COL_CALLS,
+    COL_MIN_LIMIT,
+    N_COLS
+};
+
+static const struct {
+    const char *title;
+    bool left; /* left-aligned (text) rather than right-aligned (numbers) */
+} table_cols[N_COLS] = {
+    {"trace", true},       {"strategy", true}, {"ops", false},  {"ns/op", false},
+    {"peak in use", false}, {"peak reserved", false}, {"frag", false},
+    {"OOMs", false},       {"backend calls", false}, {"min limit", false},
+};
+
+#define CELL_LEN 48
+
+/* The text of every cell of ROW. */
+static void
+row_cells(const struct replay_row *row, char cells[N_COLS][CELL_LEN])
+{
+    snprintf(cells[COL_TRACE], CELL_LEN, "%s", row->trace);
+    snprintf(cells[COL_STRATEGY], CELL_LEN, "%s", vram_strategy_name(row->strategy));
+    snprintf(cells[COL_OPS], CELL_LEN, "%llu", (unsigned long long)row->r.ops);
+    snprintf(cells[COL_NS], CELL_LEN, "%.1f", row->r.ns_per_op);
+    size_format(row->r.peak_in_use_bytes, cells[COL_IN_USE], CELL_LEN);
+    size_format(row->r.peak_reserved_bytes, cells[COL_RESERVED], CELL_LEN);
+    snprintf(cells[COL_FRAG], CELL_LEN, "%.3f", fragmentation_of(&row->r));
+    snprintf(cells[COL_OOMS], CELL_LEN, "%llu", (unsigned long long)row->r.ooms);
+    snprintf(cells[COL_CALLS], CELL_LEN, "%llu", (unsigned long long)row->r.backend_calls);
+    if (row->has_min_limit)
+        size_format(row->min_limit_bytes, cells[COL_MIN_LIMIT], CELL_LEN);
+    else
+        snprintf(cells[COL_MIN_LIMIT], CELL_LEN, "none");
+}
+
+static void
+print_table_line(char cells[N_COLS][CELL_LEN], const size_t width[N_COLS], int n_cols)
+{
+    for (int c = 0; c < n_cols; c++) {
+        int w = (int)width[c];
+        if (c == n_cols - 1 && table_cols[c].left)
+            fputs(cells[c], stdout);
+        else if (table_cols[c].left)
+            printf("%-*s", w, cells[c]);
+        else
+            printf("%*s", w, cells[c]);
+        fputs(c == n_cols - 1 ? "\n" : "  ", stdout);
+    }
+}
+
+static void
+print_table(const struct replay_row *rows, size_t n_rows, bool with_min_limit)
+{
+    int n_cols = with_min_limit ? N_COLS : N_COLS - 1;
+    size_t width[N_COLS];
+    char cells[N_COLS][CELL_LEN];
+
+    for (int c = 0; c < n_cols; c++)
+        width[c] = strlen(table_cols[c].title);
+    for (size_t i = 0; i < n_rows; i++) {
+        row_cells(&rows[i], cells);
+        for (int c = 0; c < n_cols; c++)
+            if (strlen(cells[c]) > width[c])
+                width[c] = strlen(cells[c]);
+    }
+    for (int c = 0; c < n_cols; c++)
+        snprintf(cells[c], CELL_LEN, "%s", table_cols[c].title);
+    print_table_line(cells, width, n_cols);
+    for (size_t i = 0; i < n_rows; i++) {
+        row_cells(&rows[i], cells);
+        print_table_line(cells, width, n_cols);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* The command                                                          */
+/* ------------------------------------------------------------------ */
+
+/* Find the option named by ARG ("--name" or "--name=value"); NULL if none. */
+static const struct opt_spec *
+find_option(const char *arg, const char **inline_value)
+{
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+    for (size_t i = 0; i < N_OPTS; i++) {
+        if (strlen(opt_table[i].name) == len && strncmp(opt_table[i].name, name, len) == 0) {
+            *inline_value = eq != NULL ? eq + 1 : NULL;
+            return &opt_table[i];
+        }
+    }
+    return NULL;
+}
+
+/*
+** Parse ARGV into SET and the trace paths (which point into ARGV, stored
+** in PATHS, *N_PATHS of them). Returns -1 to go on, else the exit code.
+*/
+static int
+parse_args(int argc, char **argv, struct replay_settings *set, const char **paths,
+           int *n_paths)
+{
+    bool only_paths = false;
+    *n_paths = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (only_paths || arg[0] != '-' || strcmp(arg, "-") == 0) {
+            paths[(*n_paths)++] = arg;
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            only_paths = true;
+            continue;
+        }
+        if (strcmp(arg, "-h") == 0) {
+            replay_usage(stdout);
+            return 0;
+        }
+        const char *value = NULL;
+        const struct opt_spec *o = arg[1] == '-' ? find_option(arg, &value) : NULL;
+        if (o == NULL) {
+            cli_error("replay: unknown option '%s' (try 'vram replay --help')", arg);
+            return 2;
+        }
+        if (o->metavar == NULL && value != NULL) {
+            cli_error("--%s takes no value", o->name);
+            return 2;
+        }
+        if (o->metavar != NULL && value == NULL) {
+            if (i + 1 >= argc) {
+                cli_error("--%s needs a value (%s)", o->name, o->metavar);
+                return 2;
+            }
+            value = argv[++i];
+        }
+        switch (o->id) {
+        case OPT_STRATEGY:
+            if (!parse_strategies(value, set))
+                return 2;
+            break;
+        case OPT_LIMIT:
+            if (!parse_size_option(o->name, value, &set->limit_bytes))
+                return 2;
+            break;
+        case OPT_DEVICE_MEMORY:
+            if (!parse_size_option(o->name, value, &set->device_memory))
+                return 2;
+            break;
+        case OPT_REPEAT:
+            if (!parse_repeat(value, &set->repeat))
+                return 2;
+            break;
+        case OPT_MIN_LIMIT:
+            set->min_limit = true;
+            break;
+        case OPT_JSON:
+            set->json = true;
+            break;
+        case OPT_HELP:
+            replay_usage(stdout);
+            return 0;
+        }
+    }
+    if (*n_paths == 0) {
+        cli_error("replay: no trace given (usage: vram replay [OPTIONS] TRACE...)");
+        return 2;
+    }
+    return -1;
+}
+
+int
+cmd_replay(int argc, char **argv)
+{
+    struct replay_settings set;
+    memset(&set, 0, sizeof set);
+    set.strategies[0] = VRAM_STRATEGY_GROWTH;
+    set.n_strategies = 1;
+    set.device_memory = VRAM_SIM_DEFAULT_MEMORY;
+    set.repeat = 1;
+
+    const char **paths = calloc(argc > 0 ? (size_t)argc : 1, sizeof *paths);
+    if (paths == NULL) {
+        cli_error("out of host memory");
+        return 1;
+    }
+    int n_paths = 0;
+    int rc = parse_args(argc, argv, &set, paths, &n_paths);
+    if (rc >= 0) {
+        free(paths);
+        return rc;
+    }
+    rc = REPLAY_OK;
+
+    /* Load (and so validate) every trace before replaying any. */
+    struct trace **traces = calloc((size_t)n_paths, sizeof *traces);
+    char (*names)[256] = calloc((size_t)n_paths, sizeof *names);
+    size_t max_rows = (size_t)n_paths * set.n_strategies;
+    struct replay_row *rows = calloc(max_rows, sizeof *rows);
+    size_t n_rows = 0;
+    if (traces == NULL || names == NULL || rows == NULL) {
+        cli_error("out of host memory");
+        rc = REPLAY_FAIL;
+        goto out;
+    }
+    for (int i = 0; i < n_paths && rc == REPLAY_OK; i++) {
+        vram_status s = trace_load(paths[i], &traces[i]);
+        if (s != VRAM_OK) {
+            /* The last error is "FILE:LINE: reason" for malformed input and
+             * names the file for one that cannot be read. */
+            const char *why = vram_last_error();
+            if (why[0] != '\0')
+                cli_error("%s", why);
+            else
+                cli_error("%s: %s", paths[i], vram_strerror(s));
+            traces[i] = NULL;
+            rc = s == VRAM_E_PARSE || s == VRAM_E_IO ? REPLAY_BAD_INPUT : REPLAY_FAIL;
+        }
+        trace_display_name(paths[i], names[i], sizeof names[i]);
+    }
+
+    for (int i = 0; i < n_paths && rc == REPLAY_OK; i++) {
+        const struct trace *t = traces[i];
+        struct replay_slots sl;
+        if (!slots_alloc(&sl, t->n_slots)) {
+            cli_error("out of host memory");
+            rc = REPLAY_FAIL;
+            break;
+        }
+        for (size_t k = 0; k < set.n_strategies && rc == REPLAY_OK; k++) {
+            struct replay_row *row = &rows[n_rows];
+            memset(row, 0, sizeof *row);
+            row->trace = names[i];
+            row->strategy = set.strategies[k];
+            rc = replay_repeated(t, row->strategy, &set, &sl, &row->r);
+            if (rc == REPLAY_OK && set.min_limit)
+                rc = find_min_limit(t, row->strategy, &set, row->r.peak_in_use_bytes, &sl,
+                                    &row->has_min_limit, &row->min_limit_bytes);
+            if (rc != REPLAY_OK)
+                break;
+            n_rows++;
+            if (set.json)
+                rc = print_json_row(row, set.min_limit);
+        }
+        slots_free(&sl);
+    }
+    if (!set.json && n_rows > 0)
+        print_table(rows, n_rows, set.min_limit);
+    if (fflush(stdout) != 0 && rc == REPLAY_OK) {
+        cli_error("writing the report: %s", strerror(errno));
+        rc = REPLAY_FAIL;
+    }
+
+out:
+    if (traces != NULL)
+        for (int i = 0; i < n_paths; i++)
+            trace_free(traces[i]);
+    free(traces);
+    free(names);
+    free(rows);
+    free(paths);
+    return rc;
+}
