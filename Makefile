@@ -1,5 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 # Both install missing Debian packages first (scripts/install-deps.sh).
+MAKEFLAGS += --no-print-directory
 BUILD  ?= build
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE  ?= cmake

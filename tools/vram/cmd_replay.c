@@ -118,6 +118,10 @@ struct replay_result {
     uint64_t peak_reserved_bytes; /* sum over devices of their peaks */
     uint64_t ooms;                /* allocations refused with VRAM_E_OOM */
     uint64_t backend_calls;       /* sum over devices */
+    uint64_t peak_live_blocks;    /* max of allocations live at once */
+    uint64_t metadata_bytes;      /* allocator bookkeeping at the end, summed over
+                                     devices; its slabs and tables never shrink,
+                                     so this is their high-water mark */
 };
 
 /* One row of the report. */
@@ -317,7 +321,7 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t de
     }
 
     memset(sl->live, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *sl->live);
-    uint64_t in_use = 0, peak = 0, ooms = 0;
+    uint64_t in_use = 0, peak = 0, ooms = 0, live = 0, peak_live = 0;
     int rc = REPLAY_OK;
     struct timespec t0, t1;
 
@@ -338,6 +342,8 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t de
                 in_use += ev->size;
                 if (in_use > peak)
                     peak = in_use;
+                if (++live > peak_live)
+                    peak_live = live;
             } else if (s == VRAM_E_OOM) {
                 ooms++;
             } else {
@@ -359,6 +365,7 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t de
             }
             sl->live[k] = false;
             in_use -= sl->size[k];
+            live--;
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -369,6 +376,7 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t de
         r.ops = t->n_events;
         r.ns_per_op = t->n_events > 0 ? elapsed_ns(&t0, &t1) / (double)t->n_events : 0.0;
         r.peak_in_use_bytes = peak;
+        r.peak_live_blocks = peak_live;
         r.ooms = ooms;
         for (int d = 0; d < n_dev && rc == REPLAY_OK; d++) {
             vram_stats stats;
@@ -380,6 +388,7 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t de
             }
             r.peak_reserved_bytes += stats.peak_bytes_reserved;
             r.backend_calls += stats.backend_calls;
+            r.metadata_bytes += stats.metadata_bytes;
         }
         if (rc == REPLAY_OK)
             *out = r;
@@ -497,6 +506,14 @@ fragmentation_of(const struct replay_result *r)
                : 0.0;
 }
 
+/* Bookkeeping bytes per block live at the peak: what the allocator's own
+** memory costs per allocation. */
+static uint64_t
+meta_per_block(const struct replay_result *r)
+{
+    return r->peak_live_blocks ? r->metadata_bytes / r->peak_live_blocks : 0;
+}
+
 static int
 print_json_row(const struct replay_row *row, bool with_min_limit)
 {
@@ -519,6 +536,8 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
     json_object_object_add(o, "fragmentation", json_object_new_double_s(frag, num));
     json_object_object_add(o, "ooms", json_object_new_uint64(row->r.ooms));
     json_object_object_add(o, "backend_calls", json_object_new_uint64(row->r.backend_calls));
+    json_object_object_add(o, "metadata_bytes_per_live_block",
+                           json_object_new_uint64(meta_per_block(&row->r)));
     if (with_min_limit)
         json_object_object_add(o, "min_limit_bytes",
                                row->has_min_limit ? json_object_new_uint64(row->min_limit_bytes)
@@ -539,6 +558,7 @@ enum {
     COL_FRAG,
     COL_OOMS,
     COL_CALLS,
+    COL_META,
     COL_MIN_LIMIT,
     N_COLS
 };
@@ -549,7 +569,8 @@ static const struct {
 } table_cols[N_COLS] = {
     {"trace", true},       {"strategy", true}, {"ops", false},  {"ns/op", false},
     {"peak in use", false}, {"peak reserved", false}, {"frag", false},
-    {"OOMs", false},       {"backend calls", false}, {"min limit", false},
+    {"OOMs", false},       {"backend calls", false}, {"meta B/block", false},
+    {"min limit", false},
 };
 
 #define CELL_LEN 48
@@ -567,6 +588,7 @@ row_cells(const struct replay_row *row, char cells[N_COLS][CELL_LEN])
     snprintf(cells[COL_FRAG], CELL_LEN, "%.3f", fragmentation_of(&row->r));
     snprintf(cells[COL_OOMS], CELL_LEN, "%llu", (unsigned long long)row->r.ooms);
     snprintf(cells[COL_CALLS], CELL_LEN, "%llu", (unsigned long long)row->r.backend_calls);
+    snprintf(cells[COL_META], CELL_LEN, "%llu", (unsigned long long)meta_per_block(&row->r));
     if (row->has_min_limit)
         size_format(row->min_limit_bytes, cells[COL_MIN_LIMIT], CELL_LEN);
     else
