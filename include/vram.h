@@ -57,20 +57,20 @@ extern "C" {
 ** X(name, number, message). Numbers are append-only: never reuse or
 ** renumber one, bindings and logs depend on them.
 */
-#define VRAM_STATUS_LIST(X)                                                    \
-    X(VRAM_OK, 0, "success")                                                   \
-    X(VRAM_E_OOM, 1, "out of memory")                                          \
-    X(VRAM_E_INVALID, 2, "invalid argument")                                   \
-    X(VRAM_E_INITIALIZED,                                                      \
-      3, "physical devices cannot be modified after being initialized")       \
-    X(VRAM_E_BACKEND, 4, "device backend call failed")                         \
-    X(VRAM_E_NO_DEVICE, 5, "no such device")                                   \
-    X(VRAM_E_CONFIG, 6, "bad configuration value")                             \
-    X(VRAM_E_PARSE, 7, "malformed input")                                      \
-    X(VRAM_E_IO, 8, "input/output error")                                      \
-    X(VRAM_E_HOST_MEMORY, 9, "out of host memory")                             \
-    X(VRAM_E_UNSUPPORTED, 10, "not supported by this backend")                 \
-    X(VRAM_E_NO_DRIVER, 11, "CUDA driver not available")                       \
+#define VRAM_STATUS_LIST(X)                                                              \
+    X(VRAM_OK, 0, "success")                                                             \
+    X(VRAM_E_OOM, 1, "out of memory")                                                    \
+    X(VRAM_E_INVALID, 2, "invalid argument")                                             \
+    X(VRAM_E_INITIALIZED, 3,                                                             \
+      "physical devices cannot be modified after being initialized")                     \
+    X(VRAM_E_BACKEND, 4, "device backend call failed")                                   \
+    X(VRAM_E_NO_DEVICE, 5, "no such device")                                             \
+    X(VRAM_E_CONFIG, 6, "bad configuration value")                                       \
+    X(VRAM_E_PARSE, 7, "malformed input")                                                \
+    X(VRAM_E_IO, 8, "input/output error")                                                \
+    X(VRAM_E_HOST_MEMORY, 9, "out of host memory")                                       \
+    X(VRAM_E_UNSUPPORTED, 10, "not supported by this backend")                           \
+    X(VRAM_E_NO_DRIVER, 11, "CUDA driver not available")                                 \
     X(VRAM_E_BAD_POINTER, 12, "pointer is not a live allocation of this device")
 
 typedef enum vram_status {
@@ -108,9 +108,9 @@ VRAM_API const char *vram_last_error(void);
 ** Names accepted by vram_strategy_parse and VRAM_STRATEGY: "preallocate",
 ** "growth", "growth:tf-compat".
 */
-#define VRAM_STRATEGY_LIST(X)                                                  \
-    X(VRAM_STRATEGY_PREALLOCATE, 0, "preallocate")                             \
-    X(VRAM_STRATEGY_GROWTH, 1, "growth")                                       \
+#define VRAM_STRATEGY_LIST(X)                                                            \
+    X(VRAM_STRATEGY_PREALLOCATE, 0, "preallocate")                                       \
+    X(VRAM_STRATEGY_GROWTH, 1, "growth")                                                 \
     X(VRAM_STRATEGY_GROWTH_TF, 2, "growth:tf-compat")
 
 typedef enum vram_strategy {
@@ -154,7 +154,7 @@ typedef struct vram_sim_options {
 
 typedef struct vram_options {
     vram_backend_kind backend;
-    vram_sim_options sim;   /* used when the backend is the simulator */
+    vram_sim_options sim;    /* used when the backend is the simulator */
     bool ignore_environment; /* true: read no VRAM_* / TF_* variables;
                                 every setting comes from the API */
 } vram_options;
@@ -186,13 +186,13 @@ VRAM_API void vram_close(vram_context *ctx);
 /* ------------------------------------------------------------------ */
 
 typedef struct vram_physical_info {
-    int index;               /* ordinal in this context */
-    char name[96];           /* e.g. "NVIDIA H200" */
-    char uuid[48];           /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
-    uint64_t total_bytes;    /* total memory */
-    uint64_t free_bytes;     /* free memory now, as the backend says */
-    int cc_major, cc_minor;  /* compute capability */
-    uint64_t granularity;    /* virtual-memory granularity, bytes */
+    int index;              /* ordinal in this context */
+    char name[96];          /* e.g. "NVIDIA H200" */
+    char uuid[48];          /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    uint64_t total_bytes;   /* total memory */
+    uint64_t free_bytes;    /* free memory now, as the backend says */
+    int cc_major, cc_minor; /* compute capability */
+    uint64_t granularity;   /* virtual-memory granularity, bytes */
 } vram_physical_info;
 
 /* Number of physical devices of CTX. */
@@ -258,18 +258,16 @@ VRAM_API vram_status vram_device_count(vram_context *ctx, int *out);
 ** list_logical_devices). The handle belongs to CTX and lives until
 ** vram_close(ctx). VRAM_E_NO_DEVICE if INDEX is out of range.
 */
-VRAM_API vram_status vram_device_get(vram_context *ctx, int index,
-                                     vram_device **out);
+VRAM_API vram_status vram_device_get(vram_context *ctx, int index, vram_device **out);
 
 typedef struct vram_device_info {
-    int index;              /* logical index */
-    int physical;           /* physical device index */
+    int index;    /* logical index */
+    int physical; /* physical device index */
     vram_strategy strategy;
-    uint64_t limit_bytes;   /* the cap of this logical device */
+    uint64_t limit_bytes; /* the cap of this logical device */
 } vram_device_info;
 
-VRAM_API vram_status vram_device_info_get(vram_device *dev,
-                                          vram_device_info *out);
+VRAM_API vram_status vram_device_info_get(vram_device *dev, vram_device_info *out);
 
 /* ------------------------------------------------------------------ */
 /* Allocation                                                           */
@@ -287,8 +285,7 @@ VRAM_API vram_status vram_device_info_get(vram_device *dev,
 ** VRAM_E_BACKEND when the backend fails otherwise. Thread-safe; no lock
 ** is held while the backend is called.
 */
-VRAM_API vram_status vram_alloc(vram_device *dev, size_t size, void *stream,
-                                void **out);
+VRAM_API vram_status vram_alloc(vram_device *dev, size_t size, void *stream, void **out);
 
 /*
 ** Give back the block at PTR, allocated from DEV. NULL does nothing.
@@ -302,8 +299,8 @@ VRAM_API vram_status vram_free(vram_device *dev, void *ptr);
 ** more when the block was not split) and the stream it was allocated on.
 ** Either out-pointer may be NULL. VRAM_E_BAD_POINTER as for vram_free.
 */
-VRAM_API vram_status vram_block_info(vram_device *dev, const void *ptr,
-                                     uint64_t *size, void **stream);
+VRAM_API vram_status vram_block_info(vram_device *dev, const void *ptr, uint64_t *size,
+                                     void **stream);
 
 /* ------------------------------------------------------------------ */
 /* Statistics                                                           */
@@ -315,34 +312,33 @@ typedef struct vram_memory_info {
     uint64_t peak;
 } vram_memory_info;
 
-VRAM_API vram_status vram_get_memory_info(vram_device *dev,
-                                          vram_memory_info *out);
+VRAM_API vram_status vram_get_memory_info(vram_device *dev, vram_memory_info *out);
 
 /*
 ** X(type, name, unit, doc): every statistic, in one list from which the
 ** struct, the CLI and later the exporter are generated.
 */
-#define VRAM_STATS_LIST(X)                                                     \
-    X(uint64_t, bytes_in_use, "bytes",                                         \
-      "bytes in blocks handed out (requests rounded up to 256)")               \
-    X(uint64_t, peak_bytes_in_use, "bytes", "peak of bytes_in_use")            \
-    X(uint64_t, bytes_requested, "bytes",                                      \
-      "bytes asked for by the live allocations (before rounding)")             \
-    X(uint64_t, bytes_reserved, "bytes", "bytes held from the backend")        \
-    X(uint64_t, peak_bytes_reserved, "bytes", "peak of bytes_reserved")        \
-    X(uint64_t, bytes_limit, "bytes", "the cap of this logical device")        \
-    X(uint64_t, largest_free_block, "bytes",                                   \
-      "largest block that can be handed out without growing")                  \
-    X(uint64_t, live_blocks, "blocks", "allocations alive now")                \
-    X(uint64_t, regions, "regions", "regions held from the backend")           \
-    X(uint64_t, num_allocs, "calls", "successful allocations")                 \
-    X(uint64_t, num_frees, "calls", "frees")                                   \
-    X(uint64_t, num_ooms, "calls", "allocations refused for lack of memory")   \
-    X(uint64_t, backend_calls, "calls",                                        \
-      "calls to the backend that obtain or release memory")                    \
-    X(uint64_t, metadata_bytes, "bytes",                                       \
-      "host memory used by the allocator's bookkeeping")                       \
-    X(double, fragmentation, "ratio",                                          \
+#define VRAM_STATS_LIST(X)                                                               \
+    X(uint64_t, bytes_in_use, "bytes",                                                   \
+      "bytes in blocks handed out (requests rounded up to 256)")                         \
+    X(uint64_t, peak_bytes_in_use, "bytes", "peak of bytes_in_use")                      \
+    X(uint64_t, bytes_requested, "bytes",                                                \
+      "bytes asked for by the live allocations (before rounding)")                       \
+    X(uint64_t, bytes_reserved, "bytes", "bytes held from the backend")                  \
+    X(uint64_t, peak_bytes_reserved, "bytes", "peak of bytes_reserved")                  \
+    X(uint64_t, bytes_limit, "bytes", "the cap of this logical device")                  \
+    X(uint64_t, largest_free_block, "bytes",                                             \
+      "largest block that can be handed out without growing")                            \
+    X(uint64_t, live_blocks, "blocks", "allocations alive now")                          \
+    X(uint64_t, regions, "regions", "regions held from the backend")                     \
+    X(uint64_t, num_allocs, "calls", "successful allocations")                           \
+    X(uint64_t, num_frees, "calls", "frees")                                             \
+    X(uint64_t, num_ooms, "calls", "allocations refused for lack of memory")             \
+    X(uint64_t, backend_calls, "calls",                                                  \
+      "calls to the backend that obtain or release memory")                              \
+    X(uint64_t, metadata_bytes, "bytes",                                                 \
+      "host memory used by the allocator's bookkeeping")                                 \
+    X(double, fragmentation, "ratio",                                                    \
       "peak_bytes_reserved / peak_bytes_in_use (1.0 is ideal; 0 if unused)")
 
 typedef struct vram_stats {
@@ -368,8 +364,8 @@ VRAM_API vram_status vram_reset_peak(vram_device *dev);
 ** setting worth trying (never one already in force). Returns
 ** VRAM_E_INVALID if BUF is NULL or LEN is 0.
 */
-VRAM_API vram_status vram_explain_oom(vram_device *dev, uint64_t size,
-                                      char *buf, size_t len);
+VRAM_API vram_status vram_explain_oom(vram_device *dev, uint64_t size, char *buf,
+                                      size_t len);
 
 /*
 ** Write DEV's full state to OUT for people used to TensorFlow's OOM dump:

@@ -56,7 +56,8 @@ struct backend_ops {
     */
     vram_status (*va_reserve)(struct backend *b, int dev, uint64_t size, uint64_t *addr);
     vram_status (*va_release)(struct backend *b, int dev, uint64_t addr, uint64_t size);
-    vram_status (*phys_create)(struct backend *b, int dev, uint64_t size, uint64_t *handle);
+    vram_status (*phys_create)(struct backend *b, int dev, uint64_t size,
+                               uint64_t *handle);
     vram_status (*phys_release)(struct backend *b, int dev, uint64_t handle);
     vram_status (*map)(struct backend *b, int dev, uint64_t addr, uint64_t size,
                        uint64_t handle);
@@ -77,8 +78,8 @@ vram_status backend_sim_open(const vram_sim_options *options, struct backend **o
 ** wrapper owns INNER and closes it. Used by tests and by
 ** vram_sim_options.fail_call.
 */
-vram_status backend_fault_open(struct backend *inner, uint64_t fail_call, vram_status status,
-                               struct backend **out);
+vram_status backend_fault_open(struct backend *inner, uint64_t fail_call,
+                               vram_status status, struct backend **out);
 
 /* Calls made so far through a fault wrapper (tests use it to know when
 ** every call has been failed once). */

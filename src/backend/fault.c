@@ -56,7 +56,8 @@ fault_device_info(struct backend *b, int dev, vram_physical_info *out)
 }
 
 static vram_status
-fault_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes, uint64_t *total_bytes)
+fault_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes,
+                   uint64_t *total_bytes)
 {
     struct fault_backend *f = fault_of(b);
     if (fault_hit(f, "mem_get_info"))

@@ -33,10 +33,10 @@ struct sim_alloc {
 };
 
 struct sim_device {
-    uint64_t total;            /* bytes */
-    uint64_t used;             /* bytes charged by our allocations */
-    uint64_t next_addr;        /* bump pointer of the address window */
-    struct sim_alloc *allocs;  /* live allocations, unordered */
+    uint64_t total;           /* bytes */
+    uint64_t used;            /* bytes charged by our allocations */
+    uint64_t next_addr;       /* bump pointer of the address window */
+    struct sim_alloc *allocs; /* live allocations, unordered */
     size_t n_allocs, cap_allocs;
 };
 
@@ -155,8 +155,8 @@ sim_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) {
             pthread_mutex_unlock(&s->lock);
-            return error_set(VRAM_E_OOM, "sim: host-backed mem_alloc(%" PRIu64 "): mmap failed",
-                             size);
+            return error_set(
+                VRAM_E_OOM, "sim: host-backed mem_alloc(%" PRIu64 "): mmap failed", size);
         }
         a.addr = (uint64_t)(uintptr_t)p;
         a.mapped = charged;
@@ -194,7 +194,8 @@ sim_mem_free(struct backend *b, int dev, uint64_t addr)
         return VRAM_OK;
     }
     pthread_mutex_unlock(&s->lock);
-    return error_set(VRAM_E_INVALID, "sim: mem_free(0x%" PRIx64 "): not an allocation", addr);
+    return error_set(VRAM_E_INVALID, "sim: mem_free(0x%" PRIx64 "): not an allocation",
+                     addr);
 }
 
 static void

@@ -21,10 +21,7 @@
 #define ENV_MAX_DEVICES 64
 
 /* Where an effective value came from. */
-enum env_source {
-    ENV_SRC_DEFAULT = 0,
-    ENV_SRC_ENVIRONMENT = 1
-};
+enum env_source { ENV_SRC_DEFAULT = 0, ENV_SRC_ENVIRONMENT = 1 };
 
 /*
 ** VRAM_MEMORY_LIMIT for one physical device: one cap per logical device.
@@ -37,19 +34,19 @@ struct env_device_limit {
 
 /* The parsed environment. Plain data; copy freely. */
 struct vram_env {
-    vram_backend_kind backend;     /* VRAM_BACKEND: sim or cuda */
-    int sim_devices;               /* VRAM_SIM_DEVICES, >= 1 */
-    uint64_t sim_memory;           /* VRAM_SIM_MEMORY, bytes, > 0 */
-    bool strategy_set;             /* a strategy was chosen by any variable */
-    vram_strategy strategy;        /* from VRAM_STRATEGY / *_ALLOW_GROWTH */
-    double fraction;               /* VRAM_MEMORY_FRACTION; 0 = unset */
-    struct env_device_limit limit_all;  /* "6G" or "3G+3G": every device */
+    vram_backend_kind backend;         /* VRAM_BACKEND: sim or cuda */
+    int sim_devices;                   /* VRAM_SIM_DEVICES, >= 1 */
+    uint64_t sim_memory;               /* VRAM_SIM_MEMORY, bytes, > 0 */
+    bool strategy_set;                 /* a strategy was chosen by any variable */
+    vram_strategy strategy;            /* from VRAM_STRATEGY / *_ALLOW_GROWTH */
+    double fraction;                   /* VRAM_MEMORY_FRACTION; 0 = unset */
+    struct env_device_limit limit_all; /* "6G" or "3G+3G": every device */
     struct env_device_limit limit[ENV_MAX_DEVICES]; /* "0:6G,1:4G" */
-    int64_t reserve_mb;            /* TF_DEVICE_MIN_SYS_MEMORY_IN_MB; -1 unset */
-    int log_level;                 /* VRAM_LOG, 0..4 */
-    char log_file[512];            /* VRAM_LOG_FILE; "" = stderr */
-    char trace_path[512];          /* VRAM_TRACE; "" = no trace */
-    bool oom_dump;                 /* VRAM_OOM_DUMP */
+    int64_t reserve_mb;   /* TF_DEVICE_MIN_SYS_MEMORY_IN_MB; -1 unset */
+    int log_level;        /* VRAM_LOG, 0..4 */
+    char log_file[512];   /* VRAM_LOG_FILE; "" = stderr */
+    char trace_path[512]; /* VRAM_TRACE; "" = no trace */
+    bool oom_dump;        /* VRAM_OOM_DUMP */
 };
 
 /*

@@ -25,8 +25,8 @@ const char *
 vram_strategy_name(vram_strategy s)
 {
     switch (s) {
-#define X(name, num, str)                                                      \
-    case name:                                                                 \
+#define X(name, num, str)                                                                \
+    case name:                                                                           \
         return str;
         VRAM_STRATEGY_LIST(X)
 #undef X
@@ -39,16 +39,17 @@ vram_strategy_parse(const char *text, vram_strategy *out)
 {
     if (text == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "vram_strategy_parse: NULL argument");
-#define X(name, num, str)                                                      \
-    if (strcmp(text, str) == 0) {                                              \
-        *out = name;                                                           \
-        return VRAM_OK;                                                        \
+#define X(name, num, str)                                                                \
+    if (strcmp(text, str) == 0) {                                                        \
+        *out = name;                                                                     \
+        return VRAM_OK;                                                                  \
     }
     VRAM_STRATEGY_LIST(X)
 #undef X
-    return error_set(VRAM_E_INVALID,
-                     "unknown strategy '%.64s' (expected preallocate, growth or growth:tf-compat)",
-                     text);
+    return error_set(
+        VRAM_E_INVALID,
+        "unknown strategy '%.64s' (expected preallocate, growth or growth:tf-compat)",
+        text);
 }
 
 /* ================================================================== */
@@ -80,9 +81,10 @@ open_backend(vram_backend_kind kind, const vram_sim_options *sim, struct backend
     case VRAM_BACKEND_DEFAULT:
         break;
     }
-    return error_set(VRAM_E_NO_DRIVER,
-                     "the CUDA backend is not available in this build; use VRAM_BACKEND=sim "
-                     "for the simulated device");
+    return error_set(
+        VRAM_E_NO_DRIVER,
+        "the CUDA backend is not available in this build; use VRAM_BACKEND=sim "
+        "for the simulated device");
 }
 
 /* Give physical device D its configuration from the environment. */
@@ -105,17 +107,19 @@ validate_config(const vram_device_config *c)
     if (vram_strategy_name(c->strategy) == NULL)
         return error_set(VRAM_E_INVALID, "unknown strategy %d", (int)c->strategy);
     if (!(c->fraction >= 0.0 && c->fraction <= 1.0))
-        return error_set(VRAM_E_INVALID, "memory fraction %g outside (0, 1]", c->fraction);
+        return error_set(VRAM_E_INVALID, "memory fraction %g outside (0, 1]",
+                         c->fraction);
     if (c->n_logical < 0 || c->n_logical > VRAM_MAX_LOGICAL)
         return error_set(VRAM_E_INVALID, "%d logical devices (0 to %d)", c->n_logical,
                          VRAM_MAX_LOGICAL);
     if (c->n_logical > 1)
         for (int i = 0; i < c->n_logical; i++)
             if (c->limit_bytes[i] == 0)
-                return error_set(VRAM_E_INVALID,
-                                 "logical device %d of %d has no memory limit: with several "
-                                 "logical devices each needs one",
-                                 i, c->n_logical);
+                return error_set(
+                    VRAM_E_INVALID,
+                    "logical device %d of %d has no memory limit: with several "
+                    "logical devices each needs one",
+                    i, c->n_logical);
     return VRAM_OK;
 }
 
@@ -196,8 +200,8 @@ vram_open(const vram_options *options, vram_context **out)
         for (int d = ctx->n_physical; d < ENV_MAX_DEVICES; d++)
             if (env.limit[d].n > 0) {
                 st = error_set(VRAM_E_CONFIG,
-                               "VRAM_MEMORY_LIMIT names device %d, but there are only %d", d,
-                               ctx->n_physical);
+                               "VRAM_MEMORY_LIMIT names device %d, but there are only %d",
+                               d, ctx->n_physical);
                 break;
             }
         for (int d = 0; st == VRAM_OK && d < ctx->n_physical; d++) {
@@ -255,7 +259,8 @@ vram_physical_info_get(vram_context *ctx, int index, vram_physical_info *out)
                          ctx->n_physical);
     vram_physical_info info = ctx->phys[index].info;
     uint64_t free_bytes, total;
-    vram_status st = ctx->backend->ops->mem_get_info(ctx->backend, index, &free_bytes, &total);
+    vram_status st =
+        ctx->backend->ops->mem_get_info(ctx->backend, index, &free_bytes, &total);
     if (st != VRAM_OK)
         return st;
     info.free_bytes = free_bytes;
@@ -350,8 +355,8 @@ initialize_locked(vram_context *ctx, int d, uint64_t free_bytes)
             cap = (uint64_t)(c->fraction * (double)p->info.total_bytes);
         if (cap == 0)
             cap = dflt;
-        vram_status st =
-            device_init(&devs[i], ctx, first + i, d, i, c->strategy, cap, p->info.granularity);
+        vram_status st = device_init(&devs[i], ctx, first + i, d, i, c->strategy, cap,
+                                     p->info.granularity);
         if (st != VRAM_OK) {
             for (int k = 0; k < i; k++)
                 device_destroy(&devs[k]);
@@ -359,8 +364,9 @@ initialize_locked(vram_context *ctx, int d, uint64_t free_bytes)
             return st;
         }
         char a[32];
-        log_write(LOG_CONFIG, "GPU:%d on physical device %d (%s): %s, cap %s", first + i, d,
-                  p->info.name, vram_strategy_name(c->strategy), size_format(cap, a, sizeof a));
+        log_write(LOG_CONFIG, "GPU:%d on physical device %d (%s): %s, cap %s", first + i,
+                  d, p->info.name, vram_strategy_name(c->strategy),
+                  size_format(cap, a, sizeof a));
     }
     p->devs = devs;
     p->n_logical = n;
@@ -405,7 +411,8 @@ vram_device_get(vram_context *ctx, int index, vram_device **out)
     }
     int total = logical_count_locked(ctx, ctx->n_physical);
     pthread_mutex_unlock(&ctx->lock);
-    return error_set(VRAM_E_NO_DEVICE, "no logical device %d (there are %d)", index, total);
+    return error_set(VRAM_E_NO_DEVICE, "no logical device %d (there are %d)", index,
+                     total);
 }
 
 vram_status

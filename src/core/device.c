@@ -76,8 +76,8 @@ device_init(struct vram_device *dev, struct vram_context *ctx, int index, int ph
     dev->limit = limit;
     dev->granularity = granularity ? granularity : (2ULL << 20);
     /* TensorFlow: the first region is 2 MiB (or the cap if smaller). */
-    dev->tf_region = limit < (2ULL << 20) ? round_up(limit ? limit : 1, HEAP_ALIGN)
-                                          : (2ULL << 20);
+    dev->tf_region =
+        limit < (2ULL << 20) ? round_up(limit ? limit : 1, HEAP_ALIGN) : (2ULL << 20);
     return VRAM_OK;
 }
 
@@ -160,7 +160,8 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
                 be->ops->mem_free(be, dev->physical, addr);
                 lock(dev);
                 dev->backend_calls++;
-                return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
+                return error_set(VRAM_E_HOST_MEMORY,
+                                 "out of host memory for the allocator");
             }
             uint64_t reserved = reserved_locked(dev);
             if (reserved > dev->peak_reserved)
@@ -169,7 +170,8 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
                 dev->tf_region = forced ? want : 2 * want;
             if (log_enabled(LOG_REGION)) {
                 char a[32], b[32];
-                log_write(LOG_REGION, "GPU:%d: new region of %s at 0x%" PRIx64 " (reserved %s)",
+                log_write(LOG_REGION,
+                          "GPU:%d: new region of %s at 0x%" PRIx64 " (reserved %s)",
                           dev->index, size_format(want, a, sizeof a), addr,
                           size_format(reserved, b, sizeof b));
             }
@@ -231,8 +233,8 @@ release_free_regions_locked(struct vram_device *dev)
             continue;
         }
         /* The backend kept it: the region is still ours and still usable. */
-        if (heap_add_region(&dev->heap, list[k].handle, list[k].size, list[k].handle, NULL) !=
-            VRAM_OK)
+        if (heap_add_region(&dev->heap, list[k].handle, list[k].size, list[k].handle,
+                            NULL) != VRAM_OK)
             log_write(LOG_CONFIG, "GPU:%d: lost track of a region of %" PRIu64 " bytes",
                       dev->index, list[k].size);
     }
@@ -270,10 +272,13 @@ now_us(void)
 static void
 trace_event(struct vram_device *dev, char op, uint64_t id, uint64_t size, void *stream)
 {
-    struct trace_event ev = {now_us(), id, size, (uint64_t)(uintptr_t)stream, 0,
-                             dev->index, op};
-    if (trace_writer_event(dev->ctx->trace, &ev) != VRAM_OK)
-        log_write(LOG_CONFIG, "trace: %s", vram_last_error());
+    struct trace_event ev = {now_us(), id,         size, (uint64_t)(uintptr_t)stream,
+                             0,        dev->index, op};
+    /* The writer's errors are sticky: say so once, not once per event. */
+    if (trace_writer_event(dev->ctx->trace, &ev) != VRAM_OK &&
+        !atomic_exchange(&dev->ctx->trace_failed, true))
+        log_write(LOG_CONFIG, "trace: %s; no further events are recorded",
+                  vram_last_error());
 }
 
 static vram_status
@@ -318,7 +323,8 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         ** that the new region can take their place in the shape needed
         ** (docs/ALLOCATOR.md, "Region sizing"). */
         if (!released && dev->strategy == VRAM_STRATEGY_GROWTH &&
-            free_region_bytes_locked(dev) >= rounded && release_free_regions_locked(dev) > 0) {
+            free_region_bytes_locked(dev) >= rounded &&
+            release_free_regions_locked(dev) > 0) {
             released = true;
             continue;
         }
@@ -354,8 +360,8 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
     if (ctx->trace != NULL)
         trace_event(dev, TRACE_ALLOC, id, size, stream);
     if (log_enabled(LOG_LARGE) && (size >= SMALL_REQUEST || log_enabled(LOG_ALL)))
-        log_write(LOG_LARGE, "GPU:%d: alloc %zu bytes at 0x%" PRIx64 " stream %p", dev->index,
-                  size, addr, stream);
+        log_write(LOG_LARGE, "GPU:%d: alloc %zu bytes at 0x%" PRIx64 " stream %p",
+                  dev->index, size, addr, stream);
     *out = (void *)(uintptr_t)addr;
     return VRAM_OK;
 }
@@ -371,8 +377,9 @@ vram_free(vram_device *dev, void *ptr)
     struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
     if (b == NULL) {
         unlock(dev);
-        return error_set(VRAM_E_BAD_POINTER, "vram_free(%p): not a live allocation of GPU:%d",
-                         ptr, dev->index);
+        return error_set(VRAM_E_BAD_POINTER,
+                         "vram_free(%p): not a live allocation of GPU:%d", ptr,
+                         dev->index);
     }
     uint64_t id = b->trace_id, requested = b->requested;
     void *stream = b->stream;
@@ -382,8 +389,8 @@ vram_free(vram_device *dev, void *ptr)
     if (dev->ctx->trace != NULL)
         trace_event(dev, TRACE_FREE, id, requested, stream);
     if (log_enabled(LOG_LARGE) && (requested >= SMALL_REQUEST || log_enabled(LOG_ALL)))
-        log_write(LOG_LARGE, "GPU:%d: free %" PRIu64 " bytes at %p", dev->index, requested,
-                  ptr);
+        log_write(LOG_LARGE, "GPU:%d: free %" PRIu64 " bytes at %p", dev->index,
+                  requested, ptr);
     return VRAM_OK;
 }
 
@@ -446,8 +453,9 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     s.backend_calls = dev->backend_calls;
     s.metadata_bytes = heap_metadata_bytes(&dev->heap);
     unlock(dev);
-    s.fragmentation =
-        s.peak_bytes_in_use ? (double)s.peak_bytes_reserved / (double)s.peak_bytes_in_use : 0.0;
+    s.fragmentation = s.peak_bytes_in_use
+                          ? (double)s.peak_bytes_reserved / (double)s.peak_bytes_in_use
+                          : 0.0;
     *out = s;
     return VRAM_OK;
 }
@@ -474,7 +482,8 @@ vram_check(vram_device *dev)
     lock(dev);
     bool ok = heap_check(&dev->heap);
     if (ok && reserved_locked(dev) + dev->pending > dev->limit) {
-        error_set(VRAM_E_INVALID, "I8: %" PRIu64 " bytes held or pending above the cap %" PRIu64,
+        error_set(VRAM_E_INVALID,
+                  "I8: %" PRIu64 " bytes held or pending above the cap %" PRIu64,
                   reserved_locked(dev) + dev->pending, dev->limit);
         ok = false;
     }
@@ -505,5 +514,7 @@ vram_dump(vram_device *dev, FILE *out)
     lock(dev);
     vram_status st = oom_dump_locked(dev, out);
     unlock(dev);
-    return st;
+    if (st != VRAM_OK)
+        return error_set(st, "vram_dump: writing the dump failed");
+    return VRAM_OK;
 }

@@ -14,8 +14,8 @@ const char *
 vram_strerror(vram_status status)
 {
     switch (status) {
-#define X(name, num, msg)                                                      \
-    case name:                                                                 \
+#define X(name, num, msg)                                                                \
+    case name:                                                                           \
         return msg;
         VRAM_STATUS_LIST(X)
 #undef X
@@ -27,8 +27,8 @@ const char *
 vram_status_name(vram_status status)
 {
     switch (status) {
-#define X(name, num, msg)                                                      \
-    case name:                                                                 \
+#define X(name, num, msg)                                                                \
+    case name:                                                                           \
         return #name;
         VRAM_STATUS_LIST(X)
 #undef X

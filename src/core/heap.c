@@ -399,9 +399,9 @@ heap_take(struct heap *h, uint64_t size, uint64_t requested, void *stream, bool 
     b->free = false;
     b->requested = requested;
     b->stream = stream;
-    b->region->live++; /* I6 */
+    b->region->live++;                   /* I6 */
     map_put_nogrow(&h->map, b->addr, b); /* I4 */
-    h->bytes_in_use += b->size;         /* I5 */
+    h->bytes_in_use += b->size;          /* I5 */
     h->bytes_requested += requested;
     h->live_blocks++;
     return b;
@@ -499,40 +499,40 @@ heap_check(const struct heap *h)
         n_regions++;
         regions_bytes += r->size;
         if (!(r->next == NULL || r->next->prev == r))
-        return broken("region list broken at 0x%" PRIx64,
-              r->base);
+            return broken("region list broken at 0x%" PRIx64, r->base);
         if (!(r->first != NULL && r->first->addr == r->base && r->first->prev == NULL))
-        return broken("I1: region 0x%" PRIx64 " does not start with its first block", r->base);
+            return broken("I1: region 0x%" PRIx64 " does not start with its first block",
+                          r->base);
         uint64_t end = r->base, region_live = 0;
         for (const struct block *b = r->first; b != NULL; b = b->next) {
             if (!(b->region == r))
-        return broken("I1: block 0x%" PRIx64 " names another region", b->addr);
+                return broken("I1: block 0x%" PRIx64 " names another region", b->addr);
             if (!(b->addr == end))
-        return broken("I1: gap or overlap at 0x%" PRIx64, b->addr);
+                return broken("I1: gap or overlap at 0x%" PRIx64, b->addr);
             if (!(b->size > 0 && b->size % HEAP_ALIGN == 0 && b->addr % HEAP_ALIGN == 0))
-        return broken("I7: block 0x%" PRIx64 " size %" PRIu64 " not aligned", b->addr, b->size);
+                return broken("I7: block 0x%" PRIx64 " size %" PRIu64 " not aligned",
+                              b->addr, b->size);
             if (!(b->next == NULL || b->next->prev == b))
-        return broken("I1: neighbour links broken at 0x%"
-                  PRIx64, b->addr);
+                return broken("I1: neighbour links broken at 0x%" PRIx64, b->addr);
             end = b->addr + b->size;
             if (b->free) {
                 if (!(b->next == NULL || !b->next->free))
-        return broken("I2: adjacent free blocks at 0x%" PRIx64, b->addr);
+                    return broken("I2: adjacent free blocks at 0x%" PRIx64, b->addr);
                 if (!(b->cls == heap_class_of(b->size)))
-        return broken("I3: free block 0x%" PRIx64
-                      " in the wrong class", b->addr);
+                    return broken("I3: free block 0x%" PRIx64 " in the wrong class",
+                                  b->addr);
                 if (!(heap_lookup(h, b->addr) == NULL))
-        return broken("I4: free block 0x%" PRIx64
-                      " in the address map", b->addr);
+                    return broken("I4: free block 0x%" PRIx64 " in the address map",
+                                  b->addr);
                 n_free++;
                 free_bytes += b->size;
             } else {
                 if (!(heap_lookup(h, b->addr) == b))
-        return broken("I4: allocated block 0x%" PRIx64
-                      " missing from the address map", b->addr);
+                    return broken("I4: allocated block 0x%" PRIx64
+                                  " missing from the address map",
+                                  b->addr);
                 if (!(b->requested <= b->size))
-        return broken("I5: block 0x%" PRIx64 " smaller than asked",
-                      b->addr);
+                    return broken("I5: block 0x%" PRIx64 " smaller than asked", b->addr);
                 region_live++;
                 live++;
                 in_use += b->size;
@@ -540,22 +540,22 @@ heap_check(const struct heap *h)
             }
         }
         if (!(end == r->base + r->size))
-        return broken("I1: region 0x%" PRIx64 " not tiled to its end",
-              r->base);
+            return broken("I1: region 0x%" PRIx64 " not tiled to its end", r->base);
         if (!(region_live == r->live))
-        return broken("I6: region 0x%" PRIx64 " counts %" PRIu64
-              " live blocks, has %" PRIu64, r->base, r->live, region_live);
+            return broken("I6: region 0x%" PRIx64 " counts %" PRIu64
+                          " live blocks, has %" PRIu64,
+                          r->base, r->live, region_live);
     }
     if (!(n_regions == h->n_regions && regions_bytes == h->bytes_regions))
         return broken("I5: region totals off");
     if (!(in_use == h->bytes_in_use))
         return broken("I5: bytes_in_use %" PRIu64 " but blocks hold %" PRIu64,
-          h->bytes_in_use, in_use);
+                      h->bytes_in_use, in_use);
     if (!(requested == h->bytes_requested))
         return broken("I5: bytes_requested off");
     if (!(live == h->live_blocks && live == h->map.count))
-        return broken("I4: %" PRIu64 " live blocks, map holds %"
-          PRIu64, live, h->map.count);
+        return broken("I4: %" PRIu64 " live blocks, map holds %" PRIu64, live,
+                      h->map.count);
     if (!(free_bytes == h->bytes_free && n_free == h->free_blocks))
         return broken("I5: free totals off");
     if (!(in_use + free_bytes == regions_bytes))
@@ -565,22 +565,22 @@ heap_check(const struct heap *h)
     for (uint32_t c = 0; c < HEAP_CLASSES; c++) {
         bool bit = (h->groups[c >> 6] >> (c & 63)) & 1;
         if (!(bit == (h->lists[c] != NULL)))
-        return broken("I3: bitmap bit of class %u wrong", c);
+            return broken("I3: bitmap bit of class %u wrong", c);
         const struct block *prev = NULL;
         for (const struct block *b = h->lists[c]; b != NULL; b = b->fnext) {
             if (!(b->free && b->cls == c && b->fprev == prev))
-        return broken("I3: free list %u corrupt", c);
+                return broken("I3: free list %u corrupt", c);
             if (!(listed < n_free))
-        return broken("I3: free lists longer than the free blocks");
+                return broken("I3: free lists longer than the free blocks");
             prev = b;
             listed++;
         }
     }
     for (uint32_t g = 0; g < HEAP_GROUPS; g++)
         if (!(((h->top >> g) & 1) == (h->groups[g] != 0)))
-        return broken("I3: top bitmap bit %u wrong", g);
+            return broken("I3: top bitmap bit %u wrong", g);
     if (!(listed == n_free))
         return broken("I3: %" PRIu64 " free blocks but %" PRIu64 " listed", n_free,
-          listed);
+                      listed);
     return true;
 }

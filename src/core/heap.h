@@ -20,66 +20,67 @@
 
 #include "vram.h"
 
-#define HEAP_ALIGN 256ULL          /* every size and address is a multiple */
-#define HEAP_GROUPS 64             /* second-level bitmaps */
+#define HEAP_ALIGN 256ULL /* every size and address is a multiple */
+#define HEAP_GROUPS 64    /* second-level bitmaps */
 #define HEAP_CLASSES (HEAP_GROUPS * 64)
 #define HEAP_MAX_SIZE (1ULL << 56) /* larger requests are refused as OOM */
 
 struct region;
 
 struct block {
-    uint64_t addr;               /* device address */
-    uint64_t size;               /* bytes, multiple of HEAP_ALIGN */
-    struct block *prev, *next;   /* address neighbours in the same region, NULL at its edges */
+    uint64_t addr; /* device address */
+    uint64_t size; /* bytes, multiple of HEAP_ALIGN */
+    struct block *prev,
+        *next; /* address neighbours in the same region, NULL at its edges */
     struct block *fprev, *fnext; /* free-list links while free; pool link while unused */
     struct region *region;
-    uint64_t requested;          /* bytes asked for, while allocated */
-    void *stream;                /* stream it was allocated on, while allocated */
-    uint64_t trace_id;           /* allocation number in the trace, while allocated */
-    uint32_t cls;                /* size class, while free */
+    uint64_t requested; /* bytes asked for, while allocated */
+    void *stream;       /* stream it was allocated on, while allocated */
+    uint64_t trace_id;  /* allocation number in the trace, while allocated */
+    uint32_t cls;       /* size class, while free */
     bool free;
 };
 
 struct region {
-    uint64_t base, size;          /* bytes */
-    uint64_t handle;              /* the backend's handle (the address for mem_alloc) */
-    uint64_t live;                /* allocated blocks in this region */
-    struct block *first;          /* lowest block */
-    struct region *prev, *next;   /* the heap's region list */
+    uint64_t base, size;        /* bytes */
+    uint64_t handle;            /* the backend's handle (the address for mem_alloc) */
+    uint64_t live;              /* allocated blocks in this region */
+    struct block *first;        /* lowest block */
+    struct region *prev, *next; /* the heap's region list */
 };
 
 /* Open-addressing map from the address of an allocated block to it. */
 struct addr_map {
-    uint64_t *keys;        /* 0 = empty slot */
+    uint64_t *keys; /* 0 = empty slot */
     struct block **vals;
-    uint64_t mask;         /* capacity - 1; capacity is a power of two */
+    uint64_t mask; /* capacity - 1; capacity is a power of two */
     uint64_t count;
-    int shift;             /* 64 - log2(capacity) */
+    int shift; /* 64 - log2(capacity) */
 };
 
 /* Blocks come from slabs so that a split costs no malloc. */
 struct block_pool {
-    struct block *unused;  /* linked through fnext */
-    void **slabs;          /* every slab, for destruction */
+    struct block *unused; /* linked through fnext */
+    void **slabs;         /* every slab, for destruction */
     size_t n_slabs, cap_slabs;
 };
 
 struct heap {
-    uint64_t top;                        /* bit g: groups[g] != 0 */
-    uint64_t groups[HEAP_GROUPS];        /* bit c%64 of groups[c/64]: lists[c] != NULL */
-    struct block *lists[HEAP_CLASSES];   /* free blocks per class */
+    uint64_t top;                      /* bit g: groups[g] != 0 */
+    uint64_t groups[HEAP_GROUPS];      /* bit c%64 of groups[c/64]: lists[c] != NULL */
+    struct block *lists[HEAP_CLASSES]; /* free blocks per class */
     struct addr_map map;
     struct block_pool pool;
-    struct region *regions;              /* every region */
+    struct region *regions; /* every region */
     uint64_t n_regions;
-    uint64_t bytes_in_use;               /* sum of allocated block sizes */
-    uint64_t bytes_requested;            /* sum of their requested sizes */
-    uint64_t bytes_free;                 /* sum of free block sizes */
-    uint64_t bytes_regions;              /* sum of region sizes */
-    uint64_t live_blocks;                /* allocated blocks */
+    uint64_t bytes_in_use;    /* sum of allocated block sizes */
+    uint64_t bytes_requested; /* sum of their requested sizes */
+    uint64_t bytes_free;      /* sum of free block sizes */
+    uint64_t bytes_regions;   /* sum of region sizes */
+    uint64_t live_blocks;     /* allocated blocks */
     uint64_t free_blocks;
-    bool split_tf;                       /* TensorFlow's split rule, else split whenever
-                                            the remainder is at least HEAP_ALIGN */
+    bool split_tf; /* TensorFlow's split rule, else split whenever
+                      the remainder is at least HEAP_ALIGN */
 };
 
 /* Prepare an empty heap. VRAM_E_HOST_MEMORY. */

@@ -18,22 +18,22 @@ struct trace_writer;
 
 /* One logical device: a cap, a strategy and a heap. */
 struct vram_device {
-    pthread_mutex_t lock;      /* guards everything below but the constants */
-    struct vram_context *ctx;  /* constant */
-    int index;                 /* logical index, constant */
-    int physical;              /* backend ordinal, constant */
-    int slot;                  /* index among its physical device's logical devices */
-    vram_strategy strategy;    /* constant after initialization */
-    uint64_t limit;            /* the cap, bytes, constant */
-    uint64_t granularity;      /* region sizes are multiples of this, bytes */
+    pthread_mutex_t lock;     /* guards everything below but the constants */
+    struct vram_context *ctx; /* constant */
+    int index;                /* logical index, constant */
+    int physical;             /* backend ordinal, constant */
+    int slot;                 /* index among its physical device's logical devices */
+    vram_strategy strategy;   /* constant after initialization */
+    uint64_t limit;           /* the cap, bytes, constant */
+    uint64_t granularity;     /* region sizes are multiples of this, bytes */
     struct heap heap;
-    uint64_t pending;          /* bytes being obtained from the backend right now (I8) */
-    uint64_t releasing;        /* bytes being given back right now, still counted */
-    uint64_t tf_region;        /* growth:tf-compat: size of the next region, bytes */
-    uint64_t peak_in_use;      /* bytes */
-    uint64_t peak_reserved;    /* bytes */
+    uint64_t pending;       /* bytes being obtained from the backend right now (I8) */
+    uint64_t releasing;     /* bytes being given back right now, still counted */
+    uint64_t tf_region;     /* growth:tf-compat: size of the next region, bytes */
+    uint64_t peak_in_use;   /* bytes */
+    uint64_t peak_reserved; /* bytes */
     uint64_t num_allocs, num_frees, num_ooms, backend_calls;
-    char last_oom[400];        /* the last OOM line on this device */
+    char last_oom[400]; /* the last OOM line on this device */
 };
 
 /* One physical device. */
@@ -41,18 +41,19 @@ struct physical {
     vram_physical_info info;   /* as found at vram_open */
     vram_device_config config; /* frozen once initialized */
     bool initialized;
-    int n_logical;             /* set at initialization */
-    struct vram_device *devs;  /* n_logical devices, set at initialization */
+    int n_logical;            /* set at initialization */
+    struct vram_device *devs; /* n_logical devices, set at initialization */
 };
 
 struct vram_context {
-    pthread_mutex_t lock;         /* guards configuration and initialization */
-    struct backend *backend;      /* owned */
+    pthread_mutex_t lock;    /* guards configuration and initialization */
+    struct backend *backend; /* owned */
     int n_physical;
-    struct physical *phys;        /* n_physical entries */
-    int64_t reserve_mb;           /* TF_DEVICE_MIN_SYS_MEMORY_IN_MB, -1 = TF's rule */
-    bool oom_dump;                /* VRAM_OOM_DUMP */
-    struct trace_writer *trace;   /* VRAM_TRACE, or NULL */
+    struct physical *phys;      /* n_physical entries */
+    int64_t reserve_mb;         /* TF_DEVICE_MIN_SYS_MEMORY_IN_MB, -1 = TF's rule */
+    bool oom_dump;              /* VRAM_OOM_DUMP */
+    struct trace_writer *trace; /* VRAM_TRACE, or NULL */
+    atomic_bool trace_failed;   /* a trace write failed (reported once) */
     _Atomic uint64_t next_trace_id;
 };
 

@@ -42,33 +42,38 @@ oom_explain_locked(struct vram_device *dev, uint64_t size, char *buf, size_t len
     uint64_t ceiling = device_ceiling(dev);
     if (needed <= dev->limit) {
         /* Enough bytes under the cap, but not in one piece. */
-        if (dev->strategy == VRAM_STRATEGY_PREALLOCATE || dev->strategy == VRAM_STRATEGY_GROWTH_TF)
+        if (dev->strategy == VRAM_STRATEGY_PREALLOCATE ||
+            dev->strategy == VRAM_STRATEGY_GROWTH_TF)
             snprintf(hint, sizeof hint,
                      "free memory is fragmented: try VRAM_STRATEGY=growth");
         else if (needed + needed / 8 < ceiling)
-            snprintf(hint, sizeof hint,
-                     "free memory is fragmented: leave headroom with VRAM_MEMORY_LIMIT=%s",
-                     size_format((needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30, need,
-                                 sizeof need));
+            snprintf(
+                hint, sizeof hint,
+                "free memory is fragmented: leave headroom with VRAM_MEMORY_LIMIT=%s",
+                size_format((needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30, need,
+                            sizeof need));
         else
-            snprintf(hint, sizeof hint,
-                     "free memory is fragmented and the GPU is nearly full: reduce the batch "
-                     "size");
+            snprintf(
+                hint, sizeof hint,
+                "free memory is fragmented and the GPU is nearly full: reduce the batch "
+                "size");
     } else if (needed < ceiling && dev->limit < ceiling) {
         uint64_t gib = (needed + (1ULL << 30) - 1) >> 30 << 30;
         if (gib > ceiling)
             gib = ceiling;
-        snprintf(hint, sizeof hint, "the cap is too small for this job: try VRAM_MEMORY_LIMIT=%s",
+        snprintf(hint, sizeof hint,
+                 "the cap is too small for this job: try VRAM_MEMORY_LIMIT=%s",
                  size_format(gib, need, sizeof need));
     } else {
         snprintf(hint, sizeof hint,
                  "the job needs more than the GPU has: reduce the batch size, use mixed "
                  "precision or gradient accumulation");
     }
-    snprintf(buf, len,
-             "out of memory on GPU:%d (%s): tried to allocate %s; %s in use, %s reserved, "
-             "cap %s, largest free block %s; %s",
-             dev->index, strategy ? strategy : "?", req, use, res, cap, big, hint);
+    snprintf(
+        buf, len,
+        "out of memory on GPU:%d (%s): tried to allocate %s; %s in use, %s reserved, "
+        "cap %s, largest free block %s; %s",
+        dev->index, strategy ? strategy : "?", req, use, res, cap, big, hint);
 }
 
 static const char *
@@ -123,7 +128,8 @@ oom_dump_locked(struct vram_device *dev, FILE *out)
     rc |= fprintf(out, "InUse:            %20" PRIu64 " (%s)\n", h->bytes_in_use,
                   size_format(h->bytes_in_use, a, sizeof a)) < 0;
     rc |= fprintf(out, "MaxInUse:         %20" PRIu64 "\n", dev->peak_in_use) < 0;
-    rc |= fprintf(out, "Reserved:         %20" PRIu64 "\n", h->bytes_regions + dev->releasing) < 0;
+    rc |= fprintf(out, "Reserved:         %20" PRIu64 "\n",
+                  h->bytes_regions + dev->releasing) < 0;
     rc |= fprintf(out, "MaxReserved:      %20" PRIu64 "\n", dev->peak_reserved) < 0;
     rc |= fprintf(out, "NumAllocs:        %20" PRIu64 "\n", dev->num_allocs) < 0;
     rc |= fprintf(out, "NumOOMs:          %20" PRIu64 "\n", dev->num_ooms) < 0;
@@ -146,14 +152,15 @@ oom_dump_locked(struct vram_device *dev, FILE *out)
     }
     rc |= fputs("-- regions and blocks --\n", out) < 0;
     for (const struct region *r = h->regions; r != NULL; r = r->next) {
-        rc |= fprintf(out, "Region 0x%" PRIx64 " size %s, %" PRIu64 " live blocks\n", r->base,
-                      size_format(r->size, a, sizeof a), r->live) < 0;
+        rc |= fprintf(out, "Region 0x%" PRIx64 " size %s, %" PRIu64 " live blocks\n",
+                      r->base, size_format(r->size, a, sizeof a), r->live) < 0;
         for (const struct block *k = r->first; k != NULL; k = k->next) {
             if (k->free)
                 rc |= fprintf(out, "  Free  at 0x%" PRIx64 " size %s\n", k->addr,
                               size_format(k->size, a, sizeof a)) < 0;
             else
-                rc |= fprintf(out, "  InUse at 0x%" PRIx64 " size %s requested %s stream %p\n",
+                rc |= fprintf(out,
+                              "  InUse at 0x%" PRIx64 " size %s requested %s stream %p\n",
                               k->addr, size_format(k->size, b, sizeof b),
                               size_format(k->requested, c, sizeof c), k->stream) < 0;
         }

@@ -17,19 +17,16 @@
 
 #include "vram.h"
 
-enum trace_op {
-    TRACE_ALLOC = 'a',
-    TRACE_FREE = 'f'
-};
+enum trace_op { TRACE_ALLOC = 'a', TRACE_FREE = 'f' };
 
 struct trace_event {
-    uint64_t t_us;    /* wall-clock microseconds */
-    uint64_t id;      /* allocation number, unique within the trace */
-    uint64_t size;    /* bytes */
-    uint64_t stream;  /* opaque stream handle; 0 = default */
-    uint32_t slot;    /* dense index of id, 0..n_slots-1 (loader only) */
-    int32_t device;   /* logical device; 0 when the trace has no column */
-    char op;          /* TRACE_ALLOC or TRACE_FREE */
+    uint64_t t_us;   /* wall-clock microseconds */
+    uint64_t id;     /* allocation number, unique within the trace */
+    uint64_t size;   /* bytes */
+    uint64_t stream; /* opaque stream handle; 0 = default */
+    uint32_t slot;   /* dense index of id, 0..n_slots-1 (loader only) */
+    int32_t device;  /* logical device; 0 when the trace has no column */
+    char op;         /* TRACE_ALLOC or TRACE_FREE */
 };
 
 /*
@@ -38,9 +35,9 @@ struct trace_event {
 ** slots so replays can index arrays.
 */
 struct trace {
-    char *path;               /* as given; owned */
-    char *meta;               /* the "# ..." line without "# ", or "" ; owned */
-    struct trace_event *events;  /* owned */
+    char *path;                 /* as given; owned */
+    char *meta;                 /* the "# ..." line without "# ", or "" ; owned */
+    struct trace_event *events; /* owned */
     uint64_t n_events;
     uint32_t n_slots;         /* distinct ids */
     int n_devices;            /* 1 + highest device seen */

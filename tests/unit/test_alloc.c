@@ -96,10 +96,8 @@ test_default_cap_reserve(void **state)
         int cc;
         uint64_t memory, reserve;
     } cases[] = {
-        {9, 143771 * MiB, 1536 * MiB},
-        {8, 80 * GiB, 1536 * MiB},
-        {7, 16 * GiB, 1050 * MiB},
-        {6, 8 * GiB, 500 * MiB},
+        {9, 143771 * MiB, 1536 * MiB}, {8, 80 * GiB, 1536 * MiB},
+        {7, 16 * GiB, 1050 * MiB},     {6, 8 * GiB, 500 * MiB},
         {9, 1 * GiB, 225 * MiB},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -164,7 +162,8 @@ test_configure_after_init_fails(void **state)
     c.strategy = VRAM_STRATEGY_PREALLOCATE;
     assert_int_equal(vram_configure(ctx, 0, &c), VRAM_E_INITIALIZED);
     assert_non_null(
-        strstr(vram_last_error(), "physical devices cannot be modified after being initialized"));
+        strstr(vram_last_error(),
+               "physical devices cannot be modified after being initialized"));
     vram_device_config back;
     assert_int_equal(vram_get_config(ctx, 0, &back), VRAM_OK);
     assert_int_equal(back.strategy, VRAM_STRATEGY_GROWTH); /* unchanged */
@@ -267,7 +266,8 @@ test_alloc_basics(void **state)
     assert_int_equal(size, 512);
     assert_ptr_equal(s, stream);
     assert_int_equal(vram_block_info(dev, p, NULL, NULL), VRAM_OK);
-    assert_int_equal(vram_block_info(dev, (char *)p + 256, &size, NULL), VRAM_E_BAD_POINTER);
+    assert_int_equal(vram_block_info(dev, (char *)p + 256, &size, NULL),
+                     VRAM_E_BAD_POINTER);
 
     vram_stats st = stats_of(dev);
     assert_int_equal(st.bytes_in_use, 512);

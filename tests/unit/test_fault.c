@@ -58,7 +58,7 @@ scenario(vram_strategy strategy, uint64_t fail_call, vram_status how)
     enum { N = 12 };
     void *p[N] = {0};
     uint64_t sizes[N] = {4 * MiB, 300, 6 * MiB, 1 * MiB, 4 * MiB, 70000,
-                         3 * MiB, 512, 2 * MiB, 5 * MiB, 1000, 8 * MiB};
+                         3 * MiB, 512, 2 * MiB, 5 * MiB, 1000,    8 * MiB};
     for (int round = 0; round < 2; round++) {
         for (int i = round; i < N; i += 1 + round) {
             if (p[i] != NULL)
@@ -100,9 +100,9 @@ torture(vram_strategy strategy, vram_status how)
     uint64_t n;
     for (n = 1; n < 10000; n++)
         if (scenario(strategy, n, how) < n)
-            break; /* call N was never made: every call has failed once */
-    assert_true(n > 3);      /* the scenario did make backend calls */
-    assert_true(n < 10000);  /* and a run without failure was reached */
+            break;          /* call N was never made: every call has failed once */
+    assert_true(n > 3);     /* the scenario did make backend calls */
+    assert_true(n < 10000); /* and a run without failure was reached */
 }
 
 static void

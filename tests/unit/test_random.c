@@ -80,7 +80,8 @@ check_no_overlap(const struct model *m, int k)
         const struct live *b = &m->live[i];
         if (a->p < b->p + b->block && b->p < a->p + a->block)
             fail_msg("blocks %p+%llu and %p+%llu overlap", (void *)a->p,
-                     (unsigned long long)a->block, (void *)b->p, (unsigned long long)b->block);
+                     (unsigned long long)a->block, (void *)b->p,
+                     (unsigned long long)b->block);
     }
 }
 
@@ -170,7 +171,8 @@ static void
 test_random_growth(void **state)
 {
     (void)state;
-    assert_int_equal(run(VRAM_STRATEGY_GROWTH, 256 * MiB, 20000, 0x9e3779b97f4a7c15ULL), 0);
+    assert_int_equal(run(VRAM_STRATEGY_GROWTH, 256 * MiB, 20000, 0x9e3779b97f4a7c15ULL),
+                     0);
 }
 
 static void

@@ -37,8 +37,10 @@ work(void *arg)
             w->frees++;
             continue;
         }
-        size_t size = 1 + (size_t)rand_r(&w->seed) % (rand_r(&w->seed) % 4 ? 65536 : 4 << 20);
-        vram_status st = vram_alloc(w->dev, size, (void *)(uintptr_t)(w->seed % 2), &live[k]);
+        size_t size =
+            1 + (size_t)rand_r(&w->seed) % (rand_r(&w->seed) % 4 ? 65536 : 4 << 20);
+        vram_status st =
+            vram_alloc(w->dev, size, (void *)(uintptr_t)(w->seed % 2), &live[k]);
         if (st == VRAM_E_OOM) {
             w->ooms++;
             continue;

@@ -51,7 +51,8 @@ struct opt_spec {
 static const struct opt_spec opt_table[] = {
     {OPT_STRATEGY, "strategy", "NAME[,NAME...]|all",
      "strategies to replay under (default: growth)"},
-    {OPT_LIMIT, "limit", "SIZE", "cap of each device (memory_limit), e.g. 6G; default: none"},
+    {OPT_LIMIT, "limit", "SIZE",
+     "cap of each device (memory_limit), e.g. 6G; default: none"},
     {OPT_DEVICE_MEMORY, "device-memory", "SIZE",
      "memory of each simulated device (default: an H200's 143771 MiB)"},
     {OPT_REPEAT, "repeat", "N", "replay N times (1..1000) and report the median ns/op"},
@@ -83,7 +84,8 @@ replay_usage(FILE *out)
     for (size_t i = 0; i < N_OPTS; i++) {
         char left[64];
         if (opt_table[i].metavar != NULL)
-            snprintf(left, sizeof left, "--%s %s", opt_table[i].name, opt_table[i].metavar);
+            snprintf(left, sizeof left, "--%s %s", opt_table[i].name,
+                     opt_table[i].metavar);
         else
             snprintf(left, sizeof left, "--%s", opt_table[i].name);
         fprintf(out, "  %-34s %s\n", left, opt_table[i].help);
@@ -126,10 +128,10 @@ struct replay_result {
 
 /* One row of the report. */
 struct replay_row {
-    const char *trace;    /* display name; points into the trace path */
+    const char *trace; /* display name; points into the trace path */
     vram_strategy strategy;
     struct replay_result r; /* ns_per_op is the median of the runs */
-    bool has_min_limit;   /* the search found a cap (false: none fits) */
+    bool has_min_limit;     /* the search found a cap (false: none fits) */
     uint64_t min_limit_bytes;
 };
 
@@ -279,8 +281,8 @@ elapsed_ns(const struct timespec *a, const struct timespec *b)
 ** returns REPLAY_FAIL / REPLAY_BAD_INPUT.
 */
 static int
-replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t device_memory,
-            struct replay_slots *sl, struct replay_result *out)
+replay_once(const struct trace *t, vram_strategy st, uint64_t limit,
+            uint64_t device_memory, struct replay_slots *sl, struct replay_result *out)
 {
     vram_options opts;
     memset(&opts, 0, sizeof opts);
@@ -358,8 +360,8 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t de
                 continue; /* its allocation was refused */
             s = vram_free(dev, sl->ptr[k]);
             if (s != VRAM_OK) {
-                cli_error("%s: event %llu: free: %s", t->path, (unsigned long long)(i + 1),
-                          vram_last_error());
+                cli_error("%s: event %llu: free: %s", t->path,
+                          (unsigned long long)(i + 1), vram_last_error());
                 rc = REPLAY_FAIL;
                 break;
             }
@@ -382,7 +384,8 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit, uint64_t de
             vram_stats stats;
             s = vram_get_stats(devs[d], &stats);
             if (s != VRAM_OK) {
-                cli_error("%s: statistics of device %d: %s", t->path, d, vram_last_error());
+                cli_error("%s: statistics of device %d: %s", t->path, d,
+                          vram_last_error());
                 rc = REPLAY_FAIL;
                 break;
             }
@@ -410,8 +413,9 @@ cmp_double(const void *a, const void *b)
 ** run (they do not depend on timing) and ns_per_op is the median.
 */
 static int
-replay_repeated(const struct trace *t, vram_strategy st, const struct replay_settings *set,
-                struct replay_slots *sl, struct replay_result *out)
+replay_repeated(const struct trace *t, vram_strategy st,
+                const struct replay_settings *set, struct replay_slots *sl,
+                struct replay_result *out)
 {
     double times[1000];
     struct replay_result first, r;
@@ -479,8 +483,8 @@ find_min_limit(const struct trace *t, vram_strategy st, const struct replay_sett
 static const char *
 trace_display_name(const char *path, char *buf, size_t len)
 {
-    static const char *const suffixes[] = {".trace.csv.gz", ".trace.csv", ".csv.gz", ".csv",
-                                           ".gz"};
+    static const char *const suffixes[] = {".trace.csv.gz", ".trace.csv", ".csv.gz",
+                                           ".csv", ".gz"};
     const char *base = strrchr(path, '/');
     base = base != NULL ? base + 1 : path;
     size_t n = strlen(base);
@@ -526,7 +530,8 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
                            json_object_new_string(vram_strategy_name(row->strategy)));
     json_object_object_add(o, "ops", json_object_new_uint64(row->r.ops));
     snprintf(num, sizeof num, "%.1f", row->r.ns_per_op);
-    json_object_object_add(o, "ns_per_op", json_object_new_double_s(row->r.ns_per_op, num));
+    json_object_object_add(o, "ns_per_op",
+                           json_object_new_double_s(row->r.ns_per_op, num));
     json_object_object_add(o, "peak_in_use_bytes",
                            json_object_new_uint64(row->r.peak_in_use_bytes));
     json_object_object_add(o, "peak_reserved_bytes",
@@ -535,13 +540,14 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
     snprintf(num, sizeof num, "%.3f", frag);
     json_object_object_add(o, "fragmentation", json_object_new_double_s(frag, num));
     json_object_object_add(o, "ooms", json_object_new_uint64(row->r.ooms));
-    json_object_object_add(o, "backend_calls", json_object_new_uint64(row->r.backend_calls));
+    json_object_object_add(o, "backend_calls",
+                           json_object_new_uint64(row->r.backend_calls));
     json_object_object_add(o, "metadata_bytes_per_live_block",
                            json_object_new_uint64(meta_per_block(&row->r)));
     if (with_min_limit)
-        json_object_object_add(o, "min_limit_bytes",
-                               row->has_min_limit ? json_object_new_uint64(row->min_limit_bytes)
-                                                  : NULL);
+        json_object_object_add(
+            o, "min_limit_bytes",
+            row->has_min_limit ? json_object_new_uint64(row->min_limit_bytes) : NULL);
     printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     fflush(stdout);
     json_object_put(o);
@@ -567,10 +573,10 @@ static const struct {
     const char *title;
     bool left; /* left-aligned (text) rather than right-aligned (numbers) */
 } table_cols[N_COLS] = {
-    {"trace", true},       {"strategy", true}, {"ops", false},  {"ns/op", false},
-    {"peak in use", false}, {"peak reserved", false}, {"frag", false},
-    {"OOMs", false},       {"backend calls", false}, {"meta B/block", false},
-    {"min limit", false},
+    {"trace", true},         {"strategy", true},     {"ops", false},
+    {"ns/op", false},        {"peak in use", false}, {"peak reserved", false},
+    {"frag", false},         {"OOMs", false},        {"backend calls", false},
+    {"meta B/block", false}, {"min limit", false},
 };
 
 #define CELL_LEN 48
@@ -587,8 +593,10 @@ row_cells(const struct replay_row *row, char cells[N_COLS][CELL_LEN])
     size_format(row->r.peak_reserved_bytes, cells[COL_RESERVED], CELL_LEN);
     snprintf(cells[COL_FRAG], CELL_LEN, "%.3f", fragmentation_of(&row->r));
     snprintf(cells[COL_OOMS], CELL_LEN, "%llu", (unsigned long long)row->r.ooms);
-    snprintf(cells[COL_CALLS], CELL_LEN, "%llu", (unsigned long long)row->r.backend_calls);
-    snprintf(cells[COL_META], CELL_LEN, "%llu", (unsigned long long)meta_per_block(&row->r));
+    snprintf(cells[COL_CALLS], CELL_LEN, "%llu",
+             (unsigned long long)row->r.backend_calls);
+    snprintf(cells[COL_META], CELL_LEN, "%llu",
+             (unsigned long long)meta_per_block(&row->r));
     if (row->has_min_limit)
         size_format(row->min_limit_bytes, cells[COL_MIN_LIMIT], CELL_LEN);
     else
@@ -646,7 +654,8 @@ find_option(const char *arg, const char **inline_value)
     const char *eq = strchr(name, '=');
     size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
     for (size_t i = 0; i < N_OPTS; i++) {
-        if (strlen(opt_table[i].name) == len && strncmp(opt_table[i].name, name, len) == 0) {
+        if (strlen(opt_table[i].name) == len &&
+            strncmp(opt_table[i].name, name, len) == 0) {
             *inline_value = eq != NULL ? eq + 1 : NULL;
             return &opt_table[i];
         }
@@ -755,7 +764,7 @@ cmd_replay(int argc, char **argv)
 
     /* Load (and so validate) every trace before replaying any. */
     struct trace **traces = calloc((size_t)n_paths, sizeof *traces);
-    char (*names)[256] = calloc((size_t)n_paths, sizeof *names);
+    char(*names)[256] = calloc((size_t)n_paths, sizeof *names);
     size_t max_rows = (size_t)n_paths * set.n_strategies;
     struct replay_row *rows = calloc(max_rows, sizeof *rows);
     size_t n_rows = 0;

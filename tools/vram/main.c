@@ -16,8 +16,10 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"replay", cmd_replay, "replay allocation traces through each strategy on a simulated GPU"},
-    {"env", cmd_env, "print every setting vram reads from the environment, and its source"},
+    {"replay", cmd_replay,
+     "replay allocation traces through each strategy on a simulated GPU"},
+    {"env", cmd_env,
+     "print every setting vram reads from the environment, and its source"},
 };
 
 void
@@ -37,7 +39,8 @@ usage(FILE *out)
     fprintf(out, "usage: vram COMMAND [ARGS...]\n\nCommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n'vram COMMAND --help' describes a command. Version %s.\n", VRAM_VERSION);
+    fprintf(out, "\n'vram COMMAND --help' describes a command. Version %s.\n",
+            VRAM_VERSION);
 }
 
 int
@@ -48,7 +51,8 @@ main(int argc, char **argv)
         return 2;
     }
     const char *name = argv[1];
-    if (strcmp(name, "help") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+    if (strcmp(name, "help") == 0 || strcmp(name, "--help") == 0 ||
+        strcmp(name, "-h") == 0) {
         usage(stdout);
         return 0;
     }
