@@ -17,6 +17,7 @@
 #ifndef VRAM_BACKEND_BACKEND_H
 #define VRAM_BACKEND_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "vram.h"
@@ -62,6 +63,19 @@ struct backend_ops {
     vram_status (*map)(struct backend *b, int dev, uint64_t addr, uint64_t size,
                        uint64_t handle);
     vram_status (*unmap)(struct backend *b, int dev, uint64_t addr, uint64_t size);
+
+    /*
+    ** Stream ordering, for cross-stream reuse of freed blocks; NULL where
+    ** the backend has no streams (the simulator: its work completes at
+    ** once). event_record creates an event, records it on STREAM (an opaque
+    ** cudaStream_t/CUstream; 0 = the default stream) and returns its
+    ** handle; event_query sets *done when all work captured by the event
+    ** has completed; event_destroy releases it.
+    */
+    vram_status (*event_record)(struct backend *b, int dev, uint64_t stream,
+                                uint64_t *event);
+    vram_status (*event_query)(struct backend *b, int dev, uint64_t event, bool *done);
+    vram_status (*event_destroy)(struct backend *b, int dev, uint64_t event);
 };
 
 struct backend {
@@ -80,6 +94,13 @@ vram_status backend_sim_open(const vram_sim_options *options, struct backend **o
 */
 vram_status backend_fault_open(struct backend *inner, uint64_t fail_call,
                                vram_status status, struct backend **out);
+
+/*
+** The CUDA driver, loaded with dlopen at run time (cuda.c). LIBRARY is the
+** file to load (NULL: "libcuda.so.1"). VRAM_E_NO_DRIVER when it cannot be
+** loaded or cuInit fails (the last error says which and why).
+*/
+vram_status backend_cuda_open(const char *library, struct backend **out);
 
 /* Calls made so far through a fault wrapper (tests use it to know when
 ** every call has been failed once). */
