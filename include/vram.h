@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h> /* ssize_t, for the PyTorch plug-in */
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,13 +106,20 @@ VRAM_API const char *vram_last_error(void);
 **                see docs/ALLOCATOR.md).
 **   GROWTH_TF    TensorFlow's allow_growth: regions of 2 MiB, each new
 **                one twice the last (kept for comparison).
+**   EXPANDABLE   one virtual address range twice the cap, backed with
+**                physical memory granule by granule (2 MiB on CUDA) only
+**                where live blocks are. Free space never splits into
+**                regions that cannot merge; physical memory follows live
+**                bytes. Needs a backend with virtual-memory calls (the
+**                simulator and CUDA both have them).
 ** Names accepted by vram_strategy_parse and VRAM_STRATEGY: "preallocate",
-** "growth", "growth:tf-compat".
+** "growth", "growth:tf-compat", "expandable".
 */
 #define VRAM_STRATEGY_LIST(X)                                                            \
     X(VRAM_STRATEGY_PREALLOCATE, 0, "preallocate")                                       \
     X(VRAM_STRATEGY_GROWTH, 1, "growth")                                                 \
-    X(VRAM_STRATEGY_GROWTH_TF, 2, "growth:tf-compat")
+    X(VRAM_STRATEGY_GROWTH_TF, 2, "growth:tf-compat")                                    \
+    X(VRAM_STRATEGY_EXPANDABLE, 3, "expandable")
 
 typedef enum vram_strategy {
 #define VRAM_X_(name, num, str) name = num,
@@ -149,7 +157,10 @@ typedef struct vram_sim_options {
                                 tests can write through the addresses */
     uint64_t fail_call;      /* fail the Nth backend call (1-based) with
                                 fail_status; 0 = never */
-    vram_status fail_status; /* default VRAM_E_BACKEND */
+        vram_status fail_status; /* default VRAM_E_BACKEND */
+    int event_queries;       /* > 0: give streams events that complete after
+                                this many queries (to test the stream rule);
+                                0: no events, work completes at once */
 } vram_sim_options;
 
 typedef struct vram_options {
@@ -288,6 +299,19 @@ VRAM_API vram_status vram_device_info_get(vram_device *dev, vram_device_info *ou
 VRAM_API vram_status vram_alloc(vram_device *dev, size_t size, void *stream, void **out);
 
 /*
+** Streams. Every block remembers the stream it was allocated on. While a
+** device has seen only one stream, a freed block is reusable at once. Once
+** allocations arrive on a second stream, the rule is:
+**   - a block freed on stream S may be reused at once by an allocation on S
+**     (work on one stream runs in order);
+**   - reuse by an allocation on another stream waits until the work queued
+**     on S at the time of the free has completed: vram_free records an
+**     event on S, and the block returns to the heap only when a later
+**     allocation finds the event complete (the device is never
+**     synchronized; before an OOM every pending event is queried).
+** Pending blocks do not count as in use. The simulated backend has no
+** streams: its work completes at once.
+**
 ** Give back the block at PTR, allocated from DEV. NULL does nothing.
 ** VRAM_E_BAD_POINTER if PTR is not a live allocation of DEV (nothing is
 ** changed then). Thread-safe.
@@ -339,7 +363,10 @@ VRAM_API vram_status vram_get_memory_info(vram_device *dev, vram_memory_info *ou
     X(uint64_t, metadata_bytes, "bytes",                                                 \
       "host memory used by the allocator's bookkeeping")                                 \
     X(double, fragmentation, "ratio",                                                    \
-      "peak_bytes_reserved / peak_bytes_in_use (1.0 is ideal; 0 if unused)")
+      "peak_bytes_reserved / peak_bytes_in_use (1.0 is ideal; 0 if unused)")             \
+    X(uint64_t, maps, "calls", "expandable: granules mapped to physical memory")         \
+    X(uint64_t, unmaps, "calls",                                                         \
+      "expandable: granules unmapped to move their memory elsewhere")
 
 typedef struct vram_stats {
 #define VRAM_X_(type, name, unit, doc) type name;
@@ -381,6 +408,71 @@ VRAM_API vram_status vram_dump(vram_device *dev, FILE *out);
 ** debugging: O(blocks).
 */
 VRAM_API bool vram_check(vram_device *dev);
+
+/* ------------------------------------------------------------------ */
+/* PyTorch plug-in                                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+** Entry points for PyTorch's torch.cuda.memory.CUDAPluggableAllocator:
+**
+**   alloc = torch.cuda.memory.CUDAPluggableAllocator(
+**       "/path/to/libvram.so", "vram_torch_malloc", "vram_torch_free")
+**   torch.cuda.memory.change_current_allocator(alloc)
+**
+** PyTorch declares the stream parameters as cudaStream_t; vram takes them
+** as void * (a cudaStream_t is a pointer), so this header needs no CUDA
+** header. Sizes are ssize_t as PyTorch passes them.
+**
+** All three functions share one context of the process, opened on first
+** use with vram_open(NULL, ...): the backend (VRAM_BACKEND, default cuda),
+** the strategy (VRAM_STRATEGY; expandable is the one to use with PyTorch),
+** the caps (VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION) and logging come from
+** the environment, read once. The context lives until the process ends
+** (PyTorch may free tensors during interpreter shutdown).
+**
+** DEVICE is PyTorch's CUDA ordinal, which is the physical device index of
+** vram's CUDA backend (both count the devices CUDA_VISIBLE_DEVICES leaves
+** visible, in the same order). Allocations on it go to the first logical
+** device of that physical device: with one logical device per GPU (the
+** usual case) logical index == physical index; when VRAM_MEMORY_LIMIT
+** splits GPUs (e.g. 0:3G+3G) the first slice of each GPU is used.
+**
+** Thread-safe; the first call from several threads at once opens the
+** context exactly once. Nothing here ever terminates the process.
+*/
+
+/*
+** Allocate SIZE bytes on CUDA device DEVICE for use on STREAM (a
+** cudaStream_t). Returns the device address, or NULL when SIZE is 0 (the
+** usual answer for a zero-size tensor) and on any failure: a negative
+** SIZE, the context cannot be opened, no such device, out of memory. On
+** failure one line "vram: <vram_last_error()>" is written to stderr (for
+** OOM the one-line explanation: requested, in use, reserved, cap, what to
+** try), and vram_last_error() keeps that line for the calling thread.
+*/
+VRAM_API void *vram_torch_malloc(ssize_t size, int device, void *stream);
+
+/*
+** Give back PTR, allocated by vram_torch_malloc on DEVICE. SIZE and STREAM
+** are what PyTorch passes and are not needed (the block remembers its own
+** size and stream). NULL does nothing. A PTR that is not a live
+** allocation of DEVICE (or a bad DEVICE) writes one line "vram: ..." to
+** stderr and changes nothing.
+*/
+VRAM_API void vram_torch_free(void *ptr, ssize_t size, int device, void *stream);
+
+/*
+** Into *OUT, the peak bytes reserved from the device (peak_bytes_reserved
+** of vram_get_stats) by the plug-in's logical device for CUDA device
+** DEVICE: PyTorch's own statistics are empty under a pluggable allocator,
+** so this is how a script reads them (e.g. through ctypes). Opens the
+** context if no allocation did yet. Returns VRAM_OK, VRAM_E_INVALID for a
+** NULL OUT, VRAM_E_NO_DEVICE, or the status that opening the context
+** failed with (VRAM_E_CONFIG, VRAM_E_NO_DRIVER, ...); vram_last_error()
+** says why.
+*/
+VRAM_API vram_status vram_torch_peak_reserved(int device, uint64_t *out);
 
 #ifdef __cplusplus
 }

@@ -137,6 +137,33 @@ fault_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
     return f->inner->ops->unmap(f->inner, dev, addr, size);
 }
 
+static vram_status
+fault_event_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
+{
+    struct fault_backend *f = fault_of(b);
+    if (fault_hit(f, "event_record"))
+        return f->status;
+    return f->inner->ops->event_record(f->inner, dev, stream, event);
+}
+
+static vram_status
+fault_event_query(struct backend *b, int dev, uint64_t event, bool *done)
+{
+    struct fault_backend *f = fault_of(b);
+    if (fault_hit(f, "event_query"))
+        return f->status;
+    return f->inner->ops->event_query(f->inner, dev, event, done);
+}
+
+static vram_status
+fault_event_destroy(struct backend *b, int dev, uint64_t event)
+{
+    struct fault_backend *f = fault_of(b);
+    if (fault_hit(f, "event_destroy"))
+        return f->status;
+    return f->inner->ops->event_destroy(f->inner, dev, event);
+}
+
 static void
 fault_close(struct backend *b)
 {
@@ -178,6 +205,9 @@ backend_fault_open(struct backend *inner, uint64_t fail_call, vram_status status
     ops->phys_release = in->phys_release ? fault_phys_release : NULL;
     ops->map = in->map ? fault_map : NULL;
     ops->unmap = in->unmap ? fault_unmap : NULL;
+    ops->event_record = in->event_record ? fault_event_record : NULL;
+    ops->event_query = in->event_query ? fault_event_query : NULL;
+    ops->event_destroy = in->event_destroy ? fault_event_destroy : NULL;
     f->base.ops = ops;
     f->inner = inner;
     f->fail_call = fail_call;

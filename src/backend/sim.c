@@ -32,16 +32,36 @@ struct sim_alloc {
     uint64_t mapped;  /* host_backed: bytes mmap'ed at addr; else 0 */
 };
 
+/* A reserved virtual range (va_reserve). */
+struct sim_range {
+    uint64_t addr, size; /* bytes */
+    uint64_t *mapped;    /* per granule: handle mapped there, 0 = none */
+    bool host;           /* host_backed: an mmap'ed PROT_NONE range */
+};
+
+/* Physical memory made by phys_create; handle = index + 1. */
+struct sim_phys {
+    uint64_t size; /* bytes, 0 = slot unused */
+    uint64_t maps; /* granules it is mapped at */
+};
+
 struct sim_device {
     uint64_t total;           /* bytes */
     uint64_t used;            /* bytes charged by our allocations */
     uint64_t next_addr;       /* bump pointer of the address window */
     struct sim_alloc *allocs; /* live allocations, unordered */
     size_t n_allocs, cap_allocs;
+    struct sim_range *ranges; /* reserved virtual ranges, unordered */
+    size_t n_ranges, cap_ranges;
+    struct sim_phys *phys; /* physical allocations by handle - 1 */
+    uint64_t n_phys, cap_phys;
+    uint64_t free_phys; /* no unused phys slot below this index */
 };
 
 struct sim_backend {
     struct backend base;
+    int *events;                /* queries left per event, by handle - 1; -1 = unused */
+    uint64_t n_events, cap_events;
     pthread_mutex_t lock; /* guards every device's bookkeeping */
     vram_sim_options opt; /* with defaults filled in */
     struct sim_device dev[SIM_MAX_DEVICES];
@@ -198,6 +218,336 @@ sim_mem_free(struct backend *b, int dev, uint64_t addr)
                      addr);
 }
 
+/* ---- virtual memory: the calls of the expandable strategy ---- */
+
+static bool
+grow_array(void **arr, size_t elem, uint64_t *cap, uint64_t need)
+{
+    if (need <= *cap)
+        return true;
+    uint64_t ncap = *cap ? *cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *na = realloc(*arr, ncap * elem);
+    if (na == NULL)
+        return false;
+    memset((char *)na + *cap * elem, 0, (ncap - *cap) * elem);
+    *arr = na;
+    *cap = ncap;
+    return true;
+}
+
+static vram_status
+sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+{
+    struct sim_backend *s = sim_of(b);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    if (size == 0 || size % SIM_GRANULARITY != 0)
+        return error_set(VRAM_E_INVALID,
+                         "sim: va_reserve(%" PRIu64 "): not a multiple of 2 MiB", size);
+    struct sim_range r = {0, size, calloc(size / SIM_GRANULARITY, sizeof(uint64_t)),
+                          false};
+    if (r.mapped == NULL)
+        return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
+    pthread_mutex_lock(&s->lock);
+    struct sim_device *d = &s->dev[dev];
+    uint64_t cap = d->cap_ranges;
+    if (!grow_array((void **)&d->ranges, sizeof *d->ranges, &cap, d->n_ranges + 1)) {
+        pthread_mutex_unlock(&s->lock);
+        free(r.mapped);
+        return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
+    }
+    d->cap_ranges = (size_t)cap;
+    if (s->opt.host_backed) {
+        /* Inaccessible until mapped: a write to an unmapped granule faults,
+        ** as it does on a GPU. */
+        void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (p == MAP_FAILED) {
+            pthread_mutex_unlock(&s->lock);
+            free(r.mapped);
+            return error_set(VRAM_E_OOM, "sim: va_reserve(%" PRIu64 "): mmap failed",
+                             size);
+        }
+        r.addr = (uint64_t)(uintptr_t)p;
+        r.host = true;
+    } else {
+        if (d->next_addr + size > SIM_BASE + (uint64_t)(dev + 1) * SIM_WINDOW) {
+            pthread_mutex_unlock(&s->lock);
+            free(r.mapped);
+            return error_set(VRAM_E_OOM, "sim: address space of device %d exhausted",
+                             dev);
+        }
+        r.addr = d->next_addr;
+        d->next_addr += size;
+    }
+    d->ranges[d->n_ranges++] = r;
+    pthread_mutex_unlock(&s->lock);
+    *addr = r.addr;
+    return VRAM_OK;
+}
+
+/* The range holding [addr, addr+size), or NULL. Caller holds s->lock. */
+static struct sim_range *
+find_range_locked(struct sim_device *d, uint64_t addr, uint64_t size)
+{
+    for (size_t i = 0; i < d->n_ranges; i++) {
+        struct sim_range *r = &d->ranges[i];
+        if (addr >= r->addr && addr - r->addr <= r->size &&
+            size <= r->size - (addr - r->addr))
+            return r;
+    }
+    return NULL;
+}
+
+static vram_status
+sim_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    struct sim_backend *s = sim_of(b);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    pthread_mutex_lock(&s->lock);
+    struct sim_device *d = &s->dev[dev];
+    for (size_t i = 0; i < d->n_ranges; i++) {
+        struct sim_range *r = &d->ranges[i];
+        if (r->addr != addr || r->size != size)
+            continue;
+        for (uint64_t g = 0; g < size / SIM_GRANULARITY; g++)
+            if (r->mapped[g] != 0) {
+                pthread_mutex_unlock(&s->lock);
+                return error_set(VRAM_E_INVALID,
+                                 "sim: va_release(0x%" PRIx64 "): granule %" PRIu64
+                                 " still mapped",
+                                 addr, g);
+            }
+        if (r->host)
+            munmap((void *)(uintptr_t)r->addr, r->size);
+        free(r->mapped);
+        d->ranges[i] = d->ranges[--d->n_ranges];
+        pthread_mutex_unlock(&s->lock);
+        return VRAM_OK;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return error_set(VRAM_E_INVALID,
+                     "sim: va_release(0x%" PRIx64 "): not a reserved range", addr);
+}
+
+static vram_status
+sim_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
+{
+    struct sim_backend *s = sim_of(b);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    if (size == 0 || size % SIM_GRANULARITY != 0)
+        return error_set(VRAM_E_INVALID,
+                         "sim: phys_create(%" PRIu64 "): not a multiple of 2 MiB", size);
+    pthread_mutex_lock(&s->lock);
+    struct sim_device *d = &s->dev[dev];
+    if (size > sim_free_locked(s, dev)) {
+        uint64_t avail = sim_free_locked(s, dev);
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_OOM,
+                         "sim: phys_create(%" PRIu64
+                         " bytes) on device %d: out of memory "
+                         "(%" PRIu64 " bytes free)",
+                         size, dev, avail);
+    }
+    uint64_t slot = d->free_phys;
+    while (slot < d->n_phys && d->phys[slot].size != 0)
+        slot++;
+    if (slot == d->n_phys) {
+        if (!grow_array((void **)&d->phys, sizeof *d->phys, &d->cap_phys,
+                        d->n_phys + 1)) {
+            pthread_mutex_unlock(&s->lock);
+            return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
+        }
+        d->n_phys++;
+    }
+    d->phys[slot].size = size;
+    d->phys[slot].maps = 0;
+    d->free_phys = slot + 1;
+    d->used += size;
+    pthread_mutex_unlock(&s->lock);
+    *handle = slot + 1;
+    return VRAM_OK;
+}
+
+static vram_status
+sim_phys_release(struct backend *b, int dev, uint64_t handle)
+{
+    struct sim_backend *s = sim_of(b);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    pthread_mutex_lock(&s->lock);
+    struct sim_device *d = &s->dev[dev];
+    if (handle == 0 || handle > d->n_phys || d->phys[handle - 1].size == 0) {
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_INVALID, "sim: phys_release(%" PRIu64 "): no such handle",
+                         handle);
+    }
+    if (d->phys[handle - 1].maps != 0) {
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_INVALID, "sim: phys_release(%" PRIu64 "): still mapped",
+                         handle);
+    }
+    d->used -= d->phys[handle - 1].size;
+    d->phys[handle - 1].size = 0;
+    if (handle - 1 < d->free_phys)
+        d->free_phys = handle - 1;
+    pthread_mutex_unlock(&s->lock);
+    return VRAM_OK;
+}
+
+/* Granules [*g0, *g1) of R covered by [addr, addr+size). */
+static void
+granules_of(const struct sim_range *r, uint64_t addr, uint64_t size, uint64_t *g0,
+            uint64_t *g1)
+{
+    *g0 = (addr - r->addr) / SIM_GRANULARITY;
+    *g1 = (addr - r->addr + size) / SIM_GRANULARITY;
+}
+
+static vram_status
+sim_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handle)
+{
+    struct sim_backend *s = sim_of(b);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    pthread_mutex_lock(&s->lock);
+    struct sim_device *d = &s->dev[dev];
+    struct sim_range *r = find_range_locked(d, addr, size);
+    const char *why = NULL;
+    uint64_t g0 = 0, g1 = 0;
+    if (r == NULL || size == 0 || (addr - r->addr) % SIM_GRANULARITY != 0 ||
+        size % SIM_GRANULARITY != 0)
+        why = "not granule-aligned inside a reserved range";
+    else if (handle == 0 || handle > d->n_phys || d->phys[handle - 1].size != size)
+        why = "no physical allocation of that size";
+    if (why == NULL) {
+        granules_of(r, addr, size, &g0, &g1);
+        for (uint64_t g = g0; g < g1; g++)
+            if (r->mapped[g] != 0)
+                why = "already mapped";
+    }
+    if (why != NULL) {
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_INVALID, "sim: map(0x%" PRIx64 ", %" PRIu64 "): %s", addr,
+                         size, why);
+    }
+    for (uint64_t g = g0; g < g1; g++)
+        r->mapped[g] = handle;
+    d->phys[handle - 1].maps += g1 - g0;
+    if (r->host)
+        mprotect((void *)(uintptr_t)addr, size, PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&s->lock);
+    return VRAM_OK;
+}
+
+static vram_status
+sim_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    struct sim_backend *s = sim_of(b);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    pthread_mutex_lock(&s->lock);
+    struct sim_device *d = &s->dev[dev];
+    struct sim_range *r = find_range_locked(d, addr, size);
+    bool ok = r != NULL && size > 0 && (addr - r->addr) % SIM_GRANULARITY == 0 &&
+              size % SIM_GRANULARITY == 0;
+    uint64_t g0 = 0, g1 = 0;
+    if (ok) {
+        granules_of(r, addr, size, &g0, &g1);
+        for (uint64_t g = g0; g < g1; g++)
+            ok = ok && r->mapped[g] != 0;
+    }
+    if (!ok) {
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_INVALID,
+                         "sim: unmap(0x%" PRIx64 ", %" PRIu64 "): not mapped", addr,
+                         size);
+    }
+    for (uint64_t g = g0; g < g1; g++) {
+        d->phys[r->mapped[g] - 1].maps--;
+        r->mapped[g] = 0;
+    }
+    if (r->host) {
+        /* The contents go with the memory, as on a GPU. */
+        madvise((void *)(uintptr_t)addr, size, MADV_DONTNEED);
+        mprotect((void *)(uintptr_t)addr, size, PROT_NONE);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return VRAM_OK;
+}
+
+/* ---- events: only with event_queries > 0 (tests of the stream rule) ---- */
+
+static vram_status
+sim_event_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
+{
+    struct sim_backend *s = sim_of(b);
+    (void)stream;
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    pthread_mutex_lock(&s->lock);
+    uint64_t slot = 0;
+    while (slot < s->n_events && s->events[slot] >= 0)
+        slot++;
+    if (slot == s->n_events) {
+        if (!grow_array((void **)&s->events, sizeof *s->events, &s->cap_events,
+                        s->n_events + 1)) {
+            pthread_mutex_unlock(&s->lock);
+            return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
+        }
+        s->n_events++;
+    }
+    s->events[slot] = s->opt.event_queries;
+    pthread_mutex_unlock(&s->lock);
+    *event = slot + 1;
+    return VRAM_OK;
+}
+
+static vram_status
+sim_event_query(struct backend *b, int dev, uint64_t event, bool *done)
+{
+    struct sim_backend *s = sim_of(b);
+    (void)dev;
+    pthread_mutex_lock(&s->lock);
+    if (event == 0 || event > s->n_events || s->events[event - 1] < 0) {
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_INVALID, "sim: event_query(%" PRIu64 "): no such event", event);
+    }
+    int *left = &s->events[event - 1];
+    if (*left > 0)
+        (*left)--;
+    *done = *left == 0;
+    pthread_mutex_unlock(&s->lock);
+    return VRAM_OK;
+}
+
+static vram_status
+sim_event_destroy(struct backend *b, int dev, uint64_t event)
+{
+    struct sim_backend *s = sim_of(b);
+    (void)dev;
+    pthread_mutex_lock(&s->lock);
+    if (event == 0 || event > s->n_events || s->events[event - 1] < 0) {
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_INVALID, "sim: event_destroy(%" PRIu64 "): no such event",
+                         event);
+    }
+    s->events[event - 1] = -1;
+    pthread_mutex_unlock(&s->lock);
+    return VRAM_OK;
+}
+
 static void
 sim_close(struct backend *b)
 {
@@ -208,7 +558,15 @@ sim_close(struct backend *b)
             if (d->allocs[k].mapped != 0)
                 munmap((void *)(uintptr_t)d->allocs[k].addr, d->allocs[k].mapped);
         free(d->allocs);
+        for (size_t k = 0; k < d->n_ranges; k++) {
+            if (d->ranges[k].host)
+                munmap((void *)(uintptr_t)d->ranges[k].addr, d->ranges[k].size);
+            free(d->ranges[k].mapped);
+        }
+        free(d->ranges);
+        free(d->phys);
     }
+    free(s->events);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -221,6 +579,32 @@ static const struct backend_ops sim_ops = {
     .mem_get_info = sim_mem_get_info,
     .mem_alloc = sim_mem_alloc,
     .mem_free = sim_mem_free,
+    .va_reserve = sim_va_reserve,
+    .va_release = sim_va_release,
+    .phys_create = sim_phys_create,
+    .phys_release = sim_phys_release,
+    .map = sim_map,
+    .unmap = sim_unmap,
+};
+
+/* With event_queries > 0: the same calls plus events. */
+static const struct backend_ops sim_ops_events = {
+    .name = "sim",
+    .close = sim_close,
+    .device_count = sim_device_count,
+    .device_info = sim_device_info,
+    .mem_get_info = sim_mem_get_info,
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .va_reserve = sim_va_reserve,
+    .va_release = sim_va_release,
+    .phys_create = sim_phys_create,
+    .phys_release = sim_phys_release,
+    .map = sim_map,
+    .unmap = sim_unmap,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_destroy = sim_event_destroy,
 };
 
 vram_status
@@ -251,6 +635,8 @@ backend_sim_open(const vram_sim_options *options, struct backend **out)
     if (s == NULL)
         return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
     s->base.ops = &sim_ops;
+    if (o.event_queries > 0)
+        s->base.ops = &sim_ops_events;
     pthread_mutex_init(&s->lock, NULL);
     s->opt = o;
     for (int i = 0; i < o.devices; i++) {

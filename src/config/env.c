@@ -81,10 +81,11 @@ typedef char KIND_PATH_type[512];
       "a size above 0, e.g. 80G or 143771M",                                             \
       "Memory of each simulated device; the default is an NVIDIA H200's.")               \
     X(VRAM_STRATEGY, KIND_STRATEGY, env.strategy, "preallocate",                         \
-      "preallocate, growth or growth:tf-compat",                                         \
+      "preallocate, growth, growth:tf-compat or expandable",                                         \
       "How each logical device obtains memory: its whole cap at the first allocation "   \
-      "(TensorFlow's default), growth as needed (vram's policy), or TensorFlow's "       \
-      "allow_growth (2 MiB regions, each twice the last).")                              \
+      "(TensorFlow's default), growth as needed (vram's policy), TensorFlow's "          \
+      "allow_growth (2 MiB regions, each twice the last), or expandable (one virtual "   \
+      "range backed granule by granule where live blocks are).")                         \
     X(VRAM_ALLOW_GROWTH, KIND_TRISTATE, allow_growth, "", ENV_BOOL_WORDS,                \
       "true selects the growth strategy unless VRAM_STRATEGY names a growth strategy; "  \
       "false selects preallocate. Must agree with VRAM_STRATEGY and "                    \

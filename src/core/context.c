@@ -48,7 +48,7 @@ vram_strategy_parse(const char *text, vram_strategy *out)
 #undef X
     return error_set(
         VRAM_E_INVALID,
-        "unknown strategy '%.64s' (expected preallocate, growth or growth:tf-compat)",
+        "unknown strategy '%.64s' (expected preallocate, growth, growth:tf-compat or expandable)",
         text);
 }
 
@@ -79,12 +79,9 @@ open_backend(vram_backend_kind kind, const vram_sim_options *sim, struct backend
         return backend_sim_open(sim, out);
     case VRAM_BACKEND_CUDA:
     case VRAM_BACKEND_DEFAULT:
-        break;
+        return backend_cuda_open(NULL, out);
     }
-    return error_set(
-        VRAM_E_NO_DRIVER,
-        "the CUDA backend is not available in this build; use VRAM_BACKEND=sim "
-        "for the simulated device");
+    return error_set(VRAM_E_INVALID, "unknown backend %d", (int)kind);
 }
 
 /* Give physical device D its configuration from the environment. */

@@ -43,18 +43,11 @@ unlock(struct vram_device *dev)
     pthread_mutex_unlock(&dev->lock);
 }
 
-/* Bytes held from the backend, including regions being given back. */
-static inline uint64_t
-reserved_locked(const struct vram_device *dev)
-{
-    return dev->heap.bytes_regions + dev->releasing;
-}
-
 /* Bytes the cap still allows the device to obtain (I8). */
 static inline uint64_t
 headroom_locked(const struct vram_device *dev)
 {
-    uint64_t held = reserved_locked(dev) + dev->pending;
+    uint64_t held = device_reserved_locked(dev) + dev->pending;
     return held >= dev->limit ? 0 : dev->limit - held;
 }
 
@@ -68,6 +61,8 @@ device_init(struct vram_device *dev, struct vram_context *ctx, int index, int ph
     if (st != VRAM_OK)
         return st;
     pthread_mutex_init(&dev->lock, NULL);
+    pthread_cond_init(&dev->grown, NULL);
+    expand_init(&dev->ex);
     dev->ctx = ctx;
     dev->index = index;
     dev->physical = physical;
@@ -85,12 +80,23 @@ void
 device_destroy(struct vram_device *dev)
 {
     struct backend *be = dev->ctx->backend;
-    for (struct region *r = dev->heap.regions; r != NULL; r = r->next) {
+    for (uint64_t k = 0; k < dev->pend_len; k++) {
+        struct pending *p = &dev->pend[(dev->pend_head + k) & (dev->pend_cap - 1)];
+        if (p->b != NULL && p->event != 0)
+            be->ops->event_destroy(be, dev->physical, p->event);
+    }
+    free(dev->pend);
+    /* Expandable's one region is address space, given back by
+    ** expand_destroy; the others' regions are backend allocations. */
+    bool expandable = dev->strategy == VRAM_STRATEGY_EXPANDABLE;
+    expand_destroy(dev);
+    for (struct region *r = dev->heap.regions; r != NULL && !expandable; r = r->next) {
         if (be->ops->mem_free(be, dev->physical, r->handle) != VRAM_OK)
             log_write(LOG_CONFIG, "GPU:%d: giving a region back at close failed: %s",
                       dev->index, vram_last_error());
     }
     heap_destroy(&dev->heap);
+    pthread_cond_destroy(&dev->grown);
     pthread_mutex_destroy(&dev->lock);
 }
 
@@ -153,6 +159,7 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
         lock(dev);
         dev->pending -= want;
         dev->backend_calls++;
+        pthread_cond_broadcast(&dev->grown); /* waiters retry (see vram_alloc) */
         if (st == VRAM_OK) {
             st = heap_add_region(&dev->heap, addr, want, addr, NULL);
             if (st != VRAM_OK) {
@@ -163,7 +170,7 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
                 return error_set(VRAM_E_HOST_MEMORY,
                                  "out of host memory for the allocator");
             }
-            uint64_t reserved = reserved_locked(dev);
+            uint64_t reserved = device_reserved_locked(dev);
             if (reserved > dev->peak_reserved)
                 dev->peak_reserved = reserved;
             if (dev->strategy == VRAM_STRATEGY_GROWTH_TF)
@@ -224,6 +231,7 @@ release_free_regions_locked(struct vram_device *dev)
         if (res != NULL)
             res[k] = be->ops->mem_free(be, dev->physical, list[k].handle);
     lock(dev);
+    pthread_cond_broadcast(&dev->grown);
     uint64_t released = 0;
     for (k = 0; k < n; k++) {
         dev->backend_calls++;
@@ -294,6 +302,201 @@ oom_locked(struct vram_device *dev, uint64_t size)
     return st;
 }
 
+static vram_status alloc_done_locked(struct vram_device *dev, struct block *b,
+                                     size_t size, void *stream, void **out);
+
+/* ================================================================== */
+/* Streams                                                             */
+/* ================================================================== */
+
+/* The live bytes the user holds: pending blocks are the allocator's. */
+static inline uint64_t
+in_use_locked(const struct vram_device *dev)
+{
+    return dev->heap.bytes_in_use - dev->pend_bytes;
+}
+
+static inline struct pending *
+pend_at(struct vram_device *dev, uint64_t k)
+{
+    return &dev->pend[(dev->pend_head + k) & (dev->pend_cap - 1)];
+}
+
+static bool
+pend_push(struct vram_device *dev, struct block *b, void *stream, uint64_t event)
+{
+    if (dev->pend_len == dev->pend_cap) {
+        uint64_t ncap = dev->pend_cap ? 2 * dev->pend_cap : 64;
+        struct pending *np = malloc(ncap * sizeof *np);
+        if (np == NULL)
+            return false;
+        for (uint64_t k = 0; k < dev->pend_len; k++)
+            np[k] = *pend_at(dev, k);
+        free(dev->pend);
+        dev->pend = np;
+        dev->pend_cap = ncap;
+        dev->pend_head = 0;
+    }
+    struct pending p = {b, stream, event};
+    *pend_at(dev, dev->pend_len++) = p;
+    dev->pend_bytes += b->size;
+    b->pending = true;
+    return true;
+}
+
+/* Drop emptied entries at the front of the ring. */
+static void
+pend_trim(struct vram_device *dev)
+{
+    while (dev->pend_len > 0 && pend_at(dev, 0)->b == NULL) {
+        dev->pend_head = (dev->pend_head + 1) & (dev->pend_cap - 1);
+        dev->pend_len--;
+    }
+}
+
+/* Hand pending block P back to the heap: its stream's work is done. */
+static void
+pend_release_locked(struct vram_device *dev, struct pending *p)
+{
+    struct block *b = p->b;
+    dev->pend_bytes -= b->size;
+    b->pending = false;
+    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
+        expand_unback_locked(dev, b->addr, b->size);
+    heap_release(&dev->heap, b);
+    p->b = NULL;
+}
+
+/*
+** Same-stream reuse: a block freed on STREAM may serve an allocation on
+** STREAM at once, whatever its event says (work on one stream runs in
+** order). Looks at the newest few entries only. Returns the block, with
+** its event in *event to destroy once the lock is dropped.
+*/
+static struct block *
+pend_reuse_locked(struct vram_device *dev, uint64_t size, void *stream, uint64_t *event)
+{
+    uint64_t n = dev->pend_len < 8 ? dev->pend_len : 8;
+    for (uint64_t i = 0; i < n; i++) {
+        struct pending *p = pend_at(dev, dev->pend_len - 1 - i);
+        if (p->b == NULL || p->stream != stream || p->b->size < size ||
+            p->b->size > 2 * size)
+            continue;
+        struct block *b = p->b;
+        *event = p->event;
+        dev->pend_bytes -= b->size;
+        b->pending = false;
+        p->b = NULL;
+        pend_trim(dev);
+        return b;
+    }
+    return NULL;
+}
+
+/*
+** Query the events of up to MAX oldest pending frees (outside the lock)
+** and give the blocks whose work is done back to the heap. One thread
+** polls at a time; the others go on without waiting.
+*/
+static void
+pend_poll_locked(struct vram_device *dev, uint64_t max)
+{
+    if (dev->polling || dev->pend_len == 0)
+        return;
+    struct backend *be = dev->ctx->backend;
+    enum { BATCH = 16 };
+    struct {
+        uint64_t k, event;
+        struct block *b;
+        bool done;
+    } q[BATCH];
+    dev->polling = true;
+    while (max > 0) {
+        uint64_t n = 0;
+        for (uint64_t k = 0; k < dev->pend_len && n < BATCH && n < max; k++) {
+            struct pending *p = pend_at(dev, k);
+            if (p->b != NULL) {
+                q[n].k = k;
+                q[n].event = p->event;
+                q[n].b = p->b;
+                q[n].done = false;
+                n++;
+            }
+        }
+        if (n == 0)
+            break;
+        unlock(dev);
+        for (uint64_t i = 0; i < n; i++) {
+            bool done = false;
+            if (be->ops->event_query(be, dev->physical, q[i].event, &done) != VRAM_OK)
+                done = false; /* keep it: reuse only once the work is known done */
+            if (done)
+                be->ops->event_destroy(be, dev->physical, q[i].event);
+            q[i].done = done;
+        }
+        lock(dev);
+        /* Entries only leave the front (here) or are emptied by same-stream
+        ** reuse; new ones are appended: positions still hold. */
+        uint64_t released = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            struct pending *p = pend_at(dev, q[i].k);
+            if (!q[i].done)
+                continue;
+            if (p->b == q[i].b && p->event == q[i].event) {
+                pend_release_locked(dev, p);
+                released++;
+            }
+        }
+        pend_trim(dev);
+        if (released < n)
+            break; /* the oldest not done: later ones are unlikely to be */
+        max -= n;
+    }
+    dev->polling = false;
+}
+
+/*
+** The expandable path: place the block in the one virtual range, then make
+** sure physical memory is mapped under it (expand.c). Called with the lock
+** held; returns with it released.
+*/
+static vram_status
+alloc_expandable_locked(struct vram_device *dev, size_t size, uint64_t rounded,
+                        void *stream, void **out)
+{
+    vram_status st = expand_setup_locked(dev);
+    if (st != VRAM_OK) {
+        unlock(dev);
+        return st;
+    }
+    for (bool polled = false;; polled = true) {
+        bool host_oom;
+        struct block *b = heap_take(&dev->heap, rounded, size, stream, &host_oom);
+        if (b == NULL && host_oom) {
+            unlock(dev);
+            return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
+        }
+        if (b != NULL) {
+            st = expand_back_locked(dev, b->addr, b->size);
+            if (st == VRAM_OK)
+                return alloc_done_locked(dev, b, size, stream, out);
+            heap_release(&dev->heap, b);
+            if (st != VRAM_E_OOM) {
+                unlock(dev);
+                return st;
+            }
+        }
+        /* Before refusing: pending frees whose work is done come back. */
+        uint64_t before = dev->pend_len;
+        if (!polled && before > 0) {
+            pend_poll_locked(dev, UINT64_MAX);
+            if (dev->pend_len < before)
+                continue;
+        }
+        return oom_locked(dev, size);
+    }
+}
+
 vram_status
 vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
 {
@@ -309,6 +512,29 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
     uint64_t rounded = round_up(size, HEAP_ALIGN);
     bool released = false;
     struct block *b;
+    if (!dev->stream_seen) {
+        dev->stream_seen = true;
+        dev->first_stream = stream;
+    } else if (stream != dev->first_stream) {
+        dev->multi_stream = true;
+    }
+    if (dev->pend_len > 0) {
+        uint64_t event = 0;
+        b = pend_reuse_locked(dev, rounded, stream, &event);
+        if (b != NULL) {
+            dev->heap.bytes_requested += size - b->requested;
+            b->requested = size;
+            b->stream = stream;
+            vram_status st = alloc_done_locked(dev, b, size, stream, out);
+            if (event != 0)
+                dev->ctx->backend->ops->event_destroy(dev->ctx->backend, dev->physical,
+                                                      event);
+            return st;
+        }
+        pend_poll_locked(dev, 4);
+    }
+    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
+        return alloc_expandable_locked(dev, size, rounded, stream, out);
     for (;;) {
         bool host_oom;
         b = heap_take(&dev->heap, rounded, size, stream, &host_oom);
@@ -337,6 +563,12 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
             unlock(dev);
             return st; /* the backend's message is the thread's last error */
         }
+        /* Another thread is obtaining or giving back memory under the cap:
+        ** its region may serve this request. Wait for it, then look again. */
+        if (want == 0 && (dev->pending > 0 || dev->releasing > 0)) {
+            pthread_cond_wait(&dev->grown, &dev->lock);
+            continue;
+        }
         /* Before refusing: free regions may be merged by giving them back
         ** and obtaining one of the needed shape. */
         if (!released && dev->strategy != VRAM_STRATEGY_PREALLOCATE &&
@@ -344,11 +576,28 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
             released = true;
             continue;
         }
+        if (dev->pend_len > 0) {
+            uint64_t before = dev->pend_len;
+            pend_poll_locked(dev, UINT64_MAX);
+            if (dev->pend_len < before)
+                continue;
+        }
         return oom_locked(dev, size);
     }
+    return alloc_done_locked(dev, b, size, stream, out);
+}
+
+/* Account for block B handed out for SIZE bytes, unlock, trace and log. */
+static vram_status
+alloc_done_locked(struct vram_device *dev, struct block *b, size_t size, void *stream,
+                  void **out)
+{
     dev->num_allocs++;
-    if (dev->heap.bytes_in_use > dev->peak_in_use)
-        dev->peak_in_use = dev->heap.bytes_in_use;
+    if (in_use_locked(dev) > dev->peak_in_use)
+        dev->peak_in_use = in_use_locked(dev);
+    uint64_t reserved = device_reserved_locked(dev);
+    if (reserved > dev->peak_reserved)
+        dev->peak_reserved = reserved;
     struct vram_context *ctx = dev->ctx;
     uint64_t id = 0;
     if (ctx->trace != NULL) {
@@ -366,26 +615,11 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
     return VRAM_OK;
 }
 
-vram_status
-vram_free(vram_device *dev, void *ptr)
+/* After a free: trace and log outside the lock. */
+static vram_status
+free_done(struct vram_device *dev, void *ptr, uint64_t id, uint64_t requested,
+          void *stream)
 {
-    if (ptr == NULL)
-        return VRAM_OK;
-    if (dev == NULL)
-        return error_set(VRAM_E_INVALID, "vram_free: NULL device");
-    lock(dev);
-    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
-    if (b == NULL) {
-        unlock(dev);
-        return error_set(VRAM_E_BAD_POINTER,
-                         "vram_free(%p): not a live allocation of GPU:%d", ptr,
-                         dev->index);
-    }
-    uint64_t id = b->trace_id, requested = b->requested;
-    void *stream = b->stream;
-    heap_release(&dev->heap, b);
-    dev->num_frees++;
-    unlock(dev);
     if (dev->ctx->trace != NULL)
         trace_event(dev, TRACE_FREE, id, requested, stream);
     if (log_enabled(LOG_LARGE) && (requested >= SMALL_REQUEST || log_enabled(LOG_ALL)))
@@ -395,13 +629,65 @@ vram_free(vram_device *dev, void *ptr)
 }
 
 vram_status
+vram_free(vram_device *dev, void *ptr)
+{
+    if (ptr == NULL)
+        return VRAM_OK;
+    if (dev == NULL)
+        return error_set(VRAM_E_INVALID, "vram_free: NULL device");
+    lock(dev);
+    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
+    if (b == NULL || b->pending) {
+        unlock(dev);
+        return error_set(VRAM_E_BAD_POINTER,
+                         "vram_free(%p): not a live allocation of GPU:%d", ptr,
+                         dev->index);
+    }
+    uint64_t id = b->trace_id, requested = b->requested;
+    void *stream = b->stream;
+    struct backend *be = dev->ctx->backend;
+    if (dev->multi_stream && be->ops->event_record != NULL) {
+        /* Several streams: other streams may reuse the block only once the
+        ** work queued on its stream by now is done. Claim the block, record
+        ** the event without the lock, then queue it. */
+        b->pending = true;
+        dev->pend_bytes += b->size;
+        unlock(dev);
+        uint64_t event = 0;
+        vram_status st =
+            be->ops->event_record(be, dev->physical, (uint64_t)(uintptr_t)stream, &event);
+        lock(dev);
+        dev->pend_bytes -= b->size;
+        b->pending = false;
+        if (st == VRAM_OK && pend_push(dev, b, stream, event)) {
+            dev->num_frees++;
+            unlock(dev);
+            return free_done(dev, ptr, id, requested, stream);
+        }
+        /* No event: the block cannot be proven idle; keep it out of reach
+        ** of other streams by releasing it only after a synchronous wait is
+        ** impossible here, so report the failure and keep it allocated. */
+        unlock(dev);
+        if (st == VRAM_OK)
+            be->ops->event_destroy(be, dev->physical, event);
+        return st == VRAM_OK ? error_set(VRAM_E_HOST_MEMORY, "out of host memory") : st;
+    }
+    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
+        expand_unback_locked(dev, b->addr, b->size);
+    heap_release(&dev->heap, b);
+    dev->num_frees++;
+    unlock(dev);
+    return free_done(dev, ptr, id, requested, stream);
+}
+
+vram_status
 vram_block_info(vram_device *dev, const void *ptr, uint64_t *size, void **stream)
 {
     if (dev == NULL)
         return error_set(VRAM_E_INVALID, "vram_block_info: NULL device");
     lock(dev);
     struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
-    if (b == NULL) {
+    if (b == NULL || b->pending) {
         unlock(dev);
         return error_set(VRAM_E_BAD_POINTER, "vram_block_info(%p): not a live allocation",
                          ptr);
@@ -424,7 +710,7 @@ vram_get_memory_info(vram_device *dev, vram_memory_info *out)
     if (dev == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "vram_get_memory_info: NULL argument");
     lock(dev);
-    out->current = dev->heap.bytes_in_use;
+    out->current = in_use_locked(dev);
     out->peak = dev->peak_in_use;
     unlock(dev);
     return VRAM_OK;
@@ -438,10 +724,10 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     vram_stats s;
     memset(&s, 0, sizeof s);
     lock(dev);
-    s.bytes_in_use = dev->heap.bytes_in_use;
+    s.bytes_in_use = in_use_locked(dev);
     s.peak_bytes_in_use = dev->peak_in_use;
     s.bytes_requested = dev->heap.bytes_requested;
-    s.bytes_reserved = reserved_locked(dev);
+    s.bytes_reserved = device_reserved_locked(dev);
     s.peak_bytes_reserved = dev->peak_reserved;
     s.bytes_limit = dev->limit;
     s.largest_free_block = heap_largest_free(&dev->heap);
@@ -451,7 +737,11 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     s.num_frees = dev->num_frees;
     s.num_ooms = dev->num_ooms;
     s.backend_calls = dev->backend_calls;
-    s.metadata_bytes = heap_metadata_bytes(&dev->heap);
+    s.metadata_bytes = heap_metadata_bytes(&dev->heap) + dev->ex.n * sizeof *dev->ex.g +
+                       dev->ex.idle_cap * sizeof *dev->ex.idle +
+                       dev->ex.cap_pool * sizeof *dev->ex.pool;
+    s.maps = dev->ex.maps;
+    s.unmaps = dev->ex.unmaps;
     unlock(dev);
     s.fragmentation = s.peak_bytes_in_use
                           ? (double)s.peak_bytes_reserved / (double)s.peak_bytes_in_use
@@ -466,8 +756,8 @@ vram_reset_peak(vram_device *dev)
     if (dev == NULL)
         return error_set(VRAM_E_INVALID, "vram_reset_peak: NULL device");
     lock(dev);
-    dev->peak_in_use = dev->heap.bytes_in_use;
-    dev->peak_reserved = reserved_locked(dev);
+    dev->peak_in_use = in_use_locked(dev);
+    dev->peak_reserved = device_reserved_locked(dev);
     unlock(dev);
     return VRAM_OK;
 }
@@ -480,14 +770,14 @@ vram_check(vram_device *dev)
         return false;
     }
     lock(dev);
-    bool ok = heap_check(&dev->heap);
-    if (ok && reserved_locked(dev) + dev->pending > dev->limit) {
+    bool ok = heap_check(&dev->heap) && expand_check_locked(dev);
+    if (ok && device_reserved_locked(dev) + dev->pending > dev->limit) {
         error_set(VRAM_E_INVALID,
                   "I8: %" PRIu64 " bytes held or pending above the cap %" PRIu64,
-                  reserved_locked(dev) + dev->pending, dev->limit);
+                  device_reserved_locked(dev) + dev->pending, dev->limit);
         ok = false;
     }
-    if (ok && dev->peak_in_use < dev->heap.bytes_in_use) {
+    if (ok && dev->peak_in_use < in_use_locked(dev)) {
         error_set(VRAM_E_INVALID, "I5: peak in use below in use");
         ok = false;
     }

@@ -3,6 +3,7 @@
 */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -45,10 +46,15 @@ vram_last_error(void)
 vram_status
 error_set(vram_status status, const char *fmt, ...)
 {
+    /* Format into a copy first: callers may pass vram_last_error() itself
+    ** as an argument, and vsnprintf's source and destination must not
+    ** overlap. */
+    char line[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    memcpy(last_error, line, sizeof line);
     return status;
 }
 

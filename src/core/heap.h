@@ -39,6 +39,7 @@ struct block {
     uint64_t trace_id;  /* allocation number in the trace, while allocated */
     uint32_t cls;       /* size class, while free */
     bool free;
+    bool pending;       /* freed by the user, held until its stream's work is done */
 };
 
 struct region {

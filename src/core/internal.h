@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/expand.h"
 #include "core/heap.h"
 #include "vram.h"
 
@@ -27,6 +28,8 @@ struct vram_device {
     uint64_t limit;           /* the cap, bytes, constant */
     uint64_t granularity;     /* region sizes are multiples of this, bytes */
     struct heap heap;
+    struct expand ex;       /* the expandable strategy's backing; unused otherwise */
+    pthread_cond_t grown;      /* a backend call that obtains or gives back memory ended */
     uint64_t pending;       /* bytes being obtained from the backend right now (I8) */
     uint64_t releasing;     /* bytes being given back right now, still counted */
     uint64_t tf_region;     /* growth:tf-compat: size of the next region, bytes */
@@ -34,6 +37,23 @@ struct vram_device {
     uint64_t peak_reserved; /* bytes */
     uint64_t num_allocs, num_frees, num_ooms, backend_calls;
     char last_oom[400]; /* the last OOM line on this device */
+    /* Stream ordering (docs/ALLOCATOR.md, "Streams"): blocks freed while
+    ** several streams are in use wait here until an event recorded on
+    ** their stream at free time has completed. */
+    void *first_stream;   /* the stream of the first allocation */
+    bool stream_seen;     /* first_stream is set */
+    bool multi_stream;    /* a second stream has been seen */
+    bool polling;         /* a thread is querying pending events */
+    struct pending *pend; /* FIFO ring of pending frees */
+    uint64_t pend_cap, pend_head, pend_len;
+    uint64_t pend_bytes; /* bytes of pending blocks */
+};
+
+/* A block freed on STREAM, reusable by other streams once EVENT is done. */
+struct pending {
+    struct block *b;
+    void *stream;
+    uint64_t event;
 };
 
 /* One physical device. */
@@ -56,6 +76,17 @@ struct vram_context {
     atomic_bool trace_failed;   /* a trace write failed (reported once) */
     _Atomic uint64_t next_trace_id;
 };
+
+/* Bytes held from the backend, including regions being given back. For
+** expandable, the physical memory held (its one region is address space).
+** The caller holds dev->lock. */
+static inline uint64_t
+device_reserved_locked(const struct vram_device *dev)
+{
+    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
+        return dev->ex.phys_bytes;
+    return dev->heap.bytes_regions + dev->releasing;
+}
 
 /* device.c */
 vram_status device_init(struct vram_device *dev, struct vram_context *ctx, int index,

@@ -27,7 +27,7 @@ oom_explain_locked(struct vram_device *dev, uint64_t size, char *buf, size_t len
 {
     char req[32], use[32], res[32], cap[32], big[32], need[32];
     uint64_t in_use = dev->heap.bytes_in_use;
-    uint64_t reserved = dev->heap.bytes_regions + dev->releasing;
+    uint64_t reserved = device_reserved_locked(dev);
     uint64_t largest = heap_largest_free(&dev->heap);
     const char *strategy = vram_strategy_name(dev->strategy);
     size_format(size, req, sizeof req);
@@ -41,22 +41,19 @@ oom_explain_locked(struct vram_device *dev, uint64_t size, char *buf, size_t len
     uint64_t needed = in_use + size;
     uint64_t ceiling = device_ceiling(dev);
     if (needed <= dev->limit) {
-        /* Enough bytes under the cap, but not in one piece. */
-        if (dev->strategy == VRAM_STRATEGY_PREALLOCATE ||
-            dev->strategy == VRAM_STRATEGY_GROWTH_TF)
-            snprintf(hint, sizeof hint,
-                     "free memory is fragmented: try VRAM_STRATEGY=growth");
+        /* Enough bytes under the cap, but not in one piece: expandable
+        ** merges all free space; elsewhere, headroom is what helps. */
+        if (dev->strategy != VRAM_STRATEGY_EXPANDABLE)
+            snprintf(hint, sizeof hint, "free memory is fragmented: try VRAM_STRATEGY=expandable");
         else if (needed + needed / 8 < ceiling)
-            snprintf(
-                hint, sizeof hint,
-                "free memory is fragmented: leave headroom with VRAM_MEMORY_LIMIT=%s",
-                size_format((needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30, need,
-                            sizeof need));
+            snprintf(hint, sizeof hint,
+                     "free memory is fragmented: leave headroom with VRAM_MEMORY_LIMIT=%s",
+                     size_format((needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30, need,
+                                 sizeof need));
         else
-            snprintf(
-                hint, sizeof hint,
-                "free memory is fragmented and the GPU is nearly full: reduce the batch "
-                "size");
+            snprintf(hint, sizeof hint,
+                     "free memory is fragmented and the GPU is nearly full: reduce the batch "
+                     "size");
     } else if (needed < ceiling && dev->limit < ceiling) {
         uint64_t gib = (needed + (1ULL << 30) - 1) >> 30 << 30;
         if (gib > ceiling)
@@ -129,7 +126,7 @@ oom_dump_locked(struct vram_device *dev, FILE *out)
                   size_format(h->bytes_in_use, a, sizeof a)) < 0;
     rc |= fprintf(out, "MaxInUse:         %20" PRIu64 "\n", dev->peak_in_use) < 0;
     rc |= fprintf(out, "Reserved:         %20" PRIu64 "\n",
-                  h->bytes_regions + dev->releasing) < 0;
+                  device_reserved_locked(dev)) < 0;
     rc |= fprintf(out, "MaxReserved:      %20" PRIu64 "\n", dev->peak_reserved) < 0;
     rc |= fprintf(out, "NumAllocs:        %20" PRIu64 "\n", dev->num_allocs) < 0;
     rc |= fprintf(out, "NumOOMs:          %20" PRIu64 "\n", dev->num_ooms) < 0;

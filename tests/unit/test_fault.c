@@ -128,6 +128,14 @@ test_fault_preallocate(void **state)
 }
 
 static void
+test_fault_expandable(void **state)
+{
+    (void)state;
+    torture(VRAM_STRATEGY_EXPANDABLE, VRAM_E_BACKEND);
+    torture(VRAM_STRATEGY_EXPANDABLE, VRAM_E_OOM);
+}
+
+static void
 test_fault_tf_compat(void **state)
 {
     (void)state;
@@ -181,6 +189,7 @@ main(void)
         cmocka_unit_test(test_fault_growth_device_full),
         cmocka_unit_test(test_fault_preallocate),
         cmocka_unit_test(test_fault_tf_compat),
+        cmocka_unit_test(test_fault_expandable),
         cmocka_unit_test(test_failed_release_keeps_region),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -196,10 +196,19 @@ test_random_tf_compat(void **state)
     run(VRAM_STRATEGY_GROWTH_TF, 96 * MiB, 20000, 4242);
 }
 
+static void
+test_random_expandable(void **state)
+{
+    (void)state;
+    assert_int_equal(run(VRAM_STRATEGY_EXPANDABLE, 256 * MiB, 20000, 99), 0);
+    assert_true(run(VRAM_STRATEGY_EXPANDABLE, 48 * MiB, 20000, 2024) > 0);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_expandable),
         cmocka_unit_test(test_random_growth),
         cmocka_unit_test(test_random_growth_tight_cap),
         cmocka_unit_test(test_random_preallocate),

@@ -124,6 +124,19 @@ test_threads_logical_devices(void **state)
     vram_close(ctx);
 }
 
+/* Expandable: threads meet granules being mapped or moved by others. */
+static void
+test_threads_expandable(void **state)
+{
+    (void)state;
+    vram_context *ctx = sim_open(1, 1 * GiB, true);
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 96 * MiB);
+    run_workers(&dev, 1);
+    vram_stats s = stats_of(dev);
+    assert_true(s.maps > 0);
+    vram_close(ctx);
+}
+
 struct racer {
     vram_context *ctx;
     vram_device *got;
@@ -172,6 +185,7 @@ main(void)
         cmocka_unit_test(test_threads_one_device),
         cmocka_unit_test(test_threads_logical_devices),
         cmocka_unit_test(test_threads_init_race),
+        cmocka_unit_test(test_threads_expandable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

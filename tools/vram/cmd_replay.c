@@ -1,6 +1,7 @@
 /*
 ** cmd_replay.c -- `vram replay`: replay allocation traces through each
-** strategy on the simulated device and report what every strategy cost.
+** strategy on the simulated device (or, with --backend cuda, on the real
+** GPU through the CUDA driver) and report what every strategy cost.
 **
 ** Per trace and strategy: operations, host nanoseconds per operation (the
 ** event loop alone, median of --repeat runs), peak bytes in use (the sum of
@@ -12,6 +13,12 @@
 **
 ** Every trace is loaded (and so validated) before any replay starts: a
 ** malformed file fails fast with "vram: FILE:LINE: reason" and exit 2.
+**
+** With --backend cuda each replay opens a CUDA context (the environment
+** is still ignored) on the first n_devices GPUs; a trace that names more
+** devices than the machine has fails with one line. The traces' stream
+** handles belong to the process that recorded them, so every event is
+** replayed on the default stream there.
 */
 #include <errno.h>
 #include <json-c/json.h>
@@ -32,6 +39,7 @@
 /* ------------------------------------------------------------------ */
 
 enum opt_id {
+    OPT_BACKEND,
     OPT_STRATEGY,
     OPT_LIMIT,
     OPT_DEVICE_MEMORY,
@@ -49,12 +57,16 @@ struct opt_spec {
 };
 
 static const struct opt_spec opt_table[] = {
+    {OPT_BACKEND, "backend", "sim|cuda",
+     "replay on the simulated device (default) or on the GPU through the CUDA "
+     "driver"},
     {OPT_STRATEGY, "strategy", "NAME[,NAME...]|all",
      "strategies to replay under (default: growth)"},
     {OPT_LIMIT, "limit", "SIZE",
      "cap of each device (memory_limit), e.g. 6G; default: none"},
     {OPT_DEVICE_MEMORY, "device-memory", "SIZE",
-     "memory of each simulated device (default: an H200's 143771 MiB)"},
+     "memory of each simulated device (default: an H200's 143771 MiB); "
+     "--backend sim only"},
     {OPT_REPEAT, "repeat", "N", "replay N times (1..1000) and report the median ns/op"},
     {OPT_MIN_LIMIT, "min-limit", NULL,
      "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
@@ -79,7 +91,8 @@ replay_usage(FILE *out)
 {
     fprintf(out, "usage: vram replay [OPTIONS] TRACE...\n\n"
                  "Replay .csv or .csv.gz allocation traces through the allocator on a\n"
-                 "simulated GPU and report, per trace and strategy, what it cost.\n\n"
+                 "simulated GPU (or the real one: --backend cuda) and report, per trace\n"
+                 "and strategy, what it cost.\n\n"
                  "Options:\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         char left[64];
@@ -103,10 +116,13 @@ replay_usage(FILE *out)
 /* ------------------------------------------------------------------ */
 
 struct replay_settings {
+    vram_backend_kind backend;              /* VRAM_BACKEND_SIM or _CUDA */
+    bool device_memory_given;               /* --device-memory was on the line */
     vram_strategy strategies[N_STRATEGIES]; /* in the order asked, no repeats */
     size_t n_strategies;
     uint64_t limit_bytes;   /* 0 = no cap given */
-    uint64_t device_memory; /* bytes per simulated device */
+    uint64_t device_memory; /* bytes per simulated device; with cuda, the
+                               smallest GPU's total (--min-limit's bound) */
     unsigned repeat;        /* runs per trace and strategy, 1..1000 */
     bool min_limit;
     bool json;
@@ -276,26 +292,32 @@ elapsed_ns(const struct timespec *a, const struct timespec *b)
 }
 
 /*
-** Replay T once under strategy ST with cap LIMIT (0 = none) on devices of
-** DEVICE_MEMORY bytes, into OUT. Returns REPLAY_OK, or prints one line and
-** returns REPLAY_FAIL / REPLAY_BAD_INPUT.
+** Replay T once under strategy ST with cap LIMIT (0 = none) on BACKEND:
+** simulated devices of DEVICE_MEMORY bytes, or the GPUs. Into OUT.
+** Returns REPLAY_OK, or prints one line and returns REPLAY_FAIL /
+** REPLAY_BAD_INPUT.
 */
 static int
-replay_once(const struct trace *t, vram_strategy st, uint64_t limit,
-            uint64_t device_memory, struct replay_slots *sl, struct replay_result *out)
+replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
+            uint64_t limit, uint64_t device_memory, struct replay_slots *sl,
+            struct replay_result *out)
 {
+    bool cuda = backend == VRAM_BACKEND_CUDA;
+    int n_dev = t->n_devices > 0 ? t->n_devices : 1;
     vram_options opts;
     memset(&opts, 0, sizeof opts);
-    opts.backend = VRAM_BACKEND_SIM;
-    opts.sim.devices = t->n_devices > 0 ? t->n_devices : 1;
-    opts.sim.memory_bytes = device_memory;
+    opts.backend = cuda ? VRAM_BACKEND_CUDA : VRAM_BACKEND_SIM;
+    if (!cuda) {
+        opts.sim.devices = n_dev;
+        opts.sim.memory_bytes = device_memory;
+    }
     opts.ignore_environment = true;
 
-    int n_dev = opts.sim.devices;
     vram_context *ctx = NULL;
     vram_status s = vram_open(&opts, &ctx);
     if (s != VRAM_OK) {
-        cli_error("cannot open the simulated device: %s", vram_last_error());
+        cli_error("cannot open the %s: %s", cuda ? "CUDA backend" : "simulated device",
+                  vram_last_error());
         return s == VRAM_E_INVALID || s == VRAM_E_CONFIG ? REPLAY_BAD_INPUT : REPLAY_FAIL;
     }
 
@@ -336,7 +358,8 @@ replay_once(const struct trace *t, vram_strategy st, uint64_t limit,
         uint32_t k = ev->slot;
         if (ev->op == TRACE_ALLOC) {
             void *p;
-            s = vram_alloc(dev, (size_t)ev->size, (void *)(uintptr_t)ev->stream, &p);
+            void *stream = cuda ? NULL : (void *)(uintptr_t)ev->stream;
+            s = vram_alloc(dev, (size_t)ev->size, stream, &p);
             if (s == VRAM_OK) {
                 sl->ptr[k] = p;
                 sl->size[k] = ev->size;
@@ -421,7 +444,8 @@ replay_repeated(const struct trace *t, vram_strategy st,
     struct replay_result first, r;
     memset(&first, 0, sizeof first);
     for (unsigned i = 0; i < set->repeat; i++) {
-        int rc = replay_once(t, st, set->limit_bytes, set->device_memory, sl, &r);
+        int rc = replay_once(t, set->backend, st, set->limit_bytes, set->device_memory,
+                             sl, &r);
         if (rc != REPLAY_OK)
             return rc;
         if (i == 0)
@@ -454,14 +478,14 @@ find_min_limit(const struct trace *t, vram_strategy st, const struct replay_sett
     *found = false;
     if (hi == 0 || hi <= lo)
         return REPLAY_OK;
-    int rc = replay_once(t, st, hi * mib, set->device_memory, sl, &r);
+    int rc = replay_once(t, set->backend, st, hi * mib, set->device_memory, sl, &r);
     if (rc != REPLAY_OK)
         return rc;
     if (r.ooms > 0)
         return REPLAY_OK;
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
-        rc = replay_once(t, st, mid * mib, set->device_memory, sl, &r);
+        rc = replay_once(t, set->backend, st, mid * mib, set->device_memory, sl, &r);
         if (rc != REPLAY_OK)
             return rc;
         if (r.ooms > 0)
@@ -705,6 +729,16 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
             value = argv[++i];
         }
         switch (o->id) {
+        case OPT_BACKEND:
+            if (strcmp(value, "sim") == 0) {
+                set->backend = VRAM_BACKEND_SIM;
+            } else if (strcmp(value, "cuda") == 0) {
+                set->backend = VRAM_BACKEND_CUDA;
+            } else {
+                cli_error("--backend '%s': expected sim or cuda", value);
+                return 2;
+            }
+            break;
         case OPT_STRATEGY:
             if (!parse_strategies(value, set))
                 return 2;
@@ -716,6 +750,7 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
         case OPT_DEVICE_MEMORY:
             if (!parse_size_option(o->name, value, &set->device_memory))
                 return 2;
+            set->device_memory_given = true;
             break;
         case OPT_REPEAT:
             if (!parse_repeat(value, &set->repeat))
@@ -736,7 +771,48 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
         cli_error("replay: no trace given (usage: vram replay [OPTIONS] TRACE...)");
         return 2;
     }
+    if (set->backend == VRAM_BACKEND_CUDA && set->device_memory_given) {
+        cli_error("--device-memory applies to the simulated device only "
+                  "(not with --backend cuda)");
+        return 2;
+    }
     return -1;
+}
+
+/*
+** With --backend cuda: how many GPUs there are, and the total memory of
+** the smallest (the upper bound of --min-limit's search), into *N_GPUS and
+** *MIN_TOTAL. Returns REPLAY_OK, or prints one line and returns
+** REPLAY_FAIL.
+*/
+static int
+probe_gpus(int *n_gpus, uint64_t *min_total)
+{
+    vram_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.backend = VRAM_BACKEND_CUDA;
+    opts.ignore_environment = true;
+    vram_context *ctx = NULL;
+    int n = 0;
+    uint64_t least = UINT64_MAX;
+    vram_status s = vram_open(&opts, &ctx);
+    if (s == VRAM_OK)
+        s = vram_physical_count(ctx, &n);
+    for (int d = 0; s == VRAM_OK && d < n; d++) {
+        vram_physical_info info;
+        s = vram_physical_info_get(ctx, d, &info);
+        if (s == VRAM_OK && info.total_bytes < least)
+            least = info.total_bytes;
+    }
+    if (s != VRAM_OK) {
+        cli_error("cannot open the CUDA backend: %s", vram_last_error());
+        vram_close(ctx);
+        return REPLAY_FAIL;
+    }
+    vram_close(ctx);
+    *n_gpus = n;
+    *min_total = least;
+    return REPLAY_OK;
 }
 
 int
@@ -744,6 +820,7 @@ cmd_replay(int argc, char **argv)
 {
     struct replay_settings set;
     memset(&set, 0, sizeof set);
+    set.backend = VRAM_BACKEND_SIM;
     set.strategies[0] = VRAM_STRATEGY_GROWTH;
     set.n_strategies = 1;
     set.device_memory = VRAM_SIM_DEFAULT_MEMORY;
@@ -787,6 +864,17 @@ cmd_replay(int argc, char **argv)
             rc = s == VRAM_E_PARSE || s == VRAM_E_IO ? REPLAY_BAD_INPUT : REPLAY_FAIL;
         }
         trace_display_name(paths[i], names[i], sizeof names[i]);
+    }
+
+    if (rc == REPLAY_OK && set.backend == VRAM_BACKEND_CUDA) {
+        int n_gpus = 0;
+        rc = probe_gpus(&n_gpus, &set.device_memory);
+        for (int i = 0; i < n_paths && rc == REPLAY_OK; i++)
+            if (traces[i]->n_devices > n_gpus) {
+                cli_error("%s: the trace uses %d devices, this machine has %d GPU%s",
+                          paths[i], traces[i]->n_devices, n_gpus, n_gpus == 1 ? "" : "s");
+                rc = REPLAY_FAIL;
+            }
     }
 
     for (int i = 0; i < n_paths && rc == REPLAY_OK; i++) {

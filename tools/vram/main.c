@@ -20,6 +20,8 @@ static const struct command commands[] = {
      "replay allocation traces through each strategy on a simulated GPU"},
     {"env", cmd_env,
      "print every setting vram reads from the environment, and its source"},
+    {"devices", cmd_devices,
+     "list the GPUs and the logical devices the configuration makes of them"},
 };
 
 void

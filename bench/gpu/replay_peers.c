@@ -1,0 +1,642 @@
+/*
+** replay_peers.c -- replay allocation traces on a real GPU through the two
+** allocators vram is compared with, so that `vram replay --backend cuda`
+** and these figures come from the same run on the same GPU
+** (tests/gpu/run.sh):
+**
+**   cudaMallocAsync  the CUDA stream-ordered pool: cudaMallocAsync and
+**                    cudaFreeAsync on one stream, from the device's default
+**                    pool with its release threshold raised to UINT64_MAX
+**                    so that it keeps its memory across synchronisations.
+**   cudaMalloc       cudaMalloc and cudaFree, no caching at all.
+**
+** Per trace and allocator: events replayed, host ns per event (the event
+** loop plus one final stream synchronisation, median of --repeat runs),
+** peak bytes reserved from the device and fragmentation = peak reserved /
+** peak bytes live (the sum of the trace's sizes of live allocations, over
+** the events replayed).
+**
+** Peak reserved is cudaMemPoolAttrReservedMemHigh for the pool. For
+** cudaMalloc it is simply the peak of live bytes: every live allocation is
+** its own piece of device memory, and the driver's rounding of each piece
+** is not visible through the runtime. Its fragmentation is therefore 1.000
+** by construction; what the cudaMalloc row measures is host time.
+**
+** Every run starts cold, like each `vram replay` run (a fresh context):
+** the pool is trimmed to nothing (cudaMemPoolTrimTo) and its high-water
+** mark reset before each run. Allocations still live at the end of a run
+** (the trace never frees them, or --max-events cut it short) are freed
+** after the timed loop.
+**
+** --max-events N replays only the first N events (cudaMalloc costs about
+** 43 us a pair on an H200, so the 1.47M-event gpt2m_generate trace would
+** take half a minute per run); the output then says "prefix" and "ops"
+** counts the events replayed.
+**
+** Exit status: 0 ok, 1 failure (a CUDA call failed, no GPU), 2 bad usage
+** or malformed trace. Built only where the CUDA toolkit is installed.
+*/
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trace/trace.h"
+#include "vram.h"
+
+/* ------------------------------------------------------------------ */
+/* Options: one table, from which both the parser and --help come      */
+/* ------------------------------------------------------------------ */
+
+enum opt_id { OPT_ALLOCATOR, OPT_REPEAT, OPT_MAX_EVENTS, OPT_DEVICE, OPT_JSON, OPT_HELP };
+
+struct opt_spec {
+    enum opt_id id;
+    const char *name;    /* long name without "--" */
+    const char *metavar; /* NULL: a flag without a value */
+    const char *help;
+};
+
+static const struct opt_spec opt_table[] = {
+    {OPT_ALLOCATOR, "allocator", "cudaMallocAsync|cudaMalloc|all",
+     "allocators to replay through (default: all)"},
+    {OPT_REPEAT, "repeat", "N",
+     "replay N times (1..1000) and report the median ns/op "
+     "(default 3)"},
+    {OPT_MAX_EVENTS, "max-events", "N", "replay only the first N events of each trace"},
+    {OPT_DEVICE, "device", "N", "CUDA device ordinal (default 0)"},
+    {OPT_JSON, "json", NULL, "print one JSON object per line (sizes in bytes)"},
+    {OPT_HELP, "help", NULL, "print this help"},
+};
+
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+enum allocator { ALLOC_POOL, ALLOC_MALLOC, N_ALLOCATORS };
+
+static const char *const allocator_names[N_ALLOCATORS] = {"cudaMallocAsync",
+                                                          "cudaMalloc"};
+
+struct settings {
+    bool use[N_ALLOCATORS];
+    unsigned repeat;     /* 1..1000 */
+    uint64_t max_events; /* 0 = all */
+    int device;
+    bool json;
+};
+
+/* What one replay of one trace through one allocator measured. */
+struct result {
+    uint64_t ops;                 /* events replayed */
+    double ns_per_op;             /* host ns per event */
+    uint64_t peak_live_bytes;     /* max of the sum of live trace sizes */
+    uint64_t peak_reserved_bytes; /* see the top of the file */
+    uint64_t ooms;                /* allocations the allocator refused */
+};
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Print "vram_replay_peers: " + the message + newline to stderr. */
+static void
+fail(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("vram_replay_peers: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static void
+usage(FILE *out)
+{
+    fprintf(out, "usage: vram_replay_peers [OPTIONS] TRACE...\n\n"
+                 "Replay allocation traces on the GPU through the CUDA stream-ordered\n"
+                 "pool (cudaMallocAsync, release threshold UINT64_MAX) and through\n"
+                 "cudaMalloc, for comparison with 'vram replay --backend cuda'.\n\n"
+                 "Options:\n");
+    for (size_t i = 0; i < N_OPTS; i++) {
+        char left[64];
+        if (opt_table[i].metavar != NULL)
+            snprintf(left, sizeof left, "--%s %s", opt_table[i].name,
+                     opt_table[i].metavar);
+        else
+            snprintf(left, sizeof left, "--%s", opt_table[i].name);
+        fprintf(out, "  %-44s %s\n", left, opt_table[i].help);
+    }
+    fprintf(out, "\nExit status: 0 ok, 1 failure, 2 bad usage or malformed trace.\n");
+}
+
+/* Parse a whole number in [LO, HI] for option NAME. */
+static bool
+parse_number(const char *name, const char *text, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < lo ||
+        v > hi) {
+        fail("--%s '%s': expected a whole number from %llu to %llu", name, text,
+             (unsigned long long)lo, (unsigned long long)hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* CUDA helpers                                                         */
+/* ------------------------------------------------------------------ */
+
+/* True if E is success; otherwise print one line naming WHAT. */
+static bool
+cuda_ok(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return true;
+    fail("%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return false;
+}
+
+static double
+elapsed_ns(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) * 1e9 + (double)(b->tv_nsec - a->tv_nsec);
+}
+
+/* Per-slot state of a replay, reused between runs. */
+struct slots {
+    void **ptr;     /* device address of each live slot */
+    uint64_t *size; /* its trace size */
+    bool *live;
+};
+
+static void
+slots_free(struct slots *sl)
+{
+    free(sl->ptr);
+    free(sl->size);
+    free(sl->live);
+}
+
+static bool
+slots_alloc(struct slots *sl, uint32_t n)
+{
+    size_t count = n > 0 ? n : 1;
+    sl->ptr = calloc(count, sizeof *sl->ptr);
+    sl->size = calloc(count, sizeof *sl->size);
+    sl->live = calloc(count, sizeof *sl->live);
+    if (sl->ptr == NULL || sl->size == NULL || sl->live == NULL) {
+        slots_free(sl);
+        return false;
+    }
+    return true;
+}
+
+/* The allocator being replayed through, and what it needs. */
+struct peer {
+    enum allocator which;
+    cudaStream_t stream; /* the one stream of the pool's replays */
+    cudaMemPool_t pool;  /* the device's default pool */
+};
+
+/* Empty the pool and reset its high-water mark: each run starts cold.
+** (The pool's 64-bit attributes are cuuint64_t, from cuda.h: uint64_t here.) */
+static bool
+pool_reset(struct peer *pr)
+{
+    uint64_t zero = 0;
+    return cuda_ok(cudaStreamSynchronize(pr->stream), "cudaStreamSynchronize") &&
+           cuda_ok(cudaMemPoolTrimTo(pr->pool, 0), "cudaMemPoolTrimTo") &&
+           cuda_ok(
+               cudaMemPoolSetAttribute(pr->pool, cudaMemPoolAttrReservedMemHigh, &zero),
+               "cudaMemPoolSetAttribute(ReservedMemHigh)");
+}
+
+/*
+** Replay the first N events of T once through PR into OUT. Returns false
+** (after one line) if a CUDA call fails other than by running out of
+** memory.
+*/
+static bool
+replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct slots *sl,
+            struct result *out)
+{
+    bool pool = pr->which == ALLOC_POOL;
+    if (pool && !pool_reset(pr))
+        return false;
+    memset(sl->live, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *sl->live);
+    uint64_t live = 0, peak = 0, ooms = 0;
+    bool ok = true;
+    struct timespec t0, t1;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint64_t i = 0; i < n; i++) {
+        const struct trace_event *ev = &t->events[i];
+        uint32_t k = ev->slot;
+        if (ev->op == TRACE_ALLOC) {
+            void *p = NULL;
+            cudaError_t e = pool ? cudaMallocAsync(&p, (size_t)ev->size, pr->stream)
+                                 : cudaMalloc(&p, (size_t)ev->size);
+            if (e == cudaErrorMemoryAllocation) {
+                (void)cudaGetLastError(); /* clear it: not sticky */
+                ooms++;
+                continue;
+            }
+            if (!cuda_ok(e, pool ? "cudaMallocAsync" : "cudaMalloc")) {
+                ok = false;
+                break;
+            }
+            sl->ptr[k] = p;
+            sl->size[k] = ev->size;
+            sl->live[k] = true;
+            live += ev->size;
+            if (live > peak)
+                peak = live;
+        } else {
+            if (!sl->live[k])
+                continue; /* its allocation was refused */
+            cudaError_t e =
+                pool ? cudaFreeAsync(sl->ptr[k], pr->stream) : cudaFree(sl->ptr[k]);
+            if (!cuda_ok(e, pool ? "cudaFreeAsync" : "cudaFree")) {
+                ok = false;
+                break;
+            }
+            sl->live[k] = false;
+            live -= sl->size[k];
+        }
+    }
+    if (ok && pool)
+        ok = cuda_ok(cudaStreamSynchronize(pr->stream), "cudaStreamSynchronize");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+
+    uint64_t reserved = peak;
+    if (ok && pool) {
+        uint64_t high = 0;
+        ok = cuda_ok(
+            cudaMemPoolGetAttribute(pr->pool, cudaMemPoolAttrReservedMemHigh, &high),
+            "cudaMemPoolGetAttribute(ReservedMemHigh)");
+        reserved = (uint64_t)high;
+    }
+
+    /* Untimed: free what is still live, so the next run starts empty. */
+    for (uint32_t k = 0; k < t->n_slots; k++) {
+        if (!sl->live[k])
+            continue;
+        cudaError_t e =
+            pool ? cudaFreeAsync(sl->ptr[k], pr->stream) : cudaFree(sl->ptr[k]);
+        if (!cuda_ok(e, "freeing what the trace left live"))
+            return false;
+        sl->live[k] = false;
+    }
+    if (!ok)
+        return false;
+
+    memset(out, 0, sizeof *out);
+    out->ops = n;
+    out->ns_per_op = n > 0 ? elapsed_ns(&t0, &t1) / (double)n : 0.0;
+    out->peak_live_bytes = peak;
+    out->peak_reserved_bytes = reserved;
+    out->ooms = ooms;
+    return true;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* REPEAT runs; the statistics of the first, the median ns/op. */
+static bool
+replay_repeated(const struct trace *t, uint64_t n, unsigned repeat, struct peer *pr,
+                struct slots *sl, struct result *out)
+{
+    double times[1000];
+    struct result first, r;
+    memset(&first, 0, sizeof first);
+    for (unsigned i = 0; i < repeat; i++) {
+        if (!replay_once(t, n, pr, sl, &r))
+            return false;
+        if (i == 0)
+            first = r;
+        times[i] = r.ns_per_op;
+    }
+    /* Leave nothing reserved for whatever is replayed next. */
+    if (pr->which == ALLOC_POOL && !pool_reset(pr))
+        return false;
+    qsort(times, repeat, sizeof times[0], cmp_double);
+    first.ns_per_op = repeat % 2 ? times[repeat / 2]
+                                 : (times[repeat / 2 - 1] + times[repeat / 2]) / 2.0;
+    *out = first;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Output                                                               */
+/* ------------------------------------------------------------------ */
+
+/* The trace's name for the report, as `vram replay` prints it: the
+** basename without ".trace.csv.gz" (or ".trace.csv", ".csv.gz", ".csv",
+** ".gz"). */
+static void
+display_name(const char *path, char *buf, size_t len)
+{
+    static const char *const suffixes[] = {".trace.csv.gz", ".trace.csv", ".csv.gz",
+                                           ".csv", ".gz"};
+    const char *base = strrchr(path, '/');
+    base = base != NULL ? base + 1 : path;
+    size_t n = strlen(base);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t sn = strlen(suffixes[i]);
+        if (n > sn && strcmp(base + n - sn, suffixes[i]) == 0) {
+            n -= sn;
+            break;
+        }
+    }
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, base, n);
+    buf[n] = '\0';
+}
+
+/* Print S as a JSON string (quotes, backslashes and controls escaped). */
+static void
+json_string(const char *s)
+{
+    putchar('"');
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static double
+fragmentation_of(const struct result *r)
+{
+    return r->peak_live_bytes > 0
+               ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes
+               : 0.0;
+}
+
+static void
+print_json(const char *name, enum allocator a, const struct result *r,
+           uint64_t trace_events)
+{
+    fputs("{\"trace\":", stdout);
+    json_string(name);
+    printf(",\"allocator\":\"%s\",\"ops\":%llu,\"ns_per_op\":%.1f,"
+           "\"peak_in_use_bytes\":%llu,\"peak_reserved_bytes\":%llu,"
+           "\"fragmentation\":%.3f,\"ooms\":%llu,\"trace_events\":%llu,"
+           "\"prefix\":%s}\n",
+           allocator_names[a], (unsigned long long)r->ops, r->ns_per_op,
+           (unsigned long long)r->peak_live_bytes,
+           (unsigned long long)r->peak_reserved_bytes, fragmentation_of(r),
+           (unsigned long long)r->ooms, (unsigned long long)trace_events,
+           r->ops < trace_events ? "true" : "false");
+    fflush(stdout);
+}
+
+static void
+print_row(const char *name, enum allocator a, const struct result *r,
+          uint64_t trace_events)
+{
+    char ops[64];
+    if (r->ops < trace_events)
+        snprintf(ops, sizeof ops, "%llu (prefix of %llu)", (unsigned long long)r->ops,
+                 (unsigned long long)trace_events);
+    else
+        snprintf(ops, sizeof ops, "%llu", (unsigned long long)r->ops);
+    printf("%-16s %-16s %28s %10.1f %12.2f %14.2f %7.3f %6llu\n", name,
+           allocator_names[a], ops, r->ns_per_op,
+           (double)r->peak_live_bytes / (double)(1ULL << 20),
+           (double)r->peak_reserved_bytes / (double)(1ULL << 20), fragmentation_of(r),
+           (unsigned long long)r->ooms);
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------------ */
+/* The program                                                          */
+/* ------------------------------------------------------------------ */
+
+static const struct opt_spec *
+find_option(const char *arg, const char **inline_value)
+{
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+    for (size_t i = 0; i < N_OPTS; i++) {
+        if (strlen(opt_table[i].name) == len &&
+            strncmp(opt_table[i].name, name, len) == 0) {
+            *inline_value = eq != NULL ? eq + 1 : NULL;
+            return &opt_table[i];
+        }
+    }
+    return NULL;
+}
+
+/* Parse ARGV into SET and PATHS. Returns -1 to go on, else the exit code. */
+static int
+parse_args(int argc, char **argv, struct settings *set, const char **paths, int *n_paths)
+{
+    *n_paths = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (arg[0] != '-') {
+            paths[(*n_paths)++] = arg;
+            continue;
+        }
+        if (strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        const char *value = NULL;
+        const struct opt_spec *o = arg[1] == '-' ? find_option(arg, &value) : NULL;
+        if (o == NULL) {
+            fail("unknown option '%s' (try --help)", arg);
+            return 2;
+        }
+        if (o->metavar == NULL && value != NULL) {
+            fail("--%s takes no value", o->name);
+            return 2;
+        }
+        if (o->metavar != NULL && value == NULL) {
+            if (i + 1 >= argc) {
+                fail("--%s needs a value (%s)", o->name, o->metavar);
+                return 2;
+            }
+            value = argv[++i];
+        }
+        uint64_t v = 0;
+        switch (o->id) {
+        case OPT_ALLOCATOR:
+            if (strcmp(value, "all") == 0) {
+                set->use[ALLOC_POOL] = set->use[ALLOC_MALLOC] = true;
+            } else if (strcmp(value, allocator_names[ALLOC_POOL]) == 0) {
+                set->use[ALLOC_POOL] = true;
+                set->use[ALLOC_MALLOC] = false;
+            } else if (strcmp(value, allocator_names[ALLOC_MALLOC]) == 0) {
+                set->use[ALLOC_POOL] = false;
+                set->use[ALLOC_MALLOC] = true;
+            } else {
+                fail("--allocator '%s': expected cudaMallocAsync, cudaMalloc or all",
+                     value);
+                return 2;
+            }
+            break;
+        case OPT_REPEAT:
+            if (!parse_number(o->name, value, 1, 1000, &v))
+                return 2;
+            set->repeat = (unsigned)v;
+            break;
+        case OPT_MAX_EVENTS:
+            if (!parse_number(o->name, value, 1, UINT64_MAX, &set->max_events))
+                return 2;
+            break;
+        case OPT_DEVICE:
+            if (!parse_number(o->name, value, 0, 1023, &v))
+                return 2;
+            set->device = (int)v;
+            break;
+        case OPT_JSON:
+            set->json = true;
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return 0;
+        }
+    }
+    if (*n_paths == 0) {
+        fail("no trace given (usage: vram_replay_peers [OPTIONS] TRACE...)");
+        return 2;
+    }
+    return -1;
+}
+
+/* Select the device, make the stream and raise the pool's threshold. */
+static bool
+peer_setup(int device, struct peer *pr)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        fail("no CUDA device: %s",
+             e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount says 0");
+        return false;
+    }
+    if (device >= count) {
+        fail("--device %d: this machine has %d CUDA device%s", device, count,
+             count == 1 ? "" : "s");
+        return false;
+    }
+    uint64_t threshold = UINT64_MAX;
+    return cuda_ok(cudaSetDevice(device), "cudaSetDevice") &&
+           cuda_ok(cudaStreamCreateWithFlags(&pr->stream, cudaStreamNonBlocking),
+                   "cudaStreamCreate") &&
+           cuda_ok(cudaDeviceGetDefaultMemPool(&pr->pool, device),
+                   "cudaDeviceGetDefaultMemPool") &&
+           cuda_ok(cudaMemPoolSetAttribute(pr->pool, cudaMemPoolAttrReleaseThreshold,
+                                           &threshold),
+                   "cudaMemPoolSetAttribute(ReleaseThreshold)");
+}
+
+int
+main(int argc, char **argv)
+{
+    struct settings set;
+    memset(&set, 0, sizeof set);
+    set.use[ALLOC_POOL] = set.use[ALLOC_MALLOC] = true;
+    set.repeat = 3;
+
+    const char **paths = calloc(argc > 0 ? (size_t)argc : 1, sizeof *paths);
+    if (paths == NULL) {
+        fail("out of host memory");
+        return 1;
+    }
+    int n_paths = 0;
+    int rc = parse_args(argc, argv, &set, paths, &n_paths);
+    if (rc >= 0) {
+        free(paths);
+        return rc;
+    }
+    rc = 0;
+
+    /* Load (and so validate) every trace before touching the GPU. */
+    struct trace **traces = calloc((size_t)n_paths, sizeof *traces);
+    if (traces == NULL) {
+        fail("out of host memory");
+        free(paths);
+        return 1;
+    }
+    for (int i = 0; i < n_paths && rc == 0; i++) {
+        vram_status s = trace_load(paths[i], &traces[i]);
+        if (s != VRAM_OK) {
+            const char *why = vram_last_error();
+            fail("%s", why[0] != '\0' ? why : vram_strerror(s));
+            traces[i] = NULL;
+            rc = s == VRAM_E_PARSE || s == VRAM_E_IO ? 2 : 1;
+        } else if (traces[i]->n_devices > 1) {
+            fail("%s: the trace uses %d devices; replay_peers replays one-device traces",
+                 paths[i], traces[i]->n_devices);
+            rc = 2;
+        }
+    }
+
+    struct peer pr;
+    memset(&pr, 0, sizeof pr);
+    if (rc == 0 && !peer_setup(set.device, &pr))
+        rc = 1;
+    if (rc == 0 && !set.json)
+        printf("%-16s %-16s %28s %10s %12s %14s %7s %6s\n", "trace", "allocator", "ops",
+               "ns/op", "peak MiB", "reserved MiB", "frag", "OOMs");
+
+    for (int i = 0; i < n_paths && rc == 0; i++) {
+        const struct trace *t = traces[i];
+        char name[256];
+        display_name(paths[i], name, sizeof name);
+        uint64_t n = t->n_events;
+        if (set.max_events > 0 && set.max_events < n)
+            n = set.max_events;
+        struct slots sl;
+        if (!slots_alloc(&sl, t->n_slots)) {
+            fail("out of host memory");
+            rc = 1;
+            break;
+        }
+        for (int a = 0; a < N_ALLOCATORS && rc == 0; a++) {
+            if (!set.use[a])
+                continue;
+            struct result r;
+            pr.which = (enum allocator)a;
+            if (!replay_repeated(t, n, set.repeat, &pr, &sl, &r)) {
+                rc = 1;
+                break;
+            }
+            if (set.json)
+                print_json(name, (enum allocator)a, &r, t->n_events);
+            else
+                print_row(name, (enum allocator)a, &r, t->n_events);
+        }
+        slots_free(&sl);
+    }
+
+    if (pr.stream != NULL)
+        (void)cudaStreamDestroy(pr.stream);
+    for (int i = 0; i < n_paths; i++)
+        trace_free(traces[i]);
+    free(traces);
+    free(paths);
+    return rc;
+}

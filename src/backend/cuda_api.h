@@ -1,0 +1,260 @@
+/*
+** cuda_api.h -- the small part of the CUDA driver API that vram uses,
+** declared by us so that vram builds without the CUDA SDK and loads the
+** driver (libcuda.so.1) with dlopen at run time.
+**
+** Every name carries a vcu_ / VCU_ prefix, so that this header and the
+** SDK's cuda.h can live in one translation unit: tests/gpu/test_cuda_decls.c
+** includes both and proves, at compile time, that every value, struct
+** layout and entry-point signature below is the SDK's.
+**
+** The entry points are one list, VCU_ENTRY_POINTS, from which the
+** function-pointer types, the loader's table (cuda.c) and the fake
+** driver's prototypes (tests/fakecuda) are generated. Its T argument maps
+** the list's type names to real types: VCU_OWN_TYPE gives ours, and the
+** declaration test passes a mapping to the SDK's types.
+*/
+#ifndef VRAM_BACKEND_CUDA_API_H
+#define VRAM_BACKEND_CUDA_API_H
+
+#include <stddef.h>
+
+#include "vram.h"
+
+/* ------------------------------------------------------------------ */
+/* Types (CUresult, CUdevice, ...) with the SDK's sizes and layouts     */
+/* ------------------------------------------------------------------ */
+
+/* CUresult: only the codes vram names; the driver may return others. */
+typedef enum vcu_result {
+    VCU_SUCCESS = 0,
+    VCU_ERROR_INVALID_VALUE = 1,
+    VCU_ERROR_OUT_OF_MEMORY = 2,
+    VCU_ERROR_NOT_INITIALIZED = 3,
+    VCU_ERROR_DEINITIALIZED = 4,
+    VCU_ERROR_STUB_LIBRARY = 34,
+    VCU_ERROR_NO_DEVICE = 100,
+    VCU_ERROR_INVALID_DEVICE = 101,
+    VCU_ERROR_INVALID_CONTEXT = 201,
+    VCU_ERROR_INVALID_HANDLE = 400,
+    VCU_ERROR_NOT_FOUND = 500,
+    VCU_ERROR_NOT_READY = 600,
+    VCU_ERROR_NOT_PERMITTED = 800,
+    VCU_ERROR_NOT_SUPPORTED = 801,
+    VCU_ERROR_UNKNOWN = 999
+} vcu_result;
+
+typedef int vcu_device;                    /* CUdevice: an ordinal */
+typedef unsigned long long vcu_deviceptr;  /* CUdeviceptr (64-bit builds) */
+typedef struct vcu_ctx_st *vcu_context;    /* CUcontext */
+typedef struct vcu_stream_st *vcu_stream;  /* CUstream; NULL = default stream */
+typedef struct vcu_event_st *vcu_event;    /* CUevent */
+typedef unsigned long long vcu_mem_handle; /* CUmemGenericAllocationHandle */
+
+/* CUuuid: 16 raw bytes. */
+typedef struct vcu_uuid {
+    char bytes[16];
+} vcu_uuid;
+
+/* CUdevice_attribute: the values vram asks for. */
+typedef enum vcu_device_attribute {
+    VCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    VCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    VCU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+    VCU_DEVICE_ATTRIBUTE_MAX_ = 0x7FFFFFFF /* keeps the enum 32 bits wide */
+} vcu_device_attribute;
+
+/* CUevent_flags */
+#define VCU_EVENT_DISABLE_TIMING 0x2u
+
+/* CUmemAllocationType */
+typedef enum vcu_mem_allocation_type {
+    VCU_MEM_ALLOCATION_TYPE_INVALID = 0x0,
+    VCU_MEM_ALLOCATION_TYPE_PINNED = 0x1,
+    VCU_MEM_ALLOCATION_TYPE_MAX = 0x7FFFFFFF
+} vcu_mem_allocation_type;
+
+/* CUmemLocationType */
+typedef enum vcu_mem_location_type {
+    VCU_MEM_LOCATION_TYPE_INVALID = 0x0,
+    VCU_MEM_LOCATION_TYPE_DEVICE = 0x1,
+    VCU_MEM_LOCATION_TYPE_MAX = 0x7FFFFFFF
+} vcu_mem_location_type;
+
+/* CUmemAllocationHandleType */
+typedef enum vcu_mem_handle_type {
+    VCU_MEM_HANDLE_TYPE_NONE = 0x0,
+    VCU_MEM_HANDLE_TYPE_MAX = 0x7FFFFFFF
+} vcu_mem_handle_type;
+
+/* CUmemAccess_flags */
+typedef enum vcu_mem_access_flags {
+    VCU_MEM_ACCESS_FLAGS_PROT_NONE = 0x0,
+    VCU_MEM_ACCESS_FLAGS_PROT_READ = 0x1,
+    VCU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3,
+    VCU_MEM_ACCESS_FLAGS_PROT_MAX = 0x7FFFFFFF
+} vcu_mem_access_flags;
+
+/* CUmemAllocationGranularity_flags */
+typedef enum vcu_granularity_flags {
+    VCU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
+    VCU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1
+} vcu_granularity_flags;
+
+/*
+** CUmemLocation, CUmemAllocationProp, CUmemAccessDesc. The field names are
+** the SDK's, so that its documentation reads directly onto them.
+*/
+typedef struct vcu_mem_location {
+    vcu_mem_location_type type;
+    int id; /* the device ordinal for VCU_MEM_LOCATION_TYPE_DEVICE */
+} vcu_mem_location;
+
+typedef struct vcu_mem_allocation_prop {
+    vcu_mem_allocation_type type;
+    vcu_mem_handle_type requestedHandleTypes;
+    vcu_mem_location location;
+    void *win32HandleMetaData; /* must be NULL on Linux */
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags; /* all zero: no compression, no RDMA, plain usage */
+} vcu_mem_allocation_prop;
+
+typedef struct vcu_mem_access_desc {
+    vcu_mem_location location;
+    vcu_mem_access_flags flags;
+} vcu_mem_access_desc;
+
+/* The T mapping that gives our own types: T(deviceptr) is vcu_deviceptr. */
+#define VCU_OWN_TYPE(t) vcu_##t
+
+/* ------------------------------------------------------------------ */
+/* Entry points                                                         */
+/* ------------------------------------------------------------------ */
+
+/* Whether an entry point must be there (see vcu_api_load). */
+enum vcu_need {
+    VCU_REQUIRED, /* missing: the driver is refused (VRAM_E_NO_DRIVER) */
+    VCU_VMM,      /* virtual memory (CUDA 10.2+): missing, vram uses cuMemAlloc only */
+    VCU_OPTIONAL  /* error names and texts: missing, errors print the number */
+};
+
+/*
+** X(field, symbol, fallback, need, return type, (parameters)):
+**   field     the member of struct vcu_api, the driver's unversioned name;
+**   symbol    the versioned symbol looked up with dlsym (an identifier, so
+**             that the fake driver and the declaration test can name it);
+**   fallback  a second symbol tried when the first is missing, or NULL.
+** Every entry returns CUresult. Append new entries anywhere: nothing
+** depends on the order. (Not clang-formatted: it would write
+** "T(device) * device".)
+*/
+/* clang-format off */
+#define VCU_ENTRY_POINTS(X, T)                                                           \
+    X(cuInit, cuInit, NULL, VCU_REQUIRED, T(result), (unsigned int flags))               \
+    X(cuDriverGetVersion, cuDriverGetVersion, NULL, VCU_REQUIRED, T(result),             \
+      (int *version))                                                                    \
+    X(cuDeviceGetCount, cuDeviceGetCount, NULL, VCU_REQUIRED, T(result), (int *count))   \
+    X(cuDeviceGet, cuDeviceGet, NULL, VCU_REQUIRED, T(result),                           \
+      (T(device) *device, int ordinal))                                                  \
+    X(cuDeviceGetName, cuDeviceGetName, NULL, VCU_REQUIRED, T(result),                   \
+      (char *name, int len, T(device) dev))                                              \
+    X(cuDeviceGetUuid, cuDeviceGetUuid_v2, "cuDeviceGetUuid", VCU_REQUIRED, T(result),   \
+      (T(uuid) *uuid, T(device) dev))                                                    \
+    X(cuDeviceTotalMem, cuDeviceTotalMem_v2, NULL, VCU_REQUIRED, T(result),              \
+      (size_t *bytes, T(device) dev))                                                    \
+    X(cuDeviceGetAttribute, cuDeviceGetAttribute, NULL, VCU_REQUIRED, T(result),         \
+      (int *value, T(device_attribute) attrib, T(device) dev))                           \
+    X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, NULL, VCU_REQUIRED, T(result), \
+      (T(context) *ctx, T(device) dev))                                                  \
+    X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, NULL, VCU_REQUIRED,       \
+      T(result), (T(device) dev))                                                        \
+    X(cuCtxPushCurrent, cuCtxPushCurrent_v2, NULL, VCU_REQUIRED, T(result),              \
+      (T(context) ctx))                                                                  \
+    X(cuCtxPopCurrent, cuCtxPopCurrent_v2, NULL, VCU_REQUIRED, T(result),                \
+      (T(context) *ctx))                                                                 \
+    X(cuCtxGetCurrent, cuCtxGetCurrent, NULL, VCU_REQUIRED, T(result),                   \
+      (T(context) *ctx))                                                                 \
+    X(cuMemGetInfo, cuMemGetInfo_v2, NULL, VCU_REQUIRED, T(result),                      \
+      (size_t *free_bytes, size_t *total_bytes))                                         \
+    X(cuMemAlloc, cuMemAlloc_v2, NULL, VCU_REQUIRED, T(result),                          \
+      (T(deviceptr) *dptr, size_t bytesize))                                             \
+    X(cuMemFree, cuMemFree_v2, NULL, VCU_REQUIRED, T(result), (T(deviceptr) dptr))       \
+    X(cuMemAddressReserve, cuMemAddressReserve, NULL, VCU_VMM, T(result),                \
+      (T(deviceptr) *ptr, size_t size, size_t alignment, T(deviceptr) addr,              \
+       unsigned long long flags))                                                        \
+    X(cuMemAddressFree, cuMemAddressFree, NULL, VCU_VMM, T(result),                      \
+      (T(deviceptr) ptr, size_t size))                                                   \
+    X(cuMemCreate, cuMemCreate, NULL, VCU_VMM, T(result),                                \
+      (T(mem_handle) *handle, size_t size, const T(mem_allocation_prop) *prop,           \
+       unsigned long long flags))                                                        \
+    X(cuMemRelease, cuMemRelease, NULL, VCU_VMM, T(result), (T(mem_handle) handle))      \
+    X(cuMemMap, cuMemMap, NULL, VCU_VMM, T(result),                                      \
+      (T(deviceptr) ptr, size_t size, size_t offset, T(mem_handle) handle,               \
+       unsigned long long flags))                                                        \
+    X(cuMemUnmap, cuMemUnmap, NULL, VCU_VMM, T(result), (T(deviceptr) ptr, size_t size)) \
+    X(cuMemSetAccess, cuMemSetAccess, NULL, VCU_VMM, T(result),                          \
+      (T(deviceptr) ptr, size_t size, const T(mem_access_desc) *desc, size_t count))     \
+    X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity, NULL, VCU_VMM,       \
+      T(result),                                                                         \
+      (size_t *granularity, const T(mem_allocation_prop) *prop,                          \
+       T(granularity_flags) option))                                                     \
+    X(cuEventCreate, cuEventCreate, NULL, VCU_REQUIRED, T(result),                       \
+      (T(event) *event, unsigned int flags))                                             \
+    X(cuEventRecord, cuEventRecord, NULL, VCU_REQUIRED, T(result),                       \
+      (T(event) event, T(stream) stream))                                                \
+    X(cuEventQuery, cuEventQuery, NULL, VCU_REQUIRED, T(result), (T(event) event))       \
+    X(cuEventDestroy, cuEventDestroy_v2, NULL, VCU_REQUIRED, T(result),                  \
+      (T(event) event))                                                                  \
+    X(cuGetErrorName, cuGetErrorName, NULL, VCU_OPTIONAL, T(result),                     \
+      (T(result) error, const char **text))                                              \
+    X(cuGetErrorString, cuGetErrorString, NULL, VCU_OPTIONAL, T(result),                 \
+      (T(result) error, const char **text))
+/* clang-format on */
+
+/* vcu_pfn_cuMemAlloc, ...: the type of each entry point. */
+#define VCU_X_(field, symbol, fallback, need, ret, params)                               \
+    typedef ret(*vcu_pfn_##field) params;
+VCU_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
+#undef VCU_X_
+
+/* VCU_ENTRY_cuMemAlloc, ...: each entry point's index. */
+enum vcu_entry {
+#define VCU_X_(field, symbol, fallback, need, ret, params) VCU_ENTRY_##field,
+    VCU_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
+#undef VCU_X_
+        VCU_N_ENTRIES
+};
+
+/*
+** A loaded driver: the library handle and one pointer per entry point
+** (NULL for a missing optional one).
+*/
+struct vcu_api {
+    void *library;                     /* dlopen handle, owned */
+    const char *symbol[VCU_N_ENTRIES]; /* the name each entry was found under
+                                          (static strings), NULL if missing */
+    bool vmm;                          /* every VCU_VMM entry point is there */
+#define VCU_X_(field, symbol, fallback, need, ret, params) vcu_pfn_##field field;
+    VCU_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
+#undef VCU_X_
+};
+
+/*
+** Load LIBRARY (NULL: "libcuda.so.1", found the way the dynamic linker
+** finds it, so LD_LIBRARY_PATH applies) and look up every entry point into
+** *OUT. Does not call cuInit. VRAM_E_NO_DRIVER when the library does not
+** load or lacks a required entry point; the last error says which. On
+** success the caller owns OUT->library and gives it back with
+** vcu_api_unload. Implemented in cuda.c; tests use it to reach the driver
+** (the fake's, or the real one) through the same table as the backend.
+*/
+vram_status vcu_api_load(const char *library, struct vcu_api *out);
+
+/* Unload a driver loaded by vcu_api_load and clear API. */
+void vcu_api_unload(struct vcu_api *api);
+
+#endif

@@ -1,0 +1,178 @@
+/*
+** torch_plugin.c -- the functions PyTorch's CUDAPluggableAllocator calls
+** (vram_torch_malloc, vram_torch_free) and the statistic a script reads
+** back (vram_torch_peak_reserved). See the "PyTorch plug-in" section of
+** include/vram.h for the contract.
+**
+** PyTorch knows nothing of contexts or logical devices: it passes a CUDA
+** ordinal. So the plug-in keeps one context for the whole process, opened
+** lazily (pthread_once) from the environment, and a table mapping each
+** physical device to the handle of its first logical device, filled on
+** first use. The context is never closed: PyTorch may free tensors while
+** the interpreter shuts down, and the driver reclaims everything at exit.
+**
+** Failures never terminate the process: an allocation returns NULL and a
+** free does nothing, each after one "vram: ..." line on stderr.
+*/
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "core/error.h"
+#include "vram.h"
+
+/* The process's plug-in state. */
+struct torch_plugin {
+    pthread_once_t once;     /* runs plugin_open exactly once */
+    vram_context *ctx;       /* NULL if opening failed; constant after once */
+    vram_status open_status; /* why opening failed; VRAM_OK otherwise */
+    char open_error[512];    /* the last-error line of the failed open: the
+                                thread that ran it is not the one that asks */
+    int n_physical;          /* physical devices of ctx */
+    /* Per physical device: its first logical device, NULL until fetched.
+    ** Written at most once with the one value vram_device_get returns
+    ** for that index, so two threads racing to fill a slot agree. */
+    _Atomic(vram_device *) *devs;
+};
+
+static struct torch_plugin plugin = {.once = PTHREAD_ONCE_INIT};
+
+/* The pthread_once routine: open the context from the environment. */
+static void
+plugin_open(void)
+{
+    vram_context *ctx = NULL;
+    int n = 0;
+    vram_status st = vram_open(NULL, &ctx);
+    if (st == VRAM_OK)
+        st = vram_physical_count(ctx, &n);
+    if (st == VRAM_OK) {
+        plugin.devs = calloc((size_t)n, sizeof *plugin.devs);
+        if (plugin.devs == NULL)
+            st = error_set(VRAM_E_HOST_MEMORY, "out of host memory");
+        else
+            for (int d = 0; d < n; d++)
+                atomic_init(&plugin.devs[d], NULL);
+    }
+    if (st != VRAM_OK) {
+        const char *why = vram_last_error();
+        snprintf(plugin.open_error, sizeof plugin.open_error, "%s",
+                 why[0] != '\0' ? why : vram_strerror(st));
+        plugin.open_status = st;
+        free(plugin.devs);
+        plugin.devs = NULL;
+        vram_close(ctx);
+        return;
+    }
+    plugin.n_physical = n;
+    plugin.ctx = ctx;
+}
+
+/*
+** The logical index of the first logical device of physical device
+** PHYSICAL: logical devices are numbered across physical devices in
+** order, each contributing max(1, n_logical) (vram_device_count).
+*/
+static vram_status
+first_logical(int physical, int *out)
+{
+    int index = 0;
+    for (int p = 0; p < physical; p++) {
+        vram_device_config cfg;
+        vram_status st = vram_get_config(plugin.ctx, p, &cfg);
+        if (st != VRAM_OK)
+            return st;
+        index += cfg.n_logical > 1 ? cfg.n_logical : 1;
+    }
+    *out = index;
+    return VRAM_OK;
+}
+
+/* The logical device serving CUDA device DEVICE, opening the context and
+** initializing the device on first use. */
+static vram_status
+plugin_device(int device, vram_device **out)
+{
+    pthread_once(&plugin.once, plugin_open);
+    if (plugin.ctx == NULL)
+        return error_set(plugin.open_status, "%s", plugin.open_error);
+    if (device < 0 || device >= plugin.n_physical)
+        return error_set(VRAM_E_NO_DEVICE,
+                         "PyTorch asked for CUDA device %d; vram sees %d device%s",
+                         device, plugin.n_physical, plugin.n_physical == 1 ? "" : "s");
+
+    vram_device *dev = atomic_load_explicit(&plugin.devs[device], memory_order_acquire);
+    if (dev == NULL) {
+        int logical = 0;
+        vram_status st = first_logical(device, &logical);
+        if (st == VRAM_OK)
+            st = vram_device_get(plugin.ctx, logical, &dev);
+        if (st != VRAM_OK)
+            return st;
+        atomic_store_explicit(&plugin.devs[device], dev, memory_order_release);
+    }
+    *out = dev;
+    return VRAM_OK;
+}
+
+/* Write the calling thread's last error (or the text of ST) as one line. */
+static void
+report(vram_status st)
+{
+    const char *why = vram_last_error();
+    fprintf(stderr, "vram: %s\n", why[0] != '\0' ? why : vram_strerror(st));
+}
+
+void *
+vram_torch_malloc(ssize_t size, int device, void *stream)
+{
+    vram_device *dev = NULL;
+    void *p = NULL;
+    vram_status st;
+    if (size < 0)
+        st = error_set(VRAM_E_INVALID, "vram_torch_malloc: negative size %zd", size);
+    else
+        st = plugin_device(device, &dev);
+    if (st == VRAM_OK)
+        st = vram_alloc(dev, (size_t)size, stream, &p);
+    if (st != VRAM_OK) {
+        report(st);
+        return NULL;
+    }
+    return p;
+}
+
+void
+vram_torch_free(void *ptr, ssize_t size, int device, void *stream)
+{
+    (void)size;   /* the block knows its size */
+    (void)stream; /* ... and the stream it was allocated on */
+    if (ptr == NULL)
+        return;
+    vram_device *dev = NULL;
+    vram_status st = plugin_device(device, &dev);
+    if (st == VRAM_OK)
+        st = vram_free(dev, ptr);
+    if (st != VRAM_OK)
+        report(st);
+}
+
+vram_status
+vram_torch_peak_reserved(int device, uint64_t *out)
+{
+    if (out == NULL)
+        return error_set(VRAM_E_INVALID, "vram_torch_peak_reserved: NULL out-pointer");
+    vram_device *dev = NULL;
+    vram_status st = plugin_device(device, &dev);
+    vram_stats stats;
+    if (st == VRAM_OK)
+        st = vram_get_stats(dev, &stats);
+    if (st != VRAM_OK)
+        return st;
+    *out = stats.peak_bytes_reserved;
+    return VRAM_OK;
+}

@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh -- every GPU check in one command, for a machine with an
+# NVIDIA GPU, run from the repository root:
+#
+#     bash tests/gpu/run.sh
+#
+# 1. builds (Release, -DVRAM_WERROR=ON) into build-gpu and runs the CTest
+#    tests labelled "gpu" against the real driver;
+# 2. replays the shared traces (data/traces) on the GPU through vram, each
+#    strategy (`vram replay --backend cuda`), and through the CUDA
+#    stream-ordered pool and cudaMalloc (vram_replay_peers): host ns per
+#    operation, peak reserved, fragmentation -- same run, same GPU;
+# 3. trains ResNet-50 and GPT-2 small (bench/gpu/train.py) with PyTorch's own
+#    allocator and with vram plugged in (expandable);
+# 4. prints one table last, with PASS/MISS against each target of the issue.
+#
+# Writes to $OUT (default ./gpu-out): gpu.log (every command and its
+# output), results.json (every figure), table.txt (the table). A step that
+# fails is recorded as FAILED and the rest still run; the whole stays under
+# VRAM_GPU_DEADLINE seconds (default 540), steps past it are SKIPPED.
+# Exit status: 0 when every step ran and every target passed, 1 otherwise.
+#
+# The build needs pkg-config, zlib, json-c and cmocka. Where the machine
+# lacks them and cannot download, put their Debian packages in .gpu-deps/
+# (on a machine with a registry: `mkdir -p .gpu-deps && cd .gpu-deps &&
+# apt-get download pkgconf pkgconf-bin libpkgconf3 zlib1g-dev libjson-c-dev
+# libjson-c5 libcmocka-dev libcmocka0`); they are unpacked into
+# build-gpu-sysroot, never into /.
+set -u
+
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out}
+BUILD=$ROOT/build-gpu
+WORK=$BUILD/gpu-results # intermediate JSON; only three files go to $OUT
+LOG=$OUT/gpu.log
+STATUS=$WORK/status.tsv
+DEADLINE=${VRAM_GPU_DEADLINE:-540}
+T0=$SECONDS
+TRACES=(resnet50_fp32 gpt2_bf16_b16 gpt2m_generate leak_mlp)
+MALLOC_MAX_EVENTS=200000 # cudaMalloc on gpt2m_generate: a prefix (43 us a pair)
+
+mkdir -p "$OUT" "$BUILD" || exit 1
+rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
+: >"$LOG"
+: >"$STATUS"
+export PYTHONUNBUFFERED=1
+
+say() { echo "$*" | tee -a "$LOG"; }
+
+# run_step NAME LIMIT CMD...: run CMD with a time limit, its output to the
+# log (stdout to $STEP_OUT instead when that is set), and record the
+# outcome in status.tsv. Returns CMD's exit status.
+run_step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((DEADLINE - (SECONDS - T0)))
+    if [ "$left" -le 15 ]; then
+        printf '%s\tSKIPPED\t0\n' "$name" >>"$STATUS"
+        say "-- $name: SKIPPED (past the ${DEADLINE}s deadline)"
+        return 1
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "== $name ($(date +%T), limit ${limit}s): $*" >>"$LOG"
+    local t=$SECONDS rc
+    if [ -n "${STEP_OUT:-}" ]; then
+        timeout -k 10 "$limit" "$@" >"$STEP_OUT" 2>>"$LOG"
+        rc=$?
+    else
+        timeout -k 10 "$limit" "$@" >>"$LOG" 2>&1
+        rc=$?
+    fi
+    local st=ok
+    [ $rc -ne 0 ] && st=FAILED
+    [ $rc -eq 124 ] && st="FAILED(timeout)"
+    printf '%s\t%s\t%d\n' "$name" "$st" $((SECONDS - t)) >>"$STATUS"
+    say "-- $name: $st (exit $rc, $((SECONDS - t))s)"
+    return $rc
+}
+
+# Make pkg-config, zlib, json-c and cmocka available (see the top).
+provide_deps() {
+    if command -v pkg-config >/dev/null 2>&1 &&
+        pkg-config --exists zlib json-c cmocka 2>/dev/null; then
+        return 0
+    fi
+    if ! ls .gpu-deps/*.deb >/dev/null 2>&1; then
+        echo "vram: pkg-config, zlib, json-c or cmocka missing, and no .gpu-deps/*.deb"
+        return 1
+    fi
+    local root=$ROOT/build-gpu-sysroot f
+    rm -rf "$root" && mkdir -p "$root" || return 1
+    for f in .gpu-deps/*.deb; do
+        dpkg -x "$f" "$root" || return 1
+    done
+    for f in "$root"/usr/lib/*/pkgconfig/*.pc "$root"/usr/share/pkgconfig/*.pc; do
+        [ -f "$f" ] && sed -i "s|=/usr|=$root/usr|g" "$f"
+    done
+    local multi
+    multi=$(ls -d "$root"/usr/lib/*-linux-gnu 2>/dev/null | head -n 1)
+    export PATH=$root/usr/bin:$PATH
+    export PKG_CONFIG_PATH=$multi/pkgconfig:$root/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+    export CMAKE_PREFIX_PATH=$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+    export LD_LIBRARY_PATH=$multi${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "vram: using pkg-config, zlib, json-c and cmocka from .gpu-deps ($root)"
+    pkg-config --exists zlib json-c cmocka
+}
+
+say "vram GPU checks, $(date -u +%FT%TZ), in $ROOT; output in $OUT"
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    nvcc --version | tail -n 2
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+} >>"$LOG" 2>&1
+
+# ---- 1. build and the gpu-labelled tests ----
+deps=ok
+provide_deps >>"$LOG" 2>&1 || deps=FAILED
+printf 'deps\t%s\t0\n' "$deps" >>"$STATUS"
+say "-- deps: $deps"
+if run_step configure 180 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DVRAM_WERROR=ON; then
+    # If the whole build fails (a test that does not compile, say), still
+    # build what the measurements need, so that they can run.
+    if ! run_step build 300 cmake --build "$BUILD" -j "$(nproc)"; then
+        keep_going=-k
+        [ -f "$BUILD/build.ninja" ] && keep_going="-k 0"
+        # shellcheck disable=SC2086 # two words for ninja
+        run_step "build (keep going: all that compiles)" 300 cmake --build "$BUILD" \
+            -j "$(nproc)" -- $keep_going
+    fi
+    (cd "$BUILD" && run_step "ctest -L gpu" 180 ctest -L gpu --no-tests=error --output-on-failure)
+    [ -x "$BUILD/bin/vram_replay_peers" ] ||
+        say "-- vram_replay_peers was not built (no CUDA toolkit found by CMake)"
+fi
+VRAM=$BUILD/bin/vram
+PEERS=$BUILD/bin/vram_replay_peers
+LIB=$BUILD/lib/libvram.so
+
+# ---- 2. the shared traces on the GPU ----
+# One process per trace and strategy, so that one failure loses one row.
+strategies=$("$VRAM" replay --help 2>/dev/null | sed -n "s/^Strategies: \(.*\) (or 'all')$/\1/p")
+[ -n "$strategies" ] || strategies="preallocate growth growth:tf-compat expandable"
+for t in "${TRACES[@]}"; do
+    f=data/traces/$t.trace.csv.gz
+    for s in $strategies; do
+        STEP_OUT=$WORK/replay_${t}_${s//:/_}.jsonl \
+            run_step "replay $t $s" 120 "$VRAM" replay --backend cuda --strategy "$s" \
+            --repeat 3 --json "$f"
+    done
+    STEP_OUT=$WORK/peers_${t}_pool.jsonl \
+        run_step "peers $t cudaMallocAsync" 120 "$PEERS" --allocator cudaMallocAsync \
+        --repeat 3 --json "$f"
+    max=()
+    [ "$t" = gpt2m_generate ] && max=(--max-events "$MALLOC_MAX_EVENTS")
+    STEP_OUT=$WORK/peers_${t}_malloc.jsonl \
+        run_step "peers $t cudaMalloc" 150 "$PEERS" --allocator cudaMalloc \
+        --repeat 3 "${max[@]}" --json "$f"
+done
+
+# ---- 3. training with PyTorch's allocator and with vram ----
+for m in resnet50 gpt2; do
+    for a in torch vram; do
+        run_step "train $m $a" 240 python3 bench/gpu/train.py --model "$m" \
+            --allocator "$a" --lib "$LIB" --out "$WORK/train_${m}_${a}.json"
+    done
+done
+
+# ---- 4. the table ----
+python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"
+import glob, json, os, sys
+
+work, out, traces = sys.argv[1], sys.argv[2], sys.argv[3:]
+MiB, GiB = 2.0**20, 2.0**30
+
+def jsonl(pattern):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(work, pattern))):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        rows.append(json.loads(line))
+                    except ValueError:
+                        pass
+    return rows
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+steps = []
+with open(os.path.join(work, "status.tsv")) as f:
+    for line in f:
+        p = line.rstrip("\n").split("\t")
+        if len(p) == 3:
+            steps.append({"step": p[0], "status": p[1], "seconds": int(p[2])})
+replay = jsonl("replay_*.jsonl")
+peers = jsonl("peers_*.jsonl")
+train = {m: {a: load(os.path.join(work, "train_%s_%s.json" % (m, a)))
+             for a in ("torch", "vram")} for m in ("resnet50", "gpt2")}
+gpu = ""
+for m in train.values():
+    for r in m.values():
+        if r and r.get("gpu"):
+            gpu = r["gpu"]
+
+def row(rows, trace, key, value):
+    for r in rows:
+        if r.get("trace") == trace and r.get(key) == value:
+            return r
+    return None
+
+targets = []  # (what, PASS|MISS|FAILED)
+def verdict(ok):
+    return "FAILED" if ok is None else ("PASS" if ok else "MISS")
+
+lines = []
+def cell(r, width):
+    if r is None:
+        return "FAILED".rjust(width)
+    return ("%.1f (%.3f)" % (r["ns_per_op"], r["fragmentation"])).rjust(width)
+
+lines.append("vram GPU checks%s -- host ns/op (fragmentation = peak reserved / peak live)"
+             % (" on " + gpu if gpu else ""))
+hdr = "%-15s %17s %17s %17s %19s %9s %9s %10s %9s" % (
+    "trace", "vram growth", "vram expandable", "cudaMallocAsync", "cudaMalloc",
+    "pool/grow", "pool/exp", "ns<=1/10", "frag<=1.02")
+lines.append(hdr)
+notes = []
+for t in traces:
+    g = row(replay, t, "strategy", "growth")
+    e = row(replay, t, "strategy", "expandable")
+    p = row(peers, t, "allocator", "cudaMallocAsync")
+    m = row(peers, t, "allocator", "cudaMalloc")
+    def ratio(v):
+        if v is None or p is None or v["ns_per_op"] <= 0:
+            return None
+        return p["ns_per_op"] / v["ns_per_op"]
+    rg, re_ = ratio(g), ratio(e)
+    ns_ok = None if re_ is None else re_ >= 10.0
+    frag_ok = None if e is None else e["fragmentation"] <= 1.02
+    targets.append(("%s: expandable ns/op <= pool/10" % t, verdict(ns_ok)))
+    targets.append(("%s: expandable fragmentation <= 1.02" % t, verdict(frag_ok)))
+    mc = cell(m, 18) + ("*" if m is not None and m.get("prefix") else " ")
+    if m is not None and m.get("prefix"):
+        notes.append("* %s cudaMalloc: first %d of %d events" % (t, m["ops"], m["trace_events"]))
+    lines.append("%-15s %17s %17s %17s %19s %9s %9s %10s %9s" % (
+        t, cell(g, 17), cell(e, 17), cell(p, 17), mc,
+        "-" if rg is None else "%.1fx" % rg, "-" if re_ is None else "%.1fx" % re_,
+        verdict(ns_ok), verdict(frag_ok)))
+notes.append("cudaMalloc's peak reserved is its peak live bytes (fragmentation 1 by construction)")
+lines.extend("  " + n for n in notes)
+lines.append("")
+
+lines.append("training: peak reserved by the allocator [whole device used], median step "
+             "(first 3 excluded)")
+lines.append("%-9s %24s %24s %10s %10s %7s %11s %9s %9s %7s" % (
+    "model", "torch reserved", "vram reserved", "torch ms", "vram ms", "diff",
+    "max|dloss|", "reserved", "step<=2%", "losses"))
+train_summary = {}
+for m in ("resnet50", "gpt2"):
+    tr, vr = train[m]["torch"], train[m]["vram"]
+    ok_t = tr is not None and "error" not in tr
+    ok_v = vr is not None and "error" not in vr
+    def res(r, ok):
+        if not ok:
+            return "FAILED"
+        return "%.2f GiB [%.2f]" % (r["peak_reserved_bytes"] / GiB, r["device_used_bytes"] / GiB)
+    diff = dloss = None
+    res_ok = step_ok = loss_ok = None
+    if ok_t and ok_v:
+        diff = vr["median_step_s"] / tr["median_step_s"] - 1.0
+        lt, lv = tr["losses"], vr["losses"]
+        n = min(len(lt), len(lv))
+        dloss = max(abs(a - b) for a, b in zip(lt[:n], lv[:n])) if n else None
+        scale = max([1.0] + [abs(x) for x in lt[:n]])
+        res_ok = vr["peak_reserved_bytes"] <= tr["peak_reserved_bytes"]
+        step_ok = diff <= 0.02
+        loss_ok = dloss is not None and n == len(lt) == len(lv) and dloss <= 1e-3 * scale
+    train_summary[m] = {"step_time_diff": diff, "max_abs_loss_diff": dloss}
+    targets.append(("%s: vram reserves no more than torch" % m, verdict(res_ok)))
+    targets.append(("%s: vram step time within 2%%" % m, verdict(step_ok)))
+    targets.append(("%s: losses match (|d| <= 1e-3 x max(1,|loss|))" % m, verdict(loss_ok)))
+    lines.append("%-9s %24s %24s %10s %10s %7s %11s %9s %9s %7s" % (
+        m, res(tr, ok_t), res(vr, ok_v),
+        "%.1f" % (tr["median_step_s"] * 1e3) if ok_t else "FAILED",
+        "%.1f" % (vr["median_step_s"] * 1e3) if ok_v else "FAILED",
+        "-" if diff is None else "%+.1f%%" % (diff * 100),
+        "-" if dloss is None else "%.2g" % dloss,
+        verdict(res_ok), verdict(step_ok), verdict(loss_ok)))
+lines.append("")
+
+failed = [s["step"] for s in steps if s["status"] != "ok"]
+n_pass = sum(1 for _, v in targets if v == "PASS")
+lines.append("steps: %d ok, %d not ok%s" % (len(steps) - len(failed), len(failed),
+             (" (" + ", ".join(failed) + ")") if failed else ""))
+lines.append("targets: %d of %d PASS%s" % (n_pass, len(targets),
+             "" if n_pass == len(targets) else
+             " -- not PASS: " + "; ".join("%s %s" % (w, v) for w, v in targets if v != "PASS")))
+
+table = "\n".join(lines) + "\n"
+with open(os.path.join(out, "table.txt"), "w") as f:  # the table, for the report
+    f.write(table)
+results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": peers,
+           "train": train, "train_summary": train_summary,
+           "targets": [{"target": w, "result": v} for w, v in targets]}
+with open(os.path.join(out, "results.json"), "w") as f:  # every figure
+    json.dump(results, f, indent=1)
+    f.write("\n")
+sys.stdout.write(table)
+sys.exit(0 if not failed and n_pass == len(targets) else 1)
+PY
+rc=$?
+cat "$OUT/table.txt" >>"$LOG" 2>/dev/null
+exit $rc
