@@ -22,6 +22,15 @@
 */
 #define SLACK_DIVISOR 100
 
+/*
+** Physical memory is mapped in units of this many driver granules (8 MiB
+** on CUDA's 2 MiB). Every unit costs three driver calls (create, map, set
+** access), each tens of microseconds on an H200; measured with `vram
+** replay`, 8 MiB units cut the calls 4x against 2 MiB with fragmentation
+** still <= 1.013 on the shared traces, where 20 MiB units reached 1.036.
+*/
+#define GRANULES_PER_UNIT 4
+
 static inline void
 relock(struct vram_device *dev)
 {
@@ -113,7 +122,7 @@ expand_setup_locked(struct vram_device *dev)
             "the expandable strategy needs virtual-memory calls, which the %s "
             "backend lacks",
             be->ops->name);
-    uint64_t gran = dev->granularity;
+    uint64_t gran = dev->granularity * GRANULES_PER_UNIT;
     uint64_t cap = (dev->limit + gran - 1) / gran * gran;
     if (cap == 0)
         cap = gran;

@@ -46,7 +46,8 @@ struct expand {
     bool ready;                /* the virtual range is reserved */
     bool reserving;            /* a thread is reserving it */
     uint64_t va_base, va_size; /* the virtual range, bytes */
-    uint64_t gran;             /* granule size, bytes */
+    uint64_t gran;             /* mapping unit ("granule" here), bytes: a multiple
+                                  of the driver's granularity */
     uint64_t n;                /* granules */
     struct granule *g;         /* n granules */
     /* Idle granules (mapped, live == 0), oldest first, in a ring with lazy

@@ -96,8 +96,18 @@ provide_deps() {
     for f in "$root"/usr/lib/*/pkgconfig/*.pc "$root"/usr/share/pkgconfig/*.pc; do
         [ -f "$f" ] && sed -i "s|=/usr|=$root/usr|g" "$f"
     done
-    local multi
+    local multi link so sys
     multi=$(ls -d "$root"/usr/lib/*-linux-gnu 2>/dev/null | head -n 1)
+    # Development symlinks that point at an absolute path (zlib's libz.so ->
+    # /lib/.../libz.so.1.2.13) dangle here: point them at the machine's own
+    # library of the same soname, so the shared library is linked, not the
+    # non-PIC static archive, and drop static archives that shadow them.
+    for link in "$multi"/*.so; do
+        [ -L "$link" ] && [ ! -e "$link" ] || continue
+        so=$(basename "$link").1
+        sys=$(ls /lib/*-linux-gnu/"$so" /usr/lib/*-linux-gnu/"$so" 2>/dev/null | head -n 1)
+        [ -n "$sys" ] && ln -sf "$sys" "$link" && rm -f "${link%.so}.a"
+    done
     export PATH=$root/usr/bin:$PATH
     export PKG_CONFIG_PATH=$multi/pkgconfig:$root/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
     export CMAKE_PREFIX_PATH=$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
