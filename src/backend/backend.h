@@ -76,6 +76,11 @@ struct backend_ops {
                                 uint64_t *event);
     vram_status (*event_query)(struct backend *b, int dev, uint64_t event, bool *done);
     vram_status (*event_destroy)(struct backend *b, int dev, uint64_t event);
+
+    /* Wait until all work queued on DEV by this process has completed
+    ** (cuCtxSynchronize). Needed before memory that kernels may still use
+    ** is unmapped and moved. NULL: work completes at once (simulator). */
+    vram_status (*synchronize)(struct backend *b, int dev);
 };
 
 struct backend {

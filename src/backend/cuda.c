@@ -641,6 +641,17 @@ cuda_event_query(struct backend *b, int dev, uint64_t event, bool *done)
 }
 
 static vram_status
+cuda_synchronize(struct backend *b, int dev)
+{
+    struct cuda_backend *c = cuda_of(b);
+    vram_status st = cuda_enter(c, dev);
+    if (st != VRAM_OK)
+        return st;
+    st = cuda_check(c, VCU_ENTRY_cuCtxSynchronize, c->api.cuCtxSynchronize());
+    return cuda_leave(c, st);
+}
+
+static vram_status
 cuda_event_destroy(struct backend *b, int dev, uint64_t event)
 {
     struct cuda_backend *c = cuda_of(b);
@@ -687,6 +698,7 @@ static const struct backend_ops cuda_ops = {
     .unmap = cuda_unmap,
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
+    .synchronize = cuda_synchronize,
     .event_destroy = cuda_event_destroy,
 };
 

@@ -178,6 +178,7 @@ enum vcu_need {
       (T(context) *ctx))                                                                 \
     X(cuCtxGetCurrent, cuCtxGetCurrent, NULL, VCU_REQUIRED, T(result),                   \
       (T(context) *ctx))                                                                 \
+    X(cuCtxSynchronize, cuCtxSynchronize, NULL, VCU_REQUIRED, T(result), (void))         \
     X(cuMemGetInfo, cuMemGetInfo_v2, NULL, VCU_REQUIRED, T(result),                      \
       (size_t *free_bytes, size_t *total_bytes))                                         \
     X(cuMemAlloc, cuMemAlloc_v2, NULL, VCU_REQUIRED, T(result),                          \

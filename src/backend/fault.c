@@ -164,6 +164,15 @@ fault_event_destroy(struct backend *b, int dev, uint64_t event)
     return f->inner->ops->event_destroy(f->inner, dev, event);
 }
 
+static vram_status
+fault_synchronize(struct backend *b, int dev)
+{
+    struct fault_backend *f = fault_of(b);
+    if (fault_hit(f, "synchronize"))
+        return f->status;
+    return f->inner->ops->synchronize(f->inner, dev);
+}
+
 static void
 fault_close(struct backend *b)
 {
@@ -208,6 +217,7 @@ backend_fault_open(struct backend *inner, uint64_t fail_call, vram_status status
     ops->event_record = in->event_record ? fault_event_record : NULL;
     ops->event_query = in->event_query ? fault_event_query : NULL;
     ops->event_destroy = in->event_destroy ? fault_event_destroy : NULL;
+    ops->synchronize = in->synchronize ? fault_synchronize : NULL;
     f->base.ops = ops;
     f->inner = inner;
     f->fail_call = fail_call;

@@ -216,10 +216,19 @@ steal_locked(struct vram_device *dev, int64_t v, uint64_t *out)
     gv->state = G_UNMAPPING;
     uint64_t h = gv->handle;
     drop(dev);
-    vram_status st =
-        be->ops->unmap(be, dev->physical, e->va_base + (uint64_t)v * e->gran, e->gran);
+    /* Kernels queued before the free may still read or write the idle
+    ** memory: wait for the device before moving it (PyTorch's expandable
+    ** segments synchronize likewise). Only moves pay this, never a plain
+    ** allocation or free. */
+    vram_status st = VRAM_OK;
+    bool synced = be->ops->synchronize != NULL && !e->synced;
+    if (synced)
+        st = be->ops->synchronize(be, dev->physical);
+    e->synced = e->synced || (synced && st == VRAM_OK); /* once per allocation */
+    if (st == VRAM_OK)
+        st = be->ops->unmap(be, dev->physical, e->va_base + (uint64_t)v * e->gran, e->gran);
     relock(dev);
-    dev->backend_calls++;
+    dev->backend_calls += 1 + synced;
     if (st != VRAM_OK) {
         gv->state = G_MAPPED;
         if (gv->live == 0)
@@ -290,6 +299,7 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
     uint64_t g0 = (addr - e->va_base) / e->gran;
     uint64_t g1 = (addr + size - 1 - e->va_base) / e->gran;
     bool all_mapped = true;
+    e->synced = false; /* the next move in this allocation synchronizes */
     /* Count the block first, so that no other thread moves these
     ** granules' memory away while we work (E2). */
     for (uint64_t g = g0; g <= g1; g++) {

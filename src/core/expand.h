@@ -60,6 +60,7 @@ struct expand {
     uint64_t n_pool, cap_pool;
     uint64_t phys_bytes;   /* physical memory held: mapped + pooled + being created */
     uint64_t maps, unmaps; /* backend map / unmap calls that succeeded */
+    bool synced;               /* the device was synchronized in this allocation */
 };
 
 /* Prepare (no backend call). VRAM_E_HOST_MEMORY never: arrays come at setup. */

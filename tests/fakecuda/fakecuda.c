@@ -466,6 +466,15 @@ cuCtxPopCurrent_v2(vcu_context *ctx)
 }
 
 vcu_result
+cuCtxSynchronize(void)
+{
+    vcu_result r = enter("cuCtxSynchronize");
+    if (r != VCU_SUCCESS)
+        return r;
+    return ctx_depth > 0 ? VCU_SUCCESS : VCU_ERROR_INVALID_CONTEXT;
+}
+
+vcu_result
 cuCtxGetCurrent(vcu_context *ctx)
 {
     vcu_result r = enter("cuCtxGetCurrent");
