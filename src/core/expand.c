@@ -31,6 +31,9 @@
 */
 #define GRANULES_PER_UNIT 4
 
+/* The learned slack stays below 1/10 of the peak in use. */
+#define MAX_THRASH_DIVISOR 10
+
 static inline void
 relock(struct vram_device *dev)
 {
@@ -143,6 +146,7 @@ expand_setup_locked(struct vram_device *dev)
                          "out of host memory for %" PRIu64 " granules", n);
     }
     e->idle_cap = ring;
+    e->epoch = 1;
     e->idle_head = e->idle_len = e->n_idle = 0;
 
     e->reserving = true;
@@ -239,6 +243,7 @@ steal_locked(struct vram_device *dev, int64_t v, uint64_t *out)
     e->unmaps++;
     gv->handle = 0;
     gv->state = G_UNMAPPED;
+    gv->moved = e->epoch;
     pthread_cond_broadcast(&e->changed);
     *out = h;
     return VRAM_OK;
@@ -262,7 +267,8 @@ obtain_handle_locked(struct vram_device *dev, uint64_t *out)
     uint64_t peak = dev->peak_in_use > dev->heap.bytes_in_use ? dev->peak_in_use
                                                               : dev->heap.bytes_in_use;
     bool under_cap = e->phys_bytes + e->gran <= dev->limit;
-    bool within_slack = e->phys_bytes + e->gran <= peak + peak / SLACK_DIVISOR;
+    uint64_t slack = peak / SLACK_DIVISOR + e->thrash_bytes;
+    bool within_slack = e->phys_bytes + e->gran <= peak + slack;
     if (!(under_cap && within_slack) && e->n_idle > 0) {
         int64_t v = idle_pop(e);
         assert(v >= 0);
@@ -298,6 +304,10 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
     struct backend *be = dev->ctx->backend;
     uint64_t g0 = (addr - e->va_base) / e->gran;
     uint64_t g1 = (addr + size - 1 - e->va_base) / e->gran;
+    if (dev->peak_in_use > e->epoch_peak) {
+        e->epoch_peak = dev->peak_in_use;
+        e->epoch++;
+    }
     bool all_mapped = true;
     e->synced = false; /* the next move in this allocation synchronizes */
     /* Count the block first, so that no other thread moves these
@@ -317,6 +327,14 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
             pthread_cond_wait(&e->changed, &dev->lock);
         if (e->g[g].state == G_MAPPED)
             continue;
+        /* Memory moved away from here is needed again while the peak has
+        ** not grown: a steady loop cycles over more memory than the slack
+        ** allows. Learn one more unit of slack (up to 1/MAX_THRASH_DIVISOR
+        ** of the peak), so that a training loop stops moving memory every
+        ** step. A growing workload (a leak, the first step) learns nothing. */
+        if (e->g[g].moved == e->epoch &&
+            e->thrash_bytes + e->gran <= dev->peak_in_use / MAX_THRASH_DIVISOR)
+            e->thrash_bytes += e->gran;
         e->g[g].state = G_MAPPING;
         uint64_t h = 0;
         vram_status st = obtain_handle_locked(dev, &h);

@@ -39,6 +39,8 @@ struct granule {
     uint64_t handle; /* physical handle mapped here, or 0 */
     uint32_t live;   /* live blocks touching this granule */
     uint8_t state;   /* enum granule_state */
+    uint32_t moved;  /* the peak epoch in which its memory was moved away;
+                        0 = never */
 };
 
 struct expand {
@@ -61,6 +63,10 @@ struct expand {
     uint64_t phys_bytes;   /* physical memory held: mapped + pooled + being created */
     uint64_t maps, unmaps; /* backend map / unmap calls that succeeded */
     bool synced;               /* the device was synchronized in this allocation */
+    uint32_t epoch;            /* peak epoch: grows whenever the peak in use does */
+    uint64_t epoch_peak;       /* the peak in use when the epoch began, bytes */
+    uint64_t thrash_bytes;     /* extra slack learned from memory moved away and
+                                  needed again (see obtain_handle_locked) */
 };
 
 /* Prepare (no backend call). VRAM_E_HOST_MEMORY never: arrays come at setup. */
