@@ -53,7 +53,18 @@
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
 
-enum opt_id { OPT_ALLOCATOR, OPT_REPEAT, OPT_MAX_EVENTS, OPT_DEVICE, OPT_JSON, OPT_HELP };
+enum opt_id {
+    OPT_ALLOCATOR,
+    OPT_REPEAT,
+    OPT_MAX_EVENTS,
+    OPT_DEVICE,
+    OPT_WARM,
+    OPT_JSON,
+    OPT_HELP
+};
+
+/* --warm: time a second pass that finds the allocator warm. */
+static bool warm_mode;
 
 struct opt_spec {
     enum opt_id id;
@@ -70,6 +81,7 @@ static const struct opt_spec opt_table[] = {
      "(default 3)"},
     {OPT_MAX_EVENTS, "max-events", "N", "replay only the first N events of each trace"},
     {OPT_DEVICE, "device", "N", "CUDA device ordinal (default 0)"},
+    {OPT_WARM, "warm", NULL, "time a second pass after an untimed first one"},
     {OPT_JSON, "json", NULL, "print one JSON object per line (sizes in bytes)"},
     {OPT_HELP, "help", NULL, "print this help"},
 };
@@ -224,11 +236,11 @@ pool_reset(struct peer *pr)
 ** memory.
 */
 static bool
-replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct slots *sl,
+replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct slots *sl, bool cold,
             struct result *out)
 {
     bool pool = pr->which == ALLOC_POOL;
-    if (pool && !pool_reset(pr))
+    if (pool && cold && !pool_reset(pr))
         return false;
     memset(sl->live, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *sl->live);
     uint64_t live = 0, peak = 0, ooms = 0;
@@ -322,7 +334,11 @@ replay_repeated(const struct trace *t, uint64_t n, unsigned repeat, struct peer 
     struct result first, r;
     memset(&first, 0, sizeof first);
     for (unsigned i = 0; i < repeat; i++) {
-        if (!replay_once(t, n, pr, sl, &r))
+        /* --warm: an untimed cold pass first, then the timed pass finds the
+        ** pool holding the memory, as in a long training run. */
+        if (warm_mode && !replay_once(t, n, pr, sl, true, &r))
+            return false;
+        if (!replay_once(t, n, pr, sl, !warm_mode, &r))
             return false;
         if (i == 0)
             first = r;
@@ -400,12 +416,12 @@ print_json(const char *name, enum allocator a, const struct result *r,
     printf(",\"allocator\":\"%s\",\"ops\":%llu,\"ns_per_op\":%.1f,"
            "\"peak_in_use_bytes\":%llu,\"peak_reserved_bytes\":%llu,"
            "\"fragmentation\":%.3f,\"ooms\":%llu,\"trace_events\":%llu,"
-           "\"prefix\":%s}\n",
+           "\"prefix\":%s,\"warm\":%s}\n",
            allocator_names[a], (unsigned long long)r->ops, r->ns_per_op,
            (unsigned long long)r->peak_live_bytes,
            (unsigned long long)r->peak_reserved_bytes, fragmentation_of(r),
            (unsigned long long)r->ooms, (unsigned long long)trace_events,
-           r->ops < trace_events ? "true" : "false");
+           r->ops < trace_events ? "true" : "false", warm_mode ? "true" : "false");
     fflush(stdout);
 }
 
@@ -509,6 +525,9 @@ parse_args(int argc, char **argv, struct settings *set, const char **paths, int 
             if (!parse_number(o->name, value, 0, 1023, &v))
                 return 2;
             set->device = (int)v;
+            break;
+        case OPT_WARM:
+            warm_mode = true;
             break;
         case OPT_JSON:
             set->json = true;

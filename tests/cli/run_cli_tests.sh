@@ -118,7 +118,7 @@ run replay
 expect_error "replay without a trace" 2
 run replay --help
 expect_ok "replay --help"
-for opt in --strategy --limit --device-memory --repeat --min-limit --json; do
+for opt in --strategy --limit --device-memory --repeat --min-limit --warm --json; do
     if grep -q -- "$opt" "$TMP/out"; then pass "help lists $opt"; else fail "help lists $opt" "missing"; fi
 done
 STRATEGIES=$(sed -n 's/^Strategies://p' "$TMP/out" | sed 's/(.*//')
@@ -158,6 +158,12 @@ jcheck "--strategy all: one line per strategy" "$n_strategies" "o['ops'] == $LEA
 run replay --strategy preallocate,growth --repeat 3 --json "$TRACE" "$TRACE"
 expect_ok "comma list, --repeat 3, two traces"
 jcheck "comma list x two traces: four lines" 4 "o['strategy'] in ('preallocate', 'growth')"
+
+run replay --strategy growth,expandable --warm --json "$TRACE"
+expect_ok "replay --warm"
+jcheck "--warm: a timed second pass, same figures" 2 "o['warm'] is True" "o['ops'] == $LEAK_OPS" "o['ooms'] == 0"
+run replay --json "$TRACE"
+jcheck "without --warm: warm is false" 1 "o['warm'] is False"
 
 # The same trace uncompressed, and a tiny hand-written .csv.
 gzip -dc "$TRACE" >"$TMP/leak_plain.trace.csv"

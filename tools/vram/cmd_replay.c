@@ -45,6 +45,7 @@ enum opt_id {
     OPT_DEVICE_MEMORY,
     OPT_REPEAT,
     OPT_MIN_LIMIT,
+    OPT_WARM,
     OPT_JSON,
     OPT_HELP
 };
@@ -71,6 +72,9 @@ static const struct opt_spec opt_table[] = {
     {OPT_MIN_LIMIT, "min-limit", NULL,
      "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
      "between peak in use and the device memory"},
+    {OPT_WARM, "warm", NULL,
+     "time a second pass over the trace on the same allocator, as in a long "
+     "training run (the first pass obtains the memory; untimed)"},
     {OPT_JSON, "json", NULL, "print one JSON object per line (sizes in bytes)"},
     {OPT_HELP, "help", NULL, "print this help"},
 };
@@ -125,6 +129,7 @@ struct replay_settings {
                                smallest GPU's total (--min-limit's bound) */
     unsigned repeat;        /* runs per trace and strategy, 1..1000 */
     bool min_limit;
+    bool warm; /* --warm: time a second pass */
     bool json;
 };
 
@@ -137,6 +142,7 @@ struct replay_result {
     uint64_t ooms;                /* allocations refused with VRAM_E_OOM */
     uint64_t backend_calls;       /* sum over devices */
     uint64_t peak_live_blocks;    /* max of allocations live at once */
+    bool warm;                    /* ns_per_op is of a second pass (--warm) */
     uint64_t metadata_bytes;      /* allocator bookkeeping at the end, summed over
                                      devices; its slabs and tables never shrink,
                                      so this is their high-water mark */
@@ -299,7 +305,7 @@ elapsed_ns(const struct timespec *a, const struct timespec *b)
 */
 static int
 replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
-            uint64_t limit, uint64_t device_memory, struct replay_slots *sl,
+            uint64_t limit, uint64_t device_memory, bool warm, struct replay_slots *sl,
             struct replay_result *out)
 {
     bool cuda = backend == VRAM_BACKEND_CUDA;
@@ -351,49 +357,71 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
 
     /* The timed loop: the trace is already in memory, so this measures the
      * library's allocate and free calls plus a few loads and stores. */
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (uint64_t i = 0; i < t->n_events; i++) {
-        const struct trace_event *ev = &t->events[i];
-        vram_device *dev = devs[ev->device];
-        uint32_t k = ev->slot;
-        if (ev->op == TRACE_ALLOC) {
-            void *p;
-            void *stream = cuda ? NULL : (void *)(uintptr_t)ev->stream;
-            s = vram_alloc(dev, (size_t)ev->size, stream, &p);
-            if (s == VRAM_OK) {
-                sl->ptr[k] = p;
-                sl->size[k] = ev->size;
-                sl->live[k] = true;
-                in_use += ev->size;
-                if (in_use > peak)
-                    peak = in_use;
-                if (++live > peak_live)
-                    peak_live = live;
-            } else if (s == VRAM_E_OOM) {
-                ooms++;
-            } else {
-                cli_error("%s: event %llu: allocating %llu bytes: %s", t->path,
-                          (unsigned long long)(i + 1), (unsigned long long)ev->size,
-                          vram_last_error());
-                rc = REPLAY_FAIL;
-                break;
+    /* --warm: a first, untimed pass leaves the allocator as a long training
+     * run has it (memory obtained, layout settled); then every allocation
+     * still live is freed and the timed pass replays the trace again. */
+    int passes = warm ? 2 : 1;
+    for (int pass = 0; pass < passes && rc == REPLAY_OK; pass++) {
+        if (pass > 0) {
+            for (uint64_t i = 0; i < t->n_events; i++) {
+                const struct trace_event *ev = &t->events[i];
+                if (ev->op != TRACE_ALLOC || !sl->live[ev->slot])
+                    continue;
+                if (vram_free(devs[ev->device], sl->ptr[ev->slot]) != VRAM_OK) {
+                    cli_error("%s: freeing before the timed pass: %s", t->path,
+                              vram_last_error());
+                    rc = REPLAY_FAIL;
+                }
+                sl->live[ev->slot] = false;
             }
-        } else {
-            if (!sl->live[k])
-                continue; /* its allocation was refused */
-            s = vram_free(dev, sl->ptr[k]);
-            if (s != VRAM_OK) {
-                cli_error("%s: event %llu: free: %s", t->path,
-                          (unsigned long long)(i + 1), vram_last_error());
-                rc = REPLAY_FAIL;
+            in_use = live = 0;
+            if (rc != REPLAY_OK)
                 break;
-            }
-            sl->live[k] = false;
-            in_use -= sl->size[k];
-            live--;
         }
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (uint64_t i = 0; i < t->n_events; i++) {
+            const struct trace_event *ev = &t->events[i];
+            vram_device *dev = devs[ev->device];
+            uint32_t k = ev->slot;
+            if (ev->op == TRACE_ALLOC) {
+                void *p;
+                void *stream = cuda ? NULL : (void *)(uintptr_t)ev->stream;
+                s = vram_alloc(dev, (size_t)ev->size, stream, &p);
+                if (s == VRAM_OK) {
+                    sl->ptr[k] = p;
+                    sl->size[k] = ev->size;
+                    sl->live[k] = true;
+                    in_use += ev->size;
+                    if (in_use > peak)
+                        peak = in_use;
+                    if (++live > peak_live)
+                        peak_live = live;
+                } else if (s == VRAM_E_OOM) {
+                    ooms++;
+                } else {
+                    cli_error("%s: event %llu: allocating %llu bytes: %s", t->path,
+                              (unsigned long long)(i + 1), (unsigned long long)ev->size,
+                              vram_last_error());
+                    rc = REPLAY_FAIL;
+                    break;
+                }
+            } else {
+                if (!sl->live[k])
+                    continue; /* its allocation was refused */
+                s = vram_free(dev, sl->ptr[k]);
+                if (s != VRAM_OK) {
+                    cli_error("%s: event %llu: free: %s", t->path,
+                              (unsigned long long)(i + 1), vram_last_error());
+                    rc = REPLAY_FAIL;
+                    break;
+                }
+                sl->live[k] = false;
+                in_use -= sl->size[k];
+                live--;
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
 
     if (rc == REPLAY_OK) {
         struct replay_result r;
@@ -402,6 +430,7 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
         r.ns_per_op = t->n_events > 0 ? elapsed_ns(&t0, &t1) / (double)t->n_events : 0.0;
         r.peak_in_use_bytes = peak;
         r.peak_live_blocks = peak_live;
+        r.warm = warm;
         r.ooms = ooms;
         for (int d = 0; d < n_dev && rc == REPLAY_OK; d++) {
             vram_stats stats;
@@ -445,7 +474,7 @@ replay_repeated(const struct trace *t, vram_strategy st,
     memset(&first, 0, sizeof first);
     for (unsigned i = 0; i < set->repeat; i++) {
         int rc = replay_once(t, set->backend, st, set->limit_bytes, set->device_memory,
-                             sl, &r);
+                             set->warm, sl, &r);
         if (rc != REPLAY_OK)
             return rc;
         if (i == 0)
@@ -478,14 +507,16 @@ find_min_limit(const struct trace *t, vram_strategy st, const struct replay_sett
     *found = false;
     if (hi == 0 || hi <= lo)
         return REPLAY_OK;
-    int rc = replay_once(t, set->backend, st, hi * mib, set->device_memory, sl, &r);
+    int rc =
+        replay_once(t, set->backend, st, hi * mib, set->device_memory, false, sl, &r);
     if (rc != REPLAY_OK)
         return rc;
     if (r.ooms > 0)
         return REPLAY_OK;
     while (hi - lo > 1) {
         uint64_t mid = lo + (hi - lo) / 2;
-        rc = replay_once(t, set->backend, st, mid * mib, set->device_memory, sl, &r);
+        rc = replay_once(t, set->backend, st, mid * mib, set->device_memory, false, sl,
+                         &r);
         if (rc != REPLAY_OK)
             return rc;
         if (r.ooms > 0)
@@ -564,6 +595,7 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
     snprintf(num, sizeof num, "%.3f", frag);
     json_object_object_add(o, "fragmentation", json_object_new_double_s(frag, num));
     json_object_object_add(o, "ooms", json_object_new_uint64(row->r.ooms));
+    json_object_object_add(o, "warm", json_object_new_boolean(row->r.warm));
     json_object_object_add(o, "backend_calls",
                            json_object_new_uint64(row->r.backend_calls));
     json_object_object_add(o, "metadata_bytes_per_live_block",
@@ -758,6 +790,9 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
             break;
         case OPT_MIN_LIMIT:
             set->min_limit = true;
+            break;
+        case OPT_WARM:
+            set->warm = true;
             break;
         case OPT_JSON:
             set->json = true;
