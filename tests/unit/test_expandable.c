@@ -97,24 +97,6 @@ test_expandable_device_full(void **state)
     vram_close(ctx);
 }
 
-/* The other strategies' OOM on fragmentation points here. */
-static void
-test_oom_hint_points_to_expandable(void **state)
-{
-    (void)state;
-    vram_context *ctx = sim_open(1, 16 * GiB, false);
-    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_PREALLOCATE, 100 * MiB);
-    void *a, *b, *c;
-    assert_int_equal(vram_alloc(dev, 40 * MiB, NULL, &a), VRAM_OK);
-    assert_int_equal(vram_alloc(dev, 20 * MiB, NULL, &b), VRAM_OK);
-    assert_int_equal(vram_alloc(dev, 40 * MiB, NULL, &c), VRAM_OK);
-    assert_int_equal(vram_free(dev, a), VRAM_OK);
-    assert_int_equal(vram_free(dev, c), VRAM_OK);
-    assert_int_equal(vram_alloc(dev, 60 * MiB, NULL, &a), VRAM_E_OOM);
-    assert_non_null(strstr(vram_last_error(), "fragmented: try VRAM_STRATEGY=expandable"));
-    vram_close(ctx);
-}
-
 int
 main(void)
 {
@@ -122,7 +104,6 @@ main(void)
         cmocka_unit_test(test_expandable_follows_live_bytes),
         cmocka_unit_test(test_expandable_no_fragmentation_oom),
         cmocka_unit_test(test_expandable_device_full),
-        cmocka_unit_test(test_oom_hint_points_to_expandable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
