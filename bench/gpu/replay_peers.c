@@ -46,6 +46,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cliopt.h"
 #include "trace/trace.h"
 #include "vram.h"
 
@@ -66,14 +67,7 @@ enum opt_id {
 /* --warm: time a second pass that finds the allocator warm. */
 static bool warm_mode;
 
-struct opt_spec {
-    enum opt_id id;
-    const char *name;    /* long name without "--" */
-    const char *metavar; /* NULL: a flag without a value */
-    const char *help;
-};
-
-static const struct opt_spec opt_table[] = {
+static const struct cli_opt opt_table[] = {
     {OPT_ALLOCATOR, "allocator", "cudaMallocAsync|cudaMalloc|all",
      "allocators to replay through (default: all)"},
     {OPT_REPEAT, "repeat", "N",
@@ -132,15 +126,7 @@ usage(FILE *out)
                  "pool (cudaMallocAsync, release threshold UINT64_MAX) and through\n"
                  "cudaMalloc, for comparison with 'vram replay --backend cuda'.\n\n"
                  "Options:\n");
-    for (size_t i = 0; i < N_OPTS; i++) {
-        char left[64];
-        if (opt_table[i].metavar != NULL)
-            snprintf(left, sizeof left, "--%s %s", opt_table[i].name,
-                     opt_table[i].metavar);
-        else
-            snprintf(left, sizeof left, "--%s", opt_table[i].name);
-        fprintf(out, "  %-44s %s\n", left, opt_table[i].help);
-    }
+    cliopt_help(out, opt_table, N_OPTS);
     fprintf(out, "\nExit status: 0 ok, 1 failure, 2 bad usage or malformed trace.\n");
 }
 
@@ -236,8 +222,8 @@ pool_reset(struct peer *pr)
 ** memory.
 */
 static bool
-replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct slots *sl, bool cold,
-            struct result *out)
+replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct slots *sl,
+            bool cold, struct result *out)
 {
     bool pool = pr->which == ALLOC_POOL;
     if (pool && cold && !pool_reset(pr))
@@ -445,55 +431,31 @@ print_row(const char *name, enum allocator a, const struct result *r,
 
 /* ------------------------------------------------------------------ */
 /* The program                                                          */
-/* ------------------------------------------------------------------ */
-
-static const struct opt_spec *
-find_option(const char *arg, const char **inline_value)
-{
-    const char *name = arg + 2;
-    const char *eq = strchr(name, '=');
-    size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
-    for (size_t i = 0; i < N_OPTS; i++) {
-        if (strlen(opt_table[i].name) == len &&
-            strncmp(opt_table[i].name, name, len) == 0) {
-            *inline_value = eq != NULL ? eq + 1 : NULL;
-            return &opt_table[i];
-        }
-    }
-    return NULL;
-}
 
 /* Parse ARGV into SET and PATHS. Returns -1 to go on, else the exit code. */
 static int
 parse_args(int argc, char **argv, struct settings *set, const char **paths, int *n_paths)
 {
+    struct cliopt_iter it;
+    const struct cli_opt *o = NULL;
+    const char *value = NULL;
     *n_paths = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (arg[0] != '-') {
-            paths[(*n_paths)++] = arg;
+    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    for (;;) {
+        enum cliopt_kind k = cliopt_next(&it, &o, &value);
+        if (k == CLIOPT_END)
+            break;
+        if (k == CLIOPT_OPERAND) {
+            paths[(*n_paths)++] = value;
             continue;
         }
-        if (strcmp(arg, "-h") == 0) {
+        if (k == CLIOPT_HELP) {
             usage(stdout);
             return 0;
         }
-        const char *value = NULL;
-        const struct opt_spec *o = arg[1] == '-' ? find_option(arg, &value) : NULL;
-        if (o == NULL) {
-            fail("unknown option '%s' (try --help)", arg);
+        if (k == CLIOPT_ERROR) {
+            fail("%s (try --help)", it.error);
             return 2;
-        }
-        if (o->metavar == NULL && value != NULL) {
-            fail("--%s takes no value", o->name);
-            return 2;
-        }
-        if (o->metavar != NULL && value == NULL) {
-            if (i + 1 >= argc) {
-                fail("--%s needs a value (%s)", o->name, o->metavar);
-                return 2;
-            }
-            value = argv[++i];
         }
         uint64_t v = 0;
         switch (o->id) {

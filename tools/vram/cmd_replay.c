@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cliopt.h"
 #include "cmd.h"
 #include "trace/trace.h"
 #include "util/size.h"
@@ -50,14 +51,7 @@ enum opt_id {
     OPT_HELP
 };
 
-struct opt_spec {
-    enum opt_id id;
-    const char *name;    /* long name without "--" */
-    const char *metavar; /* NULL: a flag without a value */
-    const char *help;
-};
-
-static const struct opt_spec opt_table[] = {
+static const struct cli_opt opt_table[] = {
     {OPT_BACKEND, "backend", "sim|cuda",
      "replay on the simulated device (default) or on the GPU through the CUDA "
      "driver"},
@@ -98,15 +92,7 @@ replay_usage(FILE *out)
                  "simulated GPU (or the real one: --backend cuda) and report, per trace\n"
                  "and strategy, what it cost.\n\n"
                  "Options:\n");
-    for (size_t i = 0; i < N_OPTS; i++) {
-        char left[64];
-        if (opt_table[i].metavar != NULL)
-            snprintf(left, sizeof left, "--%s %s", opt_table[i].name,
-                     opt_table[i].metavar);
-        else
-            snprintf(left, sizeof left, "--%s", opt_table[i].name);
-        fprintf(out, "  %-34s %s\n", left, opt_table[i].help);
-    }
+    cliopt_help(out, opt_table, N_OPTS);
     fprintf(out, "\nStrategies:");
     for (size_t i = 0; i < N_STRATEGIES; i++)
         fprintf(out, " %s", vram_strategy_name(all_strategies[i]));
@@ -702,23 +688,6 @@ print_table(const struct replay_row *rows, size_t n_rows, bool with_min_limit)
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
 
-/* Find the option named by ARG ("--name" or "--name=value"); NULL if none. */
-static const struct opt_spec *
-find_option(const char *arg, const char **inline_value)
-{
-    const char *name = arg + 2;
-    const char *eq = strchr(name, '=');
-    size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
-    for (size_t i = 0; i < N_OPTS; i++) {
-        if (strlen(opt_table[i].name) == len &&
-            strncmp(opt_table[i].name, name, len) == 0) {
-            *inline_value = eq != NULL ? eq + 1 : NULL;
-            return &opt_table[i];
-        }
-    }
-    return NULL;
-}
-
 /*
 ** Parse ARGV into SET and the trace paths (which point into ARGV, stored
 ** in PATHS, *N_PATHS of them). Returns -1 to go on, else the exit code.
@@ -727,38 +696,26 @@ static int
 parse_args(int argc, char **argv, struct replay_settings *set, const char **paths,
            int *n_paths)
 {
-    bool only_paths = false;
+    struct cliopt_iter it;
+    const struct cli_opt *o = NULL;
+    const char *value = NULL;
     *n_paths = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (only_paths || arg[0] != '-' || strcmp(arg, "-") == 0) {
-            paths[(*n_paths)++] = arg;
+    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    for (;;) {
+        enum cliopt_kind k = cliopt_next(&it, &o, &value);
+        if (k == CLIOPT_END)
+            break;
+        if (k == CLIOPT_OPERAND) {
+            paths[(*n_paths)++] = value;
             continue;
         }
-        if (strcmp(arg, "--") == 0) {
-            only_paths = true;
-            continue;
-        }
-        if (strcmp(arg, "-h") == 0) {
+        if (k == CLIOPT_HELP) {
             replay_usage(stdout);
             return 0;
         }
-        const char *value = NULL;
-        const struct opt_spec *o = arg[1] == '-' ? find_option(arg, &value) : NULL;
-        if (o == NULL) {
-            cli_error("replay: unknown option '%s' (try 'vram replay --help')", arg);
+        if (k == CLIOPT_ERROR) {
+            cli_error("replay: %s (try 'vram replay --help')", it.error);
             return 2;
-        }
-        if (o->metavar == NULL && value != NULL) {
-            cli_error("--%s takes no value", o->name);
-            return 2;
-        }
-        if (o->metavar != NULL && value == NULL) {
-            if (i + 1 >= argc) {
-                cli_error("--%s needs a value (%s)", o->name, o->metavar);
-                return 2;
-            }
-            value = argv[++i];
         }
         switch (o->id) {
         case OPT_BACKEND:
