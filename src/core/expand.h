@@ -50,6 +50,7 @@ struct expand {
     uint64_t va_base, va_size; /* the virtual range, bytes */
     uint64_t gran;             /* mapping unit ("granule" here), bytes: a multiple
                                   of the driver's granularity */
+    unsigned shift;            /* log2(gran) when gran is a power of two, else 0 */
     uint64_t n;                /* granules */
     struct granule *g;         /* n granules */
     /* Idle granules (mapped, live == 0), oldest first, in a ring with lazy
