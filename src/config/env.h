@@ -64,6 +64,15 @@ vram_status env_load(env_getter get, void *user, struct vram_env *out);
 ** all-devices entry, else n == 0). */
 const struct env_device_limit *env_device_limit(const struct vram_env *env, int dev);
 
+/*
+** The preload library's settings only (VRAM_LIMIT, VRAM_GROUP and, when
+** both are unset, HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]); see
+** src/preload/quota.h. A malformed value: VRAM_E_CONFIG with one line
+** naming it. OUT is written only on success.
+*/
+struct quota_env;
+vram_status env_quota_load(env_getter get, void *user, struct quota_env *out);
+
 /* Print every variable: name, effective value, source ("default" or
 ** "environment"), one per line, aligned. GET as for env_load. Variables
 ** whose value is malformed are printed with the error instead. */
