@@ -184,7 +184,21 @@ for m in resnet50 gpt2; do
     done
 done
 
-# ---- 4. the table ----
+# ---- 4. the quota enforcer with real frameworks (issue 4) ----
+if [ -f "$BUILD/lib/libvram-preload.so" ]; then
+    run_step "quota checks (torch, jax, cupy, groups, gpt2)" 400 python3 bench/gpu/quota_checks.py \
+        --vram "$VRAM" --out "$WORK/quota.json"
+    if [ -x "$BUILD/bin/vram_bench_hook" ]; then
+        STEP_OUT=$WORK/hook_bare.txt run_step "hook cost: bare driver" 60 \
+            "$BUILD/bin/vram_bench_hook"
+        STEP_OUT=$WORK/hook_preload.txt run_step "hook cost: preloaded, quota set" 60 \
+            env LD_PRELOAD="$BUILD/lib/libvram-preload.so" VRAM_LIMIT=100G "$BUILD/bin/vram_bench_hook"
+    fi
+else
+    say "-- quota checks: SKIPPED (no libvram-preload.so was built)"
+fi
+
+# ---- 5. the table ----
 python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"
 import glob, json, os, sys
 
@@ -336,6 +350,50 @@ for m in ("resnet50", "gpt2"):
         verdict(res_ok), verdict(step_ok), verdict(loss_ok)))
 lines.append("")
 
+quota = load(os.path.join(work, "quota.json"))
+if quota is not None:
+    lines.append("quota enforcer under `vram run --limit 4G` (issue 4)")
+    def q(name, key="pass"):
+        r = quota.get(name) or {}
+        return r.get(key)
+    tt = quota.get("torch_total") or {}
+    tres = tt.get("result") or {}
+    items = [
+        ("torch: mem_get_info total = quota", tt.get("pass_total"),
+         "%s" % tres.get("total")),
+        ("torch: past the quota -> OutOfMemoryError", tt.get("pass_oom"), tres.get("error", "")[:60]),
+        ("torch expandable_segments counted", q("torch_expandable"), ""),
+        ("jax: default preallocation = 75% of quota", q("jax_prealloc"),
+         "ratio %s" % (quota.get("jax_prealloc") or {}).get("ratio")),
+        ("cupy: total = quota, OOM past it", q("cupy"), ""),
+        ("two processes in one group share it", q("group_share"), ""),
+    ]
+    g = quota.get("gpt2_overhead") or {}
+    d = g.get("diff")
+    items.append(("gpt2 step time with preload < 1%", g.get("pass"),
+                  "-" if d is None else "%+.2f%%" % (d * 100)))
+    for what, ok, detail in items:
+        targets.append((what, verdict(ok)))
+        lines.append("  %-46s %-6s %s" % (what, verdict(ok), detail))
+    def hook_ns(name):
+        try:
+            with open(os.path.join(work, name)) as f:
+                for tok in f.read().split():
+                    try:
+                        return float(tok)
+                    except ValueError:
+                        pass
+        except OSError:
+            return None
+        return None
+    bare, pre = hook_ns("hook_bare.txt"), hook_ns("hook_preload.txt")
+    if bare is not None and pre is not None:
+        ok = pre - bare <= 200
+        targets.append(("hooked alloc+free <= bare + 200 ns", verdict(ok)))
+        lines.append("  %-46s %-6s bare %.0f ns, preloaded %.0f ns (+%.0f)" % (
+            "hooked alloc+free <= bare + 200 ns", verdict(ok), bare, pre, pre - bare))
+    lines.append("")
+
 failed = [s["step"] for s in steps if s["status"] != "ok"]
 n_pass = sum(1 for _, v in targets if v == "PASS")
 lines.append("steps: %d ok, %d not ok%s" % (len(steps) - len(failed), len(failed),
@@ -348,7 +406,7 @@ table = "\n".join(lines) + "\n"
 with open(os.path.join(out, "table.txt"), "w") as f:  # the table, for the report
     f.write(table)
 results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": peers,
-           "replay_vram_warm": warm, "replay_peers_warm": warmpeers,
+           "replay_vram_warm": warm, "replay_peers_warm": warmpeers, "quota": quota,
            "train": train, "train_summary": train_summary,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
