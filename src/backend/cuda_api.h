@@ -18,6 +18,7 @@
 #define VRAM_BACKEND_CUDA_API_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vram.h"
 
@@ -128,6 +129,60 @@ typedef struct vcu_mem_access_desc {
     vcu_mem_access_flags flags;
 } vcu_mem_access_desc;
 
+/* CUmemAttach_flags: cuMemAllocManaged's flags. */
+#define VCU_MEM_ATTACH_GLOBAL 0x1u
+
+/* CUarray, CUmemoryPool: opaque handles. */
+typedef struct vcu_array_st *vcu_array;
+typedef struct vcu_mem_pool_st *vcu_mem_pool;
+
+/* CUarray_format: the formats whose element size the preload library
+** knows (src/preload/hooks.c counts an array's bytes from them). */
+typedef enum vcu_array_format {
+    VCU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+    VCU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+    VCU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+    VCU_AD_FORMAT_SIGNED_INT8 = 0x08,
+    VCU_AD_FORMAT_SIGNED_INT16 = 0x09,
+    VCU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+    VCU_AD_FORMAT_HALF = 0x10,
+    VCU_AD_FORMAT_FLOAT = 0x20,
+    VCU_AD_FORMAT_MAX = 0x7FFFFFFF
+} vcu_array_format;
+
+/* CUDA_ARRAY_DESCRIPTOR and CUDA_ARRAY3D_DESCRIPTOR (the _v2 layouts,
+** with size_t extents: elements, not bytes). */
+typedef struct vcu_array_descriptor {
+    size_t Width;
+    size_t Height;
+    vcu_array_format Format;
+    unsigned int NumChannels;
+} vcu_array_descriptor;
+
+typedef struct vcu_array3d_descriptor {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    vcu_array_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} vcu_array3d_descriptor;
+
+/* CUdriverProcAddressQueryResult, and cuGetProcAddress's flags
+** (CUdriverProcAddress_flags): PER_THREAD_DEFAULT_STREAM asks for the
+** _ptsz variant of functions that take a stream. */
+typedef enum vcu_proc_address_result {
+    VCU_GET_PROC_ADDRESS_SUCCESS = 0,
+    VCU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+    VCU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2
+} vcu_proc_address_result;
+#define VCU_GET_PROC_ADDRESS_DEFAULT 0u
+#define VCU_GET_PROC_ADDRESS_LEGACY_STREAM 1u
+#define VCU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2u
+
+/* cuuint64_t (cuGetProcAddress's flags). */
+typedef uint64_t vcu_uint64;
+
 /* The T mapping that gives our own types: T(deviceptr) is vcu_deviceptr. */
 #define VCU_OWN_TYPE(t) vcu_##t
 
@@ -216,10 +271,61 @@ enum vcu_need {
       (T(result) error, const char **text))
 /* clang-format on */
 
+/*
+** Entry points that only the preload library (src/preload) and the fake
+** driver (tests/fakecuda) use: the other ways of taking device memory,
+** cuGetProcAddress, and what the hooks ask the driver. Same shape as
+** VCU_ENTRY_POINTS, but vcu_api_load never loads them (the backend has no
+** use for them, and an old driver may lack them). The _ptsz twins of the
+** stream-ordered calls have the same types and are not listed; neither is
+** the v1 cuGetProcAddress (VCU_GET_PROC_ADDRESS_V1 below).
+*/
+/* clang-format off */
+#define VCU_EXTRA_ENTRY_POINTS(X, T)                                                     \
+    X(cuGetProcAddress, cuGetProcAddress_v2, NULL, VCU_OPTIONAL, T(result),              \
+      (const char *symbol, void **pfn, int cudaVersion, T(uint64) flags,                 \
+       T(proc_address_result) *symbolStatus))                                            \
+    X(cuCtxGetDevice, cuCtxGetDevice, NULL, VCU_OPTIONAL, T(result), (T(device) *device)) \
+    X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, NULL, VCU_OPTIONAL,          \
+      T(result), (T(mem_pool) *pool, T(device) dev))                                     \
+    X(cuMemAllocPitch, cuMemAllocPitch_v2, NULL, VCU_OPTIONAL, T(result),                \
+      (T(deviceptr) *dptr, size_t *pitch, size_t widthInBytes, size_t height,            \
+       unsigned int elementSizeBytes))                                                   \
+    X(cuMemAllocManaged, cuMemAllocManaged, NULL, VCU_OPTIONAL, T(result),               \
+      (T(deviceptr) *dptr, size_t bytesize, unsigned int flags))                         \
+    X(cuMemAllocAsync, cuMemAllocAsync, NULL, VCU_OPTIONAL, T(result),                   \
+      (T(deviceptr) *dptr, size_t bytesize, T(stream) stream))                           \
+    X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync, NULL, VCU_OPTIONAL, T(result),   \
+      (T(deviceptr) *dptr, size_t bytesize, T(mem_pool) pool, T(stream) stream))         \
+    X(cuMemFreeAsync, cuMemFreeAsync, NULL, VCU_OPTIONAL, T(result),                     \
+      (T(deviceptr) dptr, T(stream) stream))                                             \
+    X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle, NULL, VCU_OPTIONAL,      \
+      T(result), (T(mem_handle) *handle, void *addr))                                    \
+    X(cuArrayCreate, cuArrayCreate_v2, NULL, VCU_OPTIONAL, T(result),                    \
+      (T(array) *array, const T(array_descriptor) *desc))                                \
+    X(cuArray3DCreate, cuArray3DCreate_v2, NULL, VCU_OPTIONAL, T(result),                \
+      (T(array) *array, const T(array3d_descriptor) *desc))                              \
+    X(cuArrayDestroy, cuArrayDestroy, NULL, VCU_OPTIONAL, T(result), (T(array) array))
+/* clang-format on */
+
 /* vcu_pfn_cuMemAlloc, ...: the type of each entry point. */
 #define VCU_X_(field, symbol, fallback, need, ret, params)                               \
     typedef ret(*vcu_pfn_##field) params;
 VCU_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
+VCU_EXTRA_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
+#undef VCU_X_
+
+/*
+** The v1 cuGetProcAddress (the CUDA 11.3 to 11.8 runtimes ask for it), the
+** same shape again in a list of its own: it is exported as
+** "cuGetProcAddress", a name that cuda.h redefines to the v2.
+*/
+#define VCU_GET_PROC_ADDRESS_V1(X, T)                                                    \
+    X(cuGetProcAddress_v1, cuGetProcAddress, NULL, VCU_OPTIONAL, T(result),              \
+      (const char *symbol, void **pfn, int cudaVersion, T(uint64) flags))
+#define VCU_X_(field, symbol, fallback, need, ret, params)                               \
+    typedef ret(*vcu_pfn_##field) params;
+VCU_GET_PROC_ADDRESS_V1(VCU_X_, VCU_OWN_TYPE)
 #undef VCU_X_
 
 /* VCU_ENTRY_cuMemAlloc, ...: each entry point's index. */

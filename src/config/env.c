@@ -6,6 +6,12 @@
 ** the parser, the printout and the documentation cannot disagree.
 ** Defaults are written as the user would write them and go through the
 ** same parsers as the user's values.
+**
+** The list has three sections, one per reader: the allocator (env_load,
+** run by vram_open), the quota enforcer (env_quota_load, run by the
+** preload library) and `vram run` (env_run_load). A reader parses only
+** its own section, so that a malformed quota never stops vram_open and
+** the other way round; `vram env` shows all three.
 */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -18,6 +24,7 @@
 
 #include "config/env.h"
 #include "core/error.h"
+#include "preload/quota.h"
 #include "util/size.h"
 
 /* ------------------------------------------------------------------ */
@@ -25,13 +32,28 @@
 /* ------------------------------------------------------------------ */
 
 /*
-** What the loader fills: the public result, plus the two growth switches,
-** which only matter while the strategy is resolved.
+** Names of the one indexed row, CUDA_DEVICE_MEMORY_LIMIT_<i>: HAMi's
+** per-device sizes for CUDA ordinals 0..15 (HAMi knows 16 devices).
+*/
+#define ENV_INDEXED_COUNT 16
+_Static_assert(ENV_INDEXED_COUNT <= QUOTA_MAX_ENTRIES,
+               "every HAMi device limit must fit the quota's entries");
+
+/*
+** What the loaders fill: the allocator's public result and the two
+** growth switches, which only matter while the strategy is resolved;
+** the quota's pieces, which env_quota_load assembles by precedence; and
+** `vram run`'s settings.
 */
 struct env_state {
     struct vram_env env;
-    int allow_growth;    /* VRAM_ALLOW_GROWTH: -1 unset, 0 false, 1 true */
-    int tf_force_growth; /* TF_FORCE_GPU_ALLOW_GROWTH: likewise */
+    int allow_growth;       /* VRAM_ALLOW_GROWTH: -1 unset, 0 false, 1 true */
+    int tf_force_growth;    /* TF_FORCE_GPU_ALLOW_GROWTH: likewise */
+    struct quota_env quota; /* VRAM_LIMIT (all, entries) and VRAM_GROUP (group) */
+    uint64_t hami_all;      /* CUDA_DEVICE_MEMORY_LIMIT, bytes; 0 = unset */
+    uint64_t hami_dev[ENV_INDEXED_COUNT]; /* CUDA_DEVICE_MEMORY_LIMIT_<i>, bytes;
+                                              0 = unset */
+    struct env_run run;                   /* VRAM_PRELOAD_LIBRARY, LD_PRELOAD */
 };
 
 /*
@@ -40,17 +62,22 @@ struct env_state {
 ** below, so that a row cannot make a parser write the wrong field).
 */
 enum env_kind {
-    KIND_BACKEND,  /* vram_backend_kind: "sim" or "cuda" */
-    KIND_DEVICES,  /* int, 1..ENV_MAX_DEVICES */
-    KIND_SIZE,     /* uint64_t, bytes, > 0 */
-    KIND_STRATEGY, /* vram_strategy, by vram_strategy_parse */
-    KIND_TRISTATE, /* int: -1 unset, 0 false, 1 true */
-    KIND_BOOL,     /* bool */
-    KIND_FRACTION, /* double in (0, 1]; 0 = unset */
-    KIND_LIMIT,    /* the whole struct vram_env: limit_all or limit[] */
-    KIND_MIB,      /* int64_t, MiB, >= 0; -1 = unset */
-    KIND_LEVEL,    /* int, 0..4 */
-    KIND_PATH      /* char[512], NUL-terminated; "" = unset */
+    KIND_BACKEND,      /* vram_backend_kind: "sim" or "cuda" */
+    KIND_DEVICES,      /* int, 1..ENV_MAX_DEVICES */
+    KIND_SIZE,         /* uint64_t, bytes, > 0 */
+    KIND_STRATEGY,     /* vram_strategy, by vram_strategy_parse */
+    KIND_TRISTATE,     /* int: -1 unset, 0 false, 1 true */
+    KIND_BOOL,         /* bool */
+    KIND_FRACTION,     /* double in (0, 1]; 0 = unset */
+    KIND_LIMIT,        /* the whole struct vram_env: limit_all or limit[] */
+    KIND_MIB,          /* int64_t, MiB, >= 0; -1 = unset */
+    KIND_LEVEL,        /* int, 0..4 */
+    KIND_PATH,         /* char[512], NUL-terminated; "" = unset */
+    KIND_QUOTA,        /* struct quota_env: all, entries and n_entries (VRAM_LIMIT) */
+    KIND_GROUP,        /* char[64]: letters, digits, '.', '_', '-'; "" = unset */
+    KIND_SIZE_INDEXED, /* uint64_t[ENV_INDEXED_COUNT], bytes, > 0; 0 = unset.
+                          The row's name is a prefix: NAME0 .. NAME15 */
+    KIND_TEXT          /* char[4096], NUL-terminated, any text; "" = unset */
 };
 
 typedef vram_backend_kind KIND_BACKEND_type;
@@ -64,15 +91,26 @@ typedef struct vram_env KIND_LIMIT_type;
 typedef int64_t KIND_MIB_type;
 typedef int KIND_LEVEL_type;
 typedef char KIND_PATH_type[512];
+typedef struct quota_env KIND_QUOTA_type;
+typedef char KIND_GROUP_type[64];
+typedef uint64_t KIND_SIZE_INDEXED_type[ENV_INDEXED_COUNT];
+typedef char KIND_TEXT_type[4096];
+
+/* VRAM_LIMIT's accepted values, for its messages and its doc. */
+#define ENV_QUOTA_EXPECT "e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G"
 
 #define ENV_BOOL_WORDS "true or false; also 1/0, yes/no, on/off"
 
 /*
 ** X(NAME, kind, field of struct env_state, default ("" = unset),
 **   accepted values (for messages and docs), one-line doc).
-** The order is the order of `vram env` and of the docs.
+** The order is the order of `vram env` and of the docs. The sections:
+** the allocator's (vram_open), the quota enforcer's (the preload library)
+** and `vram run`'s; VRAM_ENV_LIST is all three, in that order.
 */
-#define VRAM_ENV_LIST(X)                                                                 \
+#define VRAM_ENV_LIST(X) VRAM_ENV_ALLOCATOR(X) VRAM_ENV_QUOTA(X) VRAM_ENV_RUN(X)
+
+#define VRAM_ENV_ALLOCATOR(X)                                                            \
     X(VRAM_BACKEND, KIND_BACKEND, env.backend, "cuda", "sim or cuda",                    \
       "Device backend: the CUDA driver, loaded at run time, or the simulated device.")   \
     X(VRAM_SIM_DEVICES, KIND_DEVICES, env.sim_devices, "1", "an integer from 1 to 64",   \
@@ -81,7 +119,7 @@ typedef char KIND_PATH_type[512];
       "a size above 0, e.g. 80G or 143771M",                                             \
       "Memory of each simulated device; the default is an NVIDIA H200's.")               \
     X(VRAM_STRATEGY, KIND_STRATEGY, env.strategy, "preallocate",                         \
-      "preallocate, growth, growth:tf-compat or expandable",                                         \
+      "preallocate, growth, growth:tf-compat or expandable",                             \
       "How each logical device obtains memory: its whole cap at the first allocation "   \
       "(TensorFlow's default), growth as needed (vram's policy), TensorFlow's "          \
       "allow_growth (2 MiB regions, each twice the last), or expandable (one virtual "   \
@@ -117,6 +155,31 @@ typedef char KIND_PATH_type[512];
       "On out of memory, also write the full allocator dump (bins, regions, block "      \
       "map) to the log.")
 
+#define VRAM_ENV_QUOTA(X)                                                                \
+    X(VRAM_LIMIT, KIND_QUOTA, quota, "", ENV_QUOTA_EXPECT,                               \
+      "GPU memory quota of each process, or of the group (VRAM_GROUP): a size, a "       \
+      "share of each device's total memory (50% or 0.5), or per device by CUDA "         \
+      "ordinal (0..63, after CUDA_VISIBLE_DEVICES) or GPU UUID (at least 8 hex digits "  \
+      "after GPU-): 0:6G,1:4G. Devices not listed are not limited. Sizes above 0, at "   \
+      "most 16 devices.")                                                                \
+    X(VRAM_GROUP, KIND_GROUP, quota.group, "", "1 to 63 letters, digits, '.', '_', '-'", \
+      "Processes with the same group share one quota (vram run gives each run its "      \
+      "own); unset: each process alone.")                                                \
+    X(CUDA_DEVICE_MEMORY_LIMIT, KIND_SIZE, hami_all, "", "a size above 0, e.g. 6144m",   \
+      "HAMi's limit of every device; read only when VRAM_LIMIT and VRAM_GROUP are "      \
+      "both unset.")                                                                     \
+    X(CUDA_DEVICE_MEMORY_LIMIT_, KIND_SIZE_INDEXED, hami_dev, "",                        \
+      "a size above 0, e.g. 6144m",                                                      \
+      "HAMi's limit of CUDA device i (0..15), ahead of CUDA_DEVICE_MEMORY_LIMIT; read "  \
+      "only when VRAM_LIMIT and VRAM_GROUP are both unset.")
+
+#define VRAM_ENV_RUN(X)                                                                  \
+    X(VRAM_PRELOAD_LIBRARY, KIND_PATH, run.preload_library, "", "a file path",           \
+      "The preload library vram run injects; unset: lib/libvram-preload.so in the "      \
+      "parent of the vram binary's directory (bin/vram, lib/libvram-preload.so).")       \
+    X(LD_PRELOAD, KIND_TEXT, run.ld_preload, "", "the dynamic loader's list",            \
+      "vram run puts the preload library first and keeps the entries already here.")
+
 /* Every row's field has its kind's type. */
 #define ENV_CHECK_TYPE(name, kind, field, def, expect, doc)                              \
     _Static_assert(                                                                      \
@@ -125,10 +188,22 @@ typedef char KIND_PATH_type[512];
 VRAM_ENV_LIST(ENV_CHECK_TYPE)
 #undef ENV_CHECK_TYPE
 
-/* ENV_VRAM_BACKEND, ...: a variable's row in env_vars. */
+/* ENV_VRAM_BACKEND, ...: a variable's row in env_vars. ENV_QUOTA_FIRST and
+** ENV_RUN_FIRST are the first rows of those sections. */
 #define ENV_ID(name, ...) ENV_##name,
-enum env_id { VRAM_ENV_LIST(ENV_ID) ENV_COUNT };
+enum env_id {
+    VRAM_ENV_ALLOCATOR(ENV_ID) ENV_QUOTA_FIRST,
+    ENV_QUOTA_BEFORE_ = ENV_QUOTA_FIRST - 1,
+    VRAM_ENV_QUOTA(ENV_ID) ENV_RUN_FIRST,
+    ENV_RUN_BEFORE_ = ENV_RUN_FIRST - 1,
+    VRAM_ENV_RUN(ENV_ID) ENV_COUNT
+};
 #undef ENV_ID
+
+/* Indexed rows keep one set of texts in struct env_load: one such row. */
+#define ENV_COUNT_INDEXED(name, kind, ...) +((kind) == KIND_SIZE_INDEXED)
+_Static_assert(0 VRAM_ENV_LIST(ENV_COUNT_INDEXED) == 1, "exactly one indexed row");
+#undef ENV_COUNT_INDEXED
 
 struct env_var {
     const char *name;
@@ -149,7 +224,11 @@ static const struct env_var env_vars[ENV_COUNT] = {
 /* One load in progress: the state being filled and the raw values. */
 struct env_load {
     struct env_state s;
-    const char *text[ENV_COUNT]; /* the environment's value; NULL if unset or "" */
+    env_getter get;
+    void *user;
+    const char *text[ENV_COUNT];          /* raw value; NULL if unset or ""; for the
+                                             indexed row, its first set index's value */
+    const char *itext[ENV_INDEXED_COUNT]; /* the indexed row's values, by index */
 };
 
 /* ------------------------------------------------------------------ */
@@ -350,13 +429,271 @@ parse_limit(const char *text, struct vram_env *env, char *why, size_t len)
     return true;
 }
 
+/* ------------------------------------------------------------------ */
+/* VRAM_LIMIT and VRAM_GROUP (the preload library's; see quota.h)       */
+/* ------------------------------------------------------------------ */
+
+static bool
+is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
 /*
-** Parse TEXT as the value of variable ID into L->s. On failure:
-** VRAM_E_CONFIG with the last error
+** One limit, S..S+N: a fraction when it ends in '%' or is digits with a
+** '.' ("50%", "0.5"), else a size above 0 ("6G", "1073741824"). A whole
+** number without a unit is bytes, as everywhere in vram.
+*/
+static bool
+parse_quota_value(const char *s, size_t n, struct quota_value *out, char *why, size_t len)
+{
+    char buf[128];
+    if (n == 0) {
+        snprintf(why, len, "empty limit");
+        return false;
+    }
+    if (n >= sizeof buf) {
+        snprintf(why, len, "a limit of more than %zu characters", sizeof buf - 1);
+        return false;
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    bool fraction = buf[n - 1] == '%' ||
+                    (memchr(buf, '.', n) != NULL && strspn(buf, "0123456789.") == n);
+    struct quota_value v = {QUOTA_NONE, 0, 0.0};
+    if (fraction) {
+        if (fraction_parse(buf, &v.fraction) != VRAM_OK) {
+            take_last_error(why, len);
+            return false;
+        }
+        v.kind = QUOTA_FRACTION;
+    } else {
+        if (size_parse(buf, &v.bytes) != VRAM_OK) {
+            take_last_error(why, len);
+            return false;
+        }
+        if (v.bytes == 0) {
+            char shown[TEXT_EXCERPT_LEN];
+            snprintf(why, len, "'%s': a limit must be more than 0",
+                     text_excerpt(buf, shown, sizeof shown));
+            return false;
+        }
+        v.kind = QUOTA_BYTES;
+    }
+    *out = v;
+    return true;
+}
+
+/*
+** A GPU UUID or a prefix of one, S..S+N, starting with "GPU-" (any case):
+** after it the layout xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, cut anywhere
+** after the first 8 hex digits. A key that could match no device is an
+** error here, because a typo must not leave a device unlimited.
+*/
+static bool
+parse_uuid_key(const char *s, size_t n, struct quota_entry *e, const char *shown,
+               char *why, size_t len)
+{
+    static const char layout[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+    const char *u = s + 4;
+    size_t m = n - 4, hex = 0;
+    if (m > sizeof layout - 1) {
+        snprintf(why, len, "'%s': longer than a GPU UUID (GPU-%s)", shown, layout);
+        return false;
+    }
+    for (size_t j = 0; j < m; j++) {
+        bool ok = layout[j] == '-' ? u[j] == '-' : is_hex(u[j]);
+        if (!ok) {
+            snprintf(why, len, "'%s': not a GPU UUID (GPU-%s)", shown, layout);
+            return false;
+        }
+        hex += layout[j] != '-';
+    }
+    if (hex < 8) {
+        snprintf(why, len,
+                 "'%s': a GPU UUID prefix needs at least 8 hex digits after 'GPU-'",
+                 shown);
+        return false;
+    }
+    e->by_uuid = true;
+    e->ordinal = -1;
+    memcpy(e->uuid, s, n);
+    e->uuid[n] = '\0';
+    return true;
+}
+
+/* The device key of one item, S..S+N: a CUDA ordinal or a GPU UUID. */
+static bool
+parse_quota_key(const char *s, size_t n, struct quota_entry *e, const char *shown,
+                char *why, size_t len)
+{
+    if (n == 0) {
+        snprintf(why, len, "'%s': missing device key before ':'", shown);
+        return false;
+    }
+    if (n >= 4 && strncasecmp(s, "GPU-", 4) == 0)
+        return parse_uuid_key(s, n, e, shown, why, len);
+    int ord = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (s[j] < '0' || s[j] > '9') {
+            snprintf(why, len,
+                     "'%s': device key is neither an ordinal (0..%d) nor a GPU UUID "
+                     "(GPU-...)",
+                     shown, ENV_MAX_DEVICES - 1);
+            return false;
+        }
+        ord = ord * 10 + (s[j] - '0');
+        if (ord >= ENV_MAX_DEVICES) {
+            snprintf(why, len, "'%s': device ordinal out of range 0..%d", shown,
+                     ENV_MAX_DEVICES - 1);
+            return false;
+        }
+    }
+    e->by_uuid = false;
+    e->ordinal = ord;
+    e->uuid[0] = '\0';
+    return true;
+}
+
+/* Whether entries A and B can name the same device: the same ordinal, or
+** one UUID a prefix of the other (case-insensitive). */
+static bool
+same_device_key(const struct quota_entry *a, const struct quota_entry *b)
+{
+    if (a->by_uuid != b->by_uuid)
+        return false; /* an ordinal and a UUID: only the driver knows */
+    if (!a->by_uuid)
+        return a->ordinal == b->ordinal;
+    size_t na = strlen(a->uuid), nb = strlen(b->uuid);
+    return strncasecmp(a->uuid, b->uuid, na < nb ? na : nb) == 0;
+}
+
+/*
+** VRAM_LIMIT: one plain limit for every device, or a comma-separated list
+** of KEY:LIMIT items. Never mixed: a value with any ':' is a list. Fills
+** DST's all, n_entries and entries only (the caller sets the rest).
+*/
+static bool
+parse_quota(const char *text, struct quota_env *dst, char *why, size_t len)
+{
+    struct quota_value all = {QUOTA_NONE, 0, 0.0};
+    struct quota_entry entries[QUOTA_MAX_ENTRIES];
+    int n_entries = 0;
+    bool keyed = strchr(text, ':') != NULL;
+    memset(entries, 0, sizeof entries);
+
+    if (!keyed) {
+        if (strchr(text, ',') != NULL) {
+            snprintf(why, len, "a list needs device keys (e.g. 0:6G,1:4G)");
+            return false;
+        }
+        if (!parse_quota_value(text, strlen(text), &all, why, len))
+            return false;
+    }
+    for (const char *p = text; keyed;) {
+        const char *comma = strchr(p, ',');
+        const char *end = comma != NULL ? comma : p + strlen(p);
+        size_t n = (size_t)(end - p);
+        char item[TEXT_EXCERPT_LEN], shown[TEXT_EXCERPT_LEN];
+        if (n == 0) {
+            snprintf(why, len, "empty item in the list");
+            return false;
+        }
+        /* The excerpt of the item alone: stop it at the comma. */
+        size_t show_n = n < sizeof item - 1 ? n : sizeof item - 1;
+        memcpy(item, p, show_n);
+        item[show_n] = '\0';
+        text_excerpt(item, shown, sizeof shown);
+        const char *colon = memchr(p, ':', n);
+        if (colon == NULL) {
+            snprintf(why, len,
+                     "'%s' has no device key (plain and per-device items cannot be "
+                     "mixed)",
+                     shown);
+            return false;
+        }
+        if (n_entries == QUOTA_MAX_ENTRIES) {
+            snprintf(why, len, "more than %d devices in the list", QUOTA_MAX_ENTRIES);
+            return false;
+        }
+        struct quota_entry *e = &entries[n_entries];
+        if (!parse_quota_key(p, (size_t)(colon - p), e, shown, why, len))
+            return false;
+        for (int k = 0; k < n_entries; k++) {
+            if (!same_device_key(&entries[k], e))
+                continue;
+            if (e->by_uuid)
+                snprintf(why, len, "'%s' and '%s' can name the same device",
+                         entries[k].uuid, e->uuid);
+            else
+                snprintf(why, len, "device %d given twice", e->ordinal);
+            return false;
+        }
+        if (!parse_quota_value(colon + 1, (size_t)(end - colon - 1), &e->value, why, len))
+            return false;
+        n_entries++;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    dst->all = all;
+    dst->n_entries = n_entries;
+    memcpy(dst->entries, entries, sizeof entries);
+    return true;
+}
+
+/* VRAM_GROUP: it names a file in /dev/shm, so a short, plain word. */
+static bool
+parse_group(const char *text, char *dst, size_t cap, char *why, size_t len)
+{
+    size_t n = strlen(text);
+    if (n >= cap) {
+        snprintf(why, len, "more than %zu characters", cap - 1);
+        return false;
+    }
+    for (size_t j = 0; j < n; j++) {
+        char c = text[j];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        if (!ok) {
+            char ch[16];
+            unsigned char u = (unsigned char)c;
+            if (u >= 0x20 && u < 0x7f)
+                snprintf(ch, sizeof ch, "'%c'", c);
+            else
+                snprintf(ch, sizeof ch, "byte 0x%02x", u);
+            snprintf(why, len, "%s is not allowed", ch);
+            return false;
+        }
+    }
+    memcpy(dst, text, n + 1);
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* One value                                                            */
+/* ------------------------------------------------------------------ */
+
+/* The name of variable ID, of index INDEX for the indexed row. */
+static const char *
+var_name(enum env_id id, int index, char *buf, size_t len)
+{
+    if (env_vars[id].kind != KIND_SIZE_INDEXED)
+        return env_vars[id].name;
+    if (index < 0)
+        snprintf(buf, len, "%s<i>", env_vars[id].name);
+    else
+        snprintf(buf, len, "%s%d", env_vars[id].name, index);
+    return buf;
+}
+
+/*
+** Parse TEXT as the value of variable ID (INDEX: of the indexed row, else
+** -1) into L->s. On failure: VRAM_E_CONFIG with the last error
 **   NAME='value': reason (expected ...)
 */
 static vram_status
-parse_value(struct env_load *L, enum env_id id, const char *text)
+parse_value(struct env_load *L, enum env_id id, int index, const char *text)
 {
     const struct env_var *v = &env_vars[id];
     void *dst = (char *)&L->s + v->offset;
@@ -379,12 +716,16 @@ parse_value(struct env_load *L, enum env_id id, const char *text)
             *(int *)dst = (int)i;
         break;
     case KIND_SIZE:
+    case KIND_SIZE_INDEXED:
         if (size_parse(text, &u) != VRAM_OK)
             take_last_error(why, sizeof why);
         else if (u == 0)
             snprintf(why, sizeof why, "must be more than 0");
         else {
-            *(uint64_t *)dst = u;
+            if (v->kind == KIND_SIZE)
+                *(uint64_t *)dst = u;
+            else
+                ((uint64_t *)dst)[index] = u;
             ok = true;
         }
         break;
@@ -425,21 +766,32 @@ parse_value(struct env_load *L, enum env_id id, const char *text)
         if (ok)
             *(int64_t *)dst = i;
         break;
-    case KIND_PATH: {
+    case KIND_PATH:
+    case KIND_TEXT: {
         size_t n = strlen(text);
-        ok = n < sizeof(KIND_PATH_type);
+        size_t cap =
+            v->kind == KIND_PATH ? sizeof(KIND_PATH_type) : sizeof(KIND_TEXT_type);
+        ok = n < cap;
         if (ok)
             memcpy(dst, text, n + 1);
         else
-            snprintf(why, sizeof why, "path longer than %zu bytes",
-                     sizeof(KIND_PATH_type) - 1);
+            snprintf(why, sizeof why, "%s longer than %zu bytes",
+                     v->kind == KIND_PATH ? "path" : "value", cap - 1);
         break;
     }
+    case KIND_QUOTA:
+        ok = parse_quota(text, dst, why, sizeof why);
+        break;
+    case KIND_GROUP:
+        ok = text[0] != '\0' &&
+             parse_group(text, dst, sizeof(KIND_GROUP_type), why, sizeof why);
+        break;
     }
     if (ok)
         return VRAM_OK;
-    char shown[TEXT_EXCERPT_LEN];
-    return error_set(VRAM_E_CONFIG, "%s='%s': %s (expected %s)", v->name,
+    char shown[TEXT_EXCERPT_LEN], name[64];
+    return error_set(VRAM_E_CONFIG, "%s='%s': %s (expected %s)",
+                     var_name(id, index, name, sizeof name),
                      text_excerpt(text, shown, sizeof shown), why, v->expect);
 }
 
@@ -454,7 +806,7 @@ getenv_getter(const char *name, void *user)
     return getenv(name);
 }
 
-/* Start L: every field unset, every raw value read (empty = unset). */
+/* Start L: every field unset, nothing read yet. */
 static void
 load_begin(struct env_load *L, env_getter get, void *user)
 {
@@ -462,22 +814,55 @@ load_begin(struct env_load *L, env_getter get, void *user)
     L->s.env.reserve_mb = -1;
     L->s.allow_growth = -1;
     L->s.tf_force_growth = -1;
-    if (get == NULL)
-        get = getenv_getter;
-    for (int id = 0; id < ENV_COUNT; id++) {
-        const char *t = get(env_vars[id].name, user);
-        L->text[id] = (t != NULL && t[0] != '\0') ? t : NULL;
+    L->get = get != NULL ? get : getenv_getter;
+    L->user = user;
+}
+
+/* A raw value: NULL if unset or empty. */
+static const char *
+load_get(const struct env_load *L, const char *name)
+{
+    const char *t = L->get(name, L->user);
+    return (t != NULL && t[0] != '\0') ? t : NULL;
+}
+
+/* Read the raw values of rows FIRST..END-1 (each name once). */
+static void
+load_read(struct env_load *L, int first, int end)
+{
+    for (int id = first; id < end; id++) {
+        if (env_vars[id].kind != KIND_SIZE_INDEXED) {
+            L->text[id] = load_get(L, env_vars[id].name);
+            continue;
+        }
+        L->text[id] = NULL;
+        for (int i = 0; i < ENV_INDEXED_COUNT; i++) {
+            char name[64];
+            L->itext[i] = load_get(L, var_name((enum env_id)id, i, name, sizeof name));
+            if (L->text[id] == NULL)
+                L->text[id] = L->itext[i];
+        }
     }
 }
 
-/* Variable ID's value from the environment, else its default. */
+/* Variable ID's value from the environment, else its default (for the
+** indexed row: each index that is set, in order). */
 static vram_status
 load_var(struct env_load *L, enum env_id id)
 {
+    if (env_vars[id].kind == KIND_SIZE_INDEXED) {
+        for (int i = 0; i < ENV_INDEXED_COUNT; i++) {
+            vram_status st =
+                L->itext[i] != NULL ? parse_value(L, id, i, L->itext[i]) : VRAM_OK;
+            if (st != VRAM_OK)
+                return st;
+        }
+        return VRAM_OK;
+    }
     if (L->text[id] != NULL)
-        return parse_value(L, id, L->text[id]);
+        return parse_value(L, id, -1, L->text[id]);
     if (env_vars[id].def[0] != '\0')
-        return parse_value(L, id, env_vars[id].def);
+        return parse_value(L, id, -1, env_vars[id].def);
     return VRAM_OK;
 }
 
@@ -551,7 +936,8 @@ env_load(env_getter get, void *user, struct vram_env *out)
     /* About 10 KiB: on the heap would need a failure path of its own. */
     struct env_load L;
     load_begin(&L, get, user);
-    for (int id = 0; id < ENV_COUNT; id++) {
+    load_read(&L, 0, ENV_QUOTA_FIRST);
+    for (int id = 0; id < ENV_QUOTA_FIRST; id++) {
         vram_status st = load_var(&L, (enum env_id)id);
         if (st != VRAM_OK)
             return st;
@@ -560,6 +946,99 @@ env_load(env_getter get, void *user, struct vram_env *out)
     if (st != VRAM_OK)
         return st;
     *out = L.s.env;
+    return VRAM_OK;
+}
+
+/* Whether HAMi's variables count: only when neither of vram's own quota
+** variables is set (L has read them). */
+static bool
+hami_applies(const struct env_load *L)
+{
+    return L->text[ENV_VRAM_LIMIT] == NULL && L->text[ENV_VRAM_GROUP] == NULL;
+}
+
+/*
+** The quota as the preload library applies it, from L's parsed rows:
+** VRAM_LIMIT if set; else, when VRAM_GROUP is unset too, HAMi's
+** variables (a device's own entry ahead of the all-devices one).
+*/
+static void
+quota_assemble(const struct env_load *L, struct quota_env *q)
+{
+    memset(q, 0, sizeof *q);
+    memcpy(q->group, L->s.quota.group, sizeof q->group);
+    if (L->text[ENV_VRAM_LIMIT] != NULL) {
+        q->active = true;
+        q->source = "VRAM_LIMIT";
+        q->all = L->s.quota.all;
+        q->n_entries = L->s.quota.n_entries;
+        memcpy(q->entries, L->s.quota.entries, sizeof q->entries);
+        return;
+    }
+    if (!hami_applies(L))
+        return;
+    if (L->s.hami_all > 0) {
+        q->all.kind = QUOTA_BYTES;
+        q->all.bytes = L->s.hami_all;
+    }
+    for (int i = 0; i < ENV_INDEXED_COUNT; i++) {
+        if (L->s.hami_dev[i] == 0)
+            continue;
+        struct quota_entry *e = &q->entries[q->n_entries++];
+        e->by_uuid = false;
+        e->ordinal = i;
+        e->value.kind = QUOTA_BYTES;
+        e->value.bytes = L->s.hami_dev[i];
+    }
+    q->active = q->all.kind != QUOTA_NONE || q->n_entries > 0;
+    q->source = q->active ? "CUDA_DEVICE_MEMORY_LIMIT" : NULL;
+}
+
+vram_status
+env_quota_load(env_getter get, void *user, struct quota_env *out)
+{
+    if (out == NULL)
+        return error_set(VRAM_E_INVALID, "env_quota_load: OUT is NULL");
+    struct env_load L;
+    load_begin(&L, get, user);
+    static const enum env_id own[] = {ENV_VRAM_LIMIT, ENV_VRAM_GROUP};
+    static const enum env_id hami[] = {ENV_CUDA_DEVICE_MEMORY_LIMIT,
+                                       ENV_CUDA_DEVICE_MEMORY_LIMIT_};
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
+        load_read(&L, own[k], own[k] + 1);
+    /* HAMi's variables are not even read when vram's own are set: a
+    ** malformed one cannot stop a job that does not use it. */
+    bool with_hami = hami_applies(&L);
+    for (size_t k = 0; with_hami && k < sizeof hami / sizeof hami[0]; k++)
+        load_read(&L, hami[k], hami[k] + 1);
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
+        vram_status st = load_var(&L, own[k]);
+        if (st != VRAM_OK)
+            return st;
+    }
+    for (size_t k = 0; with_hami && k < sizeof hami / sizeof hami[0]; k++) {
+        vram_status st = load_var(&L, hami[k]);
+        if (st != VRAM_OK)
+            return st;
+    }
+    quota_assemble(&L, out);
+    return VRAM_OK;
+}
+
+vram_status
+env_run_load(env_getter get, void *user, struct env_run *out)
+{
+    if (out == NULL)
+        return error_set(VRAM_E_INVALID, "env_run_load: OUT is NULL");
+    struct env_load L;
+    load_begin(&L, get, user);
+    load_read(&L, ENV_RUN_FIRST, ENV_COUNT);
+    for (int id = ENV_RUN_FIRST; id < ENV_COUNT; id++) {
+        vram_status st = load_var(&L, (enum env_id)id);
+        if (st != VRAM_OK)
+            return st;
+    }
+    *out = L.s.run;
     return VRAM_OK;
 }
 
@@ -629,6 +1108,37 @@ format_limit(const struct vram_env *env, char *buf, size_t len)
         append(buf, len, "unset");
 }
 
+/* One quota limit: "6.00 GiB" or "50%". */
+static void
+format_quota_value(const struct quota_value *v, char *buf, size_t len)
+{
+    char size[32];
+    if (v->kind == QUOTA_BYTES)
+        append(buf, len, "%s", size_format(v->bytes, size, sizeof size));
+    else if (v->kind == QUOTA_FRACTION)
+        append(buf, len, "%.4g%% of total", v->fraction * 100.0);
+}
+
+static void
+format_quota(const struct quota_env *q, char *buf, size_t len)
+{
+    if (q->all.kind != QUOTA_NONE) {
+        format_quota_value(&q->all, buf, len);
+        append(buf, len, " on every device");
+        return;
+    }
+    for (int k = 0; k < q->n_entries; k++) {
+        const struct quota_entry *e = &q->entries[k];
+        if (e->by_uuid)
+            append(buf, len, "%s%s: ", k > 0 ? ", " : "", e->uuid);
+        else
+            append(buf, len, "%sdevice %d: ", k > 0 ? ", " : "", e->ordinal);
+        format_quota_value(&e->value, buf, len);
+    }
+    if (q->n_entries == 0)
+        append(buf, len, "unset");
+}
+
 /* The value of variable ID in L, as `vram env` shows it. */
 static void
 format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
@@ -646,7 +1156,10 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
         append(buf, len, "%d", *(const int *)src);
         break;
     case KIND_SIZE:
-        size_format(*(const uint64_t *)src, buf, len);
+        if (*(const uint64_t *)src > 0)
+            size_format(*(const uint64_t *)src, buf, len);
+        else
+            append(buf, len, "unset"); /* only a row without a default */
         break;
     case KIND_STRATEGY: {
         const char *name = vram_strategy_name(*(const vram_strategy *)src);
@@ -680,9 +1193,29 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
             append(buf, len, "unset");
         break;
     }
-    case KIND_PATH: {
-        const char *path = src;
-        append(buf, len, "%s", path[0] != '\0' ? path : "unset");
+    case KIND_PATH:
+    case KIND_TEXT:
+    case KIND_GROUP: {
+        const char *text = src;
+        append(buf, len, "%s", text[0] != '\0' ? text : "unset");
+        break;
+    }
+    case KIND_QUOTA:
+        format_quota(src, buf, len);
+        break;
+    case KIND_SIZE_INDEXED: {
+        const uint64_t *sizes = src;
+        char size[32];
+        bool any = false;
+        for (int i = 0; i < ENV_INDEXED_COUNT; i++) {
+            if (sizes[i] == 0)
+                continue;
+            append(buf, len, "%sdevice %d: %s", any ? ", " : "", i,
+                   size_format(sizes[i], size, sizeof size));
+            any = true;
+        }
+        if (!any)
+            append(buf, len, "unset");
         break;
     }
     }
@@ -696,6 +1229,7 @@ env_print(FILE *out, env_getter get, void *user)
     bool bad[ENV_COUNT];
 
     load_begin(&L, get, user);
+    load_read(&L, 0, ENV_COUNT);
     for (int id = 0; id < ENV_COUNT; id++) {
         bad[id] = load_var(&L, (enum env_id)id) != VRAM_OK;
         if (bad[id])
@@ -703,6 +1237,15 @@ env_print(FILE *out, env_getter get, void *user)
         else
             format_value(&L, (enum env_id)id, value[id], VALUE_LEN);
     }
+
+    /* HAMi's rows say when vram's own variables make the preload library
+    ** ignore them (a malformed one is still flagged). */
+    static const enum env_id hami[] = {ENV_CUDA_DEVICE_MEMORY_LIMIT,
+                                       ENV_CUDA_DEVICE_MEMORY_LIMIT_};
+    for (size_t k = 0; k < sizeof hami / sizeof hami[0]; k++)
+        if (!bad[hami[k]] && L.text[hami[k]] != NULL && !hami_applies(&L))
+            append(value[hami[k]], VALUE_LEN, " (ignored: %s is set)",
+                   L.text[ENV_VRAM_LIMIT] != NULL ? "VRAM_LIMIT" : "VRAM_GROUP");
 
     /* The strategy row shows the strategy in force, wherever it came from. */
     if (!bad[ENV_VRAM_STRATEGY]) {
@@ -719,9 +1262,13 @@ env_print(FILE *out, env_getter get, void *user)
         }
     }
 
+    char names[ENV_COUNT][64];
     int name_w = (int)strlen("VARIABLE"), value_w = (int)strlen("VALUE");
     for (int id = 0; id < ENV_COUNT; id++) {
-        int n = (int)strlen(env_vars[id].name);
+        const char *name = var_name((enum env_id)id, -1, names[id], sizeof names[id]);
+        if (name != names[id])
+            snprintf(names[id], sizeof names[id], "%s", name);
+        int n = (int)strlen(names[id]);
         name_w = n > name_w ? n : name_w;
         n = (int)strlen(value[id]);
         if (!bad[id] && n > value_w)
@@ -730,44 +1277,82 @@ env_print(FILE *out, env_getter get, void *user)
     fprintf(out, "%-*s  %-*s  %s\n", name_w, "VARIABLE", value_w, "VALUE", "SOURCE");
     for (int id = 0; id < ENV_COUNT; id++) {
         if (bad[id])
-            fprintf(out, "%-*s  %s\n", name_w, env_vars[id].name, value[id]);
+            fprintf(out, "%-*s  %s\n", name_w, names[id], value[id]);
         else
-            fprintf(out, "%-*s  %-*s  %s\n", name_w, env_vars[id].name, value_w,
-                    value[id], L.text[id] != NULL ? "environment" : "default");
+            fprintf(out, "%-*s  %-*s  %s\n", name_w, names[id], value_w, value[id],
+                    L.text[id] != NULL ? "environment" : "default");
     }
 }
 
-void
-env_markdown(FILE *out)
+/* The rows FIRST..END-1 as a Markdown table. */
+static void
+markdown_table(FILE *out, int first, int end)
 {
-    fputs(
-        "# Environment variables\n"
-        "\n"
-        "<!-- Generated by `vram env --markdown` from the table in src/config/env.c;\n"
-        "     edit that table, not this file. -->\n"
-        "\n"
-        "vram reads these variables once, when a context is opened (`vram_open`),\n"
-        "unless `vram_options.ignore_environment` is set. `vram env` prints the value\n"
-        "each one has now and where it came from; `vram env --check` exits with status\n"
-        "2 and names the first malformed one.\n"
-        "\n"
-        "- Sizes are 1024-based: `6G`, `6GiB` and `6GB` all mean 6 x 1024^3 bytes.\n"
-        "  Units are K, M, G, T and P; `1.5G` is allowed; a plain number is bytes.\n"
-        "- Limits fail closed: a malformed value makes `vram_open` fail with\n"
-        "  `VRAM_E_CONFIG` and a one-line message naming the variable. It never means\n"
-        "  \"unlimited\".\n"
-        "- An empty value is the same as an unset one.\n"
-        "\n"
-        "| Variable | Default | Meaning |\n"
-        "|---|---|---|\n",
-        out);
-    for (int id = 0; id < ENV_COUNT; id++) {
+    fputs("| Variable | Default | Meaning |\n"
+          "|---|---|---|\n",
+          out);
+    for (int id = first; id < end; id++) {
         const struct env_var *v = &env_vars[id];
-        fprintf(out, "| `%s` | ", v->name);
+        char name[64];
+        fprintf(out, "| `%s` | ", var_name((enum env_id)id, -1, name, sizeof name));
         if (v->def[0] != '\0')
             fprintf(out, "`%s`", v->def);
         else
             fputs("unset", out);
         fprintf(out, " | %s Values: %s. |\n", v->doc, v->expect);
     }
+}
+
+void
+env_markdown(FILE *out)
+{
+    fputs("# Environment variables\n"
+          "\n"
+          "<!-- Generated by `vram env --markdown` from the table in src/config/env.c;\n"
+          "     edit that table, not this file. -->\n"
+          "\n"
+          "`vram env` prints the value each variable has now and where it came from,\n"
+          "and flags a malformed one with its error. The variables come in three\n"
+          "sections, by the part of vram that reads them.\n"
+          "\n"
+          "- Sizes are 1024-based: `6G`, `6GiB` and `6GB` all mean 6 x 1024^3 bytes.\n"
+          "  Units are K, M, G, T and P; `1.5G` is allowed; a plain number is bytes.\n"
+          "- Limits fail closed: a malformed value is an error with a one-line message\n"
+          "  naming the variable. It never means \"unlimited\".\n"
+          "- An empty value is the same as an unset one.\n"
+          "\n"
+          "## The allocator\n"
+          "\n"
+          "vram reads these variables once, when a context is opened (`vram_open`),\n"
+          "unless `vram_options.ignore_environment` is set; a malformed one makes\n"
+          "`vram_open` fail with `VRAM_E_CONFIG`. `vram env --check` exits with status\n"
+          "2 and names the first malformed one.\n"
+          "\n",
+          out);
+    markdown_table(out, 0, ENV_QUOTA_FIRST);
+    fputs("\n"
+          "## The quota enforcer\n"
+          "\n"
+          "The preload library (`libvram-preload.so`, see docs/QUOTA.md) reads these;\n"
+          "`vram run` sets `VRAM_LIMIT` and `VRAM_GROUP` from its options. `vram_open`\n"
+          "does not read them, so a malformed one never stops the allocator.\n"
+          "\n"
+          "- `VRAM_LIMIT` wins. HAMi's `CUDA_DEVICE_MEMORY_LIMIT` and\n"
+          "  `CUDA_DEVICE_MEMORY_LIMIT_<i>` are read only when `VRAM_LIMIT` and\n"
+          "  `VRAM_GROUP` are both unset; then a device's own `_<i>` value wins over\n"
+          "  the all-devices one.\n"
+          "- A `VRAM_LIMIT` entry for a device wins over a limit for every device; a\n"
+          "  UUID entry wins over an ordinal entry. UUIDs match without regard to case,\n"
+          "  by prefix. A fraction is of the device's total memory; a limit above the\n"
+          "  total is the total.\n"
+          "\n",
+          out);
+    markdown_table(out, ENV_QUOTA_FIRST, ENV_RUN_FIRST);
+    fputs("\n"
+          "## vram run\n"
+          "\n"
+          "`vram run` reads these to start a command under the quota enforcer.\n"
+          "\n",
+          out);
+    markdown_table(out, ENV_RUN_FIRST, ENV_COUNT);
 }

@@ -73,6 +73,17 @@ const struct env_device_limit *env_device_limit(const struct vram_env *env, int 
 struct quota_env;
 vram_status env_quota_load(env_getter get, void *user, struct quota_env *out);
 
+/* The settings `vram run` reads for itself. Plain data; copy freely. */
+struct env_run {
+    char preload_library[512]; /* VRAM_PRELOAD_LIBRARY; "" = unset */
+    char ld_preload[4096];     /* LD_PRELOAD as found; "" = unset */
+};
+
+/* Read VRAM_PRELOAD_LIBRARY and LD_PRELOAD with GET (NULL = getenv). A
+** value too long for its field: VRAM_E_CONFIG with one line naming it.
+** OUT is written only on success. */
+vram_status env_run_load(env_getter get, void *user, struct env_run *out);
+
 /* Print every variable: name, effective value, source ("default" or
 ** "environment"), one per line, aligned. GET as for env_load. Variables
 ** whose value is malformed are printed with the error instead. */

@@ -13,8 +13,10 @@
 ** calls the driver, then releases the reservation if the driver failed.
 ** The mutex is robust: if a holder dies (SIGKILL) the next locker gets
 ** EOWNERDEAD, marks the state consistent and reclaims the dead entry, so
-** nobody hangs. Entries of dead processes are also reclaimed at every
-** reserve and by ledger_snapshot (the monitoring commands).
+** nobody hangs. Entries of dead processes are also reclaimed by reserve
+** (always before refusing, otherwise at most every 100 ms), and by
+** ledger_group_used and ledger_snapshot (the monitoring commands).
+** docs/LEDGER.md has the layout and the rules.
 **
 ** Thread-safe; fork: the child calls ledger_after_fork() and gets a fresh
 ** entry (the parent's usage stays the parent's). No function here calls
@@ -70,7 +72,10 @@ struct ledger_snapshot {
 ** entry. GROUP: letters, digits, '.', '_', '-', 1..63 characters
 ** (VRAM_E_CONFIG otherwise). VRAM_E_IO when the file cannot be created or
 ** mapped, or belongs to another user or has other permissions than 0600
-** (the line says which). Concurrent creators agree on one file.
+** (the line says which), or is full (LEDGER_MAX_PROCS live processes).
+** Concurrent creators agree on one file. One entry per process: a second
+** open in the same program shares it; an entry left by this pid before an
+** execve() (whose memory the driver freed) is taken over with zero use.
 */
 vram_status ledger_open(const char *group, struct ledger **out);
 
@@ -81,8 +86,26 @@ void ledger_close(struct ledger *l);
 /* Remove this process's entry now (its usage goes back to the group). */
 void ledger_leave(struct ledger *l);
 
-/* In a child after fork(): give the child its own, empty entry. */
+/*
+** In a child after fork(): give the child its own, empty entry. The entry
+** is made at the child's first reservation, so that children that never
+** allocate (data-loader workers, fork+exec) take no entry; until then the
+** child holds nothing and the parent's entry stays the parent's. Takes no
+** lock and allocates nothing: safe in a pthread_atfork child handler.
+** VRAM_E_IO if /proc/self/stat cannot be read. (A child that skips this
+** call is noticed by pid at its first reservation and treated alike.)
+*/
 vram_status ledger_after_fork(struct ledger *l);
+
+/*
+** Unlink the group's file if no live process has an entry in it (dead ones
+** are reclaimed first); returns true if it is gone. Safe against a process
+** opening the group at the same moment: the file is marked under its lock
+** first, and openers that see the mark open the group anew. Called at
+** process exit by the preload library and by `vram run`, so /dev/shm does
+** not fill up with the ledgers of finished jobs.
+*/
+bool ledger_remove_if_unused(struct ledger *l);
 
 /*
 ** Reserve BYTES on the device UUID for this process: refused with
@@ -90,6 +113,12 @@ vram_status ledger_after_fork(struct ledger *l);
 ** limit: always granted, still counted). Dead members are reclaimed first.
 ** On refusal, *group_used (if not NULL) receives the group's use. LIMIT is
 ** also recorded as the device's quota for the monitoring commands.
+** Other statuses: VRAM_E_INVALID (NULL, a UUID that is empty or of
+** LEDGER_UUID_LEN characters or more, a handle of ledger_attach_existing),
+** VRAM_E_NO_DEVICE (the ledger already holds LEDGER_MAX_DEVICES other
+** devices), VRAM_E_IO (the ledger is full, or its mutex cannot be taken).
+** Grants need no /proc read; dead members are looked for at most every
+** 100 ms, and always before a refusal, so a dead member never causes one.
 */
 vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limit,
                            uint64_t *group_used);
@@ -98,7 +127,8 @@ vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, u
 ** call, or when the memory is freed). */
 void ledger_release(struct ledger *l, const char *uuid, uint64_t bytes);
 
-/* The group's use of UUID now, bytes (dead members reclaimed first). */
+/* The group's use of UUID now, bytes (dead members reclaimed first); 0
+** for a device never seen, or if the mutex cannot be taken. */
 uint64_t ledger_group_used(struct ledger *l, const char *uuid);
 
 /* Copy the whole ledger into OUT (reclaiming dead members first). */
@@ -109,7 +139,17 @@ vram_status ledger_snapshot(struct ledger *l, struct ledger_snapshot *out);
 vram_status ledger_attach_existing(const char *group, struct ledger **out);
 
 /* Every group ledger of the calling user: names into GROUPS (MAX of them,
-** LEDGER_GROUP_LEN each); *n receives the count. */
+** LEDGER_GROUP_LEN each, sorted); *n receives the count (at most MAX: more
+** are left out). Files of that name owned by another user are skipped. */
 vram_status ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
+
+/* ---- for tests only ---- */
+
+/* Take L's mutex and sleep forever holding it (tests kill the caller). */
+void ledger_test_lock_and_hang(struct ledger *l);
+
+/* Overwrite the start time recorded in this process's entry with T, as if
+** its pid had been recycled by a new process. */
+void ledger_test_set_start_time(struct ledger *l, uint64_t t);
 
 #endif

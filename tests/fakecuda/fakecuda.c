@@ -2,26 +2,51 @@
 ** fakecuda.c -- a fake CUDA driver, built as libcuda.so.1, so that the CUDA
 ** backend (src/backend/cuda.c) is tested where there is no GPU (CI).
 **
-** It implements every entry point of VCU_ENTRY_POINTS (its prototypes are
-** generated from that list, so a signature that drifts fails to compile)
-** with a small in-process model that is strict where the real driver is:
-**   - 2 devices (FAKECUDA_DEVICES=0..8) "Fake GPU", 1 GiB each, fixed
-**     UUIDs GPU-facecda0-0001-4000-8000-00000000000N, cc 9.0, VM
-**     granularity 2 MiB; everything but cuDriverGetVersion and the error
-**     texts fails with CUDA_ERROR_NOT_INITIALIZED before cuInit;
+** It implements every entry point of VCU_ENTRY_POINTS and
+** VCU_EXTRA_ENTRY_POINTS (its prototypes are generated from those lists, so
+** a signature that drifts fails to compile) with a small in-process model
+** that is strict where the real driver is:
+**   - 2 devices (FAKECUDA_DEVICES=0..8) "Fake GPU", 1 GiB each
+**     (FAKECUDA_MEMORY=8G etc.), fixed UUIDs
+**     GPU-facecda0-0001-4000-8000-00000000000N (N the physical index),
+**     cc 9.0, VM granularity 2 MiB; everything but cuDriverGetVersion,
+**     cuGetProcAddress and the error texts fails with
+**     CUDA_ERROR_NOT_INITIALIZED before cuInit;
+**   - CUDA_VISIBLE_DEVICES as the real driver reads it: a comma list of
+**     indices or UUIDs (a unique prefix will do) that picks and orders the
+**     devices; the first entry that names no device (or one already
+**     listed) ends the list;
+**   - cuGetProcAddress (v1 and v2) resolving the fake's own entry points by
+**     base name and cudaVersion ("cuMemAlloc" from 3020 is cuMemAlloc_v2;
+**     before, the v1 cuMemAlloc, which only says CUDA_ERROR_NOT_SUPPORTED),
+**     the _ptsz variant for CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+**     and itself for "cuGetProcAddress" (v2 from 12000). Its table holds
+**     its own addresses: the library is linked -Bsymbolic, so an
+**     interposer's exports never leak into its answers, as with the real
+**     driver;
 **   - a context stack per thread; calls that need a context (cuMemAlloc,
 **     cuMemGetInfo, events...) fail without one and act on the device of
 **     the current one; popping an empty stack fails;
-**   - allocations with accounting in 2 MiB granules (OOM when full);
+**   - allocations (cuMemAlloc_v2, Pitch, Managed, Async and FromPoolAsync
+**     with their _ptsz twins, arrays, cuMemCreate) with accounting in 2 MiB
+**     granules, charged to the physical device (OOM when full). The
+**     counts -- bytes in use and the high-water mark per physical device --
+**     live in the MAP_SHARED file FAKECUDA_SHARED names, so that several
+**     processes share one device (else in the process); fakecuda_used and
+**     fakecuda_peak read them;
 **   - virtual memory with real bookkeeping: reservations, handles, maps that
 **     must lie inside a reservation, be granule-aligned and not overlap;
 **     access set only on fully mapped ranges; memory returned when a
-**     released handle's last mapping goes;
+**     handle's last reference (cuMemCreate, cuMemRetainAllocationHandle)
+**     is released and its last mapping goes;
 **   - events that complete on their third query (two NOT_READY first);
 **   - knobs: FAKECUDA_FAIL=name[,name...] makes those entry points fail
 **     with CUDA_ERROR_UNKNOWN ("cuMemAlloc" or "cuMemAlloc_v2" both name
 **     cuMemAlloc_v2); FAKECUDA_OOM=1 makes every allocation fail with
-**     CUDA_ERROR_OUT_OF_MEMORY. Both are read at each call.
+**     CUDA_ERROR_OUT_OF_MEMORY; FAKECUDA_NESTED=1 makes cuMemAllocManaged
+**     allocate by calling cuMemAlloc_v2 through the global symbol, as a
+**     driver whose entry points call each other would (an interposer sees
+**     the inner call). All are read at each call.
 ** A misuse (a call without a context, a pop of an empty stack, a release
 ** without a retain) also counts in fakecuda_misuses(), which tests check.
 **
@@ -31,31 +56,50 @@
 **
 ** Test code: getenv is allowed here (STYLE.md's rule covers the library).
 */
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "backend/cuda_api.h"
 
 #define FAKE_API __attribute__((visibility("default")))
 
-/* The driver's entry points, declared from the one list. */
+/* The driver's entry points, declared from the lists. */
 #define X(field, symbol, fallback, need, ret, params) FAKE_API ret symbol params;
 VCU_ENTRY_POINTS(X, VCU_OWN_TYPE)
+VCU_EXTRA_ENTRY_POINTS(X, VCU_OWN_TYPE)
+VCU_GET_PROC_ADDRESS_V1(X, VCU_OWN_TYPE)
 #undef X
 FAKE_API vcu_result cuDeviceGetUuid(vcu_uuid *uuid, vcu_device dev); /* the v1 name */
+/* The v1 cuMemAlloc (32-bit CUdeviceptr and size, before CUDA 3.2). */
+FAKE_API vcu_result cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
+/* The per-thread-default-stream twins: the same types as their base. */
+FAKE_API vcu_result cuMemAllocAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize,
+                                         vcu_stream stream);
+FAKE_API vcu_result cuMemAllocFromPoolAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize,
+                                                 vcu_mem_pool pool, vcu_stream stream);
+FAKE_API vcu_result cuMemFreeAsync_ptsz(vcu_deviceptr dptr, vcu_stream stream);
 
 /* Test helpers, found with dlsym. */
 FAKE_API int fakecuda_ctx_depth(void);
 FAKE_API uint64_t fakecuda_misuses(void);
 FAKE_API uint64_t fakecuda_live_objects(void);
 FAKE_API uint64_t fakecuda_used(int dev);
+FAKE_API uint64_t fakecuda_peak(int dev);
 FAKE_API int fakecuda_primary_refs(int dev);
 
 #define FAKE_MAX_DEVICES 8
-#define FAKE_MEMORY (1ULL << 30)  /* per device */
+#define FAKE_MEMORY (1ULL << 30)  /* per device, unless FAKECUDA_MEMORY says */
+#define FAKE_VERSION 13000        /* what cuDriverGetVersion says */
+#define FAKE_PITCH 512            /* cuMemAllocPitch's row alignment */
 #define FAKE_GRANULE (2ULL << 20) /* allocation and VM granularity */
 #define FAKE_MAX_OBJECTS 1024     /* per kind */
 #define FAKE_STACK 16             /* contexts per thread */
@@ -67,9 +111,13 @@ struct fake_ctx {
     int device;
 };
 
+/* The kinds of fake_alloc: device memory, or an array (its handle). */
+enum { FAKE_MEM = 0, FAKE_ARRAY = 1 };
+
 struct fake_alloc {
     bool live;
-    int device;
+    int kind;               /* FAKE_MEM or FAKE_ARRAY */
+    int device;             /* visible ordinal */
     uint64_t addr, charged; /* bytes */
 };
 
@@ -79,9 +127,10 @@ struct fake_range {
 };
 
 struct fake_phys {
-    bool live;     /* created and memory still held */
-    bool released; /* cuMemRelease called; freed when maps reaches 0 */
-    int device;
+    bool live;  /* created and memory still held */
+    int refs;   /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease;
+                   freed when this and maps reach 0 */
+    int device; /* visible ordinal */
     uint64_t handle, size;
     int maps;
 };
@@ -99,11 +148,28 @@ struct fake_event {
     int queries; /* since the last record */
 };
 
+/* The counts, in the process or in FAKECUDA_SHARED's file: changed with
+** atomics only, since other processes change them too. */
+struct fake_counts {
+    uint64_t used[FAKE_MAX_DEVICES]; /* bytes charged, by physical index */
+    uint64_t peak[FAKE_MAX_DEVICES]; /* the most USED ever was */
+};
+
+static struct fake_counts fake_local_counts;
+
+/* The stream-ordered pools, one per visible device (opaque handles). */
+struct fake_pool {
+    int device;
+};
+
 static struct {
-    pthread_mutex_t lock; /* guards everything here */
+    pthread_mutex_t lock; /* guards everything here but *counts */
     bool initialized;
-    int n_devices;
-    uint64_t used[FAKE_MAX_DEVICES]; /* bytes charged */
+    int n_devices;                 /* visible */
+    int phys_of[FAKE_MAX_DEVICES]; /* visible ordinal -> physical index */
+    uint64_t memory;               /* bytes per device */
+    struct fake_counts *counts;    /* &fake_local_counts or the shared file */
+    struct fake_pool pools[FAKE_MAX_DEVICES];
     int primary_refs[FAKE_MAX_DEVICES];
     struct fake_ctx ctx[FAKE_MAX_DEVICES];
     uint64_t next_addr[FAKE_MAX_DEVICES];
@@ -114,7 +180,9 @@ static struct {
     struct fake_phys phys[FAKE_MAX_OBJECTS];
     struct fake_map maps[FAKE_MAX_OBJECTS];
     struct fake_event events[FAKE_MAX_OBJECTS];
-} fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} fake = {.lock = PTHREAD_MUTEX_INITIALIZER,
+          .memory = FAKE_MEMORY,
+          .counts = &fake_local_counts};
 
 static _Thread_local struct fake_ctx *ctx_stack[FAKE_STACK];
 static _Thread_local int ctx_depth;
@@ -196,19 +264,184 @@ current_device(void)
     return ctx_stack[ctx_depth - 1]->device;
 }
 
-/* Charge BYTES to DEV. Caller holds the lock. */
-static vcu_result
-charge_locked(int dev, uint64_t bytes)
+/* ------------------------------------------------------------------ */
+/* The counts                                                           */
+/* ------------------------------------------------------------------ */
+
+static pthread_once_t counts_once = PTHREAD_ONCE_INIT;
+
+/* Map FAKECUDA_SHARED's file as the counts, once. A file that cannot be
+** used leaves the counts in the process, with a line on stderr (the tests
+** that share a device then fail visibly). */
+static void
+counts_map(void)
 {
-    if (oom_forced() || bytes > FAKE_MEMORY - fake.used[dev])
+    const char *path = getenv("FAKECUDA_SHARED");
+    if (path == NULL || *path == '\0')
+        return;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    struct stat st;
+    void *m = MAP_FAILED;
+    if (fd >= 0 && fstat(fd, &st) == 0 &&
+        ((size_t)st.st_size >= sizeof(struct fake_counts) ||
+         ftruncate(fd, sizeof(struct fake_counts)) == 0))
+        m = mmap(NULL, sizeof(struct fake_counts), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                 0);
+    if (fd >= 0)
+        close(fd);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "fakecuda: cannot map FAKECUDA_SHARED=%s\n", path);
+        return;
+    }
+    __atomic_store_n(&fake.counts, (struct fake_counts *)m, __ATOMIC_RELEASE);
+}
+
+static struct fake_counts *
+counts(void)
+{
+    pthread_once(&counts_once, counts_map);
+    return __atomic_load_n(&fake.counts, __ATOMIC_ACQUIRE);
+}
+
+/* The physical index of visible ordinal DEV. */
+static int
+phys(int dev)
+{
+    return fake.phys_of[dev];
+}
+
+/* Charge BYTES to visible device DEV, atomically with the check, since
+** other processes may charge the same counts. */
+static vcu_result
+charge(int dev, uint64_t bytes)
+{
+    if (oom_forced())
         return VCU_ERROR_OUT_OF_MEMORY;
-    fake.used[dev] += bytes;
+    struct fake_counts *c = counts();
+    int p = phys(dev);
+    uint64_t cur = __atomic_load_n(&c->used[p], __ATOMIC_RELAXED);
+    do {
+        if (bytes > fake.memory || cur > fake.memory - bytes)
+            return VCU_ERROR_OUT_OF_MEMORY;
+    } while (!__atomic_compare_exchange_n(&c->used[p], &cur, cur + bytes, true,
+                                          __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+    uint64_t now = cur + bytes, peak = __atomic_load_n(&c->peak[p], __ATOMIC_RELAXED);
+    while (now > peak && !__atomic_compare_exchange_n(&c->peak[p], &peak, now, true,
+                                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        ;
     return VCU_SUCCESS;
+}
+
+static void
+uncharge(int dev, uint64_t bytes)
+{
+    __atomic_fetch_sub(&counts()->used[phys(dev)], bytes, __ATOMIC_SEQ_CST);
 }
 
 /* ------------------------------------------------------------------ */
 /* Initialization and devices                                          */
 /* ------------------------------------------------------------------ */
+
+/* Physical device P's UUID as nvidia-smi prints it. */
+static void
+uuid_text(int p, char *out, size_t len)
+{
+    snprintf(out, len, "GPU-facecda0-0001-4000-8000-0000000000%02x", (unsigned)p);
+}
+
+/*
+** CUDA_VISIBLE_DEVICES among N_PHYS devices into MAP (visible ordinal ->
+** physical index); returns how many are visible. Unset: all of them.
+** Entries are indices or UUIDs ("GPU-" and a unique prefix); the first
+** that names no device, or one already listed, ends the list, as with the
+** real driver.
+*/
+static int
+visible_devices(int n_phys, int *map)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (v == NULL) {
+        for (int i = 0; i < n_phys; i++)
+            map[i] = i;
+        return n_phys;
+    }
+    int n = 0;
+    while (*v != '\0' && n < n_phys) {
+        size_t len = strcspn(v, ",");
+        char tok[64];
+        size_t k = len < sizeof tok - 1 ? len : sizeof tok - 1;
+        memcpy(tok, v, k);
+        tok[k] = '\0';
+        int p = -1;
+        if (k > 0 && strspn(tok, "0123456789") == k) {
+            long i = strtol(tok, NULL, 10);
+            if (i < n_phys)
+                p = (int)i;
+        } else if (strncmp(tok, "GPU-", 4) == 0 && k > 4) {
+            for (int i = 0; i < n_phys; i++) {
+                char u[64];
+                uuid_text(i, u, sizeof u);
+                if (strncmp(u, tok, k) == 0) {
+                    if (p >= 0) { /* ambiguous prefix */
+                        p = -1;
+                        break;
+                    }
+                    p = i;
+                }
+            }
+        }
+        for (int i = 0; i < n && p >= 0; i++)
+            if (map[i] == p)
+                p = -1;
+        if (p < 0)
+            break;
+        map[n++] = p;
+        v += len;
+        if (*v == ',')
+            v++;
+    }
+    return n;
+}
+
+/* FAKECUDA_MEMORY: bytes with an optional K, M, G or T (1024-based), e.g.
+** 8G; FAKE_MEMORY if unset; 0 if malformed. */
+static uint64_t
+memory_setting(void)
+{
+    const char *v = getenv("FAKECUDA_MEMORY");
+    if (v == NULL || *v == '\0')
+        return FAKE_MEMORY;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    int shift = 0;
+    switch (*end) {
+    case 'K':
+    case 'k':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        end++;
+        break;
+    case 'T':
+    case 't':
+        shift = 40;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (end == v || *end != '\0' || n == 0 || n > (UINT64_MAX >> shift))
+        return 0;
+    return (uint64_t)n << shift;
+}
 
 vcu_result
 cuInit(unsigned int flags)
@@ -217,17 +450,26 @@ cuInit(unsigned int flags)
         return VCU_ERROR_UNKNOWN;
     if (flags != 0)
         return VCU_ERROR_INVALID_VALUE;
-    int n = 2;
+    int n_phys = 2;
     const char *v = getenv("FAKECUDA_DEVICES");
     if (v != NULL && v[0] >= '0' && v[0] <= '8' && v[1] == '\0')
-        n = v[0] - '0';
+        n_phys = v[0] - '0';
+    int map[FAKE_MAX_DEVICES];
+    int n = visible_devices(n_phys, map);
     if (n == 0)
         return VCU_ERROR_NO_DEVICE;
+    uint64_t memory = memory_setting();
+    if (memory == 0)
+        return VCU_ERROR_INVALID_VALUE; /* a malformed FAKECUDA_MEMORY */
+    counts();
     lock();
     if (!fake.initialized) {
         fake.n_devices = n;
+        fake.memory = memory;
         for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
             fake.ctx[i].device = i;
+            fake.pools[i].device = i;
+            fake.phys_of[i] = i < n ? map[i] : i;
             fake.next_addr[i] = FAKE_ALLOC_BASE + (uint64_t)i * FAKE_ALLOC_WINDOW;
         }
         fake.next_va = FAKE_VA_BASE;
@@ -304,7 +546,7 @@ get_uuid(const char *symbol, vcu_uuid *uuid, vcu_device dev)
     static const unsigned char base[16] = {0xfa, 0xce, 0xcd, 0xa0, 0x00, 0x01, 0x40, 0x00,
                                            0x80, 0x00, 0,    0,    0,    0,    0,    0};
     memcpy(uuid->bytes, base, 16);
-    uuid->bytes[15] = (char)dev;
+    uuid->bytes[15] = (char)phys(dev); /* the UUID is the physical device's */
     return VCU_SUCCESS;
 }
 
@@ -332,7 +574,7 @@ cuDeviceTotalMem_v2(size_t *bytes, vcu_device dev)
         return VCU_ERROR_INVALID_VALUE;
     if (!valid_device(dev))
         return VCU_ERROR_INVALID_DEVICE;
-    *bytes = FAKE_MEMORY;
+    *bytes = fake.memory;
     return VCU_SUCCESS;
 }
 
@@ -405,7 +647,7 @@ cuDevicePrimaryCtxRelease_v2(vcu_device dev)
         ** with it, as on the real driver. */
         for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
             if (fake.allocs[i].live && fake.allocs[i].device == dev) {
-                fake.used[dev] -= fake.allocs[i].charged;
+                uncharge(dev, fake.allocs[i].charged);
                 fake.allocs[i].live = false;
             }
             if (fake.events[i].live && fake.events[i].device == dev)
@@ -501,10 +743,75 @@ cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
         return VCU_ERROR_INVALID_CONTEXT;
     if (free_bytes == NULL || total_bytes == NULL)
         return VCU_ERROR_INVALID_VALUE;
+    uint64_t used = __atomic_load_n(&counts()->used[phys(dev)], __ATOMIC_SEQ_CST);
+    *free_bytes = used < fake.memory ? fake.memory - used : 0;
+    *total_bytes = fake.memory;
+    return VCU_SUCCESS;
+}
+
+/*
+** Allocate BYTES (charged in whole granules) of KIND on visible device DEV:
+** the address (or array handle) into *ADDR. Addresses are never reused,
+** so that stale frees show.
+*/
+static vcu_result
+alloc_on(int dev, uint64_t bytes, int kind, vcu_deviceptr *addr)
+{
+    if (bytes > fake.memory)
+        return VCU_ERROR_OUT_OF_MEMORY;
+    uint64_t charged = (bytes + FAKE_GRANULE - 1) / FAKE_GRANULE * FAKE_GRANULE;
     lock();
-    *free_bytes = FAKE_MEMORY - fake.used[dev];
-    *total_bytes = FAKE_MEMORY;
+    int slot = -1;
+    for (int i = 0; i < FAKE_MAX_OBJECTS && slot < 0; i++)
+        if (!fake.allocs[i].live)
+            slot = i;
+    vcu_result r = slot < 0 ? VCU_ERROR_OUT_OF_MEMORY : charge(dev, charged);
+    if (r == VCU_SUCCESS) {
+        struct fake_alloc *a = &fake.allocs[slot];
+        a->live = true;
+        a->kind = kind;
+        a->device = dev;
+        a->addr = fake.next_addr[dev];
+        a->charged = charged;
+        fake.next_addr[dev] += charged;
+        *addr = a->addr;
+    }
     unlock();
+    return r;
+}
+
+/* Free the live allocation of KIND at ADDR. */
+static vcu_result
+free_at(uint64_t addr, int kind)
+{
+    lock();
+    vcu_result r =
+        kind == FAKE_ARRAY ? VCU_ERROR_INVALID_HANDLE : VCU_ERROR_INVALID_VALUE;
+    for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
+        struct fake_alloc *a = &fake.allocs[i];
+        if (a->live && a->kind == kind && a->addr == addr) {
+            uncharge(a->device, a->charged);
+            a->live = false;
+            r = VCU_SUCCESS;
+            break;
+        }
+    }
+    unlock();
+    return r;
+}
+
+/* The prologue of the calls that allocate on the current device. */
+static vcu_result
+alloc_enter(const char *symbol, vcu_deviceptr *dptr, size_t bytes, int *dev)
+{
+    vcu_result r = enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    *dev = current_device();
+    if (*dev < 0)
+        return VCU_ERROR_INVALID_CONTEXT;
+    if (dptr == NULL || bytes == 0)
+        return VCU_ERROR_INVALID_VALUE;
     return VCU_SUCCESS;
 }
 
@@ -512,36 +819,21 @@ cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 vcu_result
 cuMemAlloc_v2(vcu_deviceptr *dptr, size_t bytesize)
 {
-    vcu_result r = enter("cuMemAlloc_v2");
-    if (r != VCU_SUCCESS)
-        return r;
-    int dev = current_device();
-    if (dev < 0)
-        return VCU_ERROR_INVALID_CONTEXT;
-    if (dptr == NULL || bytesize == 0)
-        return VCU_ERROR_INVALID_VALUE;
-    if (bytesize > FAKE_MEMORY)
-        return VCU_ERROR_OUT_OF_MEMORY;
-    uint64_t charged = (bytesize + FAKE_GRANULE - 1) / FAKE_GRANULE * FAKE_GRANULE;
-    lock();
-    int slot = -1;
-    for (int i = 0; i < FAKE_MAX_OBJECTS && slot < 0; i++)
-        if (!fake.allocs[i].live)
-            slot = i;
-    r = slot < 0 ? VCU_ERROR_OUT_OF_MEMORY : charge_locked(dev, charged);
-    if (r == VCU_SUCCESS) {
-        struct fake_alloc *a = &fake.allocs[slot];
-        a->live = true;
-        a->device = dev;
-        a->addr = fake.next_addr[dev];
-        a->charged = charged;
-        fake.next_addr[dev] += charged; /* never reused: stale frees show */
-        *dptr = a->addr;
-    }
-    unlock();
-    return r;
+    int dev;
+    vcu_result r = alloc_enter("cuMemAlloc_v2", dptr, bytesize, &dev);
+    return r != VCU_SUCCESS ? r : alloc_on(dev, bytesize, FAKE_MEM, dptr);
 }
 #endif
+
+/* The v1 ABI (32-bit pointers): only there for cuGetProcAddress to return
+** for old versions; a test that calls it learns it was not a hook. */
+vcu_result
+cuMemAlloc(unsigned int *dptr, unsigned int bytesize)
+{
+    (void)dptr;
+    (void)bytesize;
+    return VCU_ERROR_NOT_SUPPORTED;
+}
 
 vcu_result
 cuMemFree_v2(vcu_deviceptr dptr)
@@ -551,19 +843,243 @@ cuMemFree_v2(vcu_deviceptr dptr)
         return r;
     if (current_device() < 0)
         return VCU_ERROR_INVALID_CONTEXT;
-    lock();
-    r = VCU_ERROR_INVALID_VALUE;
-    for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
-        struct fake_alloc *a = &fake.allocs[i];
-        if (a->live && a->addr == dptr) {
-            fake.used[a->device] -= a->charged;
-            a->live = false;
-            r = VCU_SUCCESS;
-            break;
-        }
-    }
-    unlock();
+    return free_at(dptr, FAKE_MEM);
+}
+
+/* Rows of FAKE_PITCH bytes' multiples; the element size must be one the
+** real driver takes. */
+vcu_result
+cuMemAllocPitch_v2(vcu_deviceptr *dptr, size_t *pitch, size_t widthInBytes, size_t height,
+                   unsigned int elementSizeBytes)
+{
+    int dev;
+    vcu_result r = alloc_enter("cuMemAllocPitch_v2", dptr, widthInBytes, &dev);
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pitch == NULL || height == 0 ||
+        (elementSizeBytes != 4 && elementSizeBytes != 8 && elementSizeBytes != 16))
+        return VCU_ERROR_INVALID_VALUE;
+    uint64_t row = (widthInBytes + FAKE_PITCH - 1) / FAKE_PITCH * FAKE_PITCH;
+    if (row > fake.memory / height)
+        return VCU_ERROR_OUT_OF_MEMORY;
+    r = alloc_on(dev, row * height, FAKE_MEM, dptr);
+    if (r == VCU_SUCCESS)
+        *pitch = row;
     return r;
+}
+
+vcu_result
+cuMemAllocManaged(vcu_deviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    int dev;
+    vcu_result r = alloc_enter("cuMemAllocManaged", dptr, bytesize, &dev);
+    if (r != VCU_SUCCESS)
+        return r;
+    if (flags != VCU_MEM_ATTACH_GLOBAL && flags != 0x2u /* CU_MEM_ATTACH_HOST */)
+        return VCU_ERROR_INVALID_VALUE;
+    const char *nested = getenv("FAKECUDA_NESTED");
+    if (nested != NULL && strcmp(nested, "1") == 0) {
+        vcu_pfn_cuMemAlloc inner;
+        void *p = dlsym(RTLD_DEFAULT, "cuMemAlloc_v2");
+        if (p == NULL)
+            return VCU_ERROR_UNKNOWN;
+        memcpy(&inner, &p, sizeof p);
+        return inner(dptr, bytesize);
+    }
+    return alloc_on(dev, bytesize, FAKE_MEM, dptr);
+}
+
+/* The stream-ordered calls: the fake has no work to order, so they act at
+** once (on the current device; the stream is not looked at). */
+static vcu_result
+alloc_async(const char *symbol, vcu_deviceptr *dptr, size_t bytesize)
+{
+    int dev;
+    vcu_result r = alloc_enter(symbol, dptr, bytesize, &dev);
+    return r != VCU_SUCCESS ? r : alloc_on(dev, bytesize, FAKE_MEM, dptr);
+}
+
+vcu_result
+cuMemAllocAsync(vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream)
+{
+    (void)stream;
+    return alloc_async("cuMemAllocAsync", dptr, bytesize);
+}
+
+vcu_result
+cuMemAllocAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream)
+{
+    (void)stream;
+    return alloc_async("cuMemAllocAsync_ptsz", dptr, bytesize);
+}
+
+vcu_result
+cuDeviceGetDefaultMemPool(vcu_mem_pool *pool, vcu_device dev)
+{
+    vcu_result r = enter("cuDeviceGetDefaultMemPool");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pool == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    if (!valid_device(dev))
+        return VCU_ERROR_INVALID_DEVICE;
+    *pool = (vcu_mem_pool)(void *)&fake.pools[dev];
+    return VCU_SUCCESS;
+}
+
+/* From a default pool: that pool's device; from any other non-NULL pool
+** (the fake has no cuMemPoolCreate): the current device. */
+static vcu_result
+alloc_from_pool(const char *symbol, vcu_deviceptr *dptr, size_t bytesize,
+                vcu_mem_pool pool)
+{
+    int dev;
+    vcu_result r = alloc_enter(symbol, dptr, bytesize, &dev);
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pool == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    uintptr_t p = (uintptr_t)(void *)pool, base = (uintptr_t)fake.pools;
+    if (p >= base && p < base + sizeof fake.pools &&
+        (p - base) % sizeof fake.pools[0] == 0) {
+        dev = fake.pools[(p - base) / sizeof fake.pools[0]].device;
+        if (!valid_device(dev))
+            return VCU_ERROR_INVALID_VALUE;
+    }
+    return alloc_on(dev, bytesize, FAKE_MEM, dptr);
+}
+
+vcu_result
+cuMemAllocFromPoolAsync(vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool,
+                        vcu_stream stream)
+{
+    (void)stream;
+    return alloc_from_pool("cuMemAllocFromPoolAsync", dptr, bytesize, pool);
+}
+
+vcu_result
+cuMemAllocFromPoolAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool,
+                             vcu_stream stream)
+{
+    (void)stream;
+    return alloc_from_pool("cuMemAllocFromPoolAsync_ptsz", dptr, bytesize, pool);
+}
+
+static vcu_result
+free_async(const char *symbol, vcu_deviceptr dptr)
+{
+    vcu_result r = enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    if (current_device() < 0)
+        return VCU_ERROR_INVALID_CONTEXT;
+    return free_at(dptr, FAKE_MEM);
+}
+
+vcu_result
+cuMemFreeAsync(vcu_deviceptr dptr, vcu_stream stream)
+{
+    (void)stream;
+    return free_async("cuMemFreeAsync", dptr);
+}
+
+vcu_result
+cuMemFreeAsync_ptsz(vcu_deviceptr dptr, vcu_stream stream)
+{
+    (void)stream;
+    return free_async("cuMemFreeAsync_ptsz", dptr);
+}
+
+vcu_result
+cuCtxGetDevice(vcu_device *device)
+{
+    vcu_result r = enter("cuCtxGetDevice");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (device == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    int dev = current_device();
+    if (dev < 0)
+        return VCU_ERROR_INVALID_CONTEXT;
+    *device = dev;
+    return VCU_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ */
+/* Arrays                                                               */
+/* ------------------------------------------------------------------ */
+
+/* Bytes per channel of the formats cuda_api.h names (others: invalid). */
+static uint64_t
+format_size(vcu_array_format f)
+{
+    switch (f) {
+    case VCU_AD_FORMAT_UNSIGNED_INT8:
+    case VCU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case VCU_AD_FORMAT_UNSIGNED_INT16:
+    case VCU_AD_FORMAT_SIGNED_INT16:
+    case VCU_AD_FORMAT_HALF:
+        return 2;
+    case VCU_AD_FORMAT_UNSIGNED_INT32:
+    case VCU_AD_FORMAT_SIGNED_INT32:
+    case VCU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        return 0;
+    }
+}
+
+/* An array of W x H x D elements (H, D: 0 means 1) of CHANNELS x F. */
+static vcu_result
+array_create(const char *symbol, vcu_array *array, size_t w, size_t h, size_t d,
+             vcu_array_format f, unsigned channels)
+{
+    vcu_result r = enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    int dev = current_device();
+    if (dev < 0)
+        return VCU_ERROR_INVALID_CONTEXT;
+    uint64_t size = format_size(f);
+    if (array == NULL || w == 0 || size == 0 ||
+        (channels != 1 && channels != 2 && channels != 4))
+        return VCU_ERROR_INVALID_VALUE;
+    uint64_t hh = h > 0 ? h : 1, dd = d > 0 ? d : 1;
+    if (w > fake.memory / hh / dd / channels / size)
+        return VCU_ERROR_OUT_OF_MEMORY;
+    vcu_deviceptr handle;
+    r = alloc_on(dev, w * hh * dd * channels * size, FAKE_ARRAY, &handle);
+    if (r == VCU_SUCCESS)
+        *array = (vcu_array)(uintptr_t)handle;
+    return r;
+}
+
+vcu_result
+cuArrayCreate_v2(vcu_array *array, const vcu_array_descriptor *desc)
+{
+    if (desc == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    return array_create("cuArrayCreate_v2", array, desc->Width, desc->Height, 0,
+                        desc->Format, desc->NumChannels);
+}
+
+vcu_result
+cuArray3DCreate_v2(vcu_array *array, const vcu_array3d_descriptor *desc)
+{
+    if (desc == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    return array_create("cuArray3DCreate_v2", array, desc->Width, desc->Height,
+                        desc->Depth, desc->Format, desc->NumChannels);
+}
+
+vcu_result
+cuArrayDestroy(vcu_array array)
+{
+    vcu_result r = enter("cuArrayDestroy");
+    if (r != VCU_SUCCESS)
+        return r;
+    return free_at((uint64_t)(uintptr_t)array, FAKE_ARRAY);
 }
 
 /* ------------------------------------------------------------------ */
@@ -675,18 +1191,19 @@ cuMemCreate(vcu_mem_handle *handle, size_t size, const vcu_mem_allocation_prop *
     if (handle == NULL || !granular(size) || !valid_prop(prop) || flags != 0 ||
         prop->requestedHandleTypes != VCU_MEM_HANDLE_TYPE_NONE)
         return VCU_ERROR_INVALID_VALUE;
-    if (size > FAKE_MEMORY)
+    if (size > fake.memory)
         return VCU_ERROR_OUT_OF_MEMORY;
     lock();
     int slot = -1;
     for (int i = 0; i < FAKE_MAX_OBJECTS && slot < 0; i++)
         if (!fake.phys[i].live)
             slot = i;
-    r = slot < 0 ? VCU_ERROR_OUT_OF_MEMORY : charge_locked(prop->location.id, size);
+    r = slot < 0 ? VCU_ERROR_OUT_OF_MEMORY : charge(prop->location.id, size);
     if (r == VCU_SUCCESS) {
         struct fake_phys *p = &fake.phys[slot];
         memset(p, 0, sizeof *p);
         p->live = true;
+        p->refs = 1;
         p->device = prop->location.id;
         p->size = size;
         p->handle = ++fake.next_handle;
@@ -696,22 +1213,24 @@ cuMemCreate(vcu_mem_handle *handle, size_t size, const vcu_mem_allocation_prop *
     return r;
 }
 
-/* The live, unreleased handle H, or NULL. Caller holds the lock. */
+/* The live handle H with references left, or NULL. Caller holds the
+** lock. */
 static struct fake_phys *
 phys_locked(vcu_mem_handle h)
 {
     for (int i = 0; i < FAKE_MAX_OBJECTS; i++)
-        if (fake.phys[i].live && !fake.phys[i].released && fake.phys[i].handle == h)
+        if (fake.phys[i].live && fake.phys[i].refs > 0 && fake.phys[i].handle == h)
             return &fake.phys[i];
     return NULL;
 }
 
-/* Drop P's memory once it is released and mapped nowhere. */
+/* Drop P's memory once every reference is released and it is mapped
+** nowhere. */
 static void
 phys_settle_locked(struct fake_phys *p)
 {
-    if (p->released && p->maps == 0) {
-        fake.used[p->device] -= p->size;
+    if (p->refs == 0 && p->maps == 0) {
+        uncharge(p->device, p->size);
         p->live = false;
     }
 }
@@ -725,11 +1244,38 @@ cuMemRelease(vcu_mem_handle handle)
     lock();
     struct fake_phys *p = phys_locked(handle);
     if (p != NULL) {
-        p->released = true;
+        p->refs--;
         phys_settle_locked(p);
     }
     unlock();
     return p != NULL ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+}
+
+/* The handle mapped at ADDR, with one more reference to release. */
+vcu_result
+cuMemRetainAllocationHandle(vcu_mem_handle *handle, void *addr)
+{
+    vcu_result r = enter("cuMemRetainAllocationHandle");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (handle == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    uint64_t a = (uint64_t)(uintptr_t)addr;
+    lock();
+    r = VCU_ERROR_INVALID_VALUE;
+    for (int i = 0; i < FAKE_MAX_OBJECTS && r != VCU_SUCCESS; i++) {
+        const struct fake_map *m = &fake.maps[i];
+        if (!m->live || a < m->addr || a >= m->addr + m->size)
+            continue;
+        struct fake_phys *p = phys_locked(m->handle);
+        if (p == NULL)
+            continue; /* released, still mapped: the real driver refuses too */
+        p->refs++;
+        *handle = p->handle;
+        r = VCU_SUCCESS;
+    }
+    unlock();
+    return r;
 }
 
 /* Is [addr, addr+size) inside one reservation? Caller holds the lock. */
@@ -999,6 +1545,132 @@ cuGetErrorString(vcu_result error, const char **text)
 #endif /* !FAKECUDA_LEGACY */
 
 /* ------------------------------------------------------------------ */
+/* cuGetProcAddress                                                     */
+/* ------------------------------------------------------------------ */
+
+/* Any function, as ISO C lets function pointers be converted among
+** themselves (void (*)(void) matches every type for -Wcast-function-type). */
+typedef void (*fake_fn)(void);
+
+/*
+** One variant of a driver function: the base name asked for, the
+** cudaVersion it appeared in (cudaTypedefs.h's PFN_<name>_v<since>), and
+** its legacy-stream and per-thread (or NULL) entry points. A name with
+** several rows returns the newest whose SINCE is at most the version asked.
+*/
+static const struct fake_proc {
+    const char *name;
+    int since;
+    fake_fn fn, ptsz;
+} fake_procs[] = {
+    {"cuInit", 2000, (fake_fn)cuInit, NULL},
+    {"cuDriverGetVersion", 2020, (fake_fn)cuDriverGetVersion, NULL},
+    {"cuDeviceGetCount", 2000, (fake_fn)cuDeviceGetCount, NULL},
+    {"cuDeviceGet", 2000, (fake_fn)cuDeviceGet, NULL},
+    {"cuDeviceGetName", 2000, (fake_fn)cuDeviceGetName, NULL},
+    {"cuDeviceGetUuid", 9020, (fake_fn)cuDeviceGetUuid, NULL},
+#ifndef FAKECUDA_LEGACY
+    {"cuDeviceGetUuid", 11040, (fake_fn)cuDeviceGetUuid_v2, NULL},
+#endif
+    {"cuDeviceTotalMem", 3020, (fake_fn)cuDeviceTotalMem_v2, NULL},
+    {"cuDeviceGetAttribute", 2000, (fake_fn)cuDeviceGetAttribute, NULL},
+    {"cuDeviceGetDefaultMemPool", 11020, (fake_fn)cuDeviceGetDefaultMemPool, NULL},
+    {"cuDevicePrimaryCtxRetain", 7000, (fake_fn)cuDevicePrimaryCtxRetain, NULL},
+    {"cuDevicePrimaryCtxRelease", 11000, (fake_fn)cuDevicePrimaryCtxRelease_v2, NULL},
+    {"cuCtxPushCurrent", 4000, (fake_fn)cuCtxPushCurrent_v2, NULL},
+    {"cuCtxPopCurrent", 4000, (fake_fn)cuCtxPopCurrent_v2, NULL},
+    {"cuCtxGetCurrent", 4000, (fake_fn)cuCtxGetCurrent, NULL},
+    {"cuCtxGetDevice", 2000, (fake_fn)cuCtxGetDevice, NULL},
+    {"cuCtxSynchronize", 2000, (fake_fn)cuCtxSynchronize, NULL},
+    {"cuMemGetInfo", 3020, (fake_fn)cuMemGetInfo_v2, NULL},
+    {"cuMemAlloc", 2000, (fake_fn)cuMemAlloc, NULL},
+#ifndef FAKECUDA_BROKEN
+    {"cuMemAlloc", 3020, (fake_fn)cuMemAlloc_v2, NULL},
+#endif
+    {"cuMemAllocPitch", 3020, (fake_fn)cuMemAllocPitch_v2, NULL},
+    {"cuMemFree", 3020, (fake_fn)cuMemFree_v2, NULL},
+    {"cuMemAllocManaged", 6000, (fake_fn)cuMemAllocManaged, NULL},
+    {"cuMemAllocAsync", 11020, (fake_fn)cuMemAllocAsync, (fake_fn)cuMemAllocAsync_ptsz},
+    {"cuMemAllocFromPoolAsync", 11020, (fake_fn)cuMemAllocFromPoolAsync,
+     (fake_fn)cuMemAllocFromPoolAsync_ptsz},
+    {"cuMemFreeAsync", 11020, (fake_fn)cuMemFreeAsync, (fake_fn)cuMemFreeAsync_ptsz},
+    {"cuArrayCreate", 3020, (fake_fn)cuArrayCreate_v2, NULL},
+    {"cuArray3DCreate", 3020, (fake_fn)cuArray3DCreate_v2, NULL},
+    {"cuArrayDestroy", 2000, (fake_fn)cuArrayDestroy, NULL},
+#ifndef FAKECUDA_LEGACY
+    {"cuMemAddressReserve", 10020, (fake_fn)cuMemAddressReserve, NULL},
+    {"cuMemAddressFree", 10020, (fake_fn)cuMemAddressFree, NULL},
+    {"cuMemCreate", 10020, (fake_fn)cuMemCreate, NULL},
+    {"cuMemRelease", 10020, (fake_fn)cuMemRelease, NULL},
+    {"cuMemMap", 10020, (fake_fn)cuMemMap, NULL},
+    {"cuMemUnmap", 10020, (fake_fn)cuMemUnmap, NULL},
+    {"cuMemSetAccess", 10020, (fake_fn)cuMemSetAccess, NULL},
+    {"cuMemGetAllocationGranularity", 10020, (fake_fn)cuMemGetAllocationGranularity,
+     NULL},
+    {"cuMemRetainAllocationHandle", 11000, (fake_fn)cuMemRetainAllocationHandle, NULL},
+    {"cuGetErrorName", 6000, (fake_fn)cuGetErrorName, NULL},
+    {"cuGetErrorString", 6000, (fake_fn)cuGetErrorString, NULL},
+#endif
+    {"cuEventCreate", 2000, (fake_fn)cuEventCreate, NULL},
+    {"cuEventRecord", 2000, (fake_fn)cuEventRecord, NULL},
+    {"cuEventQuery", 2000, (fake_fn)cuEventQuery, NULL},
+    {"cuEventDestroy", 4000, (fake_fn)cuEventDestroy_v2, NULL},
+    {"cuGetProcAddress", 11030, (fake_fn)cuGetProcAddress, NULL},
+    {"cuGetProcAddress", 12000, (fake_fn)cuGetProcAddress_v2, NULL},
+};
+
+/* The lookup both versions share; works before cuInit, as the real one. */
+static vcu_result
+get_proc(const char *symbol, void **pfn, int version, vcu_uint64 flags,
+         vcu_proc_address_result *status)
+{
+    if (symbol == NULL || pfn == NULL || version > FAKE_VERSION)
+        return VCU_ERROR_INVALID_VALUE;
+    const struct fake_proc *best = NULL;
+    bool named = false;
+    for (size_t i = 0; i < sizeof fake_procs / sizeof fake_procs[0]; i++) {
+        const struct fake_proc *e = &fake_procs[i];
+        if (strcmp(e->name, symbol) != 0)
+            continue;
+        named = true;
+        if (e->since <= version && (best == NULL || e->since > best->since))
+            best = e;
+    }
+    fake_fn fn = NULL;
+    if (best != NULL)
+        fn =
+            (flags & VCU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->ptsz != NULL
+                ? best->ptsz
+                : best->fn;
+    /* Not found is a success with a NULL pointer, as documented. */
+    memcpy(pfn, &fn, sizeof fn);
+    if (status != NULL)
+        *status = fn != NULL ? VCU_GET_PROC_ADDRESS_SUCCESS
+                  : named    ? VCU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                             : VCU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return VCU_SUCCESS;
+}
+
+_Static_assert(sizeof(fake_fn) == sizeof(void *), "function pointers fit void *");
+
+vcu_result
+cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, vcu_uint64 flags,
+                    vcu_proc_address_result *symbolStatus)
+{
+    if (fail_injected("cuGetProcAddress_v2"))
+        return VCU_ERROR_UNKNOWN;
+    return get_proc(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+vcu_result
+cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, vcu_uint64 flags)
+{
+    if (fail_injected("cuGetProcAddress"))
+        return VCU_ERROR_UNKNOWN;
+    return get_proc(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+/* ------------------------------------------------------------------ */
 /* Test helpers                                                         */
 /* ------------------------------------------------------------------ */
 
@@ -1032,16 +1704,23 @@ fakecuda_live_objects(void)
     return n;
 }
 
-/* Bytes charged to DEV (0 for a bad DEV). */
+/* Bytes charged to physical device DEV now (0 for a bad DEV), in every
+** process that shares the counts. */
 uint64_t
 fakecuda_used(int dev)
 {
     if (dev < 0 || dev >= FAKE_MAX_DEVICES)
         return 0;
-    lock();
-    uint64_t n = fake.used[dev];
-    unlock();
-    return n;
+    return __atomic_load_n(&counts()->used[dev], __ATOMIC_SEQ_CST);
+}
+
+/* The most bytes ever charged to physical device DEV at once. */
+uint64_t
+fakecuda_peak(int dev)
+{
+    if (dev < 0 || dev >= FAKE_MAX_DEVICES)
+        return 0;
+    return __atomic_load_n(&counts()->peak[dev], __ATOMIC_SEQ_CST);
 }
 
 /* References held on DEV's primary context. */

@@ -188,11 +188,11 @@ done
 if [ -f "$BUILD/lib/libvram-preload.so" ]; then
     run_step "quota checks (torch, jax, cupy, groups, gpt2)" 400 python3 bench/gpu/quota_checks.py \
         --vram "$VRAM" --out "$WORK/quota.json"
-    if [ -x "$BUILD/bin/vram_bench_hook" ]; then
+    if [ -x "$BUILD/tests/preload/bench_hook" ]; then
         STEP_OUT=$WORK/hook_bare.txt run_step "hook cost: bare driver" 60 \
-            "$BUILD/bin/vram_bench_hook"
+            "$BUILD/tests/preload/bench_hook"
         STEP_OUT=$WORK/hook_preload.txt run_step "hook cost: preloaded, quota set" 60 \
-            env LD_PRELOAD="$BUILD/lib/libvram-preload.so" VRAM_LIMIT=100G "$BUILD/bin/vram_bench_hook"
+            env LD_PRELOAD="$BUILD/lib/libvram-preload.so" VRAM_LIMIT=100G "$BUILD/tests/preload/bench_hook"
     fi
 else
     say "-- quota checks: SKIPPED (no libvram-preload.so was built)"

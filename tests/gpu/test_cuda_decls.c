@@ -2,11 +2,13 @@
 ** test_cuda_decls.c -- proof, at compile time, that src/backend/cuda_api.h
 ** declares the CUDA driver API exactly as the SDK's cuda.h does: every
 ** error code and enum value, every struct's size and field offsets, and
-** the signature of every entry point of VCU_ENTRY_POINTS (generated from
-** the list itself, with the SDK's types substituted through its T
-** argument). Built only where cuda.h is found; running it just returns 0.
+** the signature of every entry point of VCU_ENTRY_POINTS and
+** VCU_EXTRA_ENTRY_POINTS (generated from the lists themselves, with the
+** SDK's types substituted through their T argument). Built only where
+** cuda.h is found; running it just returns 0.
 */
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <stddef.h>
 
 #include "backend/cuda_api.h"
@@ -60,6 +62,25 @@ SAME_VALUE(VCU_MEM_ACCESS_FLAGS_PROT_MAX, CU_MEM_ACCESS_FLAGS_PROT_MAX);
 SAME_VALUE(VCU_MEM_ALLOC_GRANULARITY_MINIMUM, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 SAME_VALUE(VCU_MEM_ALLOC_GRANULARITY_RECOMMENDED, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 
+SAME_VALUE(VCU_MEM_ATTACH_GLOBAL, CU_MEM_ATTACH_GLOBAL);
+SAME_VALUE(VCU_AD_FORMAT_UNSIGNED_INT8, CU_AD_FORMAT_UNSIGNED_INT8);
+SAME_VALUE(VCU_AD_FORMAT_UNSIGNED_INT16, CU_AD_FORMAT_UNSIGNED_INT16);
+SAME_VALUE(VCU_AD_FORMAT_UNSIGNED_INT32, CU_AD_FORMAT_UNSIGNED_INT32);
+SAME_VALUE(VCU_AD_FORMAT_SIGNED_INT8, CU_AD_FORMAT_SIGNED_INT8);
+SAME_VALUE(VCU_AD_FORMAT_SIGNED_INT16, CU_AD_FORMAT_SIGNED_INT16);
+SAME_VALUE(VCU_AD_FORMAT_SIGNED_INT32, CU_AD_FORMAT_SIGNED_INT32);
+SAME_VALUE(VCU_AD_FORMAT_HALF, CU_AD_FORMAT_HALF);
+SAME_VALUE(VCU_AD_FORMAT_FLOAT, CU_AD_FORMAT_FLOAT);
+SAME_VALUE(VCU_AD_FORMAT_MAX, CU_AD_FORMAT_MAX);
+SAME_VALUE(VCU_GET_PROC_ADDRESS_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS);
+SAME_VALUE(VCU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+SAME_VALUE(VCU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+           CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+SAME_VALUE(VCU_GET_PROC_ADDRESS_DEFAULT, CU_GET_PROC_ADDRESS_DEFAULT);
+SAME_VALUE(VCU_GET_PROC_ADDRESS_LEGACY_STREAM, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+SAME_VALUE(VCU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+
 /* ---- types and layouts ---- */
 SAME_LAYOUT(vcu_result, CUresult);
 SAME_TYPE(vcu_device, CUdevice);
@@ -97,6 +118,26 @@ SAME_LAYOUT(vcu_mem_access_desc, CUmemAccessDesc);
 SAME_FIELD(vcu_mem_access_desc, CUmemAccessDesc, location);
 SAME_FIELD(vcu_mem_access_desc, CUmemAccessDesc, flags);
 
+SAME_TYPE(vcu_uint64, cuuint64_t);
+SAME_LAYOUT(vcu_array, CUarray);
+SAME_LAYOUT(vcu_mem_pool, CUmemoryPool);
+SAME_LAYOUT(vcu_array_format, CUarray_format);
+SAME_LAYOUT(vcu_proc_address_result, CUdriverProcAddressQueryResult);
+
+SAME_LAYOUT(vcu_array_descriptor, CUDA_ARRAY_DESCRIPTOR);
+SAME_FIELD(vcu_array_descriptor, CUDA_ARRAY_DESCRIPTOR, Width);
+SAME_FIELD(vcu_array_descriptor, CUDA_ARRAY_DESCRIPTOR, Height);
+SAME_FIELD(vcu_array_descriptor, CUDA_ARRAY_DESCRIPTOR, Format);
+SAME_FIELD(vcu_array_descriptor, CUDA_ARRAY_DESCRIPTOR, NumChannels);
+
+SAME_LAYOUT(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR);
+SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, Width);
+SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, Height);
+SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, Depth);
+SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, Format);
+SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, NumChannels);
+SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, Flags);
+
 /* ---- entry points ---- */
 /*
 ** The list's type names mapped to the SDK's: with these, each entry's
@@ -116,17 +157,42 @@ SAME_FIELD(vcu_mem_access_desc, CUmemAccessDesc, flags);
 #define SDK_mem_allocation_prop CUmemAllocationProp
 #define SDK_mem_access_desc CUmemAccessDesc
 #define SDK_granularity_flags CUmemAllocationGranularity_flags
+#define SDK_uint64 cuuint64_t
+#define SDK_proc_address_result CUdriverProcAddressQueryResult
+#define SDK_mem_pool CUmemoryPool
+#define SDK_array CUarray
+#define SDK_array_descriptor CUDA_ARRAY_DESCRIPTOR
+#define SDK_array3d_descriptor CUDA_ARRAY3D_DESCRIPTOR
 #define SDK_TYPE(t) SDK_##t
 
 #define CHECK_ENTRY(field, symbol, fallback, need, ret, params)                          \
     _Static_assert(__builtin_types_compatible_p(__typeof__(&symbol), ret(*) params),     \
                    #symbol " has the SDK's signature");
 VCU_ENTRY_POINTS(CHECK_ENTRY, SDK_TYPE)
+VCU_EXTRA_ENTRY_POINTS(CHECK_ENTRY, SDK_TYPE)
+
+/*
+** cuda.h declares the v1 cuGetProcAddress only inside the driver's own
+** build, and the _ptsz twins only under CUDA_API_PER_THREAD_DEFAULT_STREAM:
+** their types are cudaTypedefs.h's PFN_..., to which the list's SDK-typed
+** signatures must be identical (the twins share their base's type).
+*/
+#define SDK_PFN(field, symbol, fallback, need, ret, params)                              \
+    typedef ret(*sdk_pfn_##field) params;
+VCU_EXTRA_ENTRY_POINTS(SDK_PFN, SDK_TYPE)
+VCU_GET_PROC_ADDRESS_V1(SDK_PFN, SDK_TYPE)
+SAME_TYPE(sdk_pfn_cuGetProcAddress_v1, PFN_cuGetProcAddress_v11030);
+SAME_TYPE(sdk_pfn_cuMemAllocAsync, PFN_cuMemAllocAsync_v11020_ptsz);
+SAME_TYPE(sdk_pfn_cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020_ptsz);
+SAME_TYPE(sdk_pfn_cuMemFreeAsync, PFN_cuMemFreeAsync_v11020_ptsz);
 
 /* And our own types give the same pointer sizes and scalar types: */
 #define CHECK_OWN(field, symbol, fallback, need, ret, params)                            \
     _Static_assert(sizeof(vcu_pfn_##field) == sizeof(&symbol), #symbol);
 VCU_ENTRY_POINTS(CHECK_OWN, VCU_OWN_TYPE)
+VCU_EXTRA_ENTRY_POINTS(CHECK_OWN, VCU_OWN_TYPE)
+_Static_assert(sizeof(vcu_pfn_cuGetProcAddress_v1) == sizeof(PFN_cuGetProcAddress_v11030),
+               "cuGetProcAddress v1");
 
 int
 main(void)

@@ -4,7 +4,9 @@
 ** every variable's accepted and rejected values, the growth/strategy
 ** conflicts, VRAM_MEMORY_LIMIT's forms, the one-line messages, OUT left
 ** alone on failure, `vram env`'s table and docs/ENVIRONMENT.md being the
-** exact output of env_markdown.
+** exact output of env_markdown. Also the preload library's settings
+** (env_quota_load: VRAM_LIMIT, VRAM_GROUP, HAMi's variables and their
+** precedence) and `vram run`'s (env_run_load), which env_load ignores.
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@
 #include <string.h>
 
 #include "config/env.h"
+#include "preload/quota.h"
 
 #define KiB (1ULL << 10)
 #define MiB (1ULL << 20)
@@ -112,6 +115,18 @@ static const char *const all_names[] = {
     "VRAM_OOM_DUMP",
 };
 #define N_NAMES (sizeof all_names / sizeof all_names[0])
+
+/* The rows env_load does not read: the preload library's and vram run's,
+** as `vram env` and the docs name them. */
+static const char *const other_rows[] = {
+    "VRAM_LIMIT",
+    "VRAM_GROUP",
+    "CUDA_DEVICE_MEMORY_LIMIT",
+    "CUDA_DEVICE_MEMORY_LIMIT_<i>",
+    "VRAM_PRELOAD_LIBRARY",
+    "LD_PRELOAD",
+};
+#define N_OTHER (sizeof other_rows / sizeof other_rows[0])
 
 /* ------------------------------------------------------------------ */
 /* Defaults and the getter                                              */
@@ -718,6 +733,8 @@ test_print_defaults(void **state)
     assert_true(strncmp(out, "VARIABLE ", 9) == 0);
     for (size_t i = 0; i < N_NAMES; i++)
         assert_line(out, all_names[i], " default", NULL);
+    for (size_t i = 0; i < N_OTHER; i++)
+        assert_line(out, other_rows[i], "unset", " default");
     assert_null(strstr(out, "environment"));
     assert_null(strstr(out, "error"));
     assert_line(out, "VRAM_BACKEND", "cuda", NULL);
@@ -728,7 +745,7 @@ test_print_defaults(void **state)
     size_t lines = 0;
     for (const char *p = out; *p != '\0'; p++)
         lines += *p == '\n';
-    assert_int_equal(lines, N_NAMES + 1);
+    assert_int_equal(lines, N_NAMES + N_OTHER + 1);
     free(out);
 }
 
@@ -781,27 +798,45 @@ test_markdown(void **state)
     assert_non_null(strstr(md, "1024-based"));
     assert_non_null(strstr(md, "fail closed"));
     assert_non_null(strstr(md, "\n| Variable | Default | Meaning |\n|---|---|---|\n"));
-    for (size_t i = 0; i < N_NAMES; i++) {
+    for (size_t i = 0; i < N_NAMES + N_OTHER; i++) {
+        const char *name = i < N_NAMES ? all_names[i] : other_rows[i - N_NAMES];
         char row[128];
-        snprintf(row, sizeof row, "\n| `%s` | ", all_names[i]);
+        snprintf(row, sizeof row, "\n| `%s` | ", name);
         if (strstr(md, row) == NULL)
-            fail_msg("no row for %s", all_names[i]);
+            fail_msg("no row for %s", name);
     }
+    /* The three sections, in order, and the HAMi precedence. */
+    const char *alloc = strstr(md, "\n## The allocator\n");
+    const char *quota = strstr(md, "\n## The quota enforcer\n");
+    const char *run = strstr(md, "\n## vram run\n");
+    assert_true(alloc != NULL && quota != NULL && run != NULL);
+    assert_true(alloc < strstr(md, "`VRAM_BACKEND`") &&
+                quota > strstr(md, "`VRAM_OOM_DUMP`"));
+    assert_true(quota < strstr(md, "| `VRAM_LIMIT`") &&
+                run > strstr(md, "| `VRAM_GROUP`"));
+    assert_true(run < strstr(md, "| `VRAM_PRELOAD_LIBRARY`"));
+    assert_non_null(
+        strstr(md, "read only when `VRAM_LIMIT` and\n  `VRAM_GROUP` are both unset"));
+    assert_non_null(strstr(md, "| `CUDA_DEVICE_MEMORY_LIMIT_<i>` | unset |"));
     assert_non_null(strstr(md, "| `VRAM_BACKEND` | `cuda` |"));
     assert_non_null(strstr(md, "| `VRAM_SIM_MEMORY` | `143771M` |"));
     assert_non_null(strstr(md, "| `VRAM_MEMORY_LIMIT` | unset |"));
-    /* Every table row has exactly four '|': no doc text may add one. */
-    const char *table = strstr(md, "|---|---|---|\n") + 14;
-    for (const char *p = table; *p != '\0';) {
+    /* Every table row has exactly four '|': no doc text may add one; and
+    ** no other line has any. */
+    int rows = 0;
+    for (const char *p = md; *p != '\0';) {
         const char *eol = strchr(p, '\n');
         assert_non_null(eol);
         int bars = 0;
         for (const char *q = p; q < eol; q++)
             bars += *q == '|';
-        if (bars != 4)
-            fail_msg("row with %d bars: %.*s", bars, (int)(eol - p), p);
+        if (bars != (*p == '|' ? 4 : 0))
+            fail_msg("line with %d bars: %.*s", bars, (int)(eol - p), p);
+        rows += *p == '|' && strncmp(p, "| Variable |", 12) != 0 &&
+                strncmp(p, "|---", 4) != 0;
         p = eol + 1;
     }
+    assert_int_equal(rows, (int)(N_NAMES + N_OTHER));
     free(md);
 }
 
@@ -841,6 +876,539 @@ test_doc_is_generated(void **state)
     free(md);
 }
 
+/* ------------------------------------------------------------------ */
+/* The preload library's settings: env_quota_load                       */
+/* ------------------------------------------------------------------ */
+
+static const char quota_expect[] = "(expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or "
+                                   "GPU-8c6f1e2a:6G)";
+
+static struct quota_env
+quota_ok(const struct kv *vars)
+{
+    struct quota_env q;
+    memset(&q, 0x5A, sizeof q);
+    vram_status st = env_quota_load(fake_get, (void *)vars, &q);
+    if (st != VRAM_OK)
+        fail_msg("env_quota_load failed: %s", vram_last_error());
+    return q;
+}
+
+/*
+** Load VARS with env_quota_load, which must fail with VRAM_E_CONFIG and a
+** one-line message that starts with PREFIX and contains REASON; OUT must
+** be untouched. env_load must not mind the same variables.
+*/
+static void
+quota_fails(const struct kv *vars, const char *prefix, const char *reason)
+{
+    static struct quota_env out, copy;
+    memset(&out, 0xA5, sizeof out);
+    memcpy(&copy, &out, sizeof out);
+    vram_status st = env_quota_load(fake_get, (void *)vars, &out);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", vram_last_error());
+    if (st != VRAM_E_CONFIG)
+        fail_msg("%s...: expected VRAM_E_CONFIG, got %d (%s)", prefix, (int)st, msg);
+    if (memcmp(&out, &copy, sizeof out) != 0)
+        fail_msg("%s...: OUT written on failure", prefix);
+    if (strncmp(msg, prefix, strlen(prefix)) != 0)
+        fail_msg("message '%s' does not start with '%s'", msg, prefix);
+    if (reason != NULL && strstr(msg, reason) == NULL)
+        fail_msg("message '%s' lacks '%s'", msg, reason);
+    if (strchr(msg, '\n') != NULL)
+        fail_msg("message '%s' is not one line", msg);
+    struct vram_env e;
+    if (env_load(fake_get, (void *)vars, &e) != VRAM_OK)
+        fail_msg("env_load failed on a preload variable: %s", vram_last_error());
+}
+
+static void
+limit_fails(const char *value, const char *reason)
+{
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "VRAM_LIMIT='%s': ", value);
+    quota_fails(VARS({"VRAM_LIMIT", value}), prefix, reason);
+}
+
+static void
+assert_bytes(struct quota_value v, uint64_t bytes)
+{
+    assert_int_equal(v.kind, QUOTA_BYTES);
+    assert_true(v.bytes == bytes);
+}
+
+static void
+assert_fraction(struct quota_value v, double f)
+{
+    assert_int_equal(v.kind, QUOTA_FRACTION);
+    assert_true(v.fraction == f);
+}
+
+static void
+test_quota_unset(void **state)
+{
+    (void)state;
+    struct quota_env q = quota_ok(no_vars);
+    assert_false(q.active);
+    assert_null(q.source);
+    assert_int_equal(q.all.kind, QUOTA_NONE);
+    assert_int_equal(q.n_entries, 0);
+    assert_string_equal(q.group, "");
+    /* Empty values are unset ones. */
+    q = quota_ok(VARS({"VRAM_LIMIT", ""}, {"VRAM_GROUP", ""},
+                      {"CUDA_DEVICE_MEMORY_LIMIT", ""},
+                      {"CUDA_DEVICE_MEMORY_LIMIT_0", ""}));
+    assert_false(q.active);
+    assert_int_equal(q.n_entries, 0);
+    assert_int_equal(env_quota_load(fake_get, (void *)no_vars, NULL), VRAM_E_INVALID);
+}
+
+/* Every spelling of a size is 1024-based: "6GB" is never 6 bytes. */
+static void
+test_quota_sizes(void **state)
+{
+    (void)state;
+    static const char *const six[] = {"6G",         "6g",         "6GB",     "6GiB",
+                                      "6144m",      "6144M",      "6144MiB", "6291456K",
+                                      "6442450944", "6442450944B"};
+    for (size_t i = 0; i < sizeof six / sizeof six[0]; i++) {
+        struct quota_env q = quota_ok(VARS({"VRAM_LIMIT", six[i]}));
+        assert_true(q.active);
+        assert_string_equal(q.source, "VRAM_LIMIT");
+        assert_bytes(q.all, 6 * GiB);
+        assert_int_equal(q.n_entries, 0);
+        assert_string_equal(q.group, "");
+    }
+    assert_bytes(quota_ok(VARS({"VRAM_LIMIT", "1.5G"})).all, GiB + GiB / 2);
+    assert_bytes(quota_ok(VARS({"VRAM_LIMIT", "512M"})).all, 512 * MiB);
+    /* A whole number without a unit is bytes, even 1. */
+    assert_bytes(quota_ok(VARS({"VRAM_LIMIT", "1"})).all, 1);
+}
+
+static void
+test_quota_fractions(void **state)
+{
+    (void)state;
+    assert_fraction(quota_ok(VARS({"VRAM_LIMIT", "50%"})).all, 0.5);
+    assert_fraction(quota_ok(VARS({"VRAM_LIMIT", "0.5"})).all, 0.5);
+    assert_fraction(quota_ok(VARS({"VRAM_LIMIT", "100%"})).all, 1.0);
+    assert_fraction(quota_ok(VARS({"VRAM_LIMIT", "1.0"})).all, 1.0);
+    assert_fraction(quota_ok(VARS({"VRAM_LIMIT", "12.5%"})).all, 0.125);
+    assert_fraction(quota_ok(VARS({"VRAM_LIMIT", "0.001"})).all, 0.001);
+    struct quota_env q = quota_ok(VARS({"VRAM_LIMIT", "25%"}));
+    assert_true(q.active);
+    assert_string_equal(q.source, "VRAM_LIMIT");
+}
+
+static void
+test_quota_per_device(void **state)
+{
+    (void)state;
+    struct quota_env q = quota_ok(VARS({"VRAM_LIMIT", "0:6G,1:4G"}));
+    assert_true(q.active);
+    assert_int_equal(q.all.kind, QUOTA_NONE);
+    assert_int_equal(q.n_entries, 2);
+    assert_false(q.entries[0].by_uuid);
+    assert_int_equal(q.entries[0].ordinal, 0);
+    assert_bytes(q.entries[0].value, 6 * GiB);
+    assert_int_equal(q.entries[1].ordinal, 1);
+    assert_bytes(q.entries[1].value, 4 * GiB);
+
+    /* UUIDs: a prefix of 8 hex digits, longer prefixes, the full form, any
+    ** case, mixed with ordinals, fractions as values. */
+    q = quota_ok(VARS({"VRAM_LIMIT", "GPU-8c6f1e2a:6G"}));
+    assert_int_equal(q.n_entries, 1);
+    assert_true(q.entries[0].by_uuid);
+    assert_string_equal(q.entries[0].uuid, "GPU-8c6f1e2a");
+    assert_bytes(q.entries[0].value, 6 * GiB);
+    q = quota_ok(VARS({"VRAM_LIMIT", "GPU-8c6f1e2a-1234-5678-9abc-DEF012345678:50%,"
+                                     "gpu-00000000-:1G,GPU-11111111-22:0.25,7:3G"}));
+    assert_int_equal(q.n_entries, 4);
+    assert_string_equal(q.entries[0].uuid, "GPU-8c6f1e2a-1234-5678-9abc-DEF012345678");
+    assert_fraction(q.entries[0].value, 0.5);
+    assert_string_equal(q.entries[1].uuid, "gpu-00000000-");
+    assert_bytes(q.entries[1].value, GiB);
+    assert_string_equal(q.entries[2].uuid, "GPU-11111111-22");
+    assert_fraction(q.entries[2].value, 0.25);
+    assert_false(q.entries[3].by_uuid);
+    assert_int_equal(q.entries[3].ordinal, 7);
+    assert_bytes(q.entries[3].value, 3 * GiB);
+
+    /* The last ordinal, leading zeros, a single keyed item. */
+    q = quota_ok(VARS({"VRAM_LIMIT", "63:1G,007:2G"}));
+    assert_int_equal(q.entries[0].ordinal, 63);
+    assert_int_equal(q.entries[1].ordinal, 7);
+    q = quota_ok(VARS({"VRAM_LIMIT", "1:10%"}));
+    assert_int_equal(q.n_entries, 1);
+    assert_int_equal(q.all.kind, QUOTA_NONE);
+
+    /* Sixteen entries are the most. */
+    char text[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < QUOTA_MAX_ENTRIES; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s%d:1G",
+                                 i > 0 ? "," : "", i);
+    q = quota_ok(VARS({"VRAM_LIMIT", text}));
+    assert_int_equal(q.n_entries, QUOTA_MAX_ENTRIES);
+    snprintf(text + used, sizeof text - used, ",16:1G");
+    quota_fails(VARS({"VRAM_LIMIT", text}), "VRAM_LIMIT='0:1G,",
+                "more than 16 devices in the list");
+}
+
+static void
+test_quota_rejects(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        const char *reason;
+    } cases[] = {
+        {"6X", "'6X': unknown unit 'X'"},
+        {"6 G", "unexpected ' '"},
+        {" 6G", "must start with a digit"},
+        {"-6G", "must start with a digit"},
+        {"0", "'0': a limit must be more than 0"},
+        {"0G", "a limit must be more than 0"},
+        {"0%", "must be more than 0"},
+        {"0.0", "must be more than 0"},
+        {"1.5", "'1.5': more than 1"},
+        {"150%", "more than 100%"},
+        {"50%%", "unexpected '%'"},
+        {".5", "not a fraction (it must start with a digit"},
+        {"1.5.5", "unexpected '.5'"},
+        {"16384P", "too large"},
+        {"unlimited", "not a size"},
+        {"6G,4G", "a list needs device keys (e.g. 0:6G,1:4G)"},
+        {"6G,", "a list needs device keys"},
+        {",", "a list needs device keys"},
+        {"0:6G,,1:4G", "empty item in the list"},
+        {"0:6G,", "empty item in the list"},
+        {",0:6G", "empty item in the list"},
+        {"0:6G,0:4G", "device 0 given twice"},
+        {"1:1G,01:2G", "device 1 given twice"},
+        {"GPU-8c6f1e2a:1G,gpu-8C6F1E2A:2G", "can name the same device"},
+        {"GPU-8c6f1e2a:1G,GPU-8c6f1e2a-12:2G",
+         "'GPU-8c6f1e2a' and 'GPU-8c6f1e2a-12' can name the same device"},
+        {"64:1G", "device ordinal out of range 0..63"},
+        {"99999999999999999999:1G", "out of range 0..63"},
+        {"-1:6G", "device key is neither an ordinal (0..63) nor a GPU UUID"},
+        {"a:6G", "device key is neither an ordinal"},
+        {"MIG-8c6f1e2a:6G", "device key is neither an ordinal"},
+        {"8c6f1e2a:6G", "device key is neither an ordinal"},
+        {" 0:6G", "device key is neither an ordinal"},
+        {":6G", "missing device key before ':'"},
+        {"0:", "empty limit"},
+        {"0:6G,1:", "empty limit"},
+        {"0:0", "a limit must be more than 0"},
+        {"0:0%", "must be more than 0"},
+        {"0:2.0", "more than 1"},
+        {"0:6X", "'6X': unknown unit 'X'"},
+        {"0:1:6G", "unexpected ':'"},
+        {"0:6G;1:4G", "unexpected ';1:4G' after the unit"},
+        {"6G,1:4G",
+         "'6G' has no device key (plain and per-device items cannot be mixed)"},
+        {"1:4G,6G", "'6G' has no device key"},
+        {"GPU-:6G", "a GPU UUID prefix needs at least 8 hex digits after 'GPU-'"},
+        {"GPU-8c6f1e2:6G", "needs at least 8 hex digits"},
+        {"GPU-8c6f1e2g:6G", "not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"},
+        {"GPU-8c6f1e2a1:6G", "not a GPU UUID"},
+        {"GPU--8c6f1e2a:6G", "not a GPU UUID"},
+        {"GPU-8c6f1e2a-1234-5678-9abc-def0123456789:6G", "longer than a GPU UUID"},
+        {"GPU-8c6f 1e2a:6G", "not a GPU UUID"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        limit_fails(cases[i].text, cases[i].reason);
+}
+
+/* The shape the brief and env.h promise, word for word. */
+static void
+test_quota_message_shape(void **state)
+{
+    (void)state;
+    struct quota_env q;
+    assert_int_equal(env_quota_load(fake_get, (void *)VARS({"VRAM_LIMIT", "6X"}), &q),
+                     VRAM_E_CONFIG);
+    char want[256];
+    snprintf(want, sizeof want, "VRAM_LIMIT='6X': '6X': unknown unit 'X' %s",
+             quota_expect);
+    assert_string_equal(vram_last_error(), want);
+    /* A long value is cut; control characters cannot break the line. */
+    char value[300];
+    memset(value, '7', sizeof value - 1);
+    value[sizeof value - 1] = '\0';
+    quota_fails(VARS({"VRAM_LIMIT", value}), "VRAM_LIMIT='7777777777",
+                "a limit of more than 127 characters");
+    assert_true(strlen(vram_last_error()) < 200);
+    assert_non_null(strstr(vram_last_error(), "777...'"));
+    quota_fails(VARS({"VRAM_LIMIT", "6G\n"}), "VRAM_LIMIT='6G?': ", NULL);
+}
+
+static void
+test_quota_group(void **state)
+{
+    (void)state;
+    static const char *const good[] = {"exp42",   "a",   "run-1234-1700000000",
+                                       "A.b_c-9", "...", "-"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        struct quota_env q = quota_ok(VARS({"VRAM_GROUP", good[i]}));
+        assert_string_equal(q.group, good[i]);
+        assert_false(q.active); /* a group alone limits nothing */
+        assert_null(q.source);
+    }
+    char name[80];
+    memset(name, 'g', 63);
+    name[63] = '\0';
+    assert_string_equal(quota_ok(VARS({"VRAM_GROUP", name})).group, name);
+    name[63] = 'g';
+    name[64] = '\0';
+    quota_fails(VARS({"VRAM_GROUP", name}), "VRAM_GROUP='ggg", "more than 63 characters");
+
+    static const struct {
+        const char *text;
+        const char *reason;
+    } bad[] = {
+        {"a b", "' ' is not allowed"},
+        {"a/b", "'/' is not allowed"},
+        {"../x", "'/' is not allowed"},
+        {"exp$", "'$' is not allowed"},
+        {"caf\xc3\xa9", "byte 0xc3 is not allowed"},
+        {"tab\there", "byte 0x09 is not allowed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char prefix[128];
+        char shown[80];
+        snprintf(shown, sizeof shown, "%s", bad[i].text);
+        for (char *p = shown; *p != '\0'; p++)
+            if ((unsigned char)*p < 0x20)
+                *p = '?';
+        snprintf(prefix, sizeof prefix, "VRAM_GROUP='%s': ", shown);
+        quota_fails(VARS({"VRAM_GROUP", bad[i].text}), prefix, bad[i].reason);
+        assert_non_null(strstr(vram_last_error(),
+                               "(expected 1 to 63 letters, digits, '.', '_', '-')"));
+    }
+
+    struct quota_env q = quota_ok(VARS({"VRAM_LIMIT", "4G"}, {"VRAM_GROUP", "exp42"}));
+    assert_true(q.active);
+    assert_bytes(q.all, 4 * GiB);
+    assert_string_equal(q.group, "exp42");
+    /* Both malformed: VRAM_LIMIT is reported first. */
+    quota_fails(VARS({"VRAM_GROUP", "a b"}, {"VRAM_LIMIT", "6X"}),
+                "VRAM_LIMIT='6X': ", NULL);
+}
+
+/* HAMi's variables: only when VRAM_LIMIT and VRAM_GROUP are both unset. */
+static void
+test_quota_hami(void **state)
+{
+    (void)state;
+    struct quota_env q = quota_ok(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "6144m"}));
+    assert_true(q.active);
+    assert_string_equal(q.source, "CUDA_DEVICE_MEMORY_LIMIT");
+    assert_bytes(q.all, 6 * GiB);
+    assert_int_equal(q.n_entries, 0);
+    assert_string_equal(q.group, "");
+    /* "6GB" is 6 GiB here too, not HAMi's 6 bytes. */
+    assert_bytes(quota_ok(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "6GB"})).all, 6 * GiB);
+
+    q = quota_ok(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "8g"},
+                      {"CUDA_DEVICE_MEMORY_LIMIT_1", "2g"},
+                      {"CUDA_DEVICE_MEMORY_LIMIT_15", "1024m"},
+                      {"CUDA_DEVICE_MEMORY_LIMIT_16", "junk"}));
+    assert_true(q.active);
+    assert_string_equal(q.source, "CUDA_DEVICE_MEMORY_LIMIT");
+    assert_bytes(q.all, 8 * GiB);
+    assert_int_equal(q.n_entries, 2);
+    assert_int_equal(q.entries[0].ordinal, 1);
+    assert_false(q.entries[0].by_uuid);
+    assert_bytes(q.entries[0].value, 2 * GiB);
+    assert_int_equal(q.entries[1].ordinal, 15);
+    assert_bytes(q.entries[1].value, GiB);
+
+    /* Per-device only. */
+    q = quota_ok(VARS({"CUDA_DEVICE_MEMORY_LIMIT_0", "3G"}));
+    assert_true(q.active);
+    assert_int_equal(q.all.kind, QUOTA_NONE);
+    assert_int_equal(q.n_entries, 1);
+    assert_int_equal(q.entries[0].ordinal, 0);
+
+    /* VRAM_LIMIT wins; so does VRAM_GROUP alone (the group's quota is
+    ** vram's, unlimited here); HAMi's values are then not even parsed. */
+    q = quota_ok(VARS({"VRAM_LIMIT", "1G"}, {"CUDA_DEVICE_MEMORY_LIMIT", "8g"},
+                      {"CUDA_DEVICE_MEMORY_LIMIT_0", "junk"}));
+    assert_string_equal(q.source, "VRAM_LIMIT");
+    assert_bytes(q.all, GiB);
+    assert_int_equal(q.n_entries, 0);
+    q = quota_ok(VARS({"VRAM_GROUP", "g"}, {"CUDA_DEVICE_MEMORY_LIMIT", "junk"},
+                      {"CUDA_DEVICE_MEMORY_LIMIT_3", "4g"}));
+    assert_false(q.active);
+    assert_null(q.source);
+    assert_int_equal(q.n_entries, 0);
+    assert_string_equal(q.group, "g");
+
+    /* Malformed, when they apply: fail closed, naming the variable. */
+    quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "6X"}),
+                "CUDA_DEVICE_MEMORY_LIMIT='6X': ",
+                "unknown unit 'X' (expected a size above 0, e.g. 6144m)");
+    quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "0"}),
+                "CUDA_DEVICE_MEMORY_LIMIT='0': ", "must be more than 0");
+    quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "50%"}),
+                "CUDA_DEVICE_MEMORY_LIMIT='50%'", NULL);
+    quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT_7", "-1"}),
+                "CUDA_DEVICE_MEMORY_LIMIT_7='-1': ", "must start with a digit");
+    quota_fails(
+        VARS({"CUDA_DEVICE_MEMORY_LIMIT", "1G"}, {"CUDA_DEVICE_MEMORY_LIMIT_2", "0m"}),
+        "CUDA_DEVICE_MEMORY_LIMIT_2='0m': ", "must be more than 0");
+}
+
+struct quota_record {
+    int limit, group, hami_all, hami_dev[17], others;
+};
+
+static const char *
+quota_recording_get(const char *name, void *user)
+{
+    struct quota_record *r = user;
+    const char *prefix = "CUDA_DEVICE_MEMORY_LIMIT_";
+    if (strcmp(name, "VRAM_LIMIT") == 0)
+        r->limit++;
+    else if (strcmp(name, "VRAM_GROUP") == 0)
+        r->group++;
+    else if (strcmp(name, "CUDA_DEVICE_MEMORY_LIMIT") == 0)
+        r->hami_all++;
+    else if (strncmp(name, prefix, strlen(prefix)) == 0) {
+        char *end;
+        long i = strtol(name + strlen(prefix), &end, 10);
+        if (*end == '\0' && i >= 0 && i <= 16)
+            r->hami_dev[i]++;
+        else
+            r->others++;
+    } else
+        r->others++;
+    return r->group == -100 ? "x" : NULL;
+}
+
+/* env_quota_load reads its own variables once each and HAMi's 17 names
+** once each (they apply: nothing else is set); env_load reads none. */
+static void
+test_quota_reads(void **state)
+{
+    (void)state;
+    struct quota_record r;
+    memset(&r, 0, sizeof r);
+    struct quota_env q;
+    assert_int_equal(env_quota_load(quota_recording_get, &r, &q), VRAM_OK);
+    assert_int_equal(r.limit, 1);
+    assert_int_equal(r.group, 1);
+    assert_int_equal(r.hami_all, 1);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(r.hami_dev[i], 1);
+    assert_int_equal(r.hami_dev[16], 0);
+    assert_int_equal(r.others, 0);
+
+    memset(&r, 0, sizeof r);
+    struct vram_env e;
+    assert_int_equal(env_load(quota_recording_get, &r, &e), VRAM_OK);
+    assert_int_equal(r.limit + r.group + r.hami_all + r.hami_dev[0], 0);
+}
+
+/* env_load (vram_open) is not stopped by the preload library's or vram
+** run's variables, however malformed. */
+static void
+test_env_load_ignores_quota(void **state)
+{
+    (void)state;
+    char long_path[700];
+    memset(long_path, 'p', sizeof long_path - 1);
+    long_path[sizeof long_path - 1] = '\0';
+    struct vram_env e = load_ok(VARS(
+        {"VRAM_LIMIT", "6X"}, {"VRAM_GROUP", "a b"}, {"CUDA_DEVICE_MEMORY_LIMIT", "junk"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_0", "junk"}, {"VRAM_PRELOAD_LIBRARY", long_path}));
+    assert_defaults(&e);
+}
+
+static void
+test_run_settings(void **state)
+{
+    (void)state;
+    struct env_run r;
+    assert_int_equal(env_run_load(fake_get, (void *)no_vars, &r), VRAM_OK);
+    assert_string_equal(r.preload_library, "");
+    assert_string_equal(r.ld_preload, "");
+    assert_int_equal(
+        env_run_load(fake_get,
+                     (void *)VARS({"VRAM_PRELOAD_LIBRARY", "/opt/v/lib.so"},
+                                  {"LD_PRELOAD", "/a.so:/b.so"}, {"VRAM_LIMIT", "6X"}),
+                     &r),
+        VRAM_OK);
+    assert_string_equal(r.preload_library, "/opt/v/lib.so");
+    assert_string_equal(r.ld_preload, "/a.so:/b.so");
+    assert_int_equal(env_run_load(fake_get, (void *)no_vars, NULL), VRAM_E_INVALID);
+
+    /* Too long: an error, R untouched. */
+    static char big[5000];
+    memset(big, 'x', sizeof big - 1);
+    struct env_run copy = r;
+    assert_int_equal(env_run_load(fake_get, (void *)VARS({"LD_PRELOAD", big}), &r),
+                     VRAM_E_CONFIG);
+    assert_true(strncmp(vram_last_error(), "LD_PRELOAD='xxx", 15) == 0);
+    assert_non_null(strstr(vram_last_error(), "value longer than 4095 bytes"));
+    assert_true(memcmp(&copy, &r, sizeof r) == 0);
+    assert_int_equal(
+        env_run_load(fake_get, (void *)VARS({"VRAM_PRELOAD_LIBRARY", big}), &r),
+        VRAM_E_CONFIG);
+    assert_non_null(strstr(vram_last_error(), "path longer than 511 bytes"));
+}
+
+/* `vram env` shows the quota rows, flags malformed ones, and says when
+** vram's own variables make the preload library ignore HAMi's. */
+static void
+test_print_quota(void **state)
+{
+    (void)state;
+    char *out = capture_print(
+        VARS({"VRAM_LIMIT", "GPU-8c6f1e2a:6G,1:50%"}, {"VRAM_GROUP", "exp42"},
+             {"CUDA_DEVICE_MEMORY_LIMIT", "6144m"}, {"CUDA_DEVICE_MEMORY_LIMIT_3", "2g"},
+             {"VRAM_PRELOAD_LIBRARY", "/x/libvram-preload.so"}, {"LD_PRELOAD", "/a.so"}));
+    assert_line(out, "VRAM_LIMIT", "GPU-8c6f1e2a: 6.00 GiB, device 1: 50% of total",
+                "environment");
+    assert_line(out, "VRAM_GROUP", "exp42", "environment");
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "6.00 GiB (ignored: VRAM_LIMIT is set)",
+                "environment");
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT_<i>",
+                "device 3: 2.00 GiB (ignored: VRAM_LIMIT is set)", "environment");
+    assert_line(out, "VRAM_PRELOAD_LIBRARY", "/x/libvram-preload.so", "environment");
+    assert_line(out, "LD_PRELOAD", "/a.so", "environment");
+    free(out);
+
+    out = capture_print(VARS({"VRAM_LIMIT", "75%"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}));
+    assert_line(out, "VRAM_LIMIT", "75% of total on every device", NULL);
+    free(out);
+
+    out = capture_print(VARS({"VRAM_GROUP", "g"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}));
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "(ignored: VRAM_GROUP is set)", NULL);
+    free(out);
+
+    out = capture_print(
+        VARS({"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"CUDA_DEVICE_MEMORY_LIMIT_0", "512m"}));
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "1.00 GiB", "environment");
+    assert_null(strstr(out, "ignored"));
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT_<i>", "device 0: 512.00 MiB",
+                "environment");
+    free(out);
+
+    out = capture_print(VARS({"VRAM_LIMIT", "6X"}, {"VRAM_GROUP", "a/b"},
+                             {"CUDA_DEVICE_MEMORY_LIMIT_5", "xx"}));
+    assert_line(out, "VRAM_LIMIT", "error: VRAM_LIMIT='6X': '6X': unknown unit 'X'",
+                NULL);
+    assert_line(out, "VRAM_GROUP", "error: VRAM_GROUP='a/b': '/' is not allowed", NULL);
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT_<i>",
+                "error: CUDA_DEVICE_MEMORY_LIMIT_5='xx': ", NULL);
+    /* The allocator's rows are untouched by them. */
+    assert_line(out, "VRAM_BACKEND", "cuda", "default");
+    free(out);
+}
+
 int
 main(void)
 {
@@ -871,6 +1439,18 @@ main(void)
         cmocka_unit_test(test_print_values_and_errors),
         cmocka_unit_test(test_markdown),
         cmocka_unit_test(test_doc_is_generated),
+        cmocka_unit_test(test_quota_unset),
+        cmocka_unit_test(test_quota_sizes),
+        cmocka_unit_test(test_quota_fractions),
+        cmocka_unit_test(test_quota_per_device),
+        cmocka_unit_test(test_quota_rejects),
+        cmocka_unit_test(test_quota_message_shape),
+        cmocka_unit_test(test_quota_group),
+        cmocka_unit_test(test_quota_hami),
+        cmocka_unit_test(test_quota_reads),
+        cmocka_unit_test(test_env_load_ignores_quota),
+        cmocka_unit_test(test_run_settings),
+        cmocka_unit_test(test_print_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

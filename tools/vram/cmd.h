@@ -9,6 +9,7 @@
 int cmd_replay(int argc, char **argv);
 int cmd_env(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 /* Print "vram: " + the formatted message + newline to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

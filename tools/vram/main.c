@@ -22,6 +22,7 @@ static const struct command commands[] = {
      "print every setting vram reads from the environment, and its source"},
     {"devices", cmd_devices,
      "list the GPUs and the logical devices the configuration makes of them"},
+    {"run", cmd_run, "run a command under a GPU memory quota (the preload library)"},
 };
 
 void

@@ -1,0 +1,93 @@
+/*
+** quota.c -- resolve the quota settings (quota.h, parsed by env.c) for one
+** device, once the driver has said which GPUs exist.
+**
+** Which setting applies to a device, first match wins:
+**   1. an entry keyed by a UUID that is a prefix of the device's UUID
+**      (case-insensitive; "GPU-" on either side is optional);
+**   2. an entry keyed by the device's CUDA ordinal;
+**   3. the all-devices value.
+** env.c refuses UUID keys that could both match one device, and ordinals
+** given twice, so the order of the entries never decides anything.
+**
+** Called from the preload library's hooks: no allocation, no lock, no
+** driver call, no output.
+*/
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include "preload/quota.h"
+
+/* UUID without its "GPU-" (any case), as the driver and the user may
+** write it with or without. */
+static const char *
+uuid_body(const char *uuid)
+{
+    return strncasecmp(uuid, "GPU-", 4) == 0 ? uuid + 4 : uuid;
+}
+
+/* Whether KEY (a UUID or a prefix of one) names the device UUID. */
+static bool
+uuid_matches(const char *key, const char *uuid)
+{
+    const char *k = uuid_body(key), *u = uuid_body(uuid);
+    size_t n = strlen(k);
+    return n > 0 && strlen(u) >= n && strncasecmp(k, u, n) == 0;
+}
+
+/* The setting that applies to the device, or NULL. */
+static const struct quota_value *
+quota_lookup(const struct quota_env *q, int ordinal, const char *uuid)
+{
+    if (uuid != NULL && uuid[0] != '\0')
+        for (int k = 0; k < q->n_entries && k < QUOTA_MAX_ENTRIES; k++)
+            if (q->entries[k].by_uuid && uuid_matches(q->entries[k].uuid, uuid))
+                return &q->entries[k].value;
+    for (int k = 0; k < q->n_entries && k < QUOTA_MAX_ENTRIES; k++)
+        if (!q->entries[k].by_uuid && q->entries[k].ordinal == ordinal)
+            return &q->entries[k].value;
+    if (q->all.kind != QUOTA_NONE)
+        return &q->all;
+    return NULL;
+}
+
+/*
+** TOTAL == 0 means the driver did not say: a size applies as given, and a
+** fraction of an unknown total is 1 byte, which refuses every allocation
+** rather than returning 0, which would mean "not limited" (fail closed).
+** A fraction of a known total is rounded down but never to 0.
+*/
+uint64_t
+quota_for_device(const struct quota_env *q, int ordinal, const char *uuid, uint64_t total)
+{
+    if (q == NULL || !q->active)
+        return 0;
+    const struct quota_value *v = quota_lookup(q, ordinal, uuid);
+    if (v == NULL)
+        return 0;
+    uint64_t limit;
+    switch (v->kind) {
+    case QUOTA_BYTES:
+        limit = v->bytes;
+        break;
+    case QUOTA_FRACTION: {
+        if (total == 0)
+            return 1;
+        double f = v->fraction > 1.0 ? 1.0 : v->fraction;
+        double bytes = f * (double)total;
+        /* (double)total may round up past TOTAL: compare as doubles. */
+        limit = bytes >= (double)total ? total : (uint64_t)bytes;
+        if (limit == 0)
+            limit = 1;
+        break;
+    }
+    case QUOTA_NONE:
+    default:
+        return 0;
+    }
+    if (total > 0 && limit > total)
+        limit = total;
+    return limit;
+}

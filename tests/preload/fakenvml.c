@@ -1,0 +1,115 @@
+/*
+** fakenvml.c -- a fake NVML, built as libnvidia-ml.so.1, for the preload
+** tests: the two devices of the fake CUDA driver (same UUIDs, physical
+** order, as NVML numbers them), each reporting 1 GiB total, 4 MiB
+** reserved by the "driver" and nothing used -- so that what a test reads
+** through libvram-preload.so shows what the interposer changed.
+**
+** Only what the tests call: nvmlInit_v2, nvmlShutdown,
+** nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetUUID,
+** nvmlDeviceGetMemoryInfo and nvmlDeviceGetMemoryInfo_v2 (nvml.h's
+** layouts). Every call returns 0 (NVML_SUCCESS) or 2
+** (NVML_ERROR_INVALID_ARGUMENT).
+*/
+#include <stdio.h>
+#include <string.h>
+
+#define FAKE_API __attribute__((visibility("default")))
+#define NVML_OK 0
+#define NVML_INVALID 2
+#define N_DEVICES 2
+#define TOTAL (1ULL << 30)
+#define RESERVED (4ULL << 20)
+
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
+
+struct nvml_memory_v2 {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+};
+
+struct fake_device {
+    int index;
+};
+
+static struct fake_device devices[N_DEVICES] = {{0}, {1}};
+
+FAKE_API int nvmlInit_v2(void);
+FAKE_API int nvmlShutdown(void);
+FAKE_API int nvmlDeviceGetCount_v2(unsigned *count);
+FAKE_API int nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **device);
+FAKE_API int nvmlDeviceGetUUID(struct fake_device *device, char *uuid, unsigned length);
+FAKE_API int nvmlDeviceGetMemoryInfo(struct fake_device *device, struct nvml_memory *m);
+FAKE_API int nvmlDeviceGetMemoryInfo_v2(struct fake_device *device,
+                                        struct nvml_memory_v2 *m);
+
+static int
+valid(const struct fake_device *d)
+{
+    return d == &devices[0] || d == &devices[1];
+}
+
+int
+nvmlInit_v2(void)
+{
+    return NVML_OK;
+}
+
+int
+nvmlShutdown(void)
+{
+    return NVML_OK;
+}
+
+int
+nvmlDeviceGetCount_v2(unsigned *count)
+{
+    if (count == NULL)
+        return NVML_INVALID;
+    *count = N_DEVICES;
+    return NVML_OK;
+}
+
+int
+nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **device)
+{
+    if (device == NULL || index >= N_DEVICES)
+        return NVML_INVALID;
+    *device = &devices[index];
+    return NVML_OK;
+}
+
+int
+nvmlDeviceGetUUID(struct fake_device *device, char *uuid, unsigned length)
+{
+    if (!valid(device) || uuid == NULL || length < 41)
+        return NVML_INVALID;
+    snprintf(uuid, length, "GPU-facecda0-0001-4000-8000-0000000000%02x",
+             (unsigned)device->index);
+    return NVML_OK;
+}
+
+int
+nvmlDeviceGetMemoryInfo(struct fake_device *device, struct nvml_memory *m)
+{
+    if (!valid(device) || m == NULL)
+        return NVML_INVALID;
+    m->total = TOTAL;
+    m->used = RESERVED; /* v1: reserved and allocated together */
+    m->free = TOTAL - RESERVED;
+    return NVML_OK;
+}
+
+int
+nvmlDeviceGetMemoryInfo_v2(struct fake_device *device, struct nvml_memory_v2 *m)
+{
+    if (!valid(device) || m == NULL || m->version != ((unsigned)sizeof *m | 2u << 24))
+        return NVML_INVALID;
+    m->total = TOTAL;
+    m->reserved = RESERVED;
+    m->used = 0;
+    m->free = TOTAL - RESERVED;
+    return NVML_OK;
+}

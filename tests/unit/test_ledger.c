@@ -1,0 +1,1190 @@
+/*
+** test_ledger.c -- the group ledger (src/preload/ledger.h): quota
+** arithmetic, devices by UUID, processes and threads racing for one
+** limit, members killed with or without the lock, recycled pids, fork and
+** exec, file permissions and races at creation, and a full ledger.
+**
+** Children report through their exit status (never through cmocka, whose
+** state is the parent's); each arms alarm() and PR_SET_PDEATHSIG so that
+** none outlives a failed test, and the parent arms alarm() so that a hang
+** fails instead of stalling ctest. Every group name holds the test's pid
+** and every file is unlinked at the end.
+*/
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "preload/ledger.h"
+
+#define UUID0 "GPU-00000000-1111-2222-3333-444444444444"
+#define UUID1 "GPU-99999999-8888-7777-6666-555555555555"
+
+/* Seconds before a hung test is killed (SIGALRM). */
+#define WATCHDOG_S 120
+
+/* ==== helpers ==== */
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void
+sleep_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A group name unique to this test process: "t<pid>-TAG". */
+static void
+group_name(char *out, size_t cap, const char *tag)
+{
+    snprintf(out, cap, "t%d-%s", (int)getpid(), tag);
+}
+
+static void
+shm_name_of(char *out, size_t cap, const char *group)
+{
+    snprintf(out, cap, "/vram-%u-%s", (unsigned)geteuid(), group);
+}
+
+static void
+path_of(char *out, size_t cap, const char *group)
+{
+    snprintf(out, cap, "/dev/shm/vram-%u-%s", (unsigned)geteuid(), group);
+}
+
+static void
+unlink_group(const char *group)
+{
+    char name[128];
+    shm_name_of(name, sizeof name, group);
+    shm_unlink(name);
+}
+
+static struct ledger *
+must_open(const char *group)
+{
+    struct ledger *l = NULL;
+    vram_status st = ledger_open(group, &l);
+    if (st != VRAM_OK)
+        print_error("ledger_open(%s): %s\n", group, vram_last_error());
+    assert_int_equal(st, VRAM_OK);
+    assert_non_null(l);
+    return l;
+}
+
+static struct ledger_snapshot *
+snap(struct ledger *l)
+{
+    struct ledger_snapshot *s = malloc(sizeof *s);
+    assert_non_null(s);
+    assert_int_equal(ledger_snapshot(l, s), VRAM_OK);
+    return s;
+}
+
+static const struct ledger_proc *
+find_proc(const struct ledger_snapshot *s, pid_t pid)
+{
+    for (int i = 0; i < s->n_procs; i++)
+        if (s->procs[i].pid == pid)
+            return &s->procs[i];
+    return NULL;
+}
+
+static int
+find_device(const struct ledger_snapshot *s, const char *uuid)
+{
+    for (int d = 0; d < s->n_devices; d++)
+        if (strcmp(s->uuid[d], uuid) == 0)
+            return d;
+    return -1;
+}
+
+/* fork(), with stdio flushed so that no buffered line is printed twice.
+** In the child: die with the parent, and within 60 s at most. */
+static pid_t
+fork_child(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(60);
+    }
+    return pid;
+}
+
+/* The exit status of child PID; 128+N if killed by signal N. */
+static int
+wait_child(pid_t pid)
+{
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
+}
+
+/* The state letter of PID in /proc/PID/stat; 0 if unreadable. */
+static char
+proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    return rp != NULL && rp[1] == ' ' ? rp[2] : 0;
+}
+
+/* Wait until PID sleeps (pause(), a blocking read...), at most MS. */
+static bool
+wait_sleeping(pid_t pid, unsigned ms)
+{
+    uint64_t t0 = now_ms();
+    while (now_ms() - t0 < ms) {
+        if (proc_state(pid) == 'S')
+            return true;
+        sleep_ms(1);
+    }
+    return false;
+}
+
+/* In a child: a byte on FD says "ready"; then wait to be killed. */
+static void
+child_ready_and_wait(int fd)
+{
+    if (write(fd, "r", 1) != 1)
+        _exit(90);
+    for (;;)
+        pause();
+}
+
+static void
+read_ready(int fd)
+{
+    char b;
+    assert_int_equal(read(fd, &b, 1), 1);
+}
+
+/* ==== arithmetic ==== */
+
+static void
+test_bad_group(void **state)
+{
+    (void)state;
+    struct ledger *l = NULL;
+    char too_long[LEDGER_GROUP_LEN + 8];
+    memset(too_long, 'a', sizeof too_long - 1);
+    too_long[sizeof too_long - 1] = '\0'; /* 71 characters */
+    char just_too_long[LEDGER_GROUP_LEN + 1];
+    memset(just_too_long, 'b', LEDGER_GROUP_LEN);
+    just_too_long[LEDGER_GROUP_LEN] = '\0'; /* 64 characters */
+    const char *bad[] = {"../x", "", "a b", "a/b", "x\n", too_long, just_too_long};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ledger_open(bad[i], &l), VRAM_E_CONFIG);
+        assert_null(l);
+        assert_true(strstr(vram_last_error(), "group") != NULL);
+        assert_int_equal(ledger_attach_existing(bad[i], &l), VRAM_E_CONFIG);
+        assert_null(l);
+    }
+    assert_int_equal(ledger_open(NULL, &l), VRAM_E_INVALID);
+    assert_int_equal(ledger_open("x", NULL), VRAM_E_INVALID);
+
+    /* 63 characters, all the allowed kinds: fine. */
+    char longest[LEDGER_GROUP_LEN];
+    int n = snprintf(longest, sizeof longest, "t%d-Az09._-", (int)getpid());
+    memset(longest + n, 'z', (size_t)(LEDGER_GROUP_LEN - 1 - n));
+    longest[LEDGER_GROUP_LEN - 1] = '\0';
+    l = must_open(longest);
+    ledger_close(l);
+    unlink_group(longest);
+    ledger_close(NULL); /* no-op */
+}
+
+static void
+test_reserve_limit(void **state)
+{
+    (void)state;
+    char g[64];
+    group_name(g, sizeof g, "limit");
+    struct ledger *l = must_open(g);
+    uint64_t gu = 7;
+
+    assert_int_equal(ledger_reserve(l, UUID0, 60, 100, &gu), VRAM_OK);
+    assert_int_equal(gu, 7); /* written on refusal only */
+    assert_int_equal(ledger_reserve(l, UUID0, 50, 100, &gu), VRAM_E_OOM);
+    assert_int_equal(gu, 60);
+    assert_true(strstr(vram_last_error(), g) != NULL);
+    assert_int_equal(ledger_reserve(l, UUID0, 40, 100, NULL),
+                     VRAM_OK); /* exactly the limit */
+    assert_int_equal(ledger_group_used(l, UUID0), 100);
+    assert_int_equal(ledger_reserve(l, UUID0, 1, 100, &gu), VRAM_E_OOM);
+    assert_int_equal(gu, 100);
+    ledger_release(l, UUID0, 40);
+    assert_int_equal(ledger_group_used(l, UUID0), 60);
+    assert_int_equal(ledger_reserve(l, UUID0, 40, 100, NULL), VRAM_OK);
+    /* No overflow: a huge request is refused, not wrapped. */
+    assert_int_equal(ledger_reserve(l, UUID0, UINT64_MAX, 100, &gu), VRAM_E_OOM);
+    assert_int_equal(ledger_reserve(l, UUID0, UINT64_MAX - 50, 100, &gu), VRAM_E_OOM);
+    /* A limit lowered below the use refuses without underflow. */
+    assert_int_equal(ledger_reserve(l, UUID0, 1, 50, &gu), VRAM_E_OOM);
+    assert_int_equal(gu, 100);
+
+    /* Releasing more than held stops at zero. */
+    ledger_release(l, UUID0, 100);
+    assert_int_equal(ledger_group_used(l, UUID0), 0);
+    ledger_release(l, UUID0, 5);
+    assert_int_equal(ledger_group_used(l, UUID0), 0);
+    assert_int_equal(ledger_reserve(l, UUID0, 100, 100, NULL), VRAM_OK);
+    ledger_release(l, UUID0, 100);
+
+    /* Limit 0: no limit, still counted. */
+    assert_int_equal(ledger_reserve(l, UUID1, 1ULL << 40, 0, NULL), VRAM_OK);
+    assert_int_equal(ledger_reserve(l, UUID1, 1ULL << 40, 0, NULL), VRAM_OK);
+    assert_int_equal(ledger_group_used(l, UUID1), 2ULL << 40);
+    ledger_release(l, UUID1, 1ULL << 40);
+    assert_int_equal(ledger_group_used(l, UUID1), 1ULL << 40);
+
+    /* Peaks: this process's highest use per device; limits as last set. */
+    struct ledger_snapshot *s = snap(l);
+    const struct ledger_proc *me = find_proc(s, getpid());
+    assert_non_null(me);
+    int d0 = find_device(s, UUID0), d1 = find_device(s, UUID1);
+    assert_true(d0 >= 0 && d1 >= 0);
+    assert_int_equal(me->dev[d0].used, 0);
+    assert_int_equal(me->dev[d0].peak, 100);
+    assert_int_equal(me->dev[d1].used, 1ULL << 40);
+    assert_int_equal(me->dev[d1].peak, 2ULL << 40);
+    assert_int_equal(s->limit[d0], 100);
+    assert_int_equal(s->limit[d1], 0);
+    assert_int_equal(s->refusals[d0], 5);
+    assert_int_equal(s->refusals[d1], 0);
+    free(s);
+
+    /* Bad arguments. */
+    assert_int_equal(ledger_reserve(NULL, UUID0, 1, 0, NULL), VRAM_E_INVALID);
+    assert_int_equal(ledger_reserve(l, NULL, 1, 0, NULL), VRAM_E_INVALID);
+    ledger_release(NULL, UUID0, 1);
+    ledger_release(l, NULL, 1);
+    assert_int_equal(ledger_group_used(NULL, UUID0), 0);
+    ledger_close(l);
+    unlink_group(g);
+}
+
+static void
+test_devices_by_uuid(void **state)
+{
+    (void)state;
+    char g[64];
+    group_name(g, sizeof g, "devs");
+    struct ledger *l = must_open(g);
+
+    /* Each device has its own limit and sum; found by UUID, not order. */
+    assert_int_equal(ledger_reserve(l, UUID1, 80, 100, NULL), VRAM_OK);
+    assert_int_equal(ledger_reserve(l, UUID0, 80, 100, NULL), VRAM_OK);
+    assert_int_equal(ledger_reserve(l, UUID1, 30, 100, NULL), VRAM_E_OOM);
+    assert_int_equal(ledger_group_used(l, UUID0), 80);
+    assert_int_equal(ledger_group_used(l, UUID1), 80);
+    ledger_release(l, UUID1, 80);
+    assert_int_equal(ledger_group_used(l, UUID0), 80);
+    assert_int_equal(ledger_group_used(l, UUID1), 0);
+    assert_int_equal(ledger_group_used(l, "GPU-never-seen"), 0);
+    ledger_release(l, "GPU-never-seen", 10); /* nothing to give back */
+
+    /* UUIDs: non-empty, shorter than LEDGER_UUID_LEN. */
+    char long_uuid[LEDGER_UUID_LEN + 1];
+    memset(long_uuid, 'u', LEDGER_UUID_LEN);
+    long_uuid[LEDGER_UUID_LEN] = '\0';
+    assert_int_equal(ledger_reserve(l, "", 1, 0, NULL), VRAM_E_INVALID);
+    assert_int_equal(ledger_reserve(l, long_uuid, 1, 0, NULL), VRAM_E_INVALID);
+
+    /* Up to LEDGER_MAX_DEVICES devices; the next is a clear error. */
+    for (int i = 2; i < LEDGER_MAX_DEVICES; i++) {
+        char uuid[LEDGER_UUID_LEN];
+        snprintf(uuid, sizeof uuid, "GPU-extra-%d", i);
+        assert_int_equal(ledger_reserve(l, uuid, 1, 0, NULL), VRAM_OK);
+    }
+    long_uuid[LEDGER_UUID_LEN - 1] = '\0'; /* 47 characters: valid */
+    assert_int_equal(ledger_reserve(l, long_uuid, 1, 0, NULL), VRAM_E_NO_DEVICE);
+    assert_true(strstr(vram_last_error(), long_uuid) != NULL);
+    assert_true(strstr(vram_last_error(), "16 devices") != NULL);
+    /* Known devices still work. */
+    assert_int_equal(ledger_reserve(l, UUID1, 1, 0, NULL), VRAM_OK);
+
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->n_devices, LEDGER_MAX_DEVICES);
+    assert_string_equal(s->uuid[0], UUID1);
+    assert_string_equal(s->uuid[1], UUID0);
+    assert_int_equal(s->used[0], 1);
+    assert_int_equal(s->used[1], 80);
+    free(s);
+    ledger_close(l);
+    unlink_group(g);
+}
+
+/* ==== processes and threads against one limit ==== */
+
+#define ST_PROCS 4
+#define ST_THREADS 4
+#define ST_LIMIT (64 * MiB)
+#define ST_MS 500
+#define ST_KEEP 8
+
+/* In a MAP_SHARED page: what every reserver of every process sees. */
+struct stress_shared {
+    _Atomic uint64_t in_use; /* bytes granted and not yet given back */
+    _Atomic uint64_t grants, refusals;
+    _Atomic int violations;
+};
+
+struct stress_thread {
+    struct ledger *l;
+    struct stress_shared *sh;
+    unsigned seed;
+    int errors;
+};
+
+static void *
+stress_main(void *arg)
+{
+    struct stress_thread *t = arg;
+    struct stress_shared *sh = t->sh;
+    uint64_t held[ST_KEEP];
+    int n = 0;
+    uint64_t t0 = now_ms();
+    while (now_ms() - t0 < ST_MS) {
+        if (n < ST_KEEP && rand_r(&t->seed) % 2 == 0) {
+            uint64_t size = 1 + (uint64_t)rand_r(&t->seed) % (ST_LIMIT / 4);
+            uint64_t gu = 0;
+            vram_status st = ledger_reserve(t->l, UUID0, size, ST_LIMIT, &gu);
+            if (st == VRAM_OK) {
+                /* Counted after the grant, uncounted before the release:
+                ** never more than the ledger's own sum. */
+                uint64_t now = atomic_fetch_add(&sh->in_use, size) + size;
+                if (now > ST_LIMIT)
+                    atomic_fetch_add(&sh->violations, 1);
+                atomic_fetch_add(&sh->grants, 1);
+                held[n++] = size;
+            } else if (st == VRAM_E_OOM) {
+                atomic_fetch_add(&sh->refusals, 1);
+                if (gu + size <= ST_LIMIT) /* refused though it fitted */
+                    atomic_fetch_add(&sh->violations, 1);
+            } else {
+                t->errors++;
+            }
+        } else if (n > 0) {
+            int k = (int)((unsigned)rand_r(&t->seed) % (unsigned)n);
+            uint64_t size = held[k];
+            held[k] = held[--n];
+            atomic_fetch_sub(&sh->in_use, size);
+            ledger_release(t->l, UUID0, size);
+        }
+    }
+    while (n > 0) {
+        atomic_fetch_sub(&sh->in_use, held[--n]);
+        ledger_release(t->l, UUID0, held[n]);
+    }
+    return NULL;
+}
+
+/* A stress child: 0 = fine, 1 = a violation, 2 = errors, 3 = setup. */
+static int
+stress_child(struct ledger *inherited, const char *group, int index,
+             struct stress_shared *sh)
+{
+    struct ledger *l = inherited, *opened = NULL;
+    /* Half the children go on with the parent's handle, half open anew. */
+    if (index % 2 == 0) {
+        if (ledger_after_fork(inherited) != VRAM_OK)
+            return 3;
+    } else {
+        if (ledger_open(group, &opened) != VRAM_OK)
+            return 3;
+        l = opened;
+    }
+    pthread_t th[ST_THREADS];
+    struct stress_thread t[ST_THREADS];
+    for (int i = 0; i < ST_THREADS; i++) {
+        t[i] = (struct stress_thread){l, sh, (unsigned)(getpid() * 31 + i), 0};
+        if (pthread_create(&th[i], NULL, stress_main, &t[i]) != 0)
+            return 3;
+    }
+    int errors = 0;
+    for (int i = 0; i < ST_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        errors += t[i].errors;
+    }
+    ledger_close(opened);
+    return atomic_load(&sh->violations) > 0 ? 1 : errors > 0 ? 2 : 0;
+}
+
+static void
+test_processes_and_threads(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "stress");
+    struct ledger *l = must_open(g);
+    struct stress_shared *sh =
+        mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(sh != MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+
+    pid_t kids[ST_PROCS];
+    for (int i = 0; i < ST_PROCS; i++) {
+        kids[i] = fork_child();
+        if (kids[i] == 0)
+            exit(stress_child(l, g, i, sh)); /* exit: sanitizers report at exit */
+    }
+    for (int i = 0; i < ST_PROCS; i++)
+        assert_int_equal(wait_child(kids[i]), 0);
+
+    assert_int_equal(atomic_load(&sh->violations), 0);
+    assert_int_equal(atomic_load(&sh->in_use), 0);
+    assert_true(atomic_load(&sh->grants) > 100);
+    assert_true(atomic_load(&sh->refusals) > 0); /* the limit was reached */
+    assert_int_equal(ledger_group_used(l, UUID0), 0);
+    struct ledger_snapshot *s = snap(l);
+    int d = find_device(s, UUID0);
+    assert_true(d >= 0);
+    assert_int_equal(s->refusals[d], atomic_load(&sh->refusals)); /* one count each */
+    assert_int_equal(s->n_procs, 1); /* the children's entries went with them */
+    free(s);
+    munmap(sh, sizeof *sh);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
+/* ==== dead members ==== */
+
+struct waiter {
+    struct ledger *l;
+    _Atomic int done;
+    uint64_t used;
+};
+
+static void *
+waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    w->used = ledger_group_used(w->l, UUID0);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+static void
+test_kill_lock_holder(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "lockdead");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 10 * MiB, 0, NULL), VRAM_OK);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t kid = fork_child();
+    if (kid == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(g, &cl) != VRAM_OK ||
+            ledger_reserve(cl, UUID0, 30 * MiB, 0, NULL))
+            _exit(2);
+        if (write(p[1], "r", 1) != 1)
+            _exit(3);
+        ledger_test_lock_and_hang(cl);
+        _exit(4);
+    }
+    read_ready(p[0]);
+    assert_true(wait_sleeping(kid, 5000)); /* in pause(), holding the lock */
+
+    /* A waiter blocks: the child holds the lock. */
+    struct waiter w = {l, 0, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, waiter_main, &w), 0);
+    sleep_ms(200);
+    assert_int_equal(atomic_load(&w.done), 0);
+
+    /* SIGKILL; not reaped yet, so it may even be a zombie: the waiter gets
+    ** the lock within a second and the child's 30 MiB are gone. */
+    uint64_t t0 = now_ms();
+    assert_int_equal(kill(kid, SIGKILL), 0);
+    while (!atomic_load(&w.done) && now_ms() - t0 < 5000)
+        sleep_ms(1);
+    uint64_t took = now_ms() - t0;
+    assert_int_equal(atomic_load(&w.done), 1);
+    assert_true(took < 1000);
+    pthread_join(th, NULL);
+    assert_int_equal(w.used, 10 * MiB);
+
+    t0 = now_ms();
+    assert_int_equal(ledger_reserve(l, UUID0, 1 * MiB, 11 * MiB, NULL), VRAM_OK);
+    assert_true(now_ms() - t0 < 1000);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->n_procs, 1);
+    assert_int_equal(s->used[0], 11 * MiB);
+    free(s);
+    close(p[0]);
+    close(p[1]);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
+/* A child that holds 80 MiB of GROUP and waits to be killed. */
+static pid_t
+spawn_holder(const char *group, uint64_t bytes)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t kid = fork_child();
+    if (kid == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(group, &cl) != VRAM_OK ||
+            ledger_reserve(cl, UUID0, bytes, 0, NULL))
+            _exit(2);
+        child_ready_and_wait(p[1]);
+    }
+    read_ready(p[0]);
+    close(p[0]);
+    close(p[1]);
+    return kid;
+}
+
+/* Reserve until granted (a member killed a moment ago may still be
+** exiting); the milliseconds it took, or UINT64_MAX after 2 s. */
+static uint64_t
+reserve_until_granted(struct ledger *l, uint64_t bytes, uint64_t limit)
+{
+    uint64_t t0 = now_ms();
+    while (now_ms() - t0 < 2000) {
+        if (ledger_reserve(l, UUID0, bytes, limit, NULL) == VRAM_OK)
+            return now_ms() - t0;
+        sleep_ms(1);
+    }
+    return UINT64_MAX;
+}
+
+static void
+test_kill_usage_holder(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "usedead");
+    struct ledger *l = must_open(g);
+    uint64_t gu = 0;
+
+    /* Reaped: gone at the next reserve. */
+    pid_t kid = spawn_holder(g, 80 * MiB);
+    assert_int_equal(ledger_reserve(l, UUID0, 50 * MiB, 100 * MiB, &gu), VRAM_E_OOM);
+    assert_int_equal(gu, 80 * MiB);
+    assert_int_equal(kill(kid, SIGKILL), 0);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    assert_int_equal(ledger_reserve(l, UUID0, 50 * MiB, 100 * MiB, NULL), VRAM_OK);
+    assert_int_equal(ledger_group_used(l, UUID0), 50 * MiB);
+
+    /* Not reaped (a zombie): gone within a second all the same. */
+    kid = spawn_holder(g, 50 * MiB);
+    assert_int_equal(ledger_group_used(l, UUID0), 100 * MiB);
+    assert_int_equal(kill(kid, SIGKILL), 0);
+    assert_true(reserve_until_granted(l, 50 * MiB, 100 * MiB) < 1000);
+    assert_int_equal(proc_state(kid), 'Z');
+    assert_int_equal(ledger_group_used(l, UUID0), 100 * MiB);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->n_procs, 1);
+    free(s);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
+static void
+test_recycled_pid(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "recycled");
+    struct ledger *l = must_open(g);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t kid = fork_child();
+    if (kid == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(g, &cl) != VRAM_OK ||
+            ledger_reserve(cl, UUID0, 70 * MiB, 0, NULL))
+            _exit(2);
+        /* As if this pid now belonged to another process than the entry's. */
+        ledger_test_set_start_time(cl, 12345);
+        child_ready_and_wait(p[1]);
+    }
+    read_ready(p[0]);
+    /* The child is alive, but its entry names a process that is gone. */
+    assert_int_equal(kill(kid, 0), 0);
+    assert_int_equal(ledger_group_used(l, UUID0), 0);
+    struct ledger_snapshot *s = snap(l);
+    assert_null(find_proc(s, kid));
+    assert_int_equal(s->n_procs, 1);
+    free(s);
+    kill(kid, SIGKILL);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    close(p[0]);
+    close(p[1]);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
+/* ==== fork, exec, leave ==== */
+
+/* The child of test_fork: 0 = its entry is its own and the parent's stays. */
+static int
+fork_child_checks(struct ledger *l, pid_t parent)
+{
+    if (ledger_after_fork(l) != VRAM_OK)
+        return 2;
+    struct ledger_snapshot *s = malloc(sizeof *s);
+    if (s == NULL || ledger_snapshot(l, s) != VRAM_OK)
+        return 3;
+    if (find_proc(s, getpid()) != NULL) /* no entry before its first reservation */
+        return 4;
+    if (ledger_reserve(l, UUID0, 5 * MiB, 0, NULL) != VRAM_OK)
+        return 5;
+    if (ledger_snapshot(l, s) != VRAM_OK)
+        return 6;
+    const struct ledger_proc *me = find_proc(s, getpid()), *dad = find_proc(s, parent);
+    int d = find_device(s, UUID0);
+    if (me == NULL || dad == NULL || d < 0 || s->n_procs != 2)
+        return 7;
+    if (me->dev[d].used != 5 * MiB || dad->dev[d].used != 20 * MiB ||
+        s->used[d] != 25 * MiB)
+        return 8;
+    /* The child gives back only its own; more than that stops at zero. */
+    ledger_release(l, UUID0, 100 * MiB);
+    if (ledger_group_used(l, UUID0) != 20 * MiB)
+        return 9;
+    if (ledger_reserve(l, UUID0, 7 * MiB, 0, NULL) != VRAM_OK)
+        return 10;
+    free(s);
+    return 0;
+}
+
+static void
+test_fork(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "fork");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 20 * MiB, 0, NULL), VRAM_OK);
+    pid_t parent = getpid();
+    pid_t kid = fork_child();
+    if (kid == 0)
+        exit(fork_child_checks(l, parent));
+    assert_int_equal(wait_child(kid), 0);
+    /* The child held 7 MiB when it exited: gone with it. */
+    assert_int_equal(ledger_group_used(l, UUID0), 20 * MiB);
+
+    /* A child that skips ledger_after_fork is noticed by its pid. */
+    kid = fork_child();
+    if (kid == 0) {
+        if (ledger_reserve(l, UUID0, 3 * MiB, 0, NULL) != VRAM_OK)
+            _exit(2);
+        struct ledger_snapshot *s = malloc(sizeof *s);
+        if (s == NULL || ledger_snapshot(l, s) != VRAM_OK || s->n_procs != 2)
+            _exit(3);
+        const struct ledger_proc *me = find_proc(s, getpid());
+        _exit(me != NULL && me->dev[0].used == 3 * MiB ? 0 : 4);
+    }
+    assert_int_equal(wait_child(kid), 0);
+    assert_int_equal(ledger_group_used(l, UUID0), 20 * MiB);
+
+    struct ledger_snapshot *s = snap(l);
+    const struct ledger_proc *me = find_proc(s, getpid());
+    assert_non_null(me);
+    assert_int_equal(me->dev[0].used, 20 * MiB);
+    assert_int_equal(s->n_procs, 1);
+    free(s);
+    assert_int_equal(ledger_after_fork(NULL), VRAM_E_INVALID);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
+/* Run by test_exec after execve (argv: --exec-open GROUP): the entry this
+** pid left before the exec must be taken over empty. */
+static int
+exec_helper(const char *group)
+{
+    struct ledger *l = NULL;
+    if (ledger_open(group, &l) != VRAM_OK)
+        return 2;
+    if (ledger_group_used(l, UUID0) != 0)
+        return 3;
+    struct ledger_snapshot *s = malloc(sizeof *s);
+    if (s == NULL || ledger_snapshot(l, s) != VRAM_OK)
+        return 4;
+    int mine = 0;
+    for (int i = 0; i < s->n_procs; i++)
+        mine += s->procs[i].pid == getpid();
+    free(s);
+    ledger_close(l);
+    return mine == 1 ? 0 : 5;
+}
+
+static void
+test_exec(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "exec");
+    struct ledger *l = must_open(g);
+    pid_t kid = fork_child();
+    if (kid == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(g, &cl) != VRAM_OK || ledger_reserve(cl, UUID0, 9 * MiB, 0, NULL))
+            _exit(20);
+        execl("/proc/self/exe", "test_ledger", "--exec-open", g, (char *)NULL);
+        _exit(21);
+    }
+    assert_int_equal(wait_child(kid), 0);
+    assert_int_equal(ledger_group_used(l, UUID0), 0);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
+static void
+test_leave_and_second_handle(void **state)
+{
+    (void)state;
+    char g[64];
+    group_name(g, sizeof g, "leave");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 10, 0, NULL), VRAM_OK);
+
+    /* A second handle in the same program shares the entry and its use. */
+    struct ledger *l2 = must_open(g);
+    assert_int_equal(ledger_group_used(l2, UUID0), 10);
+    assert_int_equal(ledger_reserve(l2, UUID0, 5, 0, NULL), VRAM_OK);
+    ledger_close(l2);
+    assert_int_equal(ledger_group_used(l, UUID0), 15);
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->n_procs, 1);
+    free(s);
+
+    /* Leave: the use goes back; a later reserve makes a new entry. */
+    ledger_leave(l);
+    assert_int_equal(ledger_group_used(l, UUID0), 0);
+    s = snap(l);
+    assert_int_equal(s->n_procs, 0);
+    free(s);
+    ledger_release(l, UUID0, 10); /* nothing held: no effect */
+    assert_int_equal(ledger_reserve(l, UUID0, 4, 0, NULL), VRAM_OK);
+    assert_int_equal(ledger_group_used(l, UUID0), 4);
+    ledger_leave(NULL);
+    ledger_close(l);
+    unlink_group(g);
+}
+
+/* An unused ledger is removed; one with a live member is not; a handle
+** to a removed ledger cannot revive it, and the next open makes a new one. */
+static void
+test_remove_if_unused(void **state)
+{
+    (void)state;
+    char g[64], path[128];
+    group_name(g, sizeof g, "remove");
+    path_of(path, sizeof path, g);
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 10, 0, NULL), VRAM_OK);
+    assert_false(ledger_remove_if_unused(l)); /* we are a member */
+    assert_int_equal(access(path, F_OK), 0);
+    ledger_leave(l);
+    assert_true(ledger_remove_if_unused(l));
+    assert_int_equal(access(path, F_OK), -1);
+    assert_true(ledger_remove_if_unused(l)); /* already gone: still true */
+    struct ledger *mon = NULL;
+    assert_int_equal(ledger_attach_existing(g, &mon), VRAM_E_NO_DEVICE);
+    struct ledger *l2 = must_open(g); /* a new file */
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(ledger_group_used(l2, UUID0), 0);
+    ledger_close(l2);
+    ledger_close(l);
+    unlink_group(g);
+}
+
+/* ==== the file ==== */
+
+static void
+test_permissions(void **state)
+{
+    (void)state;
+    char g[64], path[128];
+    group_name(g, sizeof g, "perm");
+    path_of(path, sizeof path, g);
+    struct ledger *l = must_open(g), *l2 = NULL;
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0600);
+    assert_int_equal(sb.st_uid, geteuid());
+
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(ledger_open(g, &l2), VRAM_E_IO);
+    assert_null(l2);
+    assert_true(strstr(vram_last_error(), "0644") != NULL);
+    assert_int_equal(ledger_attach_existing(g, &l2), VRAM_E_IO);
+    assert_int_equal(chmod(path, 0600), 0);
+    l2 = must_open(g);
+    ledger_close(l2);
+    l2 = NULL;
+
+    /* Another user's file of our name (only root can make one here). */
+    if (geteuid() == 0) {
+        assert_int_equal(chown(path, 4242, (gid_t)-1), 0);
+        assert_int_equal(ledger_open(g, &l2), VRAM_E_IO);
+        assert_true(strstr(vram_last_error(), "4242") != NULL);
+        assert_int_equal(chown(path, 0, (gid_t)-1), 0);
+    }
+    ledger_close(l);
+    unlink_group(g);
+
+    /* A file of another layout (size) is refused, not reinterpreted. */
+    char name[128];
+    group_name(g, sizeof g, "size");
+    shm_name_of(name, sizeof name, g);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    close(fd);
+    assert_int_equal(ledger_open(g, &l2), VRAM_E_IO);
+    assert_true(strstr(vram_last_error(), "4096") != NULL);
+    unlink_group(g);
+}
+
+static void
+test_takeover(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64], name[128];
+    struct ledger *l = NULL;
+
+    /* A creator that died before sizing the file, no lock left: taken
+    ** over at once. */
+    group_name(g, sizeof g, "orphan");
+    shm_name_of(name, sizeof name, g);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    uint64_t t0 = now_ms();
+    l = must_open(g);
+    assert_true(now_ms() - t0 < 500);
+    assert_int_equal(ledger_reserve(l, UUID0, 1, 2, NULL), VRAM_OK);
+    ledger_close(l);
+    unlink_group(g);
+
+    /* A creator stopped while initializing: bounded wait, then an error;
+    ** killed: the next open initializes in place. */
+    group_name(g, sizeof g, "stuck");
+    shm_name_of(name, sizeof name, g);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t kid = fork_child();
+    if (kid == 0) {
+        int cfd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (cfd < 0 || flock(cfd, LOCK_EX) != 0)
+            _exit(2);
+        child_ready_and_wait(p[1]);
+    }
+    read_ready(p[0]);
+    t0 = now_ms();
+    assert_int_equal(ledger_open(g, &l), VRAM_E_IO);
+    uint64_t waited = now_ms() - t0;
+    assert_true(waited >= 1500 && waited < 10000);
+    assert_true(strstr(vram_last_error(), "initializing") != NULL);
+    kill(kid, SIGKILL);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 1, 2, NULL), VRAM_OK);
+    ledger_close(l);
+    close(p[0]);
+    close(p[1]);
+    unlink_group(g);
+    alarm(0);
+}
+
+#define RACERS 8
+
+static void
+test_concurrent_creators(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "race");
+    int go[2], ready[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid_t kids[RACERS];
+    for (int i = 0; i < RACERS; i++) {
+        kids[i] = fork_child();
+        if (kids[i] == 0) {
+            char b;
+            close(go[1]);
+            if (read(go[0], &b, 1) != 0) /* EOF: all start at once */
+                _exit(2);
+            struct ledger *cl = NULL;
+            if (ledger_open(g, &cl) != VRAM_OK || ledger_reserve(cl, UUID0, 1, 0, NULL))
+                _exit(3);
+            child_ready_and_wait(ready[1]);
+        }
+    }
+    close(go[1]);
+    for (int i = 0; i < RACERS; i++)
+        read_ready(ready[0]);
+    /* One file: every racer's entry is in it. */
+    struct ledger *l = NULL;
+    assert_int_equal(ledger_attach_existing(g, &l), VRAM_OK);
+    assert_int_equal(ledger_group_used(l, UUID0), RACERS);
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->n_procs, RACERS);
+    free(s);
+    for (int i = 0; i < RACERS; i++) {
+        kill(kids[i], SIGKILL);
+        assert_int_equal(wait_child(kids[i]), 128 + SIGKILL);
+    }
+    assert_int_equal(ledger_group_used(l, UUID0), 0);
+    ledger_close(l);
+    close(go[0]);
+    close(ready[0]);
+    close(ready[1]);
+    unlink_group(g);
+    alarm(0);
+}
+
+static void
+test_snapshot_list_attach(void **state)
+{
+    (void)state;
+    char g[64], g2[64];
+    group_name(g, sizeof g, "snap");
+    group_name(g2, sizeof g2, "snap2");
+    struct ledger *l = must_open(g), *l2 = must_open(g2), *m = NULL;
+    assert_int_equal(ledger_reserve(l, UUID0, 30, 50, NULL), VRAM_OK);
+    assert_int_equal(ledger_reserve(l, UUID0, 30, 50, NULL), VRAM_E_OOM);
+    assert_int_equal(ledger_reserve(l, UUID0, 30, 50, NULL), VRAM_E_OOM);
+
+    struct ledger_snapshot *s = snap(l);
+    assert_string_equal(s->group, g);
+    assert_int_equal(s->n_devices, 1);
+    assert_string_equal(s->uuid[0], UUID0);
+    assert_int_equal(s->limit[0], 50);
+    assert_int_equal(s->used[0], 30);
+    assert_int_equal(s->refusals[0], 2);
+    assert_int_equal(s->n_procs, 1);
+    assert_int_equal(s->procs[0].pid, getpid());
+    assert_int_equal(s->procs[0].uid, getuid());
+    assert_true(s->procs[0].start_time > 0);
+    assert_string_equal(s->procs[0].comm, "test_ledger");
+    assert_int_equal(s->procs[0].dev[0].used, 30);
+    assert_int_equal(s->procs[0].dev[0].peak, 30);
+    free(s);
+
+    /* The monitoring view: no entry of its own, cannot reserve. */
+    assert_int_equal(ledger_attach_existing(g, &m), VRAM_OK);
+    s = snap(m);
+    assert_int_equal(s->n_procs, 1);
+    assert_int_equal(s->used[0], 30);
+    free(s);
+    assert_int_equal(ledger_reserve(m, UUID0, 1, 0, NULL), VRAM_E_INVALID);
+    ledger_close(m);
+    assert_int_equal(ledger_snapshot(l, NULL), VRAM_E_INVALID);
+
+    /* Listing finds both, sorted; MAX bounds it. */
+    char(*groups)[LEDGER_GROUP_LEN] = calloc(1024, sizeof *groups);
+    assert_non_null(groups);
+    int n = -1;
+    assert_int_equal(ledger_list(groups, 1024, &n), VRAM_OK);
+    int at = -1, at2 = -1;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(groups[i], g) == 0)
+            at = i;
+        if (strcmp(groups[i], g2) == 0)
+            at2 = i;
+        if (i > 0)
+            assert_true(strcmp(groups[i - 1], groups[i]) < 0);
+    }
+    assert_true(at >= 0 && at2 == at + 1);
+    assert_int_equal(ledger_list(groups, 1, &n), VRAM_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(ledger_list(NULL, 0, &n), VRAM_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(ledger_list(groups, 4, NULL), VRAM_E_INVALID);
+    free(groups);
+
+    /* A group nobody made. */
+    char none[64];
+    group_name(none, sizeof none, "nobody");
+    struct ledger *const untouched = (struct ledger *)(uintptr_t)0x10;
+    m = untouched; /* out-parameters are written only on success */
+    assert_int_equal(ledger_attach_existing(none, &m), VRAM_E_NO_DEVICE);
+    assert_ptr_equal(m, untouched);
+    ledger_close(l);
+    ledger_close(l2);
+    unlink_group(g);
+    unlink_group(g2);
+}
+
+/* ==== a full ledger ==== */
+
+static void
+test_full(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "full");
+    struct ledger *l = must_open(g);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    enum { KIDS = LEDGER_MAX_PROCS - 1 };
+    pid_t *kids = calloc(KIDS + 1, sizeof *kids);
+    assert_non_null(kids);
+    for (int i = 0; i < KIDS; i++) {
+        kids[i] = fork_child();
+        if (kids[i] == 0) {
+            struct ledger *cl = NULL;
+            if (ledger_open(g, &cl) != VRAM_OK)
+                _exit(2);
+            child_ready_and_wait(ready[1]);
+        }
+    }
+    for (int i = 0; i < KIDS; i++)
+        read_ready(ready[0]);
+
+    /* Full: one more process is refused with a status, not a crash. */
+    pid_t extra = fork_child();
+    if (extra == 0) {
+        struct ledger *cl = NULL;
+        vram_status st = ledger_open(g, &cl);
+        _exit(st == VRAM_E_IO && strstr(vram_last_error(), "full") != NULL ? 0 : 1);
+    }
+    assert_int_equal(wait_child(extra), 0);
+    /* So is this process once it has left and wants to reserve again. */
+    ledger_leave(l);
+    kids[KIDS] = fork_child();
+    if (kids[KIDS] == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(g, &cl) != VRAM_OK)
+            _exit(2);
+        child_ready_and_wait(ready[1]);
+    }
+    read_ready(ready[0]);
+    assert_int_equal(ledger_reserve(l, UUID0, 1, 0, NULL), VRAM_E_IO);
+    assert_true(strstr(vram_last_error(), "full") != NULL);
+
+    /* One member dies: its entry is reclaimed and taken. */
+    kill(kids[0], SIGKILL);
+    assert_int_equal(wait_child(kids[0]), 128 + SIGKILL);
+    assert_int_equal(ledger_reserve(l, UUID0, 1, 0, NULL), VRAM_OK);
+
+    for (int i = 1; i <= KIDS; i++)
+        kill(kids[i], SIGKILL);
+    for (int i = 1; i <= KIDS; i++)
+        assert_int_equal(wait_child(kids[i]), 128 + SIGKILL);
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->n_procs, 1);
+    free(s);
+    free(kids);
+    close(ready[0]);
+    close(ready[1]);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
+/* After all tests: remove every group of this run, also those a failed
+** test left behind. */
+static int
+remove_groups(void **state)
+{
+    (void)state;
+    char prefix[64];
+    int n = snprintf(prefix, sizeof prefix, "vram-%u-t%d-", (unsigned)geteuid(),
+                     (int)getpid());
+    DIR *dir = opendir("/dev/shm");
+    if (dir == NULL)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL)
+        if (strncmp(e->d_name, prefix, (size_t)n) == 0) {
+            char name[300];
+            snprintf(name, sizeof name, "/%s", e->d_name);
+            shm_unlink(name);
+        }
+    closedir(dir);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--exec-open") == 0)
+        return exec_helper(argv[2]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_group),
+        cmocka_unit_test(test_reserve_limit),
+        cmocka_unit_test(test_devices_by_uuid),
+        cmocka_unit_test(test_processes_and_threads),
+        cmocka_unit_test(test_kill_lock_holder),
+        cmocka_unit_test(test_kill_usage_holder),
+        cmocka_unit_test(test_recycled_pid),
+        cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_exec),
+        cmocka_unit_test(test_leave_and_second_handle),
+        cmocka_unit_test(test_remove_if_unused),
+        cmocka_unit_test(test_permissions),
+        cmocka_unit_test(test_takeover),
+        cmocka_unit_test(test_concurrent_creators),
+        cmocka_unit_test(test_snapshot_list_attach),
+        cmocka_unit_test(test_full),
+    };
+    return cmocka_run_group_tests(tests, NULL, remove_groups);
+}

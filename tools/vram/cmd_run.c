@@ -1,0 +1,771 @@
+/*
+** cmd_run.c -- `vram run`: run a command under the quota enforcer.
+**
+**   vram run [--limit SPEC] [--group NAME] [--report] [--preload PATH]
+**            [--] COMMAND [ARGS...]
+**
+** It checks the settings with the preload library's own parser
+** (env_quota_load) before anything runs, sets VRAM_LIMIT and VRAM_GROUP
+** (by default a fresh group, "run-<pid>-<seconds>", so that the whole
+** process tree shares one quota), puts the preload library first in
+** LD_PRELOAD and executes the command in place. With --report it runs
+** the command as a child instead, waits, and prints one line per device
+** with the peak the group reached.
+**
+** The peak: ledger.h keeps, per live process, the bytes held now and at
+** the process's peak, and forgets a process once it has exited; it keeps
+** no group peak. So while the command runs, the group's ledger is sampled
+** (every 20 ms for two seconds, then every 100 ms); the report prints the
+** sum of the per-process peaks of every process seen (an upper bound of
+** the group's peak, exact for one process; a process that lived less than
+** an interval, or peaked in its last one, is missed: "peak not seen" when
+** all of a device's were) and, beside it, the most the group held at one
+** sample (a lower bound).
+**
+** Exit status: the command's; 1 vram could not start it; 2 bad usage or a
+** malformed setting (nothing ran); 126 the command cannot be executed; 127
+** it was not found; with --report 128+N when it was killed by signal N.
+*/
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include "cliopt.h"
+#include "cmd.h"
+#include "config/env.h"
+#include "preload/ledger.h"
+#include "preload/quota.h"
+#include "util/size.h"
+#include "vram.h"
+
+/* Exit statuses of their own (the others are the command's). */
+enum {
+    RUN_FAIL = 1,          /* vram could not start the command */
+    RUN_USAGE = 2,         /* bad usage or a malformed setting */
+    RUN_CANNOT_EXEC = 126, /* found, but not executable */
+    RUN_NOT_FOUND = 127    /* no such command */
+};
+
+/* How often --report samples the group's ledger, ns: more often in the
+** first seconds, where short commands live. */
+#define REPORT_INTERVAL_NS 100000000L
+#define REPORT_FIRST_INTERVAL_NS 20000000L
+#define REPORT_FIRST_SECONDS 2
+
+#define PRELOAD_NAME "libvram-preload.so"
+
+/* ------------------------------------------------------------------ */
+/* Options: one table, from which both the parser and --help come      */
+/* ------------------------------------------------------------------ */
+
+enum opt_id { OPT_LIMIT, OPT_GROUP, OPT_REPORT, OPT_PRELOAD, OPT_HELP };
+
+static const struct cli_opt opt_table[] = {
+    {OPT_LIMIT, "limit", "SPEC",
+     "GPU memory quota (sets VRAM_LIMIT): 6G, 50%, 0.5, 0:6G,1:4G, GPU-<uuid>:6G"},
+    {OPT_GROUP, "group", "NAME",
+     "share the quota with every process of group NAME (sets VRAM_GROUP); "
+     "default: a fresh group for this run"},
+    {OPT_REPORT, "report", NULL,
+     "wait for the command, then print each device's peak to standard error"},
+    {OPT_PRELOAD, "preload", "PATH",
+     "the preload library (default: VRAM_PRELOAD_LIBRARY, else "
+     "../lib/" PRELOAD_NAME " from the vram binary's directory)"},
+    {OPT_HELP, "help", NULL, "print this help"},
+};
+
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+static void
+run_usage(FILE *out)
+{
+    fprintf(out, "usage: vram run [OPTIONS] [--] COMMAND [ARGS...]\n\n"
+                 "Run COMMAND with the quota enforcer (" PRELOAD_NAME ") preloaded, so\n"
+                 "that COMMAND and every process it starts share one GPU memory quota\n"
+                 "per device. Past the quota an allocation fails as out of memory.\n\n"
+                 "Options:\n");
+    cliopt_help(out, opt_table, N_OPTS);
+    fprintf(out,
+            "\nSizes are 1024-based (6G = 6GB = 6GiB); a fraction is of each device's\n"
+            "total memory. Without --limit, VRAM_LIMIT from the environment (or\n"
+            "HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]) applies. docs/QUOTA.md has more.\n\n"
+            "Exit status: the command's; 1 vram could not start it; 2 bad usage or a\n"
+            "malformed setting (nothing was run); 126 COMMAND cannot be executed;\n"
+            "127 COMMAND not found; with --report, 128+N if COMMAND was killed by\n"
+            "signal N.\n");
+}
+
+struct run_args {
+    const char *limit;   /* --limit, or NULL */
+    const char *group;   /* --group, or NULL */
+    const char *preload; /* --preload, or NULL */
+    bool report;
+    char **command; /* NULL-terminated: argv's tail */
+};
+
+/* Parse ARGV into A. Returns -1 to go on, else the exit status. */
+static int
+parse_args(int argc, char **argv, struct run_args *a)
+{
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *value = NULL;
+
+    memset(a, 0, sizeof *a);
+    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    for (;;) {
+        switch (cliopt_next(&it, &opt, &value)) {
+        case CLIOPT_END:
+            cli_error("run: no command given (usage: vram run [OPTIONS] -- COMMAND "
+                      "[ARGS...])");
+            return RUN_USAGE;
+        case CLIOPT_ERROR:
+            cli_error("run: %s (try 'vram run --help')", it.error);
+            return RUN_USAGE;
+        case CLIOPT_HELP:
+            run_usage(stdout);
+            return 0;
+        case CLIOPT_OPERAND:
+            /* The command starts at the first operand: what follows are
+            ** its own arguments, options or not. */
+            a->command = argv + it.next - 1;
+            return -1;
+        case CLIOPT_OPTION:
+            break;
+        }
+        switch ((enum opt_id)opt->id) {
+        case OPT_LIMIT:
+            a->limit = value;
+            break;
+        case OPT_GROUP:
+            a->group = value;
+            break;
+        case OPT_PRELOAD:
+            a->preload = value;
+            break;
+        case OPT_REPORT:
+            a->report = true;
+            break;
+        case OPT_HELP:
+            run_usage(stdout);
+            return 0;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* The settings                                                         */
+/* ------------------------------------------------------------------ */
+
+/* A getter for env_quota_load that sees the two flags and nothing else. */
+struct flag_env {
+    const char *limit;
+    const char *group;
+};
+
+static const char *
+flag_get(const char *name, void *user)
+{
+    const struct flag_env *f = user;
+    if (strcmp(name, "VRAM_LIMIT") == 0)
+        return f->limit;
+    if (strcmp(name, "VRAM_GROUP") == 0)
+        return f->group;
+    return NULL;
+}
+
+/* Check --limit and --group with the preload library's parser: the same
+** rules, the same messages. Returns -1 if they are good. */
+static int
+check_flags(const struct run_args *a)
+{
+    struct quota_env q;
+    struct flag_env f = {a->limit, NULL};
+    if (a->limit != NULL && env_quota_load(flag_get, &f, &q) != VRAM_OK) {
+        cli_error("run: --limit: %s", vram_last_error());
+        return RUN_USAGE;
+    }
+    f = (struct flag_env){NULL, a->group};
+    if (a->group != NULL && env_quota_load(flag_get, &f, &q) != VRAM_OK) {
+        cli_error("run: --group: %s", vram_last_error());
+        return RUN_USAGE;
+    }
+    return -1;
+}
+
+static int
+set_var(const char *name, const char *value)
+{
+    if (setenv(name, value, 1) != 0) {
+        cli_error("run: cannot set %s: %s", name, strerror(errno));
+        return RUN_FAIL;
+    }
+    return -1;
+}
+
+/*
+** HAMi's limits as a VRAM_LIMIT value of exact byte counts, into BUF.
+** Needed because the group vram run sets turns HAMi's variables off (they
+** count only while VRAM_LIMIT and VRAM_GROUP are both unset), and a limit
+** must not vanish on the way. Both an all-devices limit and per-device
+** ones become one entry per HAMi device 0..15 (HAMi limits no others).
+*/
+static void
+hami_as_limit(const struct quota_env *q, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    if (q->n_entries == 0) {
+        snprintf(buf, len, "%llu", (unsigned long long)q->all.bytes);
+        return;
+    }
+    for (int i = 0; i < 16; i++) {
+        uint64_t bytes = q->all.kind == QUOTA_BYTES ? q->all.bytes : 0;
+        for (int k = 0; k < q->n_entries; k++)
+            if (!q->entries[k].by_uuid && q->entries[k].ordinal == i)
+                bytes = q->entries[k].value.bytes;
+        if (bytes == 0 || used >= len)
+            continue;
+        int w = snprintf(buf + used, len - used, "%s%d:%llu", used > 0 ? "," : "", i,
+                         (unsigned long long)bytes);
+        if (w > 0)
+            used += (size_t)w;
+    }
+}
+
+/*
+** Put the quota settings into this process's environment, which the
+** command inherits: VRAM_LIMIT (the flag, else the one inherited, else
+** HAMi's translated) and VRAM_GROUP, then check the whole as the preload
+** library will read it. Returns -1 on success, else the exit status.
+*/
+static int
+set_quota_env(const struct run_args *a, const char *group)
+{
+    int rc;
+    if (a->limit != NULL && (rc = set_var("VRAM_LIMIT", a->limit)) >= 0)
+        return rc;
+    /* Our group replaces any inherited one; without it in the way the
+    ** load below says whether HAMi's variables were in force. */
+    if (unsetenv("VRAM_GROUP") != 0) {
+        cli_error("run: cannot unset VRAM_GROUP: %s", strerror(errno));
+        return RUN_FAIL;
+    }
+    struct quota_env q;
+    if (env_quota_load(NULL, NULL, &q) != VRAM_OK) {
+        cli_error("run: %s", vram_last_error());
+        return RUN_USAGE;
+    }
+    if (q.active && q.source != NULL && strcmp(q.source, "VRAM_LIMIT") != 0) {
+        char spec[16 * 32];
+        hami_as_limit(&q, spec, sizeof spec);
+        if ((rc = set_var("VRAM_LIMIT", spec)) >= 0)
+            return rc;
+    }
+    if ((rc = set_var("VRAM_GROUP", group)) >= 0)
+        return rc;
+    if (env_quota_load(NULL, NULL, &q) != VRAM_OK) {
+        cli_error("run: %s", vram_last_error()); /* cannot happen: checked above */
+        return RUN_USAGE;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* The preload library                                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+** The default library: ../lib/libvram-preload.so from the directory of
+** the running vram binary (build/bin/vram -> build/lib/, or
+** /usr/local/bin/vram -> /usr/local/lib/). Into BUF; false if there is
+** none (BUF then holds the path tried, or "").
+*/
+static bool
+default_library(char *buf, size_t len)
+{
+    char exe[PATH_MAX];
+    buf[0] = '\0';
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return false;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/'); /* .../bin/vram -> .../bin */
+    if (slash == NULL)
+        return false;
+    *slash = '\0';
+    slash = strrchr(exe, '/'); /* .../bin -> ... */
+    if (slash == NULL)
+        return false;
+    *slash = '\0';
+    int w = snprintf(buf, len, "%s/lib/%s", exe, PRELOAD_NAME);
+    if (w < 0 || (size_t)w >= len)
+        return false;
+    return access(buf, R_OK) == 0;
+}
+
+/*
+** The preload library's absolute path into OUT (PATH_MAX bytes): from
+** --preload, else VRAM_PRELOAD_LIBRARY, else the default. Absolute, so
+** that descendants that change directory still find it; a missing file is
+** an error here because the dynamic loader would only warn and run the
+** command without any quota. Returns -1 on success, else the exit status.
+*/
+static int
+find_library(const struct run_args *a, const struct env_run *env, char *out)
+{
+    const char *given = a->preload;
+    const char *from = "--preload";
+    if (given == NULL && env->preload_library[0] != '\0') {
+        given = env->preload_library;
+        from = "VRAM_PRELOAD_LIBRARY";
+    }
+    bool user_given = given != NULL; /* else a wrong install, not bad input */
+    char path[PATH_MAX];
+    if (given == NULL) {
+        if (!default_library(path, sizeof path)) {
+            cli_error("run: no preload library%s%s%s (build the vram_preload target, or "
+                      "give --preload PATH or VRAM_PRELOAD_LIBRARY)",
+                      path[0] != '\0' ? " at " : "", path,
+                      path[0] != '\0' ? ": not found" : "");
+            return RUN_FAIL;
+        }
+        given = path;
+        from = "the preload library";
+    }
+    char shown[TEXT_EXCERPT_LEN];
+    if (access(given, R_OK) != 0) {
+        cli_error("run: %s '%s': %s", from, text_excerpt(given, shown, sizeof shown),
+                  strerror(errno));
+        return user_given ? RUN_USAGE : RUN_FAIL;
+    }
+    /* Made absolute as the user wrote it (symbolic links kept). */
+    char cwd[PATH_MAX];
+    int w;
+    if (given[0] == '/')
+        w = snprintf(out, PATH_MAX, "%s", given);
+    else if (getcwd(cwd, sizeof cwd) != NULL)
+        w = snprintf(out, PATH_MAX, "%s/%s", cwd, given);
+    else {
+        cli_error("run: cannot make '%s' absolute: %s",
+                  text_excerpt(given, shown, sizeof shown), strerror(errno));
+        return RUN_FAIL;
+    }
+    if (w < 0 || w >= PATH_MAX) {
+        cli_error("run: %s '%s': path too long", from,
+                  text_excerpt(given, shown, sizeof shown));
+        return RUN_USAGE;
+    }
+    if (strpbrk(out, ": \t\n") != NULL) {
+        cli_error("run: %s '%s': a path with ':' or a space cannot go in LD_PRELOAD",
+                  from, text_excerpt(out, shown, sizeof shown));
+        return RUN_USAGE;
+    }
+    return -1;
+}
+
+/* LD_PRELOAD = LIB, then the entries already there (unless LIB is already
+** the first). Returns -1 on success, else the exit status. */
+static int
+set_ld_preload(const char *lib, const char *old)
+{
+    size_t n = strlen(lib);
+    bool first =
+        strncmp(old, lib, n) == 0 && (old[n] == '\0' || old[n] == ':' || old[n] == ' ');
+    if (old[0] == '\0' || first)
+        return set_var("LD_PRELOAD", old[0] == '\0' ? lib : old);
+    size_t len = n + 1 + strlen(old) + 1;
+    char *value = malloc(len);
+    if (value == NULL) {
+        cli_error("run: out of memory");
+        return RUN_FAIL;
+    }
+    snprintf(value, len, "%s:%s", lib, old);
+    int rc = set_var("LD_PRELOAD", value);
+    free(value);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Running the command                                                  */
+/* ------------------------------------------------------------------ */
+
+/* The shell's convention: 127 when there is no such file, else 126. */
+static int
+exec_failure(const char *command, int err)
+{
+    char shown[TEXT_EXCERPT_LEN];
+    text_excerpt(command, shown, sizeof shown);
+    if (err == ENOENT || err == ENOTDIR) {
+        cli_error("run: '%s': command not found", shown);
+        return RUN_NOT_FOUND;
+    }
+    cli_error("run: cannot run '%s': %s", shown, strerror(err));
+    return RUN_CANNOT_EXEC;
+}
+
+/* The command's exit status as a shell reports it. */
+static int
+child_status(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return RUN_FAIL;
+}
+
+/*
+** The child of --report, for the signal handler (a handler reaches no
+** struct). Signals sent to vram by another process (kill, a scheduler) are
+** passed on; those the terminal sends reach the command's process group
+** directly, so they are not sent twice.
+*/
+static volatile sig_atomic_t run_child_pid;
+
+static void
+forward_signal(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    if (info != NULL && info->si_code <= 0 && run_child_pid > 0)
+        kill((pid_t)run_child_pid, sig);
+}
+
+static void
+install_forwarding(void)
+{
+    static const int sigs[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = forward_signal;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaction(sigs[i], &sa, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* --report: what the group's ledger showed while the command ran       */
+/* ------------------------------------------------------------------ */
+
+/* A process seen in the ledger and its peak per device (our index). */
+struct seen_proc {
+    pid_t pid;
+    uint64_t start_time;
+    uint64_t peak[LEDGER_MAX_DEVICES];
+};
+
+struct report {
+    const char *group;
+    struct ledger *ledger;        /* NULL until the group's ledger exists */
+    struct ledger_snapshot *snap; /* scratch, heap (about 160 KiB) */
+    int n_devices;
+    char uuid[LEDGER_MAX_DEVICES][LEDGER_UUID_LEN];
+    uint64_t limit[LEDGER_MAX_DEVICES];     /* last quota seen, bytes; 0 none */
+    uint64_t max_used[LEDGER_MAX_DEVICES];  /* most the group held at a sample */
+    uint64_t refusals[LEDGER_MAX_DEVICES];  /* at the last sample */
+    uint64_t refusals0[LEDGER_MAX_DEVICES]; /* before the command started */
+    bool earlier[LEDGER_MAX_DEVICES];       /* in the ledger before the command started */
+    struct seen_proc *procs;                /* processes of the command seen so far */
+    size_t n_procs, cap_procs;
+    struct seen_proc *before; /* members before the command started: not ours */
+    size_t n_before, cap_before;
+    bool failed; /* a snapshot failed: the report says so */
+    char error[256];
+};
+
+/* Our index of device UUID, adding it; -1 if the table is full. */
+static int
+report_device(struct report *r, const char *uuid)
+{
+    for (int d = 0; d < r->n_devices; d++)
+        if (strcmp(r->uuid[d], uuid) == 0)
+            return d;
+    if (r->n_devices == LEDGER_MAX_DEVICES)
+        return -1;
+    snprintf(r->uuid[r->n_devices], LEDGER_UUID_LEN, "%s", uuid);
+    return r->n_devices++;
+}
+
+static struct seen_proc *
+find_proc(struct seen_proc *procs, size_t n, pid_t pid, uint64_t start_time)
+{
+    for (size_t i = 0; i < n; i++)
+        if (procs[i].pid == pid && procs[i].start_time == start_time)
+            return &procs[i];
+    return NULL;
+}
+
+/* The entry of process (PID, START_TIME) in table *T (*N used, *CAP
+** allocated), added with no peaks if new; NULL if out of memory. */
+static struct seen_proc *
+seen_get(struct seen_proc **t, size_t *n, size_t *cap, pid_t pid, uint64_t start_time)
+{
+    struct seen_proc *e = find_proc(*t, *n, pid, start_time);
+    if (e != NULL)
+        return e;
+    if (*n == *cap) {
+        size_t grow = *cap == 0 ? 64 : *cap * 2;
+        struct seen_proc *bigger = realloc(*t, grow * sizeof *bigger);
+        if (bigger == NULL)
+            return NULL;
+        *t = bigger;
+        *cap = grow;
+    }
+    e = &(*t)[(*n)++];
+    memset(e, 0, sizeof *e);
+    e->pid = pid;
+    e->start_time = start_time;
+    return e;
+}
+
+/* Fold one snapshot into R. BASELINE: before the command started. */
+static void
+report_sample(struct report *r, bool baseline)
+{
+    if (r->ledger == NULL && ledger_attach_existing(r->group, &r->ledger) != VRAM_OK) {
+        r->ledger = NULL; /* not there yet: no process has allocated */
+        return;
+    }
+    const struct ledger_snapshot *s = r->snap;
+    if (ledger_snapshot(r->ledger, r->snap) != VRAM_OK) {
+        r->failed = true;
+        snprintf(r->error, sizeof r->error, "%s", vram_last_error());
+        return;
+    }
+    int map[LEDGER_MAX_DEVICES];
+    int nd = s->n_devices < 0                    ? 0
+             : s->n_devices > LEDGER_MAX_DEVICES ? LEDGER_MAX_DEVICES
+                                                 : s->n_devices;
+    for (int d = 0; d < nd; d++) {
+        map[d] = report_device(r, s->uuid[d]);
+        if (map[d] < 0)
+            continue;
+        r->limit[map[d]] = s->limit[d];
+        if (baseline) {
+            r->refusals0[map[d]] = s->refusals[d];
+            r->earlier[map[d]] = true;
+        }
+        r->refusals[map[d]] = s->refusals[d];
+        if (s->used[d] > r->max_used[map[d]])
+            r->max_used[map[d]] = s->used[d];
+    }
+    int np = s->n_procs < 0                  ? 0
+             : s->n_procs > LEDGER_MAX_PROCS ? LEDGER_MAX_PROCS
+                                             : s->n_procs;
+    for (int i = 0; i < np; i++) {
+        const struct ledger_proc *p = &s->procs[i];
+        struct seen_proc *e;
+        if (baseline)
+            e = seen_get(&r->before, &r->n_before, &r->cap_before, p->pid, p->start_time);
+        else if (find_proc(r->before, r->n_before, p->pid, p->start_time) != NULL)
+            continue; /* another run's member of a shared group */
+        else
+            e = seen_get(&r->procs, &r->n_procs, &r->cap_procs, p->pid, p->start_time);
+        if (e == NULL)
+            continue; /* out of memory: the report undercounts, says nothing false */
+        for (int d = 0; d < nd; d++)
+            if (map[d] >= 0 && p->dev[d].peak > e->peak[map[d]])
+                e->peak[map[d]] = p->dev[d].peak;
+    }
+}
+
+/* One line per device to standard error. */
+static void
+report_print(const struct report *r)
+{
+    char a[32], b[32], c[32];
+    bool any = false;
+    for (int d = 0; d < r->n_devices; d++) {
+        uint64_t sum = 0;
+        int procs = 0;
+        for (size_t i = 0; i < r->n_procs; i++) {
+            if (r->procs[i].peak[d] == 0)
+                continue;
+            sum += r->procs[i].peak[d];
+            procs++;
+        }
+        uint64_t refused = r->refusals[d] >= r->refusals0[d]
+                               ? r->refusals[d] - r->refusals0[d]
+                               : r->refusals[d]; /* the ledger was made anew */
+        if (sum == 0 && r->max_used[d] == 0 && refused == 0 && r->earlier[d])
+            continue; /* another run's device of a shared group */
+        any = true;
+        if (sum == 0 && r->max_used[d] == 0) {
+            /* In the ledger, so reserved or refused, but never seen held. */
+            fprintf(stderr,
+                    "vram: run: %s: peak not seen (the processes that used it exited "
+                    "between two samples), quota %s, %llu allocation%s refused\n",
+                    r->uuid[d],
+                    r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
+                    (unsigned long long)refused, refused == 1 ? "" : "s");
+            continue;
+        }
+        fprintf(stderr,
+                "vram: run: %s: peak %s (sum of the peaks of %d process%s; at most %s "
+                "in use at once when sampled), quota %s, %llu allocation%s refused\n",
+                r->uuid[d], size_format(sum, a, sizeof a), procs, procs == 1 ? "" : "es",
+                size_format(r->max_used[d], b, sizeof b),
+                r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
+                (unsigned long long)refused, refused == 1 ? "" : "s");
+    }
+    if (r->failed)
+        fprintf(stderr, "vram: run: cannot read the ledger of group '%s': %s\n", r->group,
+                r->error);
+    else if (!any)
+        fprintf(stderr, "vram: run: no GPU memory used by group '%s'\n", r->group);
+}
+
+static void
+report_free(struct report *r)
+{
+    ledger_close(r->ledger);
+    free(r->snap);
+    free(r->procs);
+    free(r->before);
+}
+
+/* Sleep one sampling interval (a signal may cut it short). START: when
+** the command started (CLOCK_MONOTONIC). */
+static void
+nap(const struct timespec *start)
+{
+    struct timespec now, ts = {0, REPORT_INTERVAL_NS};
+    if (clock_gettime(CLOCK_MONOTONIC, &now) == 0 &&
+        now.tv_sec - start->tv_sec < REPORT_FIRST_SECONDS)
+        ts.tv_nsec = REPORT_FIRST_INTERVAL_NS;
+    nanosleep(&ts, NULL);
+}
+
+/*
+** Run COMMAND as a child, sample the ledger until it exits, report.
+** Whether exec failed comes back through a close-on-exec pipe, so that a
+** missing command is one line and 127, as without --report.
+*/
+static int
+run_with_report(char **command, const char *group)
+{
+    struct report r;
+    memset(&r, 0, sizeof r);
+    r.group = group;
+    r.snap = malloc(sizeof *r.snap);
+    if (r.snap == NULL) {
+        cli_error("run: out of memory");
+        return RUN_FAIL;
+    }
+    report_sample(&r, true); /* a shared group may have members already */
+
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        cli_error("run: pipe: %s", strerror(errno));
+        report_free(&r);
+        return RUN_FAIL;
+    }
+    struct timespec start = {0, 0};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    fflush(NULL);
+    pid_t child = fork();
+    if (child < 0) {
+        cli_error("run: fork: %s", strerror(errno));
+        close(pipefd[0]);
+        close(pipefd[1]);
+        report_free(&r);
+        return RUN_FAIL;
+    }
+    if (child == 0) {
+        close(pipefd[0]);
+        execvp(command[0], command);
+        int err = errno;
+        ssize_t w = write(pipefd[1], &err, sizeof err);
+        (void)w;
+        _exit(err == ENOENT || err == ENOTDIR ? RUN_NOT_FOUND : RUN_CANNOT_EXEC);
+    }
+    close(pipefd[1]);
+    run_child_pid = child;
+    install_forwarding();
+
+    int err = 0;
+    ssize_t got;
+    do
+        got = read(pipefd[0], &err, sizeof err);
+    while (got < 0 && errno == EINTR);
+    close(pipefd[0]);
+
+    int status = 0;
+    pid_t w;
+    if (got == (ssize_t)sizeof err) { /* exec failed: nothing ran */
+        do
+            w = waitpid(child, &status, 0);
+        while (w < 0 && errno == EINTR);
+        report_free(&r);
+        return exec_failure(command[0], err);
+    }
+    for (;;) {
+        w = waitpid(child, &status, WNOHANG);
+        if (w == child)
+            break;
+        if (w < 0 && errno != EINTR) {
+            cli_error("run: waitpid: %s", strerror(errno));
+            report_free(&r);
+            return RUN_FAIL;
+        }
+        report_sample(&r, false);
+        nap(&start);
+    }
+    run_child_pid = 0;
+    report_sample(&r, false); /* members the command left running */
+    report_print(&r);
+    report_free(&r);
+    return child_status(status);
+}
+
+/* ------------------------------------------------------------------ */
+/* The command                                                          */
+/* ------------------------------------------------------------------ */
+
+int
+cmd_run(int argc, char **argv)
+{
+    struct run_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    if ((rc = check_flags(&a)) >= 0)
+        return rc;
+
+    struct env_run env;
+    if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
+        cli_error("run: %s", vram_last_error());
+        return RUN_USAGE;
+    }
+    char lib[PATH_MAX];
+    if ((rc = find_library(&a, &env, lib)) >= 0)
+        return rc;
+
+    char group[LEDGER_GROUP_LEN];
+    if (a.group != NULL)
+        snprintf(group, sizeof group, "%s", a.group);
+    else
+        snprintf(group, sizeof group, "run-%ld-%lld", (long)getpid(),
+                 (long long)time(NULL));
+    if ((rc = set_quota_env(&a, group)) >= 0)
+        return rc;
+    if ((rc = set_ld_preload(lib, env.ld_preload)) >= 0)
+        return rc;
+
+    if (a.report)
+        return run_with_report(a.command, group);
+    fflush(NULL);
+    execvp(a.command[0], a.command);
+    return exec_failure(a.command[0], errno);
+}
