@@ -474,6 +474,21 @@ VRAM_API void vram_torch_free(void *ptr, ssize_t size, int device, void *stream)
 */
 VRAM_API vram_status vram_torch_peak_reserved(int device, uint64_t *out);
 
+/* ------------------------------------------------------------------ */
+/* Phase marks                                                          */
+/* ------------------------------------------------------------------ */
+
+/*
+** Mark a phase of the program ("epoch 3", "step 120") in the allocation
+** trace of every open context that records one (VRAM_TRACE), so that
+** `vram analyze` can cut the trace into iterations and attribute the
+** peak. LABEL is copied; commas, quotes and control characters in it are
+** replaced by spaces, and it is cut at 128 bytes. Cheap when no trace is
+** recorded. VRAM_E_INVALID if LABEL is NULL or empty; VRAM_E_IO if writing
+** the trace fails. Thread-safe.
+*/
+VRAM_API vram_status vram_mark(const char *label);
+
 #ifdef __cplusplus
 }
 #endif

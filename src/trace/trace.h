@@ -26,7 +26,8 @@ struct trace_event {
     uint64_t stream; /* opaque stream handle; 0 = default */
     uint32_t slot;   /* dense index of id, 0..n_slots-1 (loader only) */
     int32_t device;  /* logical device; 0 when the trace has no column */
-    char op;         /* TRACE_ALLOC or TRACE_FREE */
+    uint32_t label;  /* TRACE_MARK: index into trace.labels (loader only) */
+    char op;         /* enum trace_op */
 };
 
 /*
@@ -42,6 +43,9 @@ struct trace {
     uint32_t n_slots;         /* distinct ids */
     int n_devices;            /* 1 + highest device seen */
     uint64_t peak_live_bytes; /* max over time of the sum of live sizes */
+    char **labels;            /* mark labels, owned; events refer by index */
+    uint32_t n_labels;
+    uint64_t n_marks, n_ooms; /* events of those kinds */
 };
 
 /*
