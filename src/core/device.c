@@ -280,8 +280,12 @@ now_us(void)
 static void
 trace_event(struct vram_device *dev, char op, uint64_t id, uint64_t size, void *stream)
 {
-    struct trace_event ev = {now_us(), id,         size, (uint64_t)(uintptr_t)stream,
-                             0,        dev->index, op};
+    struct trace_event ev = {.t_us = now_us(),
+                             .id = id,
+                             .size = size,
+                             .stream = (uint64_t)(uintptr_t)stream,
+                             .device = dev->index,
+                             .op = op};
     /* The writer's errors are sticky: say so once, not once per event. */
     if (trace_writer_event(dev->ctx->trace, &ev) != VRAM_OK &&
         !atomic_exchange(&dev->ctx->trace_failed, true))
