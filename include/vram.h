@@ -377,6 +377,13 @@ typedef struct vram_stats {
 /* A consistent snapshot of DEV's statistics. Thread-safe. */
 VRAM_API vram_status vram_get_stats(vram_device *dev, vram_stats *out);
 
+/*
+** sizeof(vram_stats) in this library, for bindings that declare the
+** struct themselves (the Python package, through ctypes) and check that
+** their declaration matches the library they loaded. Cannot fail.
+*/
+VRAM_API size_t vram_stats_size(void);
+
 /* Set the peaks (in use, reserved) of DEV to their current values. */
 VRAM_API vram_status vram_reset_peak(vram_device *dev);
 
@@ -473,6 +480,18 @@ VRAM_API void vram_torch_free(void *ptr, ssize_t size, int device, void *stream)
 ** says why.
 */
 VRAM_API vram_status vram_torch_peak_reserved(int device, uint64_t *out);
+
+/*
+** Into *OUT, the plug-in's logical device for CUDA device DEVICE: the one
+** vram_torch_malloc allocates from, so that a script (the Python package
+** vram, through ctypes) reports what PyTorch allocated through vram with
+** vram_get_memory_info, vram_get_stats or vram_reset_peak. The handle
+** lives as long as the process. Opens the context if no allocation did
+** yet. Returns VRAM_OK, VRAM_E_INVALID for a NULL OUT, VRAM_E_NO_DEVICE,
+** or the status that opening the context failed with; vram_last_error()
+** says why. Thread-safe.
+*/
+VRAM_API vram_status vram_torch_device(int device, vram_device **out);
 
 /* ------------------------------------------------------------------ */
 /* Phase marks                                                          */

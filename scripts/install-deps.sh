@@ -4,7 +4,11 @@
 # Usage: scripts/install-deps.sh   (as root, or with sudo available)
 set -eu
 
-PKGS="build-essential cmake pkg-config zlib1g-dev libcmocka-dev libjson-c-dev"
+# chromium and fonts-dejavu-core: the HTML report's test (tests/cli/test_html.sh)
+# renders it headless and checks the screenshot; python3 reads the page and
+# the PNG there. Chromium is large: the first install takes a while.
+PKGS="build-essential cmake pkg-config zlib1g-dev libcmocka-dev libjson-c-dev
+      chromium fonts-dejavu-core python3"
 
 missing=""
 for p in $PKGS; do

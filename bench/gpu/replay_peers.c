@@ -236,6 +236,8 @@ replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct slots *sl
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (uint64_t i = 0; i < n; i++) {
         const struct trace_event *ev = &t->events[i];
+        if (ev->op == TRACE_MARK || ev->op == TRACE_OOM)
+            continue; /* no slot: nothing to replay */
         uint32_t k = ev->slot;
         if (ev->op == TRACE_ALLOC) {
             void *p = NULL;

@@ -43,9 +43,40 @@ struct an_phase {
 struct an_suspect {
     uint64_t id;        /* as in the trace */
     uint64_t size;      /* bytes */
-    uint32_t born;      /* iteration of its allocation */
+    uint32_t born;      /* iteration of its allocation (index into iters, so
+                           0 is the first); AN_NO_ITER before the first */
     uint64_t t_us;      /* when it was allocated */
 };
+
+/* an_suspect.born of an allocation made before the first iteration. */
+#define AN_NO_ITER UINT32_MAX
+
+/* Live bytes at the peak by the phase (mark) in which they were allocated. */
+struct an_origin {
+    int32_t label;      /* index into trace labels; -1 before the first mark */
+    uint64_t count;     /* live allocations */
+    uint64_t bytes;     /* their sum */
+};
+
+/*
+** Why the trace's final allocation failed (docs/ANALYZE.md). The cap is
+** an_options.limit, else the trace metadata's "limit=SIZE"; without one
+** the request is judged against the replay's peak reserved on the device
+** that refused it (oom_reserved).
+*/
+enum an_oom_cause {
+    AN_OOM_NONE = 0,     /* the trace does not end in an OOM */
+    AN_OOM_OVER_CAP,     /* live + request > cap: the job is too big */
+    AN_OOM_UNDER_CAP,    /* live + request <= cap: the memory was there, in
+                            pieces or held outside the live set */
+    AN_OOM_NEW_HIGH,     /* no cap known; live + request > the replay's peak
+                            reserved: more than the job ever held */
+    AN_OOM_WITHIN_RESERVED /* no cap known; live + request <= the replay's
+                            peak reserved: it fit in what was held before */
+};
+
+/* The largest live allocations kept for the story of a final OOM. */
+#define AN_OOM_TOP 10
 
 /* One point of the timeline (downsampled to at most AN_MAX_POINTS). */
 struct an_point {
@@ -59,7 +90,9 @@ struct an_point {
 struct an_options {
     vram_strategy strategy; /* replayed for reserved bytes and fragmentation */
     uint64_t device_memory; /* simulated device; 0 = an H200 */
-    uint64_t limit;         /* cap of the replay; 0 = none */
+    uint64_t limit;         /* cap of the replay, and the cap a final OOM is
+                               judged against; 0 = the trace metadata's
+                               "limit=SIZE" if any, else none */
 };
 
 struct an_result {
@@ -89,7 +122,39 @@ struct an_result {
     uint64_t replay_ooms;          /* allocations the replay refused */
     bool ends_in_oom;              /* the trace's last allocation failed (op 'o') */
     uint64_t oom_request;          /* bytes asked then */
-    uint64_t oom_live;             /* live bytes then */
+    uint64_t oom_live;             /* live bytes then, on the device that
+                                      refused (all of them: one device) */
+
+    /* Added with analyze.c (not in the first contract): */
+    bool iters_from_floor;         /* cut where live bytes come back to their
+                                      floor (inference requests of varying
+                                      length); period_events is then 0 */
+    uint64_t floor_bytes;          /* that floor (0 unless iters_from_floor) */
+    double period_match;           /* fraction of events equal to the event one
+                                      detected period later, 0..1 (0: none) */
+    size_t peak_iter;              /* iteration holding the peak; SIZE_MAX: none */
+    struct an_origin *peak_origins;/* live at the peak by phase of birth, largest
+                                      first; only when the trace has marks */
+    size_t n_peak_origins;
+    uint64_t *device_peaks;        /* peak live bytes of each logical device */
+    int n_devices;
+    size_t leak_iters_used;        /* iterations the slope was fitted over:
+                                      indexes 1 .. leak_iters_used (the first,
+                                      a warm-up, and a last one cut off by the
+                                      end of the recording are left out) */
+    uint64_t oom_event;            /* index of the final 'o' event */
+    int32_t oom_device;            /* the device that refused it */
+    uint64_t oom_time_us;
+    uint64_t oom_cap;              /* the cap it is judged against; 0 unknown */
+    uint64_t oom_reserved;         /* peak reserved by the replay on that device:
+                                      the bound when no cap is known */
+    enum an_oom_cause oom_cause;
+    struct an_class *oom_classes;  /* live at the OOM on its device by size
+                                      class, largest first */
+    size_t n_oom_classes;
+    struct an_suspect *oom_largest;/* the largest allocations live then on its
+                                      device (<= AN_OOM_TOP) */
+    size_t n_oom_largest;
 };
 
 /*
@@ -107,8 +172,48 @@ void an_result_free(struct an_result *r);
 void an_print_text(FILE *out, const struct an_result *r);
 
 /* One JSON object (what `vram analyze --json` prints), with at least
-** peak_bytes, peak_time_us, iterations, leak, leak_bytes_per_iteration. */
+** peak_bytes, peak_time_us, iterations, leak, leak_bytes_per_iteration;
+** sizes in integer bytes. Returns VRAM_OK, or VRAM_E_IO if writing failed
+** (VRAM_E_HOST_MEMORY if the object could not be built). */
 int an_print_json(FILE *out, const struct an_result *r);
+
+/* ---- comparing two runs (`vram analyze --compare A B`) ---- */
+
+/*
+** One quantity in run A and in run B: a phase's peak (phases matched by
+** mark label, the largest peak of each label) or the bytes of one size
+** class live at the peak.
+*/
+struct an_cmp_row {
+    const char *label;  /* phase label, borrowed from A's or B's trace; NULL
+                           for "before the first mark" and for size classes */
+    uint64_t lo, hi;    /* the size class [lo, hi); 0, 0 for phases */
+    uint64_t a, b;      /* bytes in A and in B; 0 where absent */
+    bool in_a, in_b;    /* present in A, in B */
+};
+
+struct an_compare {
+    const struct an_result *a, *b; /* borrowed */
+    struct an_cmp_row *phases;     /* A's labels in order, then B's others */
+    size_t n_phases;
+    struct an_cmp_row *classes;    /* largest class first */
+    size_t n_classes;
+};
+
+/* Compare A with B (both borrowed; they must outlive OUT). OUT written
+** only on success; free with an_compare_free. VRAM_E_HOST_MEMORY. */
+vram_status an_compare(const struct an_result *a, const struct an_result *b,
+                       struct an_compare **out);
+
+/* NULL does nothing. */
+void an_compare_free(struct an_compare *c);
+
+/* The comparison as a table: A, B and the change. */
+void an_print_compare_text(FILE *out, const struct an_compare *c);
+
+/* One JSON object: {"a":{...},"b":{...},"delta":{...},"phases":[...],
+** "classes":[...]}. Returns VRAM_OK or VRAM_E_IO as an_print_json. */
+int an_print_compare_json(FILE *out, const struct an_compare *c);
 
 /* One self-contained HTML page (no network): timeline with iteration
 ** boundaries, peak breakdown, leak section. VRAM_E_IO if writing fails. */

@@ -150,7 +150,9 @@ typedef char KIND_TEXT_type[4096];
     X(VRAM_LOG_FILE, KIND_PATH, env.log_file, "", "a file path",                         \
       "File that log lines are appended to; unset: standard error.")                     \
     X(VRAM_TRACE, KIND_PATH, env.trace_path, "", "a file path",                          \
-      "Record every allocation and free to this trace file (input of vram replay).")     \
+      "Record every allocation and free to this trace file (input of vram replay), "     \
+      "with refused allocations and vram_mark's phase marks. The preload library "       \
+      "(vram run with a limit) records the allocations it counts there too.")            \
     X(VRAM_OOM_DUMP, KIND_BOOL, env.oom_dump, "false", ENV_BOOL_WORDS,                   \
       "On out of memory, also write the full allocator dump (bins, regions, block "      \
       "map) to the log.")
@@ -1022,6 +1024,25 @@ env_quota_load(env_getter get, void *user, struct quota_env *out)
             return st;
     }
     quota_assemble(&L, out);
+    return VRAM_OK;
+}
+
+vram_status
+env_trace_load(env_getter get, void *user, char *out, size_t len)
+{
+    if (out == NULL || len == 0)
+        return error_set(VRAM_E_INVALID, "env_trace_load: OUT is NULL");
+    struct env_load L;
+    load_begin(&L, get, user);
+    load_read(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE + 1);
+    vram_status st = load_var(&L, ENV_VRAM_TRACE);
+    if (st != VRAM_OK)
+        return st;
+    size_t n = strlen(L.s.env.trace_path);
+    if (n >= len)
+        return error_set(VRAM_E_CONFIG, "VRAM_TRACE: path longer than %zu bytes",
+                         len - 1);
+    memcpy(out, L.s.env.trace_path, n + 1);
     return VRAM_OK;
 }
 

@@ -13,6 +13,7 @@
 #define VRAM_CONFIG_ENV_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -72,6 +73,14 @@ const struct env_device_limit *env_device_limit(const struct vram_env *env, int 
 */
 struct quota_env;
 vram_status env_quota_load(env_getter get, void *user, struct quota_env *out);
+
+/*
+** VRAM_TRACE alone, for the preload library (which reads no other setting
+** of the allocator's section): into OUT (LEN bytes), "" when unset. A
+** malformed value (too long): VRAM_E_CONFIG with one line naming it. OUT
+** is written only on success.
+*/
+vram_status env_trace_load(env_getter get, void *user, char *out, size_t len);
 
 /* The settings `vram run` reads for itself. Plain data; copy freely. */
 struct env_run {

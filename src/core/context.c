@@ -1,10 +1,13 @@
 /*
 ** context.c -- opening a backend, configuring physical devices with
-** TensorFlow's semantics and initializing their logical devices.
+** TensorFlow's semantics and initializing their logical devices; and the
+** registry of open contexts that record a trace, which vram_mark writes
+** its marks to.
 */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/env.h"
@@ -50,6 +53,95 @@ vram_strategy_parse(const char *text, vram_strategy *out)
         VRAM_E_INVALID,
         "unknown strategy '%.64s' (expected preallocate, growth, growth:tf-compat or expandable)",
         text);
+}
+
+/* ================================================================== */
+/* The contexts that record a trace                                    */
+/* ================================================================== */
+
+/*
+** Every open context whose trace is recorded (VRAM_TRACE), so that
+** vram_mark reaches each. A context joins at the end of vram_open and
+** leaves at the start of vram_close, before its writer is closed; marks
+** are written with the lock held, so no writer is closed under a mark.
+** Lock order: traced.lock, then a writer's own lock (allocation and free
+** events take only the latter).
+*/
+static struct traced_contexts {
+    pthread_mutex_t lock; /* guards everything below */
+    vram_context **ctx;   /* n entries, room for cap */
+    size_t n, cap;
+} traced = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Add CTX. VRAM_E_HOST_MEMORY if the list cannot grow. */
+static vram_status
+traced_add(vram_context *ctx)
+{
+    vram_status st = VRAM_OK;
+    pthread_mutex_lock(&traced.lock);
+    if (traced.n == traced.cap) {
+        size_t cap = traced.cap == 0 ? 4 : traced.cap * 2;
+        vram_context **grown = realloc(traced.ctx, cap * sizeof *grown);
+        if (grown == NULL) {
+            st = error_set(VRAM_E_HOST_MEMORY, "out of host memory");
+        } else {
+            traced.ctx = grown;
+            traced.cap = cap;
+        }
+    }
+    if (st == VRAM_OK)
+        traced.ctx[traced.n++] = ctx;
+    pthread_mutex_unlock(&traced.lock);
+    return st;
+}
+
+/* Remove CTX if it is there. The list's memory stays for the next one. */
+static void
+traced_remove(vram_context *ctx)
+{
+    pthread_mutex_lock(&traced.lock);
+    for (size_t i = 0; i < traced.n; i++) {
+        if (traced.ctx[i] == ctx) {
+            traced.ctx[i] = traced.ctx[--traced.n];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&traced.lock);
+}
+
+/* Wall-clock microseconds, as the trace's t_us column (device.c too). */
+static uint64_t
+mark_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+vram_status
+vram_mark(const char *label)
+{
+    if (label == NULL || label[0] == '\0')
+        return error_set(VRAM_E_INVALID, "vram_mark: the label is %s",
+                         label == NULL ? "NULL" : "empty");
+    uint64_t t = mark_now_us();
+    char why[512] = "";
+    pthread_mutex_lock(&traced.lock);
+    for (size_t i = 0; i < traced.n; i++) {
+        vram_context *ctx = traced.ctx[i];
+        if (trace_writer_mark(ctx->trace, t, 0, label) == VRAM_OK)
+            continue;
+        if (why[0] == '\0')
+            snprintf(why, sizeof why, "%s", vram_last_error());
+        /* The writer's errors are sticky: say so once, as device.c does. */
+        if (!atomic_exchange(&ctx->trace_failed, true))
+            log_write(LOG_CONFIG, "trace: %s; no further events are recorded",
+                      vram_last_error());
+    }
+    pthread_mutex_unlock(&traced.lock);
+    if (why[0] != '\0')
+        return error_set(VRAM_E_IO, "vram_mark: %s", why);
+    return VRAM_OK;
 }
 
 /* ================================================================== */
@@ -215,6 +307,8 @@ vram_open(const vram_options *options, vram_context **out)
         if (st != VRAM_OK)
             st = error_set(VRAM_E_CONFIG, "VRAM_TRACE=%s: %s", env.trace_path,
                            vram_last_error());
+        else
+            st = traced_add(ctx); /* last: nothing fails after it */
     }
     if (st != VRAM_OK) {
         context_free(ctx);
@@ -229,8 +323,11 @@ vram_open(const vram_options *options, vram_context **out)
 void
 vram_close(vram_context *ctx)
 {
-    if (ctx != NULL)
-        context_free(ctx);
+    if (ctx == NULL)
+        return;
+    if (ctx->trace != NULL)
+        traced_remove(ctx); /* before its writer is closed: no mark reaches it */
+    context_free(ctx);
 }
 
 /* ================================================================== */

@@ -293,17 +293,27 @@ trace_event(struct vram_device *dev, char op, uint64_t id, uint64_t size, void *
                   vram_last_error());
 }
 
+/*
+** Refuse an allocation of SIZE bytes: count it, explain it, unlock, and
+** record an 'o' event in the trace (outside the lock, like every trace
+** event). The explanation is copied before unlocking, so that the
+** thread's last error is this refusal's line even if another thread
+** refuses meanwhile or the trace write fails.
+*/
 static vram_status
 oom_locked(struct vram_device *dev, uint64_t size)
 {
+    char line[sizeof dev->last_oom];
     dev->num_ooms++;
     oom_explain_locked(dev, size, dev->last_oom, sizeof dev->last_oom);
     log_write(LOG_CONFIG, "%s", dev->last_oom);
     if (dev->ctx->oom_dump)
         oom_dump_locked(dev, log_stream());
-    vram_status st = error_set(VRAM_E_OOM, "%s", dev->last_oom);
+    memcpy(line, dev->last_oom, sizeof line);
     unlock(dev);
-    return st;
+    if (dev->ctx->trace != NULL)
+        trace_event(dev, TRACE_OOM, 0, size, NULL);
+    return error_set(VRAM_E_OOM, "%s", line);
 }
 
 static vram_status alloc_done_locked(struct vram_device *dev, struct block *b,
@@ -752,6 +762,12 @@ vram_get_stats(vram_device *dev, vram_stats *out)
                           : 0.0;
     *out = s;
     return VRAM_OK;
+}
+
+size_t
+vram_stats_size(void)
+{
+    return sizeof(vram_stats);
 }
 
 vram_status

@@ -21,6 +21,14 @@
 ** Devices are keyed by UUID, never by ordinal: the ordinal depends on each
 ** process's CUDA_VISIBLE_DEVICES, the UUID does not.
 **
+** Trace: when ACTIVE and VRAM_TRACE names a file (env_trace_load), every
+** allocation counted is written to it as an 'a' event, its free as 'f',
+** and every allocation refused for lack of memory (by the quota or by the
+** driver) as 'o' (docs/TRACE_FORMAT.md): ids from one counter of the
+** process, the CUDA ordinal as the device, stream 0. Events are written
+** outside the locks. A trace that cannot be opened or written costs one
+** line on stderr and nothing else: a trace limits nothing.
+**
 ** Locks: P.dev_lock publishes device facts, P.table_lock guards the table
 ** of live allocations; neither is held across a driver call or a ledger
 ** call (reserve, call the driver, then track or give back).
@@ -45,6 +53,7 @@
 #include "preload/hooks.h"
 #include "preload/ledger.h"
 #include "preload/quota.h"
+#include "trace/trace.h"
 #include "util/size.h"
 #include "vram.h"
 
@@ -69,11 +78,12 @@ enum track_kind { TRACK_PTR = 1, TRACK_HANDLE = 2, TRACK_ARRAY = 3 };
 
 /* One live allocation of this process. */
 struct track {
-    uint64_t key;   /* device pointer, cuMemCreate handle or CUarray */
-    uint64_t bytes; /* counted in the ledger for it */
-    int kind;       /* enum track_kind */
-    int dev;        /* CUDA ordinal it is counted on */
-    unsigned refs;  /* handles: cuMemRelease calls still due */
+    uint64_t key;      /* device pointer, cuMemCreate handle or CUarray */
+    uint64_t bytes;    /* counted in the ledger for it */
+    int kind;          /* enum track_kind */
+    int dev;           /* CUDA ordinal it is counted on */
+    unsigned refs;     /* handles: cuMemRelease calls still due */
+    uint64_t trace_id; /* its id in the trace (when one is recorded) */
     struct track *next;
 };
 
@@ -97,8 +107,12 @@ static struct preload {
     pthread_mutex_t table_lock; /* guards table and table_owner */
     pthread_t table_owner;      /* holder of table_lock, for asserts */
     struct track_table table;
-    long long last_line_ns; /* CLOCK_MONOTONIC of the last refusal line (atomic) */
-    void *ctx_get_device;   /* the real cuCtxGetDevice (atomic), or NULL */
+    long long last_line_ns;     /* CLOCK_MONOTONIC of the last refusal line (atomic) */
+    void *ctx_get_device;       /* the real cuCtxGetDevice (atomic), or NULL */
+    struct trace_writer *trace; /* VRAM_TRACE, or NULL; set before ACTIVE is
+                                   published, dropped in a forked child */
+    uint64_t next_trace_id;     /* the next allocation's trace id (atomic) */
+    int trace_failed;           /* a trace write failed; said once (atomic) */
 } P = {
     .dev_lock = PTHREAD_MUTEX_INITIALIZER,
     .table_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -195,6 +209,76 @@ static void fork_prepare(void);
 static void fork_parent(void);
 static void fork_child(void);
 
+/* ------------------------------------------------------------------ */
+/* The trace                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Open VRAM_TRACE, if set, into P.trace. Run by preload_init only. */
+static void
+trace_open(void)
+{
+    char path[512], meta[160], line[768];
+    if (env_trace_load(NULL, NULL, path, sizeof path) != VRAM_OK) {
+        snprintf(line, sizeof line, "vram: %s; no trace is recorded", vram_last_error());
+        say(line);
+        return;
+    }
+    if (path[0] == '\0')
+        return;
+    snprintf(meta, sizeof meta, "workload=vram-preload pid=%ld group=%s version=%s",
+             (long)getpid(), P.group, VRAM_VERSION);
+    if (trace_writer_open(path, meta, &P.trace) != VRAM_OK) {
+        snprintf(line, sizeof line, "vram: VRAM_TRACE: %s; no trace is recorded",
+                 vram_last_error());
+        say(line);
+        P.trace = NULL;
+    }
+}
+
+/* Write event OP (no lock held). A failed write is said once; the
+** writer then refuses every later event by itself. */
+static void
+trace_write(char op, uint64_t id, uint64_t bytes, int ord)
+{
+    struct trace_writer *w = P.trace;
+    if (w == NULL || ord < 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct trace_event ev = {
+        .t_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u,
+        .id = id,
+        .size = bytes,
+        .device = ord,
+        .op = op,
+    };
+    if (trace_writer_event(w, &ev) != VRAM_OK &&
+        !__atomic_exchange_n(&P.trace_failed, 1, __ATOMIC_RELAXED)) {
+        char line[768];
+        snprintf(line, sizeof line, "vram: trace: %s; no further events are recorded",
+                 vram_last_error());
+        say(line);
+    }
+}
+
+/* An id for a new allocation (0 when no trace is recorded). */
+static uint64_t
+trace_next_id(void)
+{
+    if (P.trace == NULL)
+        return 0;
+    return __atomic_fetch_add(&P.next_trace_id, 1, __ATOMIC_RELAXED);
+}
+
+/* After an allocation hook: an 'o' event when R says memory ran out. */
+static vcu_result
+trace_if_refused(vcu_result r, int ord, uint64_t bytes)
+{
+    if (r == VCU_ERROR_OUT_OF_MEMORY && bytes > 0)
+        trace_write(TRACE_OOM, 0, bytes, ord);
+    return r;
+}
+
 static void
 preload_init(void)
 {
@@ -223,6 +307,7 @@ preload_init(void)
         disable(why);
         return;
     }
+    trace_open();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     __atomic_store_n(&P.mode, PRELOAD_ACTIVE, __ATOMIC_RELEASE);
 }
@@ -247,7 +332,16 @@ preload_mode(void)
 __attribute__((destructor)) static void
 preload_fini(void)
 {
-    if (__atomic_load_n(&P.mode, __ATOMIC_ACQUIRE) != PRELOAD_ACTIVE || P.ledger == NULL)
+    if (__atomic_load_n(&P.mode, __ATOMIC_ACQUIRE) != PRELOAD_ACTIVE)
+        return;
+    /* Finished, not freed: another thread may still be in a hook. */
+    if (P.trace != NULL && trace_writer_finish(P.trace) != VRAM_OK &&
+        !__atomic_exchange_n(&P.trace_failed, 1, __ATOMIC_RELAXED)) {
+        char line[768];
+        snprintf(line, sizeof line, "vram: trace: %s", vram_last_error());
+        say(line);
+    }
+    if (P.ledger == NULL)
         return;
     ledger_leave(P.ledger);
     ledger_remove_if_unused(P.ledger);
@@ -377,9 +471,14 @@ table_clear_locked(struct track_table *t)
 }
 
 static bool
-track_put(int kind, uint64_t key, int dev, uint64_t bytes)
+track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t trace_id)
 {
-    struct track e = {.key = key, .bytes = bytes, .kind = kind, .dev = dev, .refs = 1};
+    struct track e = {.key = key,
+                      .bytes = bytes,
+                      .kind = kind,
+                      .dev = dev,
+                      .refs = 1,
+                      .trace_id = trace_id};
     table_lock();
     bool ok = table_put_locked(&P.table, &e);
     table_unlock();
@@ -405,11 +504,13 @@ fork_prepare(void)
 {
     pthread_mutex_lock(&P.dev_lock);
     table_lock();
+    trace_writer_fork_prepare(P.trace);
 }
 
 static void
 fork_parent(void)
 {
+    trace_writer_fork_parent(P.trace);
     table_unlock();
     pthread_mutex_unlock(&P.dev_lock);
 }
@@ -419,6 +520,9 @@ fork_parent(void)
 static void
 fork_child(void)
 {
+    /* The trace is the parent's: the child never writes to it, nor closes
+    ** it (its copy of the writer holds no buffered line, and its lock). */
+    P.trace = NULL;
     pthread_mutex_init(&P.dev_lock, NULL);
     pthread_mutex_init(&P.table_lock, NULL);
     table_lock();
@@ -647,6 +751,7 @@ untrack_release(const struct track *e)
     struct preload_device *d = NULL;
     if (device_get(e->dev, &d) == VCU_SUCCESS)
         unreserve(d, e->bytes);
+    trace_write(TRACE_FREE, e->trace_id, e->bytes, e->dev);
 }
 
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */
@@ -669,8 +774,11 @@ static vcu_result
 track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
               uint64_t bytes)
 {
-    if (track_put(kind, key, ord, bytes))
+    uint64_t id = trace_next_id();
+    if (track_put(kind, key, ord, bytes, id)) {
+        trace_write(TRACE_ALLOC, id, bytes, ord);
         return VCU_SUCCESS;
+    }
     vcu_pfn_cuMemFree free_ptr;
     vcu_pfn_cuMemRelease release;
     vcu_pfn_cuArrayDestroy destroy;
@@ -867,7 +975,7 @@ ptr_alloc(const struct ptr_call *c)
             r = track_or_undo(TRACK_PTR, *c->dptr, ord, d, c->bytes);
     }
     hook_depth--;
-    return r;
+    return trace_if_refused(r, ord, c->bytes);
 }
 
 vcu_result
@@ -982,7 +1090,7 @@ cuMemAllocPitch_v2(vcu_deviceptr *dptr, size_t *pitch, size_t widthInBytes, size
         }
     }
     hook_depth--;
-    return r;
+    return trace_if_refused(r, ord, guess);
 }
 
 /*
@@ -1017,7 +1125,7 @@ ptr_free(enum hook_id id, vcu_deviceptr dptr, vcu_stream stream)
         if (r == VCU_SUCCESS)
             untrack_release(&e);
         else
-            (void)track_put(e.kind, e.key, e.dev, e.bytes); /* still live */
+            (void)track_put(e.kind, e.key, e.dev, e.bytes, e.trace_id); /* still live */
     }
     hook_depth--;
     return r;
@@ -1078,7 +1186,7 @@ cuMemCreate(vcu_mem_handle *handle, size_t size, const vcu_mem_allocation_prop *
             r = track_or_undo(TRACK_HANDLE, *handle, ord, d, size);
     }
     hook_depth--;
-    return r;
+    return trace_if_refused(r, ord, size);
 }
 
 /*
@@ -1119,7 +1227,7 @@ cuMemRelease(vcu_mem_handle handle)
     } else if (known && r != VCU_SUCCESS) {
         /* Undo: the reference is still held. */
         if (last) {
-            (void)track_put(e.kind, e.key, e.dev, e.bytes);
+            (void)track_put(e.kind, e.key, e.dev, e.bytes, e.trace_id);
         } else {
             table_lock();
             t = table_find_locked(&P.table, TRACK_HANDLE, handle);
@@ -1220,7 +1328,7 @@ array_create(const char *what, uint64_t bytes, vcu_array *array,
             r = track_or_undo(TRACK_ARRAY, (uint64_t)(uintptr_t)*array, ord, d, bytes);
     }
     hook_depth--;
-    return r;
+    return trace_if_refused(r, ord, bytes);
 }
 
 static vcu_result
@@ -1306,7 +1414,7 @@ cuArrayDestroy(vcu_array array)
         if (r == VCU_SUCCESS)
             untrack_release(&e);
         else
-            (void)track_put(e.kind, e.key, e.dev, e.bytes);
+            (void)track_put(e.kind, e.key, e.dev, e.bytes, e.trace_id);
     }
     hook_depth--;
     return r;

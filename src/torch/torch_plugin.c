@@ -1,15 +1,17 @@
 /*
 ** torch_plugin.c -- the functions PyTorch's CUDAPluggableAllocator calls
-** (vram_torch_malloc, vram_torch_free) and the statistic a script reads
-** back (vram_torch_peak_reserved). See the "PyTorch plug-in" section of
-** include/vram.h for the contract.
+** (vram_torch_malloc, vram_torch_free), the statistic a script reads
+** back (vram_torch_peak_reserved) and the device handle behind them
+** (vram_torch_device, for the Python package). See the "PyTorch plug-in"
+** section of include/vram.h for the contract.
 **
 ** PyTorch knows nothing of contexts or logical devices: it passes a CUDA
 ** ordinal. So the plug-in keeps one context for the whole process, opened
 ** lazily (pthread_once) from the environment, and a table mapping each
 ** physical device to the handle of its first logical device, filled on
 ** first use. The context is never closed: PyTorch may free tensors while
-** the interpreter shuts down, and the driver reclaims everything at exit.
+** the interpreter shuts down, and the driver reclaims everything at exit;
+** only its trace is finished then (plugin_fini).
 **
 ** Failures never terminate the process: an allocation returns NULL and a
 ** free does nothing, each after one "vram: ..." line on stderr.
@@ -23,6 +25,8 @@
 #include <sys/types.h>
 
 #include "core/error.h"
+#include "core/internal.h"
+#include "trace/trace.h"
 #include "vram.h"
 
 /* The process's plug-in state. */
@@ -70,6 +74,20 @@ plugin_open(void)
     }
     plugin.n_physical = n;
     plugin.ctx = ctx;
+}
+
+/*
+** When the process ends (or the library is unloaded): finish the trace of
+** the plug-in's context (VRAM_TRACE), so that a gzip trace is complete.
+** The context itself stays open, as above; a free that PyTorch makes
+** later is no longer recorded (the writer refuses it; at VRAM_LOG=1 the
+** log says so once).
+*/
+__attribute__((destructor)) static void
+plugin_fini(void)
+{
+    if (plugin.ctx != NULL && plugin.ctx->trace != NULL)
+        (void)trace_writer_finish(plugin.ctx->trace);
 }
 
 /*
@@ -174,5 +192,18 @@ vram_torch_peak_reserved(int device, uint64_t *out)
     if (st != VRAM_OK)
         return st;
     *out = stats.peak_bytes_reserved;
+    return VRAM_OK;
+}
+
+vram_status
+vram_torch_device(int device, vram_device **out)
+{
+    if (out == NULL)
+        return error_set(VRAM_E_INVALID, "vram_torch_device: NULL out-pointer");
+    vram_device *dev = NULL;
+    vram_status st = plugin_device(device, &dev);
+    if (st != VRAM_OK)
+        return st;
+    *out = dev;
     return VRAM_OK;
 }

@@ -4,10 +4,12 @@
 ** A trace is CSV, optionally gzip-compressed (detected from the content,
 ** not the name): an optional first line "# key=value ..." of metadata, a
 ** header naming the columns, then one event a line:
-**     t_us,op,id,size,stream[,device]
-** op is 'a' (allocate) or 'f' (free); a free names the id it releases.
-** Columns are found by their header name, so readers accept the shared
-** traces (no device column) and vram's own (device column).
+**     t_us,op,id,size,stream[,device][,label]
+** op is 'a' (allocate), 'f' (free; it names the id it releases), 'm' (a
+** phase mark: its text is in the label column) or 'o' (an allocation of
+** SIZE bytes refused for lack of memory). Columns are found by their
+** header name, so readers accept the shared traces (no device or label
+** column, only 'a' and 'f') and vram's own.
 */
 #ifndef VRAM_TRACE_TRACE_H
 #define VRAM_TRACE_TRACE_H
@@ -17,23 +19,40 @@
 
 #include "vram.h"
 
-enum trace_op { TRACE_ALLOC = 'a', TRACE_FREE = 'f' };
+enum trace_op {
+    TRACE_ALLOC = 'a', /* id, size, stream, device */
+    TRACE_FREE = 'f',  /* the id it releases, with its size and device */
+    TRACE_MARK = 'm',  /* a phase mark: label; id, size and stream are 0 */
+    TRACE_OOM = 'o'    /* an allocation of size bytes refused; id is 0 */
+};
+
+/* Longest mark label, in bytes; longer labels are cut on writing. */
+#define TRACE_LABEL_MAX 128
+
+/* The slot of events that have none (marks and OOMs): never an index. */
+#define TRACE_NO_SLOT UINT32_MAX
+
+/* The label of events that have none (all but marks). */
+#define TRACE_NO_LABEL UINT32_MAX
 
 struct trace_event {
     uint64_t t_us;   /* wall-clock microseconds */
     uint64_t id;     /* allocation number, unique within the trace */
     uint64_t size;   /* bytes */
     uint64_t stream; /* opaque stream handle; 0 = default */
-    uint32_t slot;   /* dense index of id, 0..n_slots-1 (loader only) */
+    uint32_t slot;   /* dense index of id, 0..n_slots-1 (loader only); for
+                        marks and OOMs TRACE_NO_SLOT: replays skip them */
     int32_t device;  /* logical device; 0 when the trace has no column */
-    uint32_t label;  /* TRACE_MARK: index into trace.labels (loader only) */
+    uint32_t label;  /* TRACE_MARK: index into trace.labels (loader only);
+                        TRACE_NO_LABEL for the other ops */
     char op;         /* enum trace_op */
 };
 
 /*
 ** A whole trace in memory, validated: every free names an id that is
 ** live at that point, no id is allocated twice. Ids are mapped to dense
-** slots so replays can index arrays.
+** slots so replays can index arrays. Marks and OOMs are events too (in
+** order, with t_us and device) but have no slot and change no live bytes.
 */
 struct trace {
     char *path;                 /* as given; owned */
@@ -43,7 +62,8 @@ struct trace {
     uint32_t n_slots;         /* distinct ids */
     int n_devices;            /* 1 + highest device seen */
     uint64_t peak_live_bytes; /* max over time of the sum of live sizes */
-    char **labels;            /* mark labels, owned; events refer by index */
+    char **labels;            /* mark labels, distinct, owned; marks refer by
+                                 index (event.label < n_labels) */
     uint32_t n_labels;
     uint64_t n_marks, n_ooms; /* events of those kinds */
 };
@@ -72,10 +92,41 @@ struct trace_writer;
 vram_status trace_writer_open(const char *path, const char *meta,
                               struct trace_writer **out);
 
-/* Append one event (its slot is ignored). Thread-safe. VRAM_E_IO. */
+/*
+** Append one event: 'a', 'f' or 'o' (its slot and label are ignored; an
+** 'o' needs a size above 0). Thread-safe. VRAM_E_INVALID for an op or
+** device no reader would accept, VRAM_E_IO.
+*/
 vram_status trace_writer_event(struct trace_writer *w, const struct trace_event *ev);
+
+/*
+** Append a mark at T_US on DEVICE with LABEL, sanitized: commas, double
+** quotes, CR, LF and other control characters become spaces, and it is
+** cut at TRACE_LABEL_MAX bytes. Thread-safe. VRAM_E_INVALID for a NULL
+** or empty label or a bad device, VRAM_E_IO.
+*/
+vram_status trace_writer_mark(struct trace_writer *w, uint64_t t_us, int32_t device,
+                              const char *label);
 
 /* Flush and close. NULL does nothing. VRAM_E_IO if the final flush fails. */
 vram_status trace_writer_close(struct trace_writer *w);
+
+/*
+** Flush and close W's file but keep W itself: later events fail with
+** VRAM_E_IO, and trace_writer_close still frees it. For a writer that
+** threads may still be using while the process ends (the preload library's
+** destructor), where freeing it would not be safe. Thread-safe.
+*/
+vram_status trace_writer_finish(struct trace_writer *w);
+
+/*
+** Around fork(), from pthread_atfork handlers: PREPARE writes every
+** buffered line to the file and holds W's lock across the fork, so that
+** the child's copy of W holds no line its parent will write too; PARENT
+** releases the lock. The child must never use its copy (its lock stays
+** held there): it forgets W. NULL does nothing.
+*/
+void trace_writer_fork_prepare(struct trace_writer *w);
+void trace_writer_fork_parent(struct trace_writer *w);
 
 #endif

@@ -9,6 +9,10 @@
 ** second, and a getline/strtoull loop spends most of that in libc. Ids
 ** are looked up in an open-addressing table of our own.
 **
+** Marks ('m') and refused allocations ('o') are kept as events in order,
+** but take no slot and no live bytes; mark labels are stored once each
+** (a hash table of our own finds repeats) and events name them by index.
+**
 ** Every error path frees what was built so far; OUT is written only on
 ** success.
 */
@@ -37,9 +41,10 @@
 ** enough that replays can size per-device arrays from n_devices. */
 #define TRACE_MAX_DEVICE 1023
 
-/* Initial capacities; both grow by doubling. */
+/* Initial capacities; all grow by doubling. */
 #define EVENTS_INITIAL 4096
 #define IDS_INITIAL_BITS 12
+#define LABELS_INITIAL_BITS 6
 
 /*
 ** X(role, header name, required): the columns a reader understands. A
@@ -52,7 +57,8 @@
     X(COL_ID, "id", true)                                                                \
     X(COL_SIZE, "size", true)                                                            \
     X(COL_STREAM, "stream", true)                                                        \
-    X(COL_DEVICE, "device", false)
+    X(COL_DEVICE, "device", false)                                                       \
+    X(COL_LABEL, "label", false)
 
 /* clang-format off */
 enum column_role {
@@ -101,6 +107,19 @@ struct id_table {
     uint64_t count; /* occupied buckets */
 };
 
+/*
+** The distinct mark labels: LIST in order of first appearance, and an
+** open-addressing table of indexes into it (index + 1; 0 = empty), kept
+** at most half full, so that a trace with a label per step loads in
+** linear time.
+*/
+struct label_table {
+    char **list;
+    uint32_t n, cap;
+    uint32_t *b; /* 1 << bits buckets */
+    unsigned bits;
+};
+
 /* One field of the line being parsed: a span of the read buffer. */
 struct field {
     const char *p;
@@ -126,6 +145,9 @@ struct reader {
     uint64_t live_bytes; /* sum of live sizes, all devices */
     uint64_t peak_live_bytes;
     int32_t max_device; /* highest device seen; -1 for none */
+
+    struct label_table labels;
+    uint64_t n_marks, n_ooms;
 };
 
 /* ------------------------------------------------------------------ */
@@ -230,6 +252,74 @@ ids_grow(struct id_table *t)
     ids_destroy(t);
     *t = bigger;
     return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* The label table                                                      */
+/* ------------------------------------------------------------------ */
+
+/* FNV-1a over the N bytes at P. */
+static uint64_t
+label_hash(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* The bucket holding the label P (N bytes), or the empty one where it
+** would go. */
+static uint32_t *
+labels_bucket(const struct label_table *t, const char *p, size_t n)
+{
+    uint64_t mask = ((uint64_t)1 << t->bits) - 1;
+    uint64_t i = label_hash(p, n) & mask;
+
+    while (t->b[i] != 0) {
+        const char *l = t->list[t->b[i] - 1];
+        if (strlen(l) == n && memcmp(l, p, n) == 0)
+            break;
+        i = (i + 1) & mask;
+    }
+    return &t->b[i];
+}
+
+/* Double the buckets. False when out of memory (the table is unchanged). */
+static bool
+labels_grow(struct label_table *t)
+{
+    unsigned bits = t->bits == 0 ? LABELS_INITIAL_BITS : t->bits + 1;
+    uint32_t *b = calloc((size_t)1 << bits, sizeof *b);
+    struct label_table bigger;
+    uint32_t k;
+
+    if (b == NULL)
+        return false;
+    bigger = *t;
+    bigger.b = b;
+    bigger.bits = bits;
+    for (k = 0; k < t->n; k++)
+        *labels_bucket(&bigger, t->list[k], strlen(t->list[k])) = k + 1;
+    free(t->b);
+    *t = bigger;
+    return true;
+}
+
+static void
+labels_destroy(struct label_table *t)
+{
+    uint32_t k;
+
+    for (k = 0; k < t->n; k++)
+        free(t->list[k]);
+    free(t->list);
+    free(t->b);
+    memset(t, 0, sizeof *t);
 }
 
 /* ------------------------------------------------------------------ */
@@ -378,7 +468,7 @@ parse_header(struct reader *r, const char *line, size_t n)
     }
     if (known == 0)
         return parse_error(r, "no header: expected a line naming the "
-                              "columns t_us,op,id,size,stream[,device]");
+                              "columns t_us,op,id,size,stream[,device][,label]");
     for (i = 1; i < COL_COUNT; i++) {
         if (columns[i].required && !seen[i])
             return parse_error(r, "the header lacks the required column '%s'",
@@ -386,6 +476,65 @@ parse_header(struct reader *r, const char *line, size_t n)
     }
     r->have_header = true;
     return VRAM_OK;
+}
+
+/* The index of the label in F, stored on first sight. */
+static vram_status
+intern_label(struct reader *r, const struct field *f, uint32_t *out)
+{
+    struct label_table *t = &r->labels;
+    uint32_t *slot;
+    char *copy;
+
+    if (t->b == NULL || (uint64_t)(t->n + 1) * 2 > ((uint64_t)1 << t->bits)) {
+        if (!labels_grow(t))
+            return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    }
+    slot = labels_bucket(t, f->p, f->n);
+    if (*slot != 0) {
+        *out = *slot - 1;
+        return VRAM_OK;
+    }
+    if (t->n == UINT32_MAX - 1)
+        return parse_error(r, "more than %" PRIu32 " distinct labels", UINT32_MAX - 2);
+    if (t->n == t->cap) {
+        uint32_t cap = t->cap == 0 ? 64 : t->cap * 2;
+        char **grown = realloc(t->list, (size_t)cap * sizeof *grown);
+        if (grown == NULL)
+            return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+        t->list = grown;
+        t->cap = cap;
+    }
+    copy = strndup(f->p, f->n);
+    if (copy == NULL)
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    t->list[t->n] = copy;
+    *slot = ++t->n;
+    *out = t->n - 1;
+    return VRAM_OK;
+}
+
+/*
+** A mark or a refused allocation: no slot, no live bytes. LABEL is the
+** label column's field, or NULL when the header has none.
+*/
+static vram_status
+apply_marker(struct reader *r, struct trace_event *ev, const struct field *label)
+{
+    ev->slot = TRACE_NO_SLOT;
+    if (ev->op == TRACE_OOM) {
+        if (ev->size == 0)
+            return parse_error(r, "an 'o' event (a refused allocation) needs the size "
+                                  "asked for, above 0");
+        r->n_ooms++;
+        return VRAM_OK;
+    }
+    if (label == NULL)
+        return parse_error(r, "mark without a label (the header has no label column)");
+    if (label->n == 0)
+        return parse_error(r, "mark without a label");
+    r->n_marks++;
+    return intern_label(r, label, &ev->label);
 }
 
 /* Check EV against the ids seen so far and account for its bytes. */
@@ -451,7 +600,8 @@ apply_event(struct reader *r, struct trace_event *ev)
 static vram_status
 parse_event(struct reader *r, const char *line, size_t n)
 {
-    struct trace_event ev = {0};
+    struct trace_event ev = {.label = TRACE_NO_LABEL};
+    const struct field *label = NULL;
     vram_status st;
     int i;
 
@@ -464,12 +614,17 @@ parse_event(struct reader *r, const char *line, size_t n)
 
         if (role == COL_IGNORED)
             continue;
+        if (role == COL_LABEL) {
+            label = f; /* may be empty: checked with the op below */
+            continue;
+        }
         if (f->n == 0)
             return parse_error(r, "empty field '%s'", columns[role].name);
         switch (role) {
         case COL_OP:
-            if (f->n != 1 || (f->p[0] != TRACE_ALLOC && f->p[0] != TRACE_FREE))
-                return parse_error(r, "op '%s' is neither 'a' nor 'f'",
+            if (f->n != 1 || (f->p[0] != TRACE_ALLOC && f->p[0] != TRACE_FREE &&
+                              f->p[0] != TRACE_MARK && f->p[0] != TRACE_OOM))
+                return parse_error(r, "op '%s' is not 'a', 'f', 'm' or 'o'",
                                    field_text(f, text, sizeof text));
             ev.op = f->p[0];
             st = VRAM_OK;
@@ -489,6 +644,7 @@ parse_event(struct reader *r, const char *line, size_t n)
         case COL_DEVICE:
             st = device_field(r, f, &ev.device);
             break;
+        case COL_LABEL:
         case COL_IGNORED:
         case COL_COUNT:
         default:
@@ -499,7 +655,16 @@ parse_event(struct reader *r, const char *line, size_t n)
             return st;
     }
 
-    if ((st = apply_event(r, &ev)) != VRAM_OK)
+    if (ev.op != TRACE_MARK && label != NULL && label->n > 0) {
+        char text[48];
+        st = parse_error(r, "label '%s' on an '%c' event (only marks have labels)",
+                         field_text(label, text, sizeof text), ev.op);
+    } else if (ev.op == TRACE_MARK || ev.op == TRACE_OOM) {
+        st = apply_marker(r, &ev, label);
+    } else {
+        st = apply_event(r, &ev);
+    }
+    if (st != VRAM_OK)
         return st;
     if (r->n_events == r->cap_events) {
         uint64_t cap = r->cap_events * 2;
@@ -841,6 +1006,7 @@ reader_destroy(struct reader *r)
     free(r->meta);
     free(r->events);
     ids_destroy(&r->ids);
+    labels_destroy(&r->labels);
 }
 
 /* Move what R built into a new struct trace. */
@@ -872,8 +1038,14 @@ reader_finish(struct reader *r, struct trace **out)
     t->n_slots = r->n_slots;
     t->n_devices = r->max_device + 1 > 0 ? (int)r->max_device + 1 : 1;
     t->peak_live_bytes = r->peak_live_bytes;
+    t->labels = r->labels.list;
+    t->n_labels = r->labels.n;
+    t->n_marks = r->n_marks;
+    t->n_ooms = r->n_ooms;
     r->meta = NULL;
     r->events = NULL;
+    r->labels.list = NULL;
+    r->labels.n = 0;
     *out = t;
     return VRAM_OK;
 }
@@ -925,10 +1097,15 @@ out:
 void
 trace_free(struct trace *t)
 {
+    uint32_t k;
+
     if (t == NULL)
         return;
     free(t->path);
     free(t->meta);
     free(t->events);
+    for (k = 0; k < t->n_labels; k++)
+        free(t->labels[k]);
+    free(t->labels);
     free(t);
 }

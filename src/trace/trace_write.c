@@ -9,6 +9,10 @@
 ** After the first failed write the writer stays failed: later events are
 ** refused and close reports the error, so a short trace is never mistaken
 ** for a complete one.
+**
+** Mark labels are the only free text in a trace: they are made safe for
+** the format here (no comma, quote or line end; at most TRACE_LABEL_MAX
+** bytes), never rejected, because they come from the user's program.
 */
 #include <errno.h>
 #include <pthread.h>
@@ -21,7 +25,7 @@
 #include "trace/trace.h"
 
 /* The header every writer emits; readers find columns by these names. */
-static const char trace_header[] = "t_us,op,id,size,stream,device\n";
+static const char trace_header[] = "t_us,op,id,size,stream,device,label\n";
 
 /* Limits of the reader (trace_read.c): the highest logical device and the
 ** longest line, in bytes without its line end. */
@@ -34,6 +38,7 @@ struct trace_writer {
     gzFile gz;            /* set when writing gzip ... */
     FILE *fp;             /* ... else this */
     bool failed;          /* a write failed; the file is incomplete */
+    bool finished;        /* the file is closed (trace_writer_finish) */
 };
 
 static bool
@@ -51,6 +56,8 @@ ends_with(const char *s, const char *suffix)
 static vram_status
 write_bytes_locked(struct trace_writer *w, const char *buf, size_t n)
 {
+    if (w->finished)
+        return error_set(VRAM_E_IO, "%s: the trace is already closed", w->path);
     if (w->failed)
         return error_set(VRAM_E_IO, "%s: an earlier write failed", w->path);
     if (w->gz != NULL) {
@@ -152,48 +159,134 @@ trace_writer_open(const char *path, const char *meta, struct trace_writer **out)
     return VRAM_OK;
 }
 
+/*
+** Format the columns every event has, up to the label's: "t_us,op,id,
+** size,stream,device," at P; return the end. At most 4 x 20 digits, 4 of
+** the device, the op and 6 commas: 91 bytes.
+*/
+static char *
+put_columns(char *p, uint64_t t_us, char op, uint64_t id, uint64_t size, uint64_t stream,
+            int32_t device)
+{
+    p = put_u64(p, t_us);
+    *p++ = ',';
+    *p++ = op;
+    *p++ = ',';
+    p = put_u64(p, id);
+    *p++ = ',';
+    p = put_u64(p, size);
+    *p++ = ',';
+    p = put_u64(p, stream);
+    *p++ = ',';
+    p = put_u64(p, (uint64_t)device);
+    *p++ = ',';
+    return p;
+}
+
+/* Write the N bytes of LINE under the writer's lock. */
+static vram_status
+write_line(struct trace_writer *w, const char *line, size_t n)
+{
+    vram_status st;
+
+    pthread_mutex_lock(&w->lock);
+    st = write_bytes_locked(w, line, n);
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+static vram_status
+check_device(const struct trace_writer *w, int32_t device)
+{
+    if (device < 0 || device > TRACE_MAX_DEVICE)
+        return error_set(VRAM_E_INVALID, "%s: event device %d outside 0..%d", w->path,
+                         (int)device, TRACE_MAX_DEVICE);
+    return VRAM_OK;
+}
+
 vram_status
 trace_writer_event(struct trace_writer *w, const struct trace_event *ev)
 {
-    /* Five 20-digit numbers, a 4-digit device, the op and separators. */
-    char line[128], *p = line;
+    char line[128], *p;
     vram_status st;
 
     if (w == NULL || ev == NULL)
         return error_set(VRAM_E_INVALID, "trace_writer_event: NULL argument");
     /* Refuse what no reader would accept rather than write a broken file. */
-    if (ev->op != TRACE_ALLOC && ev->op != TRACE_FREE)
-        return error_set(VRAM_E_INVALID, "%s: event op must be 'a' or 'f'", w->path);
-    if (ev->device < 0 || ev->device > TRACE_MAX_DEVICE)
-        return error_set(VRAM_E_INVALID, "%s: event device %d outside 0..%d", w->path,
-                         (int)ev->device, TRACE_MAX_DEVICE);
+    if (ev->op != TRACE_ALLOC && ev->op != TRACE_FREE && ev->op != TRACE_OOM)
+        return error_set(
+            VRAM_E_INVALID,
+            "%s: event op must be 'a', 'f' or 'o' (marks: trace_writer_mark)", w->path);
+    if (ev->op == TRACE_OOM && ev->size == 0)
+        return error_set(VRAM_E_INVALID, "%s: an 'o' event needs the size asked for",
+                         w->path);
+    if ((st = check_device(w, ev->device)) != VRAM_OK)
+        return st;
 
-    p = put_u64(p, ev->t_us);
-    *p++ = ',';
-    *p++ = ev->op;
-    *p++ = ',';
-    p = put_u64(p, ev->id);
-    *p++ = ',';
-    p = put_u64(p, ev->size);
-    *p++ = ',';
-    p = put_u64(p, ev->stream);
-    *p++ = ',';
-    p = put_u64(p, (uint64_t)ev->device);
-    *p++ = '\n';
+    p = put_columns(line, ev->t_us, ev->op, ev->op == TRACE_OOM ? 0 : ev->id, ev->size,
+                    ev->stream, ev->device);
+    *p++ = '\n'; /* an empty label */
+    return write_line(w, line, (size_t)(p - line));
+}
 
-    pthread_mutex_lock(&w->lock);
-    st = write_bytes_locked(w, line, (size_t)(p - line));
-    pthread_mutex_unlock(&w->lock);
-    return st;
+/*
+** Copy LABEL into OUT as the format allows it (see the top of the file):
+** at most TRACE_LABEL_MAX bytes, never cutting a UTF-8 sequence in two.
+** Returns the bytes written.
+*/
+static size_t
+sanitize_label(const char *label, char *out)
+{
+    size_t n = strnlen(label, TRACE_LABEL_MAX + 1), i;
+
+    if (n > TRACE_LABEL_MAX) {
+        /* Back up over continuation bytes (10xxxxxx) to the start of the
+         * sequence that the cut splits, and drop that sequence whole: at
+         * most 3 bytes, since a UTF-8 sequence has at most 4 (text that is
+         * not UTF-8 is simply cut). */
+        n = TRACE_LABEL_MAX;
+        while (n > TRACE_LABEL_MAX - 3 && ((unsigned char)label[n] & 0xc0) == 0x80)
+            n--;
+        if (((unsigned char)label[n] & 0xc0) == 0x80)
+            n = TRACE_LABEL_MAX;
+    }
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)label[i];
+        out[i] = (c < 0x20 || c == 0x7f || c == ',' || c == '"') ? ' ' : (char)c;
+    }
+    return n;
 }
 
 vram_status
-trace_writer_close(struct trace_writer *w)
+trace_writer_mark(struct trace_writer *w, uint64_t t_us, int32_t device,
+                  const char *label)
+{
+    /* The columns (91 bytes at most), the label and the line end. */
+    char line[96 + TRACE_LABEL_MAX + 1], *p;
+    vram_status st;
+
+    if (w == NULL || label == NULL)
+        return error_set(VRAM_E_INVALID, "trace_writer_mark: NULL argument");
+    if (label[0] == '\0')
+        return error_set(VRAM_E_INVALID, "%s: a mark needs a label", w->path);
+    if ((st = check_device(w, device)) != VRAM_OK)
+        return st;
+
+    p = put_columns(line, t_us, TRACE_MARK, 0, 0, 0, device);
+    p += sanitize_label(label, p);
+    *p++ = '\n';
+    return write_line(w, line, (size_t)(p - line));
+}
+
+/* Close W's file once; later writes fail. The caller holds w->lock. */
+static vram_status
+finish_locked(struct trace_writer *w)
 {
     vram_status st = VRAM_OK;
 
-    if (w == NULL)
+    if (w->finished)
         return VRAM_OK;
+    w->finished = true;
     if (w->failed)
         st = error_set(VRAM_E_IO,
                        "%s: an earlier write failed; the trace "
@@ -205,9 +298,57 @@ trace_writer_close(struct trace_writer *w)
             st = error_set(VRAM_E_IO, "%s: %s", w->path,
                            rc == Z_ERRNO ? strerror(errno)
                                          : "gzip stream could not be finished");
-    } else if (fclose(w->fp) != 0 && st == VRAM_OK) {
-        st = error_set(VRAM_E_IO, "%s: %s", w->path, strerror(errno));
+        w->gz = NULL;
+    } else if (w->fp != NULL) {
+        if (fclose(w->fp) != 0 && st == VRAM_OK)
+            st = error_set(VRAM_E_IO, "%s: %s", w->path, strerror(errno));
+        w->fp = NULL;
     }
+    return st;
+}
+
+vram_status
+trace_writer_finish(struct trace_writer *w)
+{
+    vram_status st;
+
+    if (w == NULL)
+        return VRAM_OK;
+    pthread_mutex_lock(&w->lock);
+    st = finish_locked(w);
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+void
+trace_writer_fork_prepare(struct trace_writer *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    if (w->finished || w->failed)
+        return;
+    /* Z_SYNC_FLUSH: everything so far reaches the file, and the stream
+     * goes on afterwards. A failure here fails the writer as a write would. */
+    if (w->gz != NULL ? gzflush(w->gz, Z_SYNC_FLUSH) != Z_OK : fflush(w->fp) != 0)
+        w->failed = true;
+}
+
+void
+trace_writer_fork_parent(struct trace_writer *w)
+{
+    if (w != NULL)
+        pthread_mutex_unlock(&w->lock);
+}
+
+vram_status
+trace_writer_close(struct trace_writer *w)
+{
+    vram_status st;
+
+    if (w == NULL)
+        return VRAM_OK;
+    st = finish_locked(w); /* W is the caller's alone now */
     pthread_mutex_destroy(&w->lock);
     free(w->path);
     free(w);

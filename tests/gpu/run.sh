@@ -198,7 +198,11 @@ else
     say "-- quota checks: SKIPPED (no libvram-preload.so was built)"
 fi
 
-# ---- 5. the table ----
+# ---- 5. the Python package with PyTorch through the plug-in (issue 5) ----
+STEP_OUT=$WORK/python.json run_step "python package with PyTorch" 300 \
+    python3 bench/gpu/python_checks.py --lib "$LIB"
+
+# ---- 6. the table ----
 python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"
 import glob, json, os, sys
 
@@ -394,6 +398,20 @@ if quota is not None:
             "hooked alloc+free <= bare + 200 ns", verdict(ok), bare, pre, pre - bare))
     lines.append("")
 
+pyres = None
+try:
+    with open(os.path.join(work, "python.json")) as f:
+        for line in f:
+            if line.strip().startswith("{"):
+                pyres = json.loads(line)
+except (OSError, ValueError):
+    pyres = None
+if pyres is not None:
+    ok = bool(pyres.get("ok", pyres.get("pass")))
+    targets.append(("python package: stats, marks, hooks with PyTorch", verdict(ok)))
+    lines.append("python package with PyTorch through the plug-in (issue 5): %s" % verdict(ok))
+    lines.append("")
+
 failed = [s["step"] for s in steps if s["status"] != "ok"]
 n_pass = sum(1 for _, v in targets if v == "PASS")
 lines.append("steps: %d ok, %d not ok%s" % (len(steps) - len(failed), len(failed),
@@ -407,6 +425,7 @@ with open(os.path.join(out, "table.txt"), "w") as f:  # the table, for the repor
     f.write(table)
 results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": peers,
            "replay_vram_warm": warm, "replay_peers_warm": warmpeers, "quota": quota,
+           "python": pyres,
            "train": train, "train_summary": train_summary,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure

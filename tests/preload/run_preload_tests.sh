@@ -8,7 +8,7 @@
 # memory (never negative); 4 processes x 4 threads racing in one group
 # (the fake's own shared count never passes the quota); kill -9 of a
 # member; CUDA_VISIBLE_DEVICES reordered or given as UUIDs; fork; malformed
-# settings; HAMi's variables; NVML; passive mode.
+# settings; HAMi's variables; NVML; passive mode; the trace (VRAM_TRACE).
 # The last line is "N passed, M failed"; the exit status is 1 if anything
 # failed.
 # Usage: run_preload_tests.sh LIBVRAM_PRELOAD.so PROBE_DIR FAKECUDA_DIR
@@ -266,6 +266,61 @@ done
 run VRAM_LIMIT=6X -- "$PROBE" routes
 expect_lines "malformed: the hooks are still handed out (so cuInit fails)" \
     "; CUDA is disabled in this process$" 1 1
+
+# ---- the trace (VRAM_TRACE) ----
+# check_trace NAME FILE: FILE is a trace the reader accepts, judged here by
+# awk (this script has no vram binary): the header, 7 fields a line, ids
+# allocated once, each free naming a live id with its size and device, each
+# 'o' with a size above 0; then "A F O" (counts of each op) in $TMP/counts.
+check_trace() {
+    awk -F, '
+        /^#/ { next }
+        !hdr { hdr = 1; if ($0 != "t_us,op,id,size,stream,device,label") bad = "header " $0; next }
+        NF != 7 { bad = "line " NR ": " NF " fields"; exit }
+        $2 == "a" { if ($3 in seen) { bad = "id " $3 " twice"; exit }
+                    seen[$3] = 1; live[$3] = $4 "/" $6; na++; next }
+        $2 == "f" { if (live[$3] != $4 "/" $6) { bad = "free of " $3 " not live"; exit }
+                    delete live[$3]; nf++; next }
+        $2 == "o" { if ($4 <= 0 || $3 != 0) { bad = "bad o line " NR; exit }; no++; next }
+        { bad = "op " $2 " on line " NR; exit }
+        END { if (!hdr) bad = "no header"
+              if (bad != "") { print bad; exit 1 }
+              print na + 0, nf + 0, no + 0 }' "$2" >"$TMP/counts" 2>&1
+    if [ $? -ne 0 ]; then fail "$1" "$(cat "$TMP/counts")"; return 1; fi
+    return 0
+}
+run $Q VRAM_TRACE="$TMP/t.csv" -- "$PROBE" --via gpa12000 paths
+expect_lines "trace: the paths scenario runs as without one" "$REFUSED" 1 15
+if check_trace "trace: every counted allocation, free and refusal" "$TMP/t.csv"; then
+    read -r na nf no <"$TMP/counts"
+    if [ "$na" -gt 0 ] && [ "$na" -eq "$nf" ] && [ "$no" -gt 0 ] &&
+        head -n 1 "$TMP/t.csv" | grep -q "^# workload=vram-preload pid=[0-9]* group="; then
+        pass "trace: every counted allocation, free and refusal ($na a, $nf f, $no o)"
+    else
+        fail "trace: every counted allocation, free and refusal" "$na a, $nf f, $no o"
+    fi
+fi
+run $Q VRAM_TRACE="$TMP/t.csv.gz" -- "$PROBE" fork
+expect_lines "trace (gzip) across fork: the child runs as without one" \
+    "^vram: out of GPU memory quota" 1 1
+if gzip -dc "$TMP/t.csv.gz" >"$TMP/t2.csv" 2>"$TMP/err" &&
+    check_trace "trace across fork: only the parent's events, each once" "$TMP/t2.csv"; then
+    read -r na nf no <"$TMP/counts"
+    if [ "$na" -eq 1 ] && [ "$nf" -eq 1 ] && [ "$no" -eq 0 ]; then
+        pass "trace across fork: only the parent's events, each once"
+    else
+        fail "trace across fork: only the parent's events, each once" "$na a, $nf f, $no o"
+    fi
+fi
+run $Q VRAM_TRACE=/nonexistent-dir/t.csv -- "$PROBE" info 0 64 64
+expect_lines "trace that cannot be opened: one line, the quota still applies" \
+    "^vram: VRAM_TRACE: /nonexistent-dir/t.csv: No such file or directory; no trace is recorded$" 1 1
+run VRAM_TRACE="$TMP/t3.csv" -- "$PROBE" info 0 1024 1024
+if [ ! -s "$TMP/t3.csv" ]; then
+    expect "passive: no trace is written"
+else
+    fail "passive: no trace is written" "$TMP/t3.csv exists"
+fi
 
 # ---- HAMi's variables ----
 run CUDA_DEVICE_MEMORY_LIMIT=64m -- "$PROBE" info 0 64 64

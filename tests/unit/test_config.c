@@ -2,10 +2,13 @@
 ** test_config.c -- the environment as a user sets it, seen through
 ** vram_open: strategies, caps, per-device lists, TensorFlow's own
 ** variables, malformed values (which fail, never mean "unlimited"), and
-** the trace, log and dump that the environment turns on.
+** the trace (with vram_mark's marks and the OOM events), log and dump
+** that the environment turns on.
 */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -209,6 +212,145 @@ test_env_trace_round_trip(void **state)
     assert_non_null(strstr(vram_last_error(), "VRAM_TRACE"));
 }
 
+/* A fresh temporary trace path ending in SUFFIX (".csv" or ".csv.gz"). */
+static void
+temp_trace(char *path, int suffix_len)
+{
+    int fd = mkstemps(path, suffix_len);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+/* vram_mark writes to the trace of every open context that records one;
+** an OOM writes an 'o' event with the size asked for; both read back. */
+static void
+test_env_trace_marks_and_oom(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/vram-test-marks-XXXXXX.csv";
+    char path2[] = "/tmp/vram-test-marks-XXXXXX.csv.gz";
+    temp_trace(path, 4);
+    temp_trace(path2, 7);
+
+    /* No context records a trace: a mark is a no-op; bad labels fail. */
+    assert_int_equal(vram_mark("nothing open"), VRAM_OK);
+    assert_int_equal(vram_mark(NULL), VRAM_E_INVALID);
+    assert_int_equal(vram_mark(""), VRAM_E_INVALID);
+    assert_non_null(strstr(vram_last_error(), "vram_mark"));
+
+    setenv("VRAM_STRATEGY", "growth", 1);
+    setenv("VRAM_MEMORY_LIMIT", "64M", 1);
+    vram_context *untraced = open_env(); /* no VRAM_TRACE: not reached */
+    setenv("VRAM_TRACE", path, 1);
+    vram_context *ctx = open_env();
+    setenv("VRAM_TRACE", path2, 1);
+    vram_context *ctx2 = open_env();
+
+    vram_device *dev;
+    assert_int_equal(vram_device_get(ctx, 0, &dev), VRAM_OK);
+    assert_int_equal(vram_mark("epoch 1"), VRAM_OK);
+    void *a, *b = (void *)0x1;
+    assert_int_equal(vram_alloc(dev, 1000, NULL, &a), VRAM_OK);
+    assert_int_equal(vram_mark("step, \"2\"\n"), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 100 * MiB, NULL, &b), VRAM_E_OOM);
+    assert_ptr_equal(b, (void *)0x1);
+    /* The thread's last error is still the OOM line, not the trace's. */
+    assert_non_null(strstr(vram_last_error(), "out of memory on GPU:0"));
+    vram_close(ctx2); /* leaves the list: later marks do not reach it */
+    assert_int_equal(vram_mark("epoch 2"), VRAM_OK);
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    vram_close(ctx);
+    assert_int_equal(vram_mark("after close"), VRAM_OK);
+    vram_close(untraced);
+
+    struct trace *t = NULL;
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_events, 6);
+    assert_int_equal(t->n_marks, 3);
+    assert_int_equal(t->n_ooms, 1);
+    assert_int_equal(t->events[0].op, TRACE_MARK);
+    assert_string_equal(t->labels[t->events[0].label], "epoch 1");
+    assert_int_equal(t->events[1].op, TRACE_ALLOC);
+    assert_int_equal(t->events[2].op, TRACE_MARK);
+    assert_string_equal(t->labels[t->events[2].label], "step   2  ");
+    assert_int_equal(t->events[3].op, TRACE_OOM);
+    assert_int_equal(t->events[3].size, 100 * MiB);
+    assert_int_equal(t->events[3].device, 0);
+    assert_int_equal(t->events[4].op, TRACE_MARK);
+    assert_string_equal(t->labels[t->events[4].label], "epoch 2");
+    assert_int_equal(t->events[5].op, TRACE_FREE);
+    assert_int_equal(t->peak_live_bytes, 1000);
+    assert_true(t->events[0].t_us <= t->events[5].t_us);
+    trace_free(t);
+
+    /* The second context saw the marks made while it was open; its
+     * device was never used, so marks are all it has. */
+    if (trace_load(path2, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_events, 2);
+    assert_int_equal(t->n_marks, 2);
+    assert_int_equal(t->n_labels, 2);
+    assert_string_equal(t->labels[0], "epoch 1");
+    trace_free(t);
+    unlink(path);
+    unlink(path2);
+}
+
+/* Marks from several threads while contexts open and close. */
+struct mark_thread {
+    int n;
+    int failures;
+};
+
+static void *
+mark_thread_main(void *arg)
+{
+    struct mark_thread *m = arg;
+    for (int i = 0; i < m->n; i++) {
+        char label[32];
+        snprintf(label, sizeof label, "step %d", i);
+        if (vram_mark(label) != VRAM_OK)
+            m->failures++;
+    }
+    return NULL;
+}
+
+static void
+test_env_marks_threads(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/vram-test-marks-XXXXXX.csv";
+    temp_trace(path, 4);
+    setenv("VRAM_TRACE", path, 1);
+    vram_context *ctx = open_env();
+    enum { THREADS = 4, MARKS = 500 };
+    pthread_t th[THREADS];
+    struct mark_thread m[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        m[i] = (struct mark_thread){MARKS, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, mark_thread_main, &m[i]), 0);
+    }
+    /* Contexts opening and closing meanwhile (without a trace, then with
+     * one that goes to /dev/null) do not disturb the marks. */
+    for (int k = 0; k < 20; k++) {
+        setenv("VRAM_TRACE", k % 2 ? "/dev/null" : "", 1);
+        vram_close(open_env());
+    }
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(m[i].failures, 0);
+    }
+    vram_close(ctx);
+    struct trace *t = NULL;
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_marks, THREADS * MARKS);
+    assert_int_equal(t->n_labels, MARKS);
+    trace_free(t);
+    unlink(path);
+}
+
 static char *
 slurp(const char *path)
 {
@@ -266,6 +408,8 @@ main(void)
         cmocka_unit_test_setup(test_env_malformed_fails_closed, clean_env),
         cmocka_unit_test_setup(test_env_ignored_on_request, clean_env),
         cmocka_unit_test_setup(test_env_trace_round_trip, clean_env),
+        cmocka_unit_test_setup(test_env_trace_marks_and_oom, clean_env),
+        cmocka_unit_test_setup(test_env_marks_threads, clean_env),
         cmocka_unit_test_setup(test_env_log_and_dump, clean_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

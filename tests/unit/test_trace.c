@@ -7,7 +7,9 @@
 ** malformed case the reader promises to catch has its own test, written
 ** to a temporary file here, and each checks the status and that the error
 ** line names the file and the offending line. Writer tests round-trip
-** through the reader, plain and gzip, from several threads.
+** through the reader, plain and gzip, from several threads. Marks ('m')
+** and refused allocations ('o') round-trip too, and a trace of the old
+** format (no label column, only 'a' and 'f') reads exactly as before.
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -136,6 +138,8 @@ check_real_trace(const struct real_trace *rt)
         assert_true(t->events[i].slot < t->n_slots);
         assert_true(t->events[i].op == TRACE_ALLOC || t->events[i].op == TRACE_FREE);
     }
+    assert_int_equal(t->n_marks, 0);
+    assert_int_equal(t->n_labels, 0);
     trace_free(t);
 }
 
@@ -264,6 +268,126 @@ test_limits_accepted(void **state)
     trace_free(t);
 }
 
+/* The old format (no label column, only 'a' and 'f') reads as before:
+** no labels, no marks, every event has a slot; and the same events with
+** an empty label column give the same trace. */
+static void
+test_old_format_unchanged(void **state)
+{
+    static const char *const texts[] = {
+        HEADER "10,a,100,512,0\n11,a,7,1024,0\n12,f,100,512,0\n13,f,7,1024,0\n",
+        "t_us,op,id,size,stream,device,label\n"
+        "10,a,100,512,0,0,\n11,a,7,1024,0,0,\n12,f,100,512,0,0,\n13,f,7,1024,0,0,\n",
+    };
+    size_t k, i;
+    (void)state;
+
+    for (k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        struct trace *t = load_text(texts[k]);
+        assert_int_equal(t->n_events, 4);
+        assert_int_equal(t->n_slots, 2);
+        assert_int_equal(t->n_devices, 1);
+        assert_int_equal(t->peak_live_bytes, 1536);
+        assert_int_equal(t->n_labels, 0);
+        assert_null(t->labels);
+        assert_int_equal(t->n_marks, 0);
+        assert_int_equal(t->n_ooms, 0);
+        for (i = 0; i < t->n_events; i++) {
+            assert_true(t->events[i].slot < t->n_slots);
+            assert_int_equal(t->events[i].label, TRACE_NO_LABEL);
+        }
+        assert_int_equal(t->events[2].slot, 0);
+        assert_int_equal(t->events[3].slot, 1);
+        trace_free(t);
+    }
+}
+
+/* Marks and refused allocations: kept in order, no slot, no live bytes;
+** labels stored once each; an OOM's device counts in n_devices. */
+static void
+test_marks_and_ooms(void **state)
+{
+    struct trace *t;
+    (void)state;
+
+    t = load_text("t_us,op,id,size,stream,device,label\n"
+                  "1,m,0,0,0,0,epoch 1\n"
+                  "2,a,5,1024,0,0,\n"
+                  "3,m,0,0,0,0,step 1\n"
+                  "4,o,0,999999,0,2,\n"
+                  "5,f,5,1024,0,0,\n"
+                  "6,m,0,0,0,0,epoch 1\n"
+                  "7,a,6,512,0,0,\n"
+                  "8,m,0,0,0,0,  spaced  \n");
+    assert_int_equal(t->n_events, 8);
+    assert_int_equal(t->n_slots, 2);
+    assert_int_equal(t->peak_live_bytes, 1024);
+    assert_int_equal(t->n_devices, 3);
+    assert_int_equal(t->n_marks, 4);
+    assert_int_equal(t->n_ooms, 1);
+    assert_int_equal(t->n_labels, 3);
+    assert_string_equal(t->labels[0], "epoch 1");
+    assert_string_equal(t->labels[1], "step 1");
+    assert_string_equal(t->labels[2], "  spaced  ");
+
+    assert_int_equal(t->events[0].op, TRACE_MARK);
+    assert_int_equal(t->events[0].slot, TRACE_NO_SLOT);
+    assert_int_equal(t->events[0].label, 0);
+    assert_int_equal(t->events[2].label, 1);
+    assert_int_equal(t->events[5].label, 0); /* the same label, stored once */
+    assert_int_equal(t->events[7].label, 2);
+    assert_int_equal(t->events[3].op, TRACE_OOM);
+    assert_int_equal(t->events[3].slot, TRACE_NO_SLOT);
+    assert_int_equal(t->events[3].label, TRACE_NO_LABEL);
+    assert_int_equal(t->events[3].size, 999999);
+    assert_int_equal(t->events[3].device, 2);
+    assert_int_equal(t->events[3].t_us, 4);
+    assert_int_equal(t->events[1].slot, 0);
+    assert_int_equal(t->events[4].slot, 0);
+    assert_int_equal(t->events[6].slot, 1);
+    assert_int_equal(t->events[1].label, TRACE_NO_LABEL);
+    trace_free(t);
+
+    /* An 'o' needs no label column (a trace of the old columns may have
+     * OOMs); the label column may come anywhere. */
+    t = load_text(HEADER "1,a,0,512,0\n2,o,0,4096,0\n");
+    assert_int_equal(t->n_ooms, 1);
+    assert_int_equal(t->n_slots, 1);
+    trace_free(t);
+    t = load_text("label,t_us,op,id,size,stream\nwarm up,1,m,0,0,0\n,2,a,1,8,0\n");
+    assert_int_equal(t->n_marks, 1);
+    assert_string_equal(t->labels[t->events[0].label], "warm up");
+    trace_free(t);
+}
+
+/* Labels of a long run ("step N" for every step) grow the label table
+** and are each stored once. */
+static void
+test_many_labels(void **state)
+{
+    size_t cap = 4000 * 48 + 64, len = 0;
+    char *text = malloc(cap);
+    struct trace *t;
+    uint32_t i;
+    (void)state;
+
+    assert_non_null(text);
+    len += (size_t)snprintf(text + len, cap - len, "t_us,op,id,size,stream,label\n");
+    for (i = 0; i < 4000; i++)
+        len +=
+            (size_t)snprintf(text + len, cap - len, "%u,m,0,0,0,step %u\n", i, i % 3000);
+    t = load_text(text);
+    free(text);
+    assert_int_equal(t->n_marks, 4000);
+    assert_int_equal(t->n_labels, 3000);
+    for (i = 0; i < 4000; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "step %u", i % 3000);
+        assert_string_equal(t->labels[t->events[i].label], want);
+    }
+    trace_free(t);
+}
+
 /* ------------------------------------------------------------------ */
 /* Malformed input: one test per rule                                   */
 /* ------------------------------------------------------------------ */
@@ -333,7 +457,28 @@ test_bad_op(void **state)
     (void)state;
     expect_parse_error(HEADER "1,x,0,512,0\n", 2, "op 'x'");
     expect_parse_error(HEADER "1,af,0,512,0\n", 2, "op 'af'");
-    expect_parse_error(HEADER "1,A,0,512,0\n", 2, "neither 'a' nor 'f'");
+    expect_parse_error(HEADER "1,A,0,512,0\n", 2, "is not 'a', 'f', 'm' or 'o'");
+    expect_parse_error(HEADER "1,M,0,512,0\n", 2, "op 'M'");
+}
+
+#define LHEADER "t_us,op,id,size,stream,device,label\n"
+
+static void
+test_bad_marks(void **state)
+{
+    (void)state;
+    expect_parse_error(LHEADER "1,m,0,0,0,0,\n", 2, "mark without a label");
+    expect_parse_error(HEADER "1,m,0,0,0\n", 2,
+                       "mark without a label (the header has no label column)");
+    expect_parse_error(LHEADER "1,o,0,0,0,0,\n", 2, "an 'o' event");
+    expect_parse_error(LHEADER "1,a,0,512,0,0,x\n", 2,
+                       "label 'x' on an 'a' event (only marks have labels)");
+    expect_parse_error(LHEADER "1,a,0,512,0,0,\n2,f,0,512,0,0,oops\n", 3,
+                       "on an 'f' event");
+    expect_parse_error(LHEADER "1,o,0,8,0,0,why\n", 2, "on an 'o' event");
+    /* A mark's other columns are still numbers. */
+    expect_parse_error(LHEADER "1,m,,0,0,0,x\n", 2, "empty field 'id'");
+    expect_parse_error(LHEADER "1,m,0,0,0,-1,x\n", 2, "device -1 is negative");
 }
 
 static void
@@ -600,6 +745,144 @@ test_round_trip_gzip(void **state)
     unlink(path);
 }
 
+/* Marks and OOMs through the writer and back, plain and gzip. */
+static void
+round_trip_marks(const char *suffix)
+{
+    char path[64];
+    struct trace_writer *w;
+    struct trace *t;
+    struct trace_event a = {.t_us = 2, .op = TRACE_ALLOC, .id = 1, .size = 512},
+                       o = {.t_us = 4,
+                            .op = TRACE_OOM,
+                            .id = 77,
+                            .size = 1 << 30,
+                            .device = 1},
+                       f = {.t_us = 5, .op = TRACE_FREE, .id = 1, .size = 512};
+    int fd;
+
+    snprintf(path, sizeof path, "/tmp/vram_test_trace_XXXXXX%s", suffix);
+    fd = mkstemps(path, (int)strlen(suffix));
+    assert_true(fd >= 0);
+    close(fd);
+
+    assert_int_equal(trace_writer_open(path, "workload=marks", &w), VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 1, 0, "epoch 1"), VRAM_OK);
+    assert_int_equal(trace_writer_event(w, &a), VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 3, 0, "step 1"), VRAM_OK);
+    assert_int_equal(trace_writer_event(w, &o), VRAM_OK);
+    assert_int_equal(trace_writer_event(w, &f), VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 6, 0, "epoch 1"), VRAM_OK);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_events, 6);
+    assert_int_equal(t->n_marks, 3);
+    assert_int_equal(t->n_ooms, 1);
+    assert_int_equal(t->n_labels, 2);
+    assert_int_equal(t->n_slots, 1);
+    assert_int_equal(t->peak_live_bytes, 512);
+    assert_int_equal(t->events[0].op, TRACE_MARK);
+    assert_int_equal(t->events[0].t_us, 1);
+    assert_string_equal(t->labels[t->events[0].label], "epoch 1");
+    assert_string_equal(t->labels[t->events[2].label], "step 1");
+    assert_int_equal(t->events[5].label, t->events[0].label);
+    assert_int_equal(t->events[3].op, TRACE_OOM);
+    assert_int_equal(t->events[3].size, 1 << 30);
+    assert_int_equal(t->events[3].id, 0); /* an OOM has no id */
+    assert_int_equal(t->events[3].device, 1);
+    assert_int_equal(t->events[4].op, TRACE_FREE);
+    trace_free(t);
+    unlink(path);
+}
+
+static void
+test_round_trip_marks(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX.csv";
+    char line[256];
+    struct trace_writer *w;
+    FILE *f;
+    int fd;
+    (void)state;
+
+    round_trip_marks(".csv");
+    round_trip_marks(".csv.gz");
+
+    /* The header names the label column; 'a' lines end with an empty one. */
+    fd = mkstemps(path, 4);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open(path, NULL, &w), VRAM_OK);
+    {
+        struct trace_event a = {.t_us = 9, .op = TRACE_ALLOC, .id = 3, .size = 256};
+        assert_int_equal(trace_writer_event(w, &a), VRAM_OK);
+    }
+    assert_int_equal(trace_writer_mark(w, 10, 2, "x"), VRAM_OK);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "t_us,op,id,size,stream,device,label\n");
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "9,a,3,256,0,0,\n");
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "10,m,0,0,0,2,x\n");
+    fclose(f);
+    unlink(path);
+}
+
+/* Labels are made safe, never refused: commas, quotes and control
+** characters become spaces; a long label is cut at 128 bytes, never
+** inside a UTF-8 sequence. */
+static void
+test_mark_labels_sanitized(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX.csv";
+    char long_label[300], utf8[300], want[300];
+    struct trace_writer *w;
+    struct trace *t;
+    size_t i;
+    int fd;
+    (void)state;
+
+    memset(long_label, 'L', sizeof long_label - 1);
+    long_label[sizeof long_label - 1] = '\0';
+    /* 127 ASCII bytes, then "é" (2 bytes) straddling the cut at 128. */
+    memset(utf8, 'u', 127);
+    memcpy(utf8 + 127, "\xc3\xa9tail", 7);
+
+    fd = mkstemps(path, 4);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open(path, NULL, &w), VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 1, 0,
+                                       "a,b\"c\r\nd\te\x7f"
+                                       "f"),
+                     VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 2, 0, long_label), VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 3, 0, utf8), VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 4, 0, "\n"), VRAM_OK);
+    assert_int_equal(trace_writer_mark(w, 5, 0, "caf\xc3\xa9 \xe2\x9c\x93"), VRAM_OK);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_marks, 5);
+    assert_string_equal(t->labels[t->events[0].label], "a b c  d e f");
+    assert_int_equal(strlen(t->labels[t->events[1].label]), TRACE_LABEL_MAX);
+    for (i = 0; i < TRACE_LABEL_MAX; i++)
+        assert_int_equal(t->labels[t->events[1].label][i], 'L');
+    memset(want, 'u', 127);
+    want[127] = '\0';
+    assert_string_equal(t->labels[t->events[2].label], want);
+    assert_string_equal(t->labels[t->events[3].label], " ");
+    assert_string_equal(t->labels[t->events[4].label], "caf\xc3\xa9 \xe2\x9c\x93");
+    trace_free(t);
+    unlink(path);
+}
+
 struct writer_thread {
     struct trace_writer *w;
     uint64_t first_id;
@@ -694,7 +977,27 @@ test_writer_errors(void **state)
     assert_int_equal(trace_writer_event(w, &ev), VRAM_E_INVALID);
     ev.device = 1024;
     assert_int_equal(trace_writer_event(w, &ev), VRAM_E_INVALID);
+    /* Marks go through trace_writer_mark, with a label; an OOM has a size. */
+    ev.device = 0;
+    ev.op = TRACE_MARK;
+    assert_int_equal(trace_writer_event(w, &ev), VRAM_E_INVALID);
+    ev.op = TRACE_OOM;
+    ev.size = 0;
+    assert_int_equal(trace_writer_event(w, &ev), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_mark(w, 1, 0, NULL), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_mark(w, 1, 0, ""), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_mark(w, 1, 1024, "x"), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_mark(NULL, 1, 0, "x"), VRAM_E_INVALID);
+    ev.op = TRACE_ALLOC;
     assert_int_equal(trace_writer_close(w), VRAM_OK);
+    {
+        /* Nothing refused was written: the file is a valid, empty trace. */
+        struct trace *t;
+        if (trace_load(path, &t) != VRAM_OK)
+            fail_msg("%s", vram_last_error());
+        assert_int_equal(t->n_events, 0);
+        trace_free(t);
+    }
     assert_int_equal(trace_writer_close(NULL), VRAM_OK);
     unlink(path);
 
@@ -750,6 +1053,9 @@ main(void)
         cmocka_unit_test(test_accepts_variants),
         cmocka_unit_test(test_header_only),
         cmocka_unit_test(test_limits_accepted),
+        cmocka_unit_test(test_old_format_unchanged),
+        cmocka_unit_test(test_marks_and_ooms),
+        cmocka_unit_test(test_many_labels),
         cmocka_unit_test(test_missing_header),
         cmocka_unit_test(test_missing_column),
         cmocka_unit_test(test_field_count),
@@ -757,6 +1063,7 @@ main(void)
         cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_empty_field),
         cmocka_unit_test(test_bad_op),
+        cmocka_unit_test(test_bad_marks),
         cmocka_unit_test(test_free_not_live),
         cmocka_unit_test(test_id_reused),
         cmocka_unit_test(test_free_size_mismatch),
@@ -769,6 +1076,8 @@ main(void)
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_round_trip_plain),
         cmocka_unit_test(test_round_trip_gzip),
+        cmocka_unit_test(test_round_trip_marks),
+        cmocka_unit_test(test_mark_labels_sanitized),
         cmocka_unit_test(test_writer_threads),
         cmocka_unit_test(test_writer_errors),
     };

@@ -6,12 +6,38 @@
 #ifndef VRAM_TOOLS_CMD_H
 #define VRAM_TOOLS_CMD_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "vram.h"
+
 int cmd_replay(int argc, char **argv);
 int cmd_env(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_analyze(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 /* Print "vram: " + the formatted message + newline to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- shared by `vram analyze` and `vram doctor` (cmd_analyze.c) ---- */
+
+struct trace;
+struct an_options;
+struct an_result;
+
+/* Load the trace at PATH into *OUT. On failure one line is printed and
+** the exit code returned: 2 malformed or unreadable, 1 otherwise. */
+int cli_load_trace(const char *path, struct trace **out);
+
+/* Analyze T (analyze_trace) into *OUT; on failure one line is printed
+** and the exit code (1, or 2 for a bad option) returned. */
+int cli_analyze(const struct trace *t, const struct an_options *o, struct an_result **out);
+
+/* Parse the value of --strategy / of size option --NAME into *OUT; on a
+** bad value print one line and return false. */
+bool cli_parse_strategy(const char *text, vram_strategy *out);
+bool cli_parse_size(const char *name, const char *text, uint64_t *out);
 
 #endif

@@ -367,6 +367,8 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (uint64_t i = 0; i < t->n_events; i++) {
             const struct trace_event *ev = &t->events[i];
+            if (ev->op == TRACE_MARK || ev->op == TRACE_OOM)
+                continue; /* no slot: nothing to replay */
             vram_device *dev = devs[ev->device];
             uint32_t k = ev->slot;
             if (ev->op == TRACE_ALLOC) {

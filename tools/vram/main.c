@@ -23,6 +23,10 @@ static const struct command commands[] = {
     {"devices", cmd_devices,
      "list the GPUs and the logical devices the configuration makes of them"},
     {"run", cmd_run, "run a command under a GPU memory quota (the preload library)"},
+    {"analyze", cmd_analyze,
+     "peak, iterations, leak verdict, fragmentation and OOM story of a trace"},
+    {"doctor", cmd_doctor,
+     "check the environment, the GPUs or a trace for the usual memory problems"},
 };
 
 void

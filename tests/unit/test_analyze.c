@@ -1,0 +1,734 @@
+/*
+** test_analyze.c -- the trace analysis behind `vram analyze` and `vram
+** doctor` (src/analyze/analyze.c; the rules in docs/ANALYZE.md).
+**
+** On the four real traces (directory in VRAM_TRACES, set by CTest; the
+** tests skip without it): leak_mlp is a leak whose rate is within 10% of
+** the true growth per step, computed here independently of the analysis
+** (the allocations never freed, by size, against the iters= of the
+** trace's metadata); the three others are not; the iterations of
+** resnet50_fp32 and gpt2_bf16_b16 (training steps) and gpt2m_generate
+** (requests) match their metadata within one; the peak is the loader's.
+** Synthetic traces written to /tmp cover iterations from marks, a final
+** OOM judged against a cap, the comparison of two runs, several devices,
+** a period found by the FFT path, JSON output and an empty trace.
+*/
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analyze/analyze.h"
+#include "trace/trace.h"
+
+#define MIB (1ULL << 20)
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                              */
+/* ------------------------------------------------------------------ */
+
+/* A synthetic trace being written: text in a temporary file. */
+struct synth {
+    char path[64];
+    FILE *f;
+    uint64_t t_us, next_id;
+};
+
+static void
+synth_open(struct synth *s, const char *meta, bool device_column)
+{
+    snprintf(s->path, sizeof s->path, "/tmp/vram_test_analyze_XXXXXX");
+    int fd = mkstemp(s->path);
+    assert_true(fd >= 0);
+    /* The synthetic trace, read back by trace_load and then removed. */
+    s->f = fdopen(fd, "w");
+    assert_non_null(s->f);
+    if (meta != NULL)
+        fprintf(s->f, "# %s\n", meta);
+    fprintf(s->f, "t_us,op,id,size,stream,%slabel\n", device_column ? "device," : "");
+    s->t_us = 1000000;
+    s->next_id = 0;
+}
+
+static void
+synth_line(struct synth *s, char op, uint64_t id, uint64_t size, int device,
+           const char *label, bool device_column)
+{
+    s->t_us += 10;
+    if (device_column)
+        fprintf(s->f, "%llu,%c,%llu,%llu,0,%d,%s\n", (unsigned long long)s->t_us, op,
+                (unsigned long long)id, (unsigned long long)size, device, label);
+    else
+        fprintf(s->f, "%llu,%c,%llu,%llu,0,%s\n", (unsigned long long)s->t_us, op,
+                (unsigned long long)id, (unsigned long long)size, label);
+}
+
+/* Allocate SIZE bytes (on device 0 of a trace without device column);
+** returns the id. */
+static uint64_t
+synth_alloc(struct synth *s, uint64_t size)
+{
+    uint64_t id = s->next_id++;
+    synth_line(s, 'a', id, size, 0, "", false);
+    return id;
+}
+
+static void
+synth_free(struct synth *s, uint64_t id, uint64_t size)
+{
+    synth_line(s, 'f', id, size, 0, "", false);
+}
+
+static void
+synth_mark(struct synth *s, const char *label)
+{
+    synth_line(s, 'm', 0, 0, 0, label, false);
+}
+
+static void
+synth_oom(struct synth *s, uint64_t size)
+{
+    synth_line(s, 'o', 0, size, 0, "", false);
+}
+
+/* Close, load and remove the file. */
+static struct trace *
+synth_load(struct synth *s)
+{
+    assert_int_equal(fclose(s->f), 0);
+    struct trace *t = NULL;
+    vram_status st = trace_load(s->path, &t);
+    if (st != VRAM_OK)
+        fail_msg("loading the synthetic trace: %s", vram_last_error());
+    unlink(s->path);
+    return t;
+}
+
+static struct an_result *
+analyze_or_fail(const struct trace *t, const struct an_options *o)
+{
+    struct an_result *r = NULL;
+    vram_status st = analyze_trace(t, o, &r);
+    if (st != VRAM_OK)
+        fail_msg("analyze_trace(%s): %s", t->path, vram_last_error());
+    assert_non_null(r);
+    return r;
+}
+
+/* The value of KEY=N in a trace's metadata; 0 if absent. */
+static uint64_t
+meta_number(const struct trace *t, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "%s=", key);
+    const char *p = strstr(t->meta, pat);
+    if (p == NULL || (p != t->meta && p[-1] != ' '))
+        return 0;
+    return strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* ------------------------------------------------------------------ */
+/* The real traces, loaded and analyzed once                            */
+/* ------------------------------------------------------------------ */
+
+enum { LEAK_MLP, RESNET50, GPT2_B16, GPT2M_GEN, N_REAL };
+
+static const char *const real_names[N_REAL] = {"leak_mlp", "resnet50_fp32",
+                                               "gpt2_bf16_b16", "gpt2m_generate"};
+
+static struct {
+    bool loaded;
+    struct trace *t[N_REAL];
+    struct an_result *r[N_REAL];
+} real;
+
+static int
+real_setup(void **state)
+{
+    (void)state;
+    const char *dir = getenv("VRAM_TRACES");
+    if (dir == NULL)
+        return 0;
+    for (int i = 0; i < N_REAL; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.trace.csv.gz", dir, real_names[i]);
+        if (trace_load(path, &real.t[i]) != VRAM_OK) {
+            fprintf(stderr, "%s\n", vram_last_error());
+            return -1;
+        }
+        if (analyze_trace(real.t[i], NULL, &real.r[i]) != VRAM_OK) {
+            fprintf(stderr, "%s: %s\n", path, vram_last_error());
+            return -1;
+        }
+    }
+    real.loaded = true;
+    return 0;
+}
+
+static int
+real_teardown(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N_REAL; i++) {
+        an_result_free(real.r[i]);
+        trace_free(real.t[i]);
+    }
+    return 0;
+}
+
+static void
+need_real(void)
+{
+    if (!real.loaded) {
+        fprintf(stderr, "VRAM_TRACES is not set: the real traces are skipped\n");
+        skip();
+    }
+}
+
+/*
+** The true growth per step of a leaking trace, independently of the
+** analysis: allocations never freed, grouped by size; a size that stays
+** alive at least once per step (count >= iters of the metadata) is the
+** leak, count x size / iters bytes per step. Weights and optimizer state
+** are never freed either, but there are fewer of each size than steps.
+*/
+static double
+true_growth_per_step(const struct trace *t)
+{
+    uint64_t iters = meta_number(t, "iters");
+    assert_true(iters > 0);
+    bool *alive = calloc(t->n_slots, sizeof *alive);
+    uint64_t *size = calloc(t->n_slots, sizeof *size);
+    assert_non_null(alive);
+    assert_non_null(size);
+    for (uint64_t i = 0; i < t->n_events; i++) {
+        const struct trace_event *ev = &t->events[i];
+        if (ev->op == TRACE_ALLOC) {
+            alive[ev->slot] = true;
+            size[ev->slot] = ev->size;
+        } else if (ev->op == TRACE_FREE) {
+            alive[ev->slot] = false;
+        }
+    }
+    double growth = 0.0;
+    for (uint32_t s = 0; s < t->n_slots; s++) {
+        if (!alive[s] || size[s] == 0)
+            continue;
+        uint64_t count = 0;
+        bool first = true;
+        for (uint32_t u = 0; u < t->n_slots; u++) {
+            if (alive[u] && size[u] == size[s]) {
+                count++;
+                if (u < s)
+                    first = false;
+            }
+        }
+        if (first && count >= iters)
+            growth += (double)count * (double)size[s] / (double)iters;
+    }
+    free(alive);
+    free(size);
+    return growth;
+}
+
+static void
+test_leak_mlp_is_a_leak_at_the_true_rate(void **state)
+{
+    (void)state;
+    need_real();
+    const struct an_result *r = real.r[LEAK_MLP];
+    double truth = true_growth_per_step(real.t[LEAK_MLP]);
+    assert_true(truth > 0);
+    print_message("leak_mlp: measured %.0f bytes/iteration, true %.0f bytes/step\n",
+                  r->leak_bytes_per_iter, truth);
+    assert_true(r->leak);
+    assert_true(fabs(r->leak_bytes_per_iter - truth) <= 0.10 * truth);
+    assert_true(r->leak_r2 > 0.8);
+    /* Suspects: the leaked tensors, each outliving its own step. */
+    assert_true(r->n_suspects > 0);
+    assert_int_equal(r->suspects[0].size, 4 * MIB);
+    for (size_t i = 0; i < r->n_suspects; i++) {
+        assert_true(r->suspects[i].born >= 1);
+        assert_true(r->suspects[i].born + 1 < r->n_iters);
+        if (i > 0)
+            assert_true(r->suspects[i].size <= r->suspects[i - 1].size);
+    }
+}
+
+static void
+test_no_leak_in_the_other_traces(void **state)
+{
+    (void)state;
+    need_real();
+    for (int i = RESNET50; i < N_REAL; i++) {
+        const struct an_result *r = real.r[i];
+        print_message("%s: slope %.0f bytes/iteration, R^2 %.2f\n", real_names[i],
+                      r->leak_bytes_per_iter, r->leak_r2);
+        if (r->leak)
+            fail_msg("%s: a leak of %.0f bytes per iteration was reported", real_names[i],
+                     r->leak_bytes_per_iter);
+        assert_int_equal(r->n_suspects, 0);
+    }
+}
+
+static void
+test_iterations_match_the_metadata(void **state)
+{
+    (void)state;
+    need_real();
+    for (int i = 0; i < N_REAL; i++) {
+        const struct an_result *r = real.r[i];
+        uint64_t want = meta_number(real.t[i], "iters");
+        print_message("%s: %zu iterations (metadata: %llu), period %llu, %s\n",
+                      real_names[i], r->n_iters, (unsigned long long)want,
+                      (unsigned long long)r->period_events,
+                      r->iters_from_floor ? "from the floor" : "from the period");
+        assert_false(r->iters_from_marks);
+        assert_true((uint64_t)r->n_iters + 1 >= want && (uint64_t)r->n_iters <= want + 1);
+        /* Iterations tile the events, in order. */
+        assert_int_equal(r->iters[0].first_event, 0);
+        assert_int_equal(r->iters[r->n_iters - 1].last_event, real.t[i]->n_events - 1);
+        for (size_t k = 1; k < r->n_iters; k++)
+            assert_int_equal(r->iters[k].first_event, r->iters[k - 1].last_event + 1);
+    }
+    assert_int_equal(real.r[RESNET50]->period_events, 1390);
+    assert_int_equal(real.r[GPT2_B16]->period_events, 2868);
+    assert_int_equal(real.r[LEAK_MLP]->period_events, 49);
+    /* Inference requests differ in length: cut at the floor, not a period. */
+    assert_true(real.r[GPT2M_GEN]->iters_from_floor);
+}
+
+static void
+test_peak_and_timeline(void **state)
+{
+    (void)state;
+    need_real();
+    for (int i = 0; i < N_REAL; i++) {
+        const struct an_result *r = real.r[i];
+        const struct trace *t = real.t[i];
+        assert_int_equal(r->peak_bytes, t->peak_live_bytes);
+        assert_true(r->peak_event < t->n_events);
+        assert_int_equal(r->peak_time_us, t->events[r->peak_event].t_us);
+        uint64_t classes = 0;
+        for (size_t k = 0; k < r->n_peak_classes; k++) {
+            classes += r->peak_classes[k].bytes;
+            if (k > 0)
+                assert_true(r->peak_classes[k].bytes <= r->peak_classes[k - 1].bytes);
+        }
+        assert_int_equal(classes, r->peak_bytes);
+        assert_true(r->n_points > 0 && r->n_points <= AN_MAX_POINTS);
+        uint64_t top = 0;
+        for (size_t k = 0; k < r->n_points; k++)
+            if (r->points[k].live > top)
+                top = r->points[k].live;
+        assert_int_equal(top, r->peak_bytes);
+        assert_true(r->peak_reserved >= r->peak_bytes);
+        assert_true(r->fragmentation >= 1.0 && r->fragmentation < 1.5);
+        assert_int_equal(r->replay_ooms, 0);
+        assert_false(r->ends_in_oom);
+        assert_int_equal(r->n_devices, 1);
+        assert_int_equal(r->device_peaks[0], r->peak_bytes);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Synthetic traces                                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+** A training loop with marks "forward" and "backward" each step: four
+** 4 MiB activations made in forward and freed in backward, and one 2 MiB
+** tensor per step that is never freed (the leak).
+*/
+static struct trace *
+marked_loop(int steps, uint64_t act_size, bool leak)
+{
+    struct synth s;
+    synth_open(&s, "workload=synthetic", false);
+    synth_alloc(&s, 8 * MIB); /* weights */
+    for (int step = 0; step < steps; step++) {
+        uint64_t acts[4];
+        synth_mark(&s, "forward");
+        for (int k = 0; k < 4; k++)
+            acts[k] = synth_alloc(&s, act_size);
+        synth_mark(&s, "backward");
+        for (int k = 0; k < 4; k++)
+            synth_free(&s, acts[k], act_size);
+        uint64_t out = synth_alloc(&s, 2 * MIB);
+        if (!leak)
+            synth_free(&s, out, 2 * MIB);
+    }
+    return synth_load(&s);
+}
+
+static void
+test_marks_drive_iterations(void **state)
+{
+    (void)state;
+    struct trace *t = marked_loop(6, 4 * MIB, true);
+    struct an_result *r = analyze_or_fail(t, NULL);
+    assert_int_equal(t->n_marks, 12);
+    assert_true(r->iters_from_marks);
+    /* "forward" comes back every step: it alone starts iterations. */
+    assert_int_equal(r->n_iters, 6);
+    for (size_t k = 0; k < r->n_iters; k++)
+        assert_string_equal(t->labels[r->iters[k].label], "forward");
+    /* Phases: before the first mark, then one per mark. */
+    assert_int_equal(r->n_phases, 13);
+    assert_int_equal(r->phases[0].label, -1);
+    assert_int_equal(r->phases[0].peak_live, 8 * MIB);
+    /* The leak: 2 MiB a step, exactly. */
+    assert_true(r->leak);
+    assert_true(fabs(r->leak_bytes_per_iter - 2.0 * MIB) < 1.0);
+    assert_int_equal(r->n_suspects, 4); /* born in steps 2..5 */
+    assert_int_equal(r->suspect_bytes, 8 * MIB);
+    /* At the peak: the weights (before the marks), activations (forward),
+     * leaked tensors (made during backward). */
+    assert_int_equal(r->n_peak_origins, 3);
+    assert_string_equal(t->labels[r->peak_origins[0].label], "forward");
+    assert_int_equal(r->peak_origins[0].bytes, 16 * MIB);
+    an_result_free(r);
+    trace_free(t);
+
+    /* Distinct labels: every mark starts an iteration. */
+    struct synth s;
+    synth_open(&s, NULL, false);
+    for (int step = 1; step <= 5; step++) {
+        char label[32];
+        snprintf(label, sizeof label, "step %d", step);
+        synth_mark(&s, label);
+        uint64_t a = synth_alloc(&s, MIB);
+        synth_free(&s, a, MIB);
+    }
+    t = synth_load(&s);
+    r = analyze_or_fail(t, NULL);
+    assert_true(r->iters_from_marks);
+    assert_int_equal(r->n_iters, 5);
+    assert_string_equal(t->labels[r->iters[4].label], "step 5");
+    assert_false(r->leak);
+    an_result_free(r);
+    trace_free(t);
+}
+
+static void
+test_no_leak_without_growth(void **state)
+{
+    (void)state;
+    struct trace *t = marked_loop(8, 4 * MIB, false);
+    struct an_result *r = analyze_or_fail(t, NULL);
+    assert_int_equal(r->n_iters, 8);
+    assert_false(r->leak);
+    assert_true(fabs(r->leak_bytes_per_iter) < 1.0);
+    assert_int_equal(r->n_suspects, 0);
+    an_result_free(r);
+    trace_free(t);
+}
+
+/* A trace that ends in an OOM: 40 MiB live, then 30 MiB refused. */
+static struct trace *
+oom_trace(const char *meta)
+{
+    struct synth s;
+    synth_open(&s, meta, false);
+    synth_alloc(&s, 32 * MIB);
+    uint64_t tmp = synth_alloc(&s, 16 * MIB);
+    synth_alloc(&s, 8 * MIB);
+    synth_free(&s, tmp, 16 * MIB);
+    synth_oom(&s, 30 * MIB);
+    synth_free(&s, 0, 32 * MIB); /* frees after it do not matter */
+    return synth_load(&s);
+}
+
+static void
+test_oom_ending(void **state)
+{
+    (void)state;
+    struct trace *t = oom_trace(NULL);
+    struct an_options o = {.strategy = VRAM_STRATEGY_GROWTH, .limit = 64 * MIB};
+
+    /* Under a 64 MiB cap: 40 + 30 > 64, the job is too big. */
+    struct an_result *r = analyze_or_fail(t, &o);
+    assert_true(r->ends_in_oom);
+    assert_int_equal(r->oom_request, 30 * MIB);
+    assert_int_equal(r->oom_live, 40 * MIB);
+    assert_int_equal(r->oom_event, 4);
+    assert_int_equal(r->oom_cap, 64 * MIB);
+    assert_int_equal(r->oom_cause, AN_OOM_OVER_CAP);
+    assert_int_equal(r->n_oom_largest, 2);
+    assert_int_equal(r->oom_largest[0].size, 32 * MIB);
+    assert_int_equal(r->oom_largest[1].size, 8 * MIB);
+    assert_int_equal(r->n_oom_classes, 2);
+    assert_int_equal(r->oom_classes[0].bytes, 32 * MIB);
+    an_result_free(r);
+
+    /* Under 80 MiB it would have fit: the memory was in pieces. */
+    o.limit = 80 * MIB;
+    r = analyze_or_fail(t, &o);
+    assert_int_equal(r->oom_cause, AN_OOM_UNDER_CAP);
+    an_result_free(r);
+
+    /* No cap known: judged against what the replay reserved (56 MiB at
+     * the peak, rounded up by growth): 70 MiB is more. */
+    r = analyze_or_fail(t, NULL);
+    assert_int_equal(r->oom_cap, 0);
+    assert_int_equal(r->oom_cause, AN_OOM_NEW_HIGH);
+    an_result_free(r);
+    trace_free(t);
+
+    /* The cap from the metadata. */
+    t = oom_trace("workload=x limit=100M");
+    r = analyze_or_fail(t, NULL);
+    assert_int_equal(r->oom_cap, 100 * MIB);
+    assert_int_equal(r->oom_cause, AN_OOM_UNDER_CAP);
+    an_result_free(r);
+    trace_free(t);
+
+    /* An OOM followed by a successful allocation is not the ending. */
+    struct synth s;
+    synth_open(&s, NULL, false);
+    synth_alloc(&s, MIB);
+    synth_oom(&s, 1ULL << 40);
+    synth_alloc(&s, MIB);
+    t = synth_load(&s);
+    r = analyze_or_fail(t, NULL);
+    assert_false(r->ends_in_oom);
+    assert_int_equal(r->oom_cause, AN_OOM_NONE);
+    an_result_free(r);
+    trace_free(t);
+}
+
+static void
+test_compare(void **state)
+{
+    (void)state;
+    struct trace *ta = marked_loop(4, 4 * MIB, false); /* "fp32" */
+    struct trace *tb = marked_loop(4, 2 * MIB, false); /* "mixed precision" */
+    struct an_result *a = analyze_or_fail(ta, NULL), *b = analyze_or_fail(tb, NULL);
+    struct an_compare *c = NULL;
+    assert_int_equal(an_compare(a, b, &c), VRAM_OK);
+    assert_int_equal(a->peak_bytes, 8 * MIB + 16 * MIB);
+    assert_int_equal(b->peak_bytes, 8 * MIB + 8 * MIB);
+    /* Phases matched by label: before the marks, forward, backward. */
+    assert_int_equal(c->n_phases, 3);
+    bool seen_forward = false;
+    for (size_t i = 0; i < c->n_phases; i++) {
+        assert_true(c->phases[i].in_a && c->phases[i].in_b);
+        if (c->phases[i].label != NULL && strcmp(c->phases[i].label, "forward") == 0) {
+            seen_forward = true;
+            assert_int_equal(c->phases[i].a, 24 * MIB);
+            assert_int_equal(c->phases[i].b, 16 * MIB);
+        }
+    }
+    assert_true(seen_forward);
+    /* Size classes at the peak: 4 MiB ones only in A, 2 MiB ones only in B. */
+    bool four = false, two = false;
+    for (size_t i = 0; i < c->n_classes; i++) {
+        const struct an_cmp_row *row = &c->classes[i];
+        if (row->lo == 4 * MIB) {
+            four = true;
+            assert_true(row->in_a && !row->in_b);
+            assert_int_equal(row->a, 16 * MIB);
+        }
+        if (row->lo == 2 * MIB) {
+            two = true;
+            assert_true(!row->in_a && row->in_b);
+            assert_int_equal(row->b, 8 * MIB);
+        }
+        if (i > 0)
+            assert_true(row->lo < c->classes[i - 1].lo);
+    }
+    assert_true(four && two);
+
+    /* JSON of the comparison parses and carries the deltas. */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(an_print_compare_json(f, c), VRAM_OK);
+    rewind(f);
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    struct json_object *o = json_tokener_parse(buf);
+    assert_non_null(o);
+    struct json_object *delta, *peak, *d;
+    assert_true(json_object_object_get_ex(o, "delta", &delta));
+    assert_true(json_object_object_get_ex(delta, "peak_bytes", &peak));
+    assert_true(json_object_object_get_ex(peak, "delta", &d));
+    assert_int_equal(json_object_get_int64(d), -(int64_t)(8 * MIB));
+    json_object_put(o);
+
+    an_compare_free(c);
+    an_result_free(a);
+    an_result_free(b);
+    trace_free(ta);
+    trace_free(tb);
+}
+
+/*
+** No marks, more events than the exact search takes (the FFT path): 30
+** steps of 240 events with a longer first step, one-off sizes mixed in.
+*/
+static void
+test_period_without_marks(void **state)
+{
+    (void)state;
+    struct synth s;
+    synth_open(&s, NULL, false);
+    synth_alloc(&s, 100 * MIB); /* weights */
+    uint64_t sizes[40];
+    for (int k = 0; k < 40; k++)
+        sizes[k] = (uint64_t)(k * 37 % 23 + 1) * 512 * 1024;
+    for (int step = 0; step < 30; step++) {
+        uint64_t ids[40];
+        int extra = step == 0 ? 25 : 0; /* warm-up: workspaces */
+        for (int k = 0; k < extra; k++) {
+            uint64_t id = synth_alloc(&s, (uint64_t)(k + 1) * 4096);
+            synth_free(&s, id, (uint64_t)(k + 1) * 4096);
+        }
+        for (int k = 0; k < 40; k++)
+            ids[k] = synth_alloc(&s, sizes[k]);
+        for (int k = 39; k >= 0; k--)
+            synth_free(&s, ids[k], sizes[k]);
+        for (int k = 0; k < 80; k++) {
+            uint64_t id = synth_alloc(&s, sizes[k % 40] / 2);
+            synth_free(&s, id, sizes[k % 40] / 2);
+        }
+    }
+    struct trace *t = synth_load(&s);
+    assert_true(t->n_events > 4096);
+    struct an_result *r = analyze_or_fail(t, NULL);
+    assert_int_equal(r->period_events, 240);
+    assert_true(r->period_match > 0.9);
+    assert_true(r->n_iters >= 29 && r->n_iters <= 31);
+    assert_false(r->leak);
+    an_result_free(r);
+    trace_free(t);
+}
+
+static void
+test_devices(void **state)
+{
+    (void)state;
+    struct synth s;
+    synth_open(&s, NULL, true);
+    synth_line(&s, 'a', 0, 10 * MIB, 0, "", true);
+    synth_line(&s, 'a', 1, 4 * MIB, 1, "", true);
+    synth_line(&s, 'f', 0, 10 * MIB, 0, "", true);
+    synth_line(&s, 'a', 2, 6 * MIB, 0, "", true);
+    struct trace *t = synth_load(&s);
+    struct an_result *r = analyze_or_fail(t, NULL);
+    assert_int_equal(r->n_devices, 2);
+    assert_int_equal(r->device_peaks[0], 10 * MIB);
+    assert_int_equal(r->device_peaks[1], 4 * MIB);
+    assert_int_equal(r->peak_bytes, 14 * MIB);
+    assert_true(r->peak_reserved >= 14 * MIB);
+    an_result_free(r);
+    trace_free(t);
+
+    /* An OOM on device 1 is judged by what device 1 held. */
+    synth_open(&s, NULL, true);
+    synth_line(&s, 'a', 0, 50 * MIB, 0, "", true);
+    synth_line(&s, 'a', 1, 4 * MIB, 1, "", true);
+    synth_line(&s, 'o', 0, 8 * MIB, 1, "", true);
+    t = synth_load(&s);
+    struct an_options o = {.strategy = VRAM_STRATEGY_GROWTH, .limit = 16 * MIB};
+    r = analyze_or_fail(t, &o);
+    assert_true(r->ends_in_oom);
+    assert_int_equal(r->oom_device, 1);
+    assert_int_equal(r->oom_live, 4 * MIB);
+    assert_int_equal(r->oom_cause, AN_OOM_UNDER_CAP);
+    assert_int_equal(r->n_oom_largest, 1);
+    assert_int_equal(r->oom_largest[0].size, 4 * MIB);
+    an_result_free(r);
+    trace_free(t);
+}
+
+static void
+test_json_keys(void **state)
+{
+    (void)state;
+    struct trace *t = marked_loop(5, 4 * MIB, true);
+    struct an_result *r = analyze_or_fail(t, NULL);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(an_print_json(f, r), VRAM_OK);
+    rewind(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    assert_non_null(strchr(buf, '\n'));
+    struct json_object *o = json_tokener_parse(buf), *v;
+    assert_non_null(o);
+    assert_true(json_object_object_get_ex(o, "peak_bytes", &v));
+    assert_int_equal(json_object_get_uint64(v), r->peak_bytes);
+    assert_true(json_object_object_get_ex(o, "peak_time_us", &v));
+    assert_int_equal(json_object_get_uint64(v), r->peak_time_us);
+    assert_true(json_object_object_get_ex(o, "iterations", &v));
+    assert_int_equal(json_object_get_int64(v), 5);
+    assert_true(json_object_object_get_ex(o, "leak", &v));
+    assert_true(json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v));
+    assert_true(json_object_object_get_ex(o, "leak_bytes_per_iteration", &v));
+    assert_int_equal(json_object_get_int64(v), (int64_t)(2 * MIB));
+    assert_true(json_object_object_get_ex(o, "phases", &v));
+    assert_true(json_object_get_array(v) != NULL);
+    json_object_put(o);
+    an_result_free(r);
+    trace_free(t);
+}
+
+static void
+test_empty_trace(void **state)
+{
+    (void)state;
+    struct synth s;
+    synth_open(&s, NULL, false);
+    struct trace *t = synth_load(&s);
+    struct an_result *r = analyze_or_fail(t, NULL);
+    assert_int_equal(r->peak_bytes, 0);
+    assert_int_equal(r->n_iters, 0);
+    assert_false(r->leak);
+    assert_false(r->ends_in_oom);
+    FILE *f = tmpfile();
+    an_print_text(f, r);
+    assert_int_equal(an_print_json(f, r), VRAM_OK);
+    fclose(f);
+    an_result_free(r);
+    trace_free(t);
+    an_result_free(NULL);
+    an_compare_free(NULL);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest real_tests[] = {
+        cmocka_unit_test(test_leak_mlp_is_a_leak_at_the_true_rate),
+        cmocka_unit_test(test_no_leak_in_the_other_traces),
+        cmocka_unit_test(test_iterations_match_the_metadata),
+        cmocka_unit_test(test_peak_and_timeline),
+    };
+    const struct CMUnitTest synthetic_tests[] = {
+        cmocka_unit_test(test_marks_drive_iterations),
+        cmocka_unit_test(test_no_leak_without_growth),
+        cmocka_unit_test(test_oom_ending),
+        cmocka_unit_test(test_compare),
+        cmocka_unit_test(test_period_without_marks),
+        cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_json_keys),
+        cmocka_unit_test(test_empty_trace),
+    };
+    int failed =
+        cmocka_run_group_tests_name("real traces", real_tests, real_setup, real_teardown);
+    failed +=
+        cmocka_run_group_tests_name("synthetic traces", synthetic_tests, NULL, NULL);
+    return failed;
+}

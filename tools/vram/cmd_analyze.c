@@ -1,0 +1,317 @@
+/*
+** cmd_analyze.c -- `vram analyze`: what a trace says about a program's
+** memory (its peak and what was live then, its iterations, a leak verdict,
+** fragmentation under a strategy, the story of a final OOM) as text,
+** JSON or an HTML page; and `vram analyze --compare A B`, the difference
+** of two runs (a change such as mixed precision or a smaller batch).
+**
+** The analysis itself is src/analyze/analyze.c; docs/ANALYZE.md explains
+** how to read the report. Also here: the loading and analyzing helpers
+** `vram doctor` shares (cmd.h).
+*/
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze/analyze.h"
+#include "cliopt.h"
+#include "cmd.h"
+#include "trace/trace.h"
+#include "util/size.h"
+#include "vram.h"
+
+enum opt_id {
+    OPT_STRATEGY,
+    OPT_LIMIT,
+    OPT_DEVICE_MEMORY,
+    OPT_JSON,
+    OPT_HTML,
+    OPT_COMPARE,
+    OPT_HELP
+};
+
+static const struct cli_opt opt_table[] = {
+    {OPT_STRATEGY, "strategy", "NAME",
+     "replay under this strategy for reserved bytes and fragmentation (default: growth)"},
+    {OPT_LIMIT, "limit", "SIZE",
+     "cap of the replay, and the cap a final OOM is judged against (default: none; "
+     "the trace's limit= metadata if it has one)"},
+    {OPT_DEVICE_MEMORY, "device-memory", "SIZE",
+     "memory of the simulated device (default: an H200's 143771 MiB)"},
+    {OPT_JSON, "json", NULL, "print one JSON object (sizes in integer bytes)"},
+    {OPT_HTML, "html", "FILE",
+     "also write a self-contained HTML report to FILE ('-': to standard output, "
+     "instead of the text)"},
+    {OPT_COMPARE, "compare", NULL,
+     "compare two traces A B: peak, per-phase peaks, live set at the peak"},
+    {OPT_HELP, "help", NULL, "print this help"},
+};
+
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+static void
+analyze_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: vram analyze [OPTIONS] TRACE\n"
+            "       vram analyze --compare [OPTIONS] A B\n\n"
+            "Analyze an allocation trace: the peak and what was live then, the\n"
+            "iterations (from marks, else detected from the repeating events), a leak\n"
+            "verdict (the least live bytes of each iteration rising steadily), the\n"
+            "fragmentation of a replay under a strategy, and why a final OOM happened.\n"
+            "With --compare, the difference of two runs. See docs/ANALYZE.md.\n\n"
+            "Options:\n");
+    cliopt_help(out, opt_table, N_OPTS);
+    fprintf(out, "\nSizes accept 1073741824, 512M, 6G, 6GiB, 6GB (all 1024-based).\n"
+                 "Exit status: 0 ok, 1 failure, 2 bad usage or a malformed trace.\n");
+}
+
+/* ------------------------------------------------------------------ */
+/* Shared with `vram doctor` (cmd.h)                                    */
+/* ------------------------------------------------------------------ */
+
+int
+cli_load_trace(const char *path, struct trace **out)
+{
+    vram_status s = trace_load(path, out);
+    if (s == VRAM_OK)
+        return 0;
+    /* "FILE:LINE: reason" for malformed input; names the file otherwise. */
+    const char *why = vram_last_error();
+    if (why[0] != '\0')
+        cli_error("%s", why);
+    else
+        cli_error("%s: %s", path, vram_strerror(s));
+    return s == VRAM_E_PARSE || s == VRAM_E_IO ? 2 : 1;
+}
+
+int
+cli_analyze(const struct trace *t, const struct an_options *o, struct an_result **out)
+{
+    vram_status s = analyze_trace(t, o, out);
+    if (s == VRAM_OK)
+        return 0;
+    const char *why = vram_last_error();
+    cli_error("%s: %s", t->path, why[0] != '\0' ? why : vram_strerror(s));
+    return s == VRAM_E_INVALID || s == VRAM_E_CONFIG ? 2 : 1;
+}
+
+bool
+cli_parse_strategy(const char *text, vram_strategy *out)
+{
+    if (vram_strategy_parse(text, out) == VRAM_OK)
+        return true;
+    cli_error("--strategy '%s': unknown strategy (expected preallocate, growth, "
+              "growth:tf-compat or expandable)",
+              text);
+    return false;
+}
+
+bool
+cli_parse_size(const char *name, const char *text, uint64_t *out)
+{
+    uint64_t v;
+    if (size_parse(text, &v) != VRAM_OK) {
+        const char *why = vram_last_error();
+        cli_error("--%s: %s", name, why[0] != '\0' ? why : "malformed size");
+        return false;
+    }
+    if (v == 0) {
+        cli_error("--%s '%s': must be more than 0 bytes", name, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* The command                                                          */
+/* ------------------------------------------------------------------ */
+
+struct analyze_settings {
+    struct an_options opts;
+    bool json, compare;
+    const char *html; /* NULL: no report */
+    const char *paths[2];
+    int n_paths;
+};
+
+/* Parse ARGV into SET. Returns -1 to go on, else the exit code. */
+static int
+parse_args(int argc, char **argv, struct analyze_settings *set)
+{
+    struct cliopt_iter it;
+    const struct cli_opt *o = NULL;
+    const char *value = NULL;
+    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    for (;;) {
+        enum cliopt_kind k = cliopt_next(&it, &o, &value);
+        if (k == CLIOPT_END)
+            break;
+        if (k == CLIOPT_HELP) {
+            analyze_usage(stdout);
+            return 0;
+        }
+        if (k == CLIOPT_ERROR) {
+            cli_error("analyze: %s (try 'vram analyze --help')", it.error);
+            return 2;
+        }
+        if (k == CLIOPT_OPERAND) {
+            if (set->n_paths == 2) {
+                cli_error("analyze: too many traces (one, or two with --compare)");
+                return 2;
+            }
+            set->paths[set->n_paths++] = value;
+            continue;
+        }
+        switch (o->id) {
+        case OPT_STRATEGY:
+            if (!cli_parse_strategy(value, &set->opts.strategy))
+                return 2;
+            break;
+        case OPT_LIMIT:
+            if (!cli_parse_size(o->name, value, &set->opts.limit))
+                return 2;
+            break;
+        case OPT_DEVICE_MEMORY:
+            if (!cli_parse_size(o->name, value, &set->opts.device_memory))
+                return 2;
+            break;
+        case OPT_JSON:
+            set->json = true;
+            break;
+        case OPT_HTML:
+            set->html = value;
+            break;
+        case OPT_COMPARE:
+            set->compare = true;
+            break;
+        case OPT_HELP:
+            analyze_usage(stdout);
+            return 0;
+        }
+    }
+    if (set->compare && set->n_paths != 2) {
+        cli_error(
+            "analyze: --compare needs two traces (usage: vram analyze --compare A B)");
+        return 2;
+    }
+    if (!set->compare && set->n_paths != 1) {
+        cli_error(set->n_paths == 0
+                      ? "analyze: no trace given (usage: vram analyze [OPTIONS] TRACE)"
+                      : "analyze: two traces given: add --compare to compare them");
+        return 2;
+    }
+    if (set->compare && set->html != NULL) {
+        cli_error("analyze: --html describes one trace, not a comparison");
+        return 2;
+    }
+    if (set->html != NULL && strcmp(set->html, "-") == 0 && set->json) {
+        cli_error("analyze: --json and --html - both want standard output");
+        return 2;
+    }
+    return -1;
+}
+
+/* Write the HTML report of R to PATH ("-": standard output). */
+static int
+write_html(const char *path, const struct an_result *r)
+{
+    bool to_stdout = strcmp(path, "-") == 0;
+    /* The report, created or truncated; written in full or reported. */
+    FILE *f = to_stdout ? stdout : fopen(path, "w");
+    if (f == NULL) {
+        cli_error("%s: %s", path, strerror(errno));
+        return 1;
+    }
+    vram_status s = an_write_html(f, r);
+    if (!to_stdout && fclose(f) != 0 && s == VRAM_OK)
+        s = VRAM_E_IO;
+    if (s != VRAM_OK) {
+        cli_error("%s: writing the HTML report failed", path);
+        return 1;
+    }
+    return 0;
+}
+
+static int
+finish_stdout(int rc)
+{
+    if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+        cli_error("writing the report: %s", strerror(errno));
+        return 1;
+    }
+    return rc;
+}
+
+static int
+run_compare(const struct analyze_settings *set)
+{
+    struct trace *t[2] = {NULL, NULL};
+    struct an_result *r[2] = {NULL, NULL};
+    struct an_compare *c = NULL;
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = cli_load_trace(set->paths[i], &t[i]);
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = cli_analyze(t[i], &set->opts, &r[i]);
+    if (rc == 0 && an_compare(r[0], r[1], &c) != VRAM_OK) {
+        cli_error("analyze: %s", vram_last_error());
+        rc = 1;
+    }
+    if (rc == 0) {
+        if (set->json) {
+            if (an_print_compare_json(stdout, c) != VRAM_OK) {
+                cli_error("writing the report: %s", vram_last_error());
+                rc = 1;
+            }
+        } else {
+            an_print_compare_text(stdout, c);
+        }
+        rc = finish_stdout(rc);
+    }
+    an_compare_free(c);
+    for (int i = 0; i < 2; i++) {
+        an_result_free(r[i]);
+        trace_free(t[i]);
+    }
+    return rc;
+}
+
+int
+cmd_analyze(int argc, char **argv)
+{
+    struct analyze_settings set;
+    memset(&set, 0, sizeof set);
+    set.opts.strategy = VRAM_STRATEGY_GROWTH;
+    int rc = parse_args(argc, argv, &set);
+    if (rc >= 0)
+        return rc;
+    if (set.compare)
+        return run_compare(&set);
+
+    struct trace *t = NULL;
+    struct an_result *r = NULL;
+    rc = cli_load_trace(set.paths[0], &t);
+    if (rc == 0)
+        rc = cli_analyze(t, &set.opts, &r);
+    if (rc == 0 && set.html != NULL)
+        rc = write_html(set.html, r);
+    if (rc == 0 && (set.html == NULL || strcmp(set.html, "-") != 0)) {
+        if (set.json) {
+            if (an_print_json(stdout, r) != VRAM_OK) {
+                cli_error("writing the report: %s", vram_last_error());
+                rc = 1;
+            }
+        } else {
+            an_print_text(stdout, r);
+        }
+    }
+    rc = finish_stdout(rc);
+    an_result_free(r);
+    trace_free(t);
+    return rc;
+}
