@@ -1108,7 +1108,7 @@ ptr_free(enum hook_id id, vcu_deviceptr dptr, vcu_stream stream)
     if (m == PRELOAD_DISABLED || fp == NULL)
         return VCU_ERROR_NOT_INITIALIZED;
     bool count = m == PRELOAD_ACTIVE && hook_depth == 0;
-    struct track e;
+    struct track e = {0}; /* gcc 13 cannot see that it is written before use */
     bool known = count && track_take(TRACK_PTR, dptr, &e);
     hook_depth++;
     vcu_result r;
@@ -1209,7 +1209,7 @@ cuMemRelease(vcu_mem_handle handle)
         break;
     }
     hook_depth++;
-    struct track e;
+    struct track e = {0}; /* gcc 13 cannot see that it is written before use */
     bool last = false, known = false;
     table_lock();
     struct track *t = table_find_locked(&P.table, TRACK_HANDLE, handle);
@@ -1407,7 +1407,7 @@ cuArrayDestroy(vcu_array array)
         break;
     }
     hook_depth++;
-    struct track e;
+    struct track e = {0}; /* gcc 13 cannot see that it is written before use */
     bool known = track_take(TRACK_ARRAY, (uint64_t)(uintptr_t)array, &e);
     r = real(array);
     if (known) {
