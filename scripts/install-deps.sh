@@ -7,8 +7,16 @@ set -eu
 # chromium and fonts-dejavu-core: the HTML report's test (tests/cli/test_html.sh)
 # renders it headless and checks the screenshot; python3 reads the page and
 # the PNG there. Chromium is large: the first install takes a while.
+# munge, slurmctld, slurmd, slurm-client, libslurm-dev: the SPANK plug-in
+# (slurm/spank_vram.c needs slurm/spank.h) and its test on a single-node
+# cluster (tests/slurm/run_slurm_test.sh).
+# libncurses-dev, libmicrohttpd-dev: `vram top` and `vram exporter`; tmux,
+# curl, prometheus (with promtool): their tests (tests/cli/test_top.sh,
+# test_exporter.sh), which drive top in tmux and let a real Prometheus scrape.
 PKGS="build-essential cmake pkg-config zlib1g-dev libcmocka-dev libjson-c-dev
-      chromium fonts-dejavu-core python3"
+      chromium fonts-dejavu-core python3
+      munge slurmctld slurmd slurm-client libslurm-dev
+      libncurses-dev libmicrohttpd-dev tmux curl prometheus"
 
 missing=""
 for p in $PKGS; do

@@ -17,6 +17,10 @@ int cmd_devices(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
+int cmd_top(int argc, char **argv);
+int cmd_exporter(int argc, char **argv);
 
 /* Print "vram: " + the formatted message + newline to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -27,6 +27,10 @@ static const struct command commands[] = {
      "peak, iterations, leak verdict, fragmentation and OOM story of a trace"},
     {"doctor", cmd_doctor,
      "check the environment, the GPUs or a trace for the usual memory problems"},
+    {"plan", cmd_plan, "predict a training job's peak GPU memory before it runs"},
+    {"stat", cmd_stat, "GPU memory per device, group and process, once (--json, --config)"},
+    {"top", cmd_top, "GPU memory per device, group and process, live in the terminal"},
+    {"exporter", cmd_exporter, "serve the monitoring metrics to Prometheus at /metrics"},
 };
 
 void

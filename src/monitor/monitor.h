@@ -1,0 +1,94 @@
+/*
+** monitor.h -- the collector behind `vram stat`, `vram top` and
+** `vram exporter`: one sample of every group ledger of the calling user
+** (src/preload/ledger.h) plus, where libnvidia-ml.so.1 can be loaded,
+** each GPU's total and used memory and the processes NVML sees that run
+** outside vram. Between samples it keeps a short history per process, from
+** which the trend (least squares, bytes per minute) and top's graph come.
+**
+** Scope: ledger_list and ledger_attach_existing only see the calling
+** user's ledgers (files owned by the effective uid), so even root sees
+** only root's groups; other users' jobs appear only through NVML.
+**
+** Not thread-safe: one thread samples and reads a monitor at a time (the
+** exporter holds its own lock). Nothing here prints or exits.
+*/
+#ifndef VRAM_MONITOR_MONITOR_H
+#define VRAM_MONITOR_MONITOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "monitor/metrics.h"
+#include "preload/ledger.h"
+#include "vram.h"
+
+#define MON_MAX_DEVICES 64
+#define MON_MAX_GROUPS 64
+#define MON_MAX_PROCS 2048
+#define MON_HISTORY 32 /* samples kept per process */
+
+/* One GPU (scope DEVICE). */
+struct mon_device {
+    char uuid[LEDGER_UUID_LEN];
+    uint64_t total_bytes; /* NVML total, bytes; 0 without NVML */
+    uint64_t used_bytes;  /* NVML used, bytes; else the ledgers' sum */
+    bool from_nvml;       /* NVML reported this device */
+};
+
+/* One group on one GPU (scope GROUP). */
+struct mon_group {
+    char group[LEDGER_GROUP_LEN];
+    char uuid[LEDGER_UUID_LEN];
+    uint64_t quota_bytes; /* bytes; 0 = no quota */
+    uint64_t used_bytes;  /* bytes */
+    uint64_t refusals;    /* count, ever */
+};
+
+/* One process on one GPU (scope PROCESS). */
+struct mon_proc {
+    char group[LEDGER_GROUP_LEN]; /* "" = seen by NVML only, not under vram */
+    char uuid[LEDGER_UUID_LEN];
+    pid_t pid;
+    uid_t uid;
+    char comm[LEDGER_COMM_LEN];
+    uint64_t used_bytes;  /* bytes */
+    uint64_t peak_bytes;  /* bytes */
+    uint64_t quota_bytes; /* the group's quota on this GPU, bytes; 0 = none */
+    double trend_bytes_per_minute; /* slope of used over the history; 0 with < 3 samples */
+    int n_history;                 /* valid entries of history, oldest first */
+    uint64_t history[MON_HISTORY]; /* used_bytes at the last samples, bytes */
+};
+
+/* One sample. Plain data. */
+struct mon_view {
+    double time_s; /* CLOCK_MONOTONIC seconds of the sample */
+    bool nvml;     /* NVML was loaded and answered */
+    int n_devices;
+    struct mon_device devices[MON_MAX_DEVICES];
+    int n_groups;
+    struct mon_group groups[MON_MAX_GROUPS * LEDGER_MAX_DEVICES];
+    int n_procs;
+    struct mon_proc procs[MON_MAX_PROCS];
+};
+
+struct monitor;
+
+/* A collector. USE_NVML: try to dlopen libnvidia-ml.so.1 (its absence is
+** not an error). VRAM_E_HOST_MEMORY if out of memory. */
+vram_status monitor_open(bool use_nvml, struct monitor **out);
+
+/* Free M. NULL does nothing. */
+void monitor_close(struct monitor *m);
+
+/* Take a sample: *VIEW then points to it (owned by M, valid until the next
+** monitor_sample or monitor_close). VRAM_E_IO when /dev/shm cannot be
+** listed; a ledger that vanishes meanwhile is skipped. */
+vram_status monitor_sample(struct monitor *m, const struct mon_view **view);
+
+/* The value of metric ID in ROW (a mon_device, mon_group or mon_proc as
+** the metric's scope says). */
+double metric_value(enum metric_id id, const void *row);
+
+#endif

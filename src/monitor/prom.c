@@ -1,0 +1,75 @@
+/*
+** prom.c -- one sample as Prometheus text exposition (format 0.0.4), for
+** `vram exporter` and `vram stat --prometheus`. Every family, its HELP and
+** TYPE come from VRAM_METRICS_LIST; labels are escaped as the format says.
+*/
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "monitor/monitor.h"
+#include "monitor/prom.h"
+
+/* Write TEXT as a label value: backslash, double quote and newline escaped. */
+static void
+put_label(FILE *out, const char *text)
+{
+    for (const char *c = text; *c != '\0'; c++) {
+        if (*c == '\\' || *c == '"') {
+            fputc('\\', out);
+            fputc(*c, out);
+        } else if (*c == '\n')
+            fputs("\\n", out);
+        else
+            fputc(*c, out);
+    }
+}
+
+static void
+put_value(FILE *out, double v)
+{
+    fprintf(out, " %.17g\n", v);
+}
+
+void
+prom_write(FILE *out, const struct mon_view *v)
+{
+    for (int id = 0; id < METRIC_COUNT; id++) {
+        const struct metric_def *d = &metric_defs[id];
+        fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name,
+                metric_type_name(d->type));
+        switch (d->scope) {
+        case METRIC_DEVICE:
+            for (int i = 0; i < v->n_devices; i++) {
+                fprintf(out, "%s{uuid=\"", d->name);
+                put_label(out, v->devices[i].uuid);
+                fputs("\"}", out);
+                put_value(out, metric_value((enum metric_id)id, &v->devices[i]));
+            }
+            break;
+        case METRIC_GROUP:
+            for (int i = 0; i < v->n_groups; i++) {
+                fprintf(out, "%s{group=\"", d->name);
+                put_label(out, v->groups[i].group);
+                fputs("\",uuid=\"", out);
+                put_label(out, v->groups[i].uuid);
+                fputs("\"}", out);
+                put_value(out, metric_value((enum metric_id)id, &v->groups[i]));
+            }
+            break;
+        case METRIC_PROCESS:
+            for (int i = 0; i < v->n_procs; i++) {
+                const struct mon_proc *p = &v->procs[i];
+                fprintf(out, "%s{group=\"", d->name);
+                put_label(out, p->group);
+                fputs("\",uuid=\"", out);
+                put_label(out, p->uuid);
+                fprintf(out, "\",pid=\"%ld\",uid=\"%ld\",comm=\"", (long)p->pid,
+                        p->uid == (uid_t)-1 ? -1L : (long)p->uid);
+                put_label(out, p->comm);
+                fputs("\"}", out);
+                put_value(out, metric_value((enum metric_id)id, p));
+            }
+            break;
+        }
+    }
+}

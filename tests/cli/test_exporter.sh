@@ -1,0 +1,188 @@
+#!/bin/sh
+# test_exporter.sh -- `vram exporter` on a free loopback port, against
+# ledgers filled by ledger_fill: /metrics by curl (names, types, values),
+# 404 and 405, bad --listen; hostile clients (garbage, a huge header, 20
+# slowloris connections dribbling bytes) while a normal scrape must still
+# be answered within 3 s; 50 concurrent scrapes; a killed process leaving
+# the metrics; then a real Prometheus (Debian package) scraping the
+# exporter every second, queried through its HTTP API. All traffic goes
+# to 127.0.0.1; every loop is bounded. Exit 77 without curl, python3 or
+# prometheus. With REPO_ROOT, also checks contrib/: the alert rules with
+# promtool, the Grafana dashboard's JSON and the metrics it queries.
+# Usage: test_exporter.sh VRAM LEDGER_FILL [REPO_ROOT]
+set -u
+VRAM=$1
+FILL=$2
+ROOT=${3:-}
+for t in curl python3 prometheus; do
+    command -v $t >/dev/null || { echo "skipped: no $t (scripts/install-deps.sh)"; exit 77; }
+done
+G="ex$$"
+U="GPU-exporter-test-0000"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-exp.XXXXXX") || exit 1
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$TMP"
+    rm -f "/dev/shm/vram-$(id -u)-$G"
+}
+trap cleanup EXIT INT TERM
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start() {
+    "$FILL" "$G" "$U" "$@" >"$TMP/fill.$1" 2>&1 &
+    pids="$pids $!"
+    last=$!
+    i=0
+    while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.$1"; do sleep 0.1; i=$((i + 1)); done
+}
+start 64 256 0 512
+keeper=$last
+start 32 256
+victim=$last
+
+PORT=$(free_port)
+URL="http://127.0.0.1:$PORT/metrics"
+"$VRAM" exporter --no-nvml --listen "127.0.0.1:$PORT" --interval 0.5 >"$TMP/exp.out" 2>"$TMP/exp.err" &
+EXP=$!
+pids="$pids $EXP"
+i=0
+while [ $i -lt 50 ] && ! curl -s -o /dev/null "$URL"; do sleep 0.1; i=$((i + 1)); done
+
+curl -s -D "$TMP/hdr" "$URL" >"$TMP/m"
+check "GET /metrics answers 200" "grep -q '^HTTP/1.1 200' $TMP/hdr"
+check "content type is the text format 0.0.4" "grep -qi '^Content-Type: text/plain; version=0.0.4' $TMP/hdr"
+for m in vram_device_memory_total_bytes vram_device_memory_used_bytes vram_group_quota_bytes \
+         vram_group_used_bytes vram_process_used_bytes vram_process_peak_bytes \
+         vram_oom_refusals_total; do
+    check "/metrics has $m" "grep -q '^# TYPE $m ' $TMP/m"
+done
+check "group used is 96 MiB" "grep -q '^vram_group_used_bytes{group=\"$G\",uuid=\"$U\"} 100663296\$' $TMP/m"
+check "group quota is 256 MiB" "grep -q '^vram_group_quota_bytes{group=\"$G\",uuid=\"$U\"} 268435456\$' $TMP/m"
+check "one OOM refusal counted" "grep -q '^vram_oom_refusals_total{group=\"$G\",uuid=\"$U\"} 1\$' $TMP/m"
+check "process used of the keeper" "grep -q '^vram_process_used_bytes{group=\"$G\",uuid=\"$U\",pid=\"$keeper\",.*} 67108864\$' $TMP/m"
+code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+check "other path: 404" "[ \$(code http://127.0.0.1:$PORT/) = 404 ]"
+check "POST: 405" "[ \$(code -X POST -d x=1 $URL) = 405 ]"
+check "DELETE: 405" "[ \$(code -X DELETE $URL) = 405 ]"
+
+# Hostile clients, in the background for at most 8 s, while normal scrapes go on.
+python3 - "$PORT" >"$TMP/hostile" 2>&1 <<'PY' &
+import socket, sys, time
+port = int(sys.argv[1])
+def conn():
+    s = socket.create_connection(("127.0.0.1", port), timeout=3)
+    return s
+out = []
+for payload in [b"\x00\xff garbage \r\n\r\n", b"GET /metrics HTTP/1.1\r\nX-Big: " + b"A" * 200000 + b"\r\n\r\n",
+                b"GET " + b"/" * 100000 + b" HTTP/1.1\r\n\r\n", b"NOTAMETHOD\r\n\r\n"]:
+    try:
+        s = conn(); s.sendall(payload); r = s.recv(64); out.append(r[:12]); s.close()
+    except OSError as e:
+        out.append(repr(e))
+slow = []
+for _ in range(20):
+    try:
+        s = conn(); s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"); slow.append(s)
+    except OSError:
+        pass
+end = time.time() + 8
+while time.time() < end:
+    for s in slow:
+        try: s.sendall(b"X-a: b\r\n")
+        except OSError: pass
+    time.sleep(1)
+print("hostile done", out, len(slow))
+PY
+HOSTILE=$!
+pids="$pids $HOSTILE"
+sleep 1
+t0=$(date +%s)
+served=0
+for k in 1 2 3 4 5; do
+    curl -s -m 3 -o /dev/null -w '%{http_code}\n' "$URL" | grep -q 200 && served=$((served + 1))
+    sleep 0.5
+done
+check "scrapes answered during the slowloris (5/5 within 3 s)" "[ $served -eq 5 ]"
+wait "$HOSTILE"
+check "hostile client ran" "grep -q 'hostile done' $TMP/hostile"
+check "exporter still running after hostile requests" "kill -0 $EXP"
+
+# 50 concurrent scrapes.
+k=0
+while [ $k -lt 50 ]; do
+    curl -s -m 10 -o "$TMP/c.$k" -w '%{http_code}\n' "$URL" >"$TMP/code.$k" &
+    k=$((k + 1))
+done
+i=0
+while [ $i -lt 100 ] && [ "$(cat "$TMP"/code.* 2>/dev/null | grep -c 200)" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+check "50 concurrent scrapes all answered 200" "[ \$(cat $TMP/code.* | grep -c 200) -eq 50 ]"
+check "every concurrent answer is complete" "[ \$(grep -l '^# TYPE vram_oom_refusals_total counter' $TMP/c.* | wc -l) -eq 50 ]"
+
+# A killed process leaves the metrics at the next sample.
+kill -9 "$victim"
+wait "$victim" 2>/dev/null
+sleep 1.2
+curl -s "$URL" >"$TMP/m2"
+check "killed process gone from /metrics" "! grep -q 'pid=\"$victim\"' $TMP/m2 && grep -q 'pid=\"$keeper\"' $TMP/m2"
+check "group used back to 64 MiB" "grep -q '^vram_group_used_bytes{group=\"$G\",uuid=\"$U\"} 67108864\$' $TMP/m2"
+
+# Bad --listen: exit 2, one line.
+"$VRAM" exporter --listen nonsense >/dev/null 2>"$TMP/err"
+check "bad --listen: exit 2, one 'vram: ' line" "[ $? -eq 2 ] && [ \$(wc -l <$TMP/err) -eq 1 ] && grep -q '^vram: ' $TMP/err"
+"$VRAM" exporter --no-nvml --listen "127.0.0.1:$PORT" >/dev/null 2>"$TMP/err"
+check "port in use: exit 1" "[ $? -eq 1 ] && grep -q '^vram: ' $TMP/err"
+
+# A real Prometheus scrapes the exporter every second.
+PPORT=$(free_port)
+cat >"$TMP/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: vram
+    static_configs:
+      - targets: ['127.0.0.1:$PORT']
+YML
+prometheus --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/tsdb" \
+    --web.listen-address="127.0.0.1:$PPORT" >"$TMP/prom.log" 2>&1 &
+PROM=$!
+pids="$pids $PROM"
+Q="http://127.0.0.1:$PPORT/api/v1/query?query=vram_group_used_bytes%7Bgroup%3D%22$G%22%7D"
+i=0
+got=""
+while [ $i -lt 60 ]; do
+    got=$(curl -s -m 2 "$Q")
+    echo "$got" | grep -q '"67108864"' && break
+    sleep 0.5
+    i=$((i + 1))
+done
+if echo "$got" | grep -q '"67108864"'; then ok "Prometheus scraped vram_group_used_bytes = 64 MiB"
+else bad "Prometheus query: $got"; tail -n 5 "$TMP/prom.log"; fi
+got=$(curl -s -m 2 "http://127.0.0.1:$PPORT/api/v1/query?query=vram_oom_refusals_total%7Bgroup%3D%22$G%22%7D")
+check "Prometheus sees the refusal counter" "echo '$got' | grep -q '\"1\"'"
+got=$(curl -s -m 2 "http://127.0.0.1:$PPORT/api/v1/query?query=up%7Bjob%3D%22vram%22%7D")
+check "Prometheus marks the target up" "echo '$got' | grep -q '\"1\"'"
+kill "$PROM"
+wait "$PROM" 2>/dev/null
+
+if [ -n "$ROOT" ]; then
+    if command -v promtool >/dev/null; then
+        check "contrib alert rules pass promtool" "promtool check rules $ROOT/contrib/prometheus/vram-alerts.yml >/dev/null"
+    fi
+    check "contrib Grafana dashboard is JSON naming only listed metrics" \
+        "python3 -c 'import json,re,sys; d=json.load(open(sys.argv[1])); m=open(sys.argv[2]).read(); e=[t[\"expr\"] for p in d[\"panels\"] for t in p[\"targets\"]]; n=set(x for s in e for x in re.findall(r\"vram_[a-z_]+\", s)); sys.exit(0 if n and all(\"# TYPE \"+x+\" \" in m for x in n) else 1)' $ROOT/contrib/grafana/vram-dashboard.json $TMP/m"
+fi
+
+kill -TERM "$EXP"
+wait "$EXP"
+check "SIGTERM stops the exporter with status 0" "[ $? -eq 0 ]"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

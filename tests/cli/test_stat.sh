@@ -1,0 +1,114 @@
+#!/bin/sh
+# test_stat.sh -- `vram stat` against ledgers filled by ledger_fill (a
+# stand-in for GPU jobs): the tables, --json keys and values (integer
+# bytes), --prometheus names, --config, --metrics-markdown matching
+# docs/METRICS.md, bad usage, and a killed process vanishing from the view.
+# With FAKENVML_DIR (the fake libnvidia-ml.so.1 of tests/preload), the
+# device totals from NVML too.
+# Usage: test_stat.sh VRAM LEDGER_FILL REPO_ROOT [FAKENVML_DIR]
+set -u
+VRAM=$1
+FILL=$2
+ROOT=$3
+NVML_DIR=${4:-}
+G="st$$"
+U="GPU-stat-test-0000"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-stat.XXXXXX") || exit 1
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$TMP"
+    rm -f "/dev/shm/vram-$(id -u)-$G" "/dev/shm/vram-$(id -u)-${G}b"
+}
+trap cleanup EXIT INT TERM
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+
+# start GROUP MIB LIMIT [GROW [REFUSE]]: a helper in the background, waits for "ready".
+start() {
+    g=$1
+    shift
+    "$FILL" "$g" "$U" "$@" >"$TMP/fill.$g.$1" 2>&1 &
+    pids="$pids $!"
+    last=$!
+    i=0
+    while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.$g.$1"; do sleep 0.1; i=$((i + 1)); done
+}
+
+start "$G" 64 256 0 512
+p1=$last
+start "$G" 32 256
+p2=$last
+start "${G}b" 16 0
+p3=$last
+
+"$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
+check "stat exits 0" "[ $? -eq 0 ]"
+check "stat lists both groups" "grep -q \"^$G \" $TMP/out && grep -q \"^${G}b \" $TMP/out"
+check "stat lists the three processes" "grep -q \"^$p1 \" $TMP/out && grep -q \"^$p2 \" $TMP/out && grep -q \"^$p3 \" $TMP/out"
+check "stat prints the group's quota and use" "grep \"^$G \" $TMP/out | grep -q '256.00 MiB.*96.00 MiB'"
+
+"$VRAM" stat --json --no-nvml >"$TMP/json"
+check "stat --json exits 0" "[ $? -eq 0 ]"
+if command -v python3 >/dev/null; then
+    python3 - "$TMP/json" "$G" "$p1" >"$TMP/py" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+g = [x for x in d["groups"] if x["group"] == sys.argv[2]][0]
+assert g["quota_bytes"] == 256 << 20, g
+assert g["used_bytes"] == 96 << 20, g
+assert g["refusals"] == 1, g
+p = [x for x in d["processes"] if x["pid"] == int(sys.argv[3])][0]
+assert p["used_bytes"] == 64 << 20 and p["peak_bytes"] == 64 << 20, p
+assert p["quota_bytes"] == 256 << 20, p
+assert "trend_bytes_per_minute" in p
+dev = [x for x in d["devices"] if x["uuid"] == "GPU-stat-test-0000"][0]
+assert dev["used_bytes"] >= 112 << 20, dev
+print("json ok")
+PY
+    check "stat --json: keys and integer bytes" "grep -q 'json ok' $TMP/py || { cat $TMP/py; false; }"
+fi
+
+"$VRAM" stat --prometheus --no-nvml >"$TMP/prom"
+for m in vram_device_memory_total_bytes vram_device_memory_used_bytes vram_group_quota_bytes \
+         vram_group_used_bytes vram_process_used_bytes vram_process_peak_bytes \
+         vram_oom_refusals_total vram_process_growth_bytes_per_minute; do
+    check "prometheus output has $m" "grep -q '^# TYPE $m ' $TMP/prom"
+done
+check "counter typed as counter" "grep -q '^# TYPE vram_oom_refusals_total counter' $TMP/prom"
+check "group used value" "grep -q 'vram_group_used_bytes{group=\"$G\",uuid=\"$U\"} 100663296' $TMP/prom"
+
+"$VRAM" stat --config >"$TMP/cfg"
+check "stat --config prints the env table with sources" "grep -q '^VRAM_BACKEND .*default' $TMP/cfg"
+VRAM_LOG=3 "$VRAM" stat --config >"$TMP/cfg2"
+check "stat --config names the environment as source" "grep -q '^VRAM_LOG .*environment' $TMP/cfg2"
+
+"$VRAM" stat --metrics-markdown >"$TMP/md"
+check "docs/METRICS.md is the generated list" "cmp -s $TMP/md $ROOT/docs/METRICS.md"
+
+"$VRAM" stat --bogus >/dev/null 2>"$TMP/err"
+check "unknown option: exit 2, one line 'vram: '" "[ $? -eq 2 ] && [ \$(wc -l <$TMP/err) -eq 1 ] && grep -q '^vram: ' $TMP/err"
+
+# NVML (the fake: two 1 GiB GPUs) adds the device totals; the ledger's
+# device and processes stay.
+if [ -n "$NVML_DIR" ]; then
+    LD_LIBRARY_PATH="$NVML_DIR" "$VRAM" stat --json >"$TMP/nj"
+    check "with NVML: nvml true and 1 GiB totals" "grep -q '\"nvml\":true' $TMP/nj && grep -q '\"total_bytes\":1073741824' $TMP/nj"
+    check "with NVML: ledger processes still listed" "grep -q '\"pid\":$p1' $TMP/nj"
+    "$VRAM" stat --json --no-nvml >"$TMP/nj2"
+    check "--no-nvml: nvml false" "grep -q '\"nvml\":false' $TMP/nj2"
+fi
+
+# A killed process disappears; the others stay.
+kill -9 "$p2"
+wait "$p2" 2>/dev/null
+"$VRAM" stat --no-nvml >"$TMP/out2"
+check "killed process gone from stat" "! grep -q \"^$p2 \" $TMP/out2 && grep -q \"^$p1 \" $TMP/out2"
+check "group use drops by its 32 MiB" "grep \"^$G \" $TMP/out2 | grep -q '64.00 MiB  *1\$'"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,93 @@
+#!/bin/sh
+# test_top.sh -- `vram top` driven in tmux (send-keys, capture-pane)
+# against ledgers filled by ledger_fill: the processes, their group and
+# quota show; a growing process gets a positive trend; sort keys switch;
+# a killed process disappears; q quits and the terminal is restored (the
+# shell prompt is back, the alternate screen left). Exit 77 without tmux.
+# Usage: test_top.sh VRAM LEDGER_FILL
+set -u
+VRAM=$1
+FILL=$2
+command -v tmux >/dev/null || { echo "skipped: no tmux"; exit 77; }
+G="tp$$"
+U="GPU-top-test-0000"
+S="vramtop$$"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-top.XXXXXX") || exit 1
+SOCK="$TMP/tmux.sock"
+pids=""
+cleanup() {
+    tmux -S "$SOCK" kill-server 2>/dev/null
+    for p in $pids; do kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$TMP"
+    rm -f "/dev/shm/vram-$(id -u)-$G"
+}
+trap cleanup EXIT INT TERM
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL $1"
+    sed 's/^/     screen: /' "$TMP/screen" 2>/dev/null | head -n 20
+}
+
+start() {
+    "$FILL" "$G" "$U" "$@" >"$TMP/fill.$1" 2>&1 &
+    pids="$pids $!"
+    last=$!
+    i=0
+    while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.$1"; do sleep 0.1; i=$((i + 1)); done
+}
+# wait_for PATTERN: capture the pane until PATTERN shows (at most 10 s).
+wait_for() {
+    i=0
+    while [ $i -lt 50 ]; do
+        tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen" 2>/dev/null
+        grep -qE "$1" "$TMP/screen" && return 0
+        sleep 0.2
+        i=$((i + 1))
+    done
+    return 1
+}
+check() { if wait_for "$2"; then ok "$1"; else bad "$1"; fi; }
+
+start 48 512 0
+still=$last
+start 16 512 1
+grower=$last
+start 24 512
+victim=$last
+
+tmux -S "$SOCK" new-session -d -s "$S" -x 160 -y 40 "sh" || { echo "skipped: tmux cannot start"; exit 77; }
+tmux -S "$SOCK" send-keys -t "$S" "PS1='READY> '; export TERM=xterm" Enter
+tmux -S "$SOCK" send-keys -t "$S" "clear; '$VRAM' top --no-nvml --interval 0.3; echo TOP-EXIT=\$?" Enter
+check "top shows the header" "vram top -- "
+check "top shows the group and its quota" "group $G +quota +512.0 MiB"
+check "top lists the still process" "^ *$still .* $G .* 48.0 .*512.0"
+check "top lists the victim" "^ *$victim "
+check "growing process gets a positive trend" "^ *$grower .* $G .* [1-9][0-9]*\.[0-9] +[^ ]*\$"
+tmux -S "$SOCK" send-keys -t "$S" "i"
+check "sort key switches to pid" "sort: pid"
+tmux -S "$SOCK" send-keys -t "$S" "r"
+check "sort reverses" "sort: pid \(reversed\)"
+kill -9 "$victim"
+wait "$victim" 2>/dev/null
+sleep 1
+tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+if grep -qE "^ *$victim " "$TMP/screen"; then bad "killed process disappears"; else ok "killed process disappears"; fi
+tmux -S "$SOCK" send-keys -t "$S" "q"
+check "q quits with status 0" "TOP-EXIT=0"
+check "terminal restored: the prompt is back" "^READY> ?$"
+if grep -q "vram top -- " "$TMP/screen"; then bad "the screen of top is gone"; else ok "the screen of top is gone"; fi
+
+# SIGTERM also quits cleanly.
+tmux -S "$SOCK" send-keys -t "$S" "clear; sh -c 'echo \$\$ >$TMP/top.pid; exec \"$VRAM\" top --no-nvml -d 0.3'; echo TERM-EXIT=\$?" Enter
+wait_for "vram top -- " >/dev/null
+kill -TERM "$(cat "$TMP/top.pid")"
+check "SIGTERM quits with status 0" "TERM-EXIT=0"
+tmux -S "$SOCK" send-keys -t "$S" "'$VRAM' top --interval 0 ; echo BAD-EXIT=\$?" Enter
+check "bad interval: exit 2" "BAD-EXIT=2"
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,324 @@
+/*
+** cmd_exporter.c -- `vram exporter`: the monitor's samples as Prometheus
+** text exposition at GET /metrics, served by libmicrohttpd.
+**
+** One thread samples every --interval seconds and renders the text once;
+** each scrape copies the latest text under a lock, so that many scrapers
+** cost one sample. libmicrohttpd runs a pool of threads with a connection
+** limit, a per-connection memory limit (huge headers get an error answer)
+** and an idle timeout, so a slow or hostile client holds at most one
+** connection for a bounded time while the others are answered.
+** Only GET (and HEAD) /metrics: 404 for other paths, 405 for other methods.
+** SIGINT and SIGTERM stop it cleanly (exit 0).
+*/
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "cliopt.h"
+#include "cmd.h"
+#include "monitor/monitor.h"
+#include "monitor/prom.h"
+
+enum opt_id { OPT_LISTEN, OPT_INTERVAL, OPT_NO_NVML };
+
+static const struct cli_opt opt_table[] = {
+    {OPT_LISTEN, "listen", "ADDR:PORT", "address to serve on (default 127.0.0.1:9400)"},
+    {OPT_INTERVAL, "interval", "SECONDS", "seconds between samples, 0.1..3600 (default 1)"},
+    {OPT_NO_NVML, "no-nvml", NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+};
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+#define EXP_THREADS 4          /* libmicrohttpd's worker threads */
+#define EXP_MAX_CONNECTIONS 64 /* open connections at once, all clients */
+#define EXP_TIMEOUT_S 5        /* an idle connection is closed after this */
+#define EXP_CONN_MEMORY 16384  /* bytes per connection for the request head */
+
+/* What the sampler and the request threads share. */
+struct exporter {
+    pthread_mutex_t lock;
+    char *text;     /* the latest exposition, NUL-terminated; under lock */
+    size_t len;     /* its length, bytes; under lock */
+    bool stop;      /* under lock: the sampler ends */
+    pthread_cond_t wake;
+    struct monitor *mon; /* the sampler thread's only */
+    double interval_s;
+};
+
+static void
+exp_usage(FILE *out)
+{
+    fprintf(out, "usage: vram exporter [--listen ADDR:PORT] [--interval SECONDS]\n\n"
+                 "Serve the monitor's metrics (docs/METRICS.md) at http://ADDR:PORT/metrics\n"
+                 "for Prometheus. ADDR is an IPv4 address or [IPv6].\n\nOptions:\n");
+    cliopt_help(out, opt_table, N_OPTS);
+    fprintf(out, "\nExit status: 0 stopped by SIGINT/SIGTERM, 1 failure (e.g. the address\n"
+                 "is in use), 2 bad usage.\n");
+}
+
+/* Parse "A.B.C.D:PORT" or "[V6]:PORT" into SS; false with a reason in WHY. */
+static bool
+parse_listen(const char *text, struct sockaddr_storage *ss, char *why, size_t len)
+{
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL || colon == text) {
+        snprintf(why, len, "'%s': expected ADDR:PORT, e.g. 127.0.0.1:9400", text);
+        return false;
+    }
+    char *end = NULL;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno != 0 || end == colon + 1 || *end != '\0' || port < 0 || port > 65535) {
+        snprintf(why, len, "'%s': the port must be a number 0..65535", text);
+        return false;
+    }
+    char host[64];
+    size_t hl = (size_t)(colon - text);
+    bool v6 = text[0] == '[';
+    if (v6 && (hl < 3 || text[hl - 1] != ']')) {
+        snprintf(why, len, "'%s': an IPv6 address is written [ADDR]:PORT", text);
+        return false;
+    }
+    if (v6) {
+        text++;
+        hl -= 2;
+    }
+    if (hl >= sizeof host) {
+        snprintf(why, len, "address too long");
+        return false;
+    }
+    memcpy(host, text, hl);
+    host[hl] = '\0';
+    memset(ss, 0, sizeof *ss);
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, host, &a->sin6_addr) == 1)
+            return true;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET, host, &a->sin_addr) == 1)
+            return true;
+    }
+    snprintf(why, len, "'%s': not a numeric IP address", host);
+    return false;
+}
+
+/* Sample once and swap in the new text. False (with the last error) on failure. */
+static bool
+refresh(struct exporter *e)
+{
+    const struct mon_view *v = NULL;
+    if (monitor_sample(e->mon, &v) != VRAM_OK)
+        return false;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL)
+        return false;
+    prom_write(f, v);
+    if (fclose(f) != 0) {
+        free(buf);
+        return false;
+    }
+    pthread_mutex_lock(&e->lock);
+    free(e->text);
+    e->text = buf;
+    e->len = len;
+    pthread_mutex_unlock(&e->lock);
+    return true;
+}
+
+static void *
+sampler(void *arg)
+{
+    struct exporter *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double at = (double)ts.tv_nsec / 1e9 + e->interval_s;
+        ts.tv_sec += (time_t)at;
+        ts.tv_nsec = (long)((at - (double)(time_t)at) * 1e9);
+        pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+        if (e->stop)
+            break;
+        pthread_mutex_unlock(&e->lock);
+        if (!refresh(e))
+            cli_error("exporter: sample failed: %s", vram_last_error());
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+static enum MHD_Result
+answer_text(struct MHD_Connection *c, unsigned code, const char *text)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, "Allow", "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result
+on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+           const char *version, const char *upload, size_t *upload_size, void **state)
+{
+    struct exporter *e = cls;
+    (void)version;
+    (void)upload;
+    (void)state;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        *upload_size = 0; /* a body is not read */
+        return answer_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    if (strcmp(url, "/metrics") != 0)
+        return answer_text(c, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
+    pthread_mutex_lock(&e->lock);
+    char *copy = malloc(e->len + 1);
+    size_t len = e->len;
+    if (copy != NULL)
+        memcpy(copy, e->text, e->len + 1);
+    pthread_mutex_unlock(&e->lock);
+    if (copy == NULL)
+        return answer_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, copy, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(copy);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+int
+cmd_exporter(int argc, char **argv)
+{
+    const char *listen = "127.0.0.1:9400";
+    double interval = 1.0;
+    bool nvml = true;
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *value = NULL;
+
+    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    for (bool done = false; !done;) {
+        switch (cliopt_next(&it, &opt, &value)) {
+        case CLIOPT_END:
+            done = true;
+            continue;
+        case CLIOPT_ERROR:
+            cli_error("exporter: %s (try 'vram exporter --help')", it.error);
+            return 2;
+        case CLIOPT_HELP:
+            exp_usage(stdout);
+            return 0;
+        case CLIOPT_OPERAND:
+            cli_error("exporter: unexpected argument '%s' (try 'vram exporter --help')", value);
+            return 2;
+        case CLIOPT_OPTION:
+            break;
+        }
+        switch ((enum opt_id)opt->id) {
+        case OPT_LISTEN:
+            listen = value;
+            break;
+        case OPT_INTERVAL: {
+            char *end = NULL;
+            errno = 0;
+            interval = strtod(value, &end);
+            if (errno != 0 || end == value || *end != '\0' || !(interval >= 0.1) ||
+                interval > 3600) {
+                cli_error("exporter: --interval '%s': expected seconds, 0.1..3600", value);
+                return 2;
+            }
+            break;
+        }
+        case OPT_NO_NVML:
+            nvml = false;
+            break;
+        }
+    }
+    struct sockaddr_storage addr;
+    char why[160];
+    if (!parse_listen(listen, &addr, why, sizeof why)) {
+        cli_error("exporter: --listen %s", why);
+        return 2;
+    }
+
+    static struct exporter e; /* large-ish and shared with threads: not on the stack */
+    pthread_mutex_init(&e.lock, NULL);
+    pthread_cond_init(&e.wake, NULL);
+    e.interval_s = interval;
+    if (monitor_open(nvml, &e.mon) != VRAM_OK || !refresh(&e)) {
+        cli_error("exporter: %s", vram_last_error());
+        monitor_close(e.mon);
+        return 1;
+    }
+
+    /* Signals are taken by sigwait below: block them in every thread. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    if (addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, &e, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)EXP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)EXP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)EXP_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)EXP_CONN_MEMORY, MHD_OPTION_END);
+    if (d == NULL) {
+        cli_error("exporter: cannot serve on %s (address in use or not local?)", listen);
+        monitor_close(e.mon);
+        free(e.text);
+        return 1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    printf("vram exporter: serving http://%s/metrics (port %u)\n", listen,
+           info != NULL ? (unsigned)info->port : 0u);
+    fflush(stdout);
+
+    pthread_t th;
+    int rc = 0;
+    if (pthread_create(&th, NULL, sampler, &e) != 0) {
+        cli_error("exporter: cannot start the sampler thread");
+        rc = 1;
+    } else {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        pthread_mutex_lock(&e.lock);
+        e.stop = true;
+        pthread_cond_signal(&e.wake);
+        pthread_mutex_unlock(&e.lock);
+        pthread_join(th, NULL);
+    }
+    MHD_stop_daemon(d);
+    monitor_close(e.mon);
+    free(e.text);
+    return rc;
+}

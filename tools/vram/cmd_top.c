@@ -1,0 +1,315 @@
+/*
+** cmd_top.c -- `vram top`: the monitor (src/monitor/) live in the terminal,
+** through ncurses. Per GPU: total, used and each group's quota and use; per
+** process: pid, user, command, group, current, peak, quota, trend
+** (MiB/min) and a small graph of its recent use. The process columns are
+** the PROCESS metrics of VRAM_METRICS_LIST, like `vram stat`.
+**
+** Keys: q quits; s cycles the sort key; u, p, t, i sort by used, peak,
+** trend, pid; r reverses. SIGINT, SIGTERM and SIGHUP quit too: the loop
+** notices the flag within 100 ms and endwin() restores the terminal.
+*/
+#include <errno.h>
+#include <ncurses.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cliopt.h"
+#include "cmd.h"
+#include "monitor/monitor.h"
+#include "util/size.h"
+
+enum opt_id { OPT_INTERVAL, OPT_SORT, OPT_NO_NVML };
+
+static const struct cli_opt opt_table[] = {
+    {OPT_INTERVAL, "interval", "SECONDS", "seconds between samples, 0.1..3600 (default 1; -d too)"},
+    {OPT_SORT, "sort", "KEY", "used, peak, trend or pid (default used)"},
+    {OPT_NO_NVML, "no-nvml", NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+};
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+enum sort_key { SORT_USED, SORT_PEAK, SORT_TREND, SORT_PID, SORT_COUNT };
+static const char *const sort_names[SORT_COUNT] = {"used", "peak", "trend", "pid"};
+
+/* The signal that asked us to quit; 0 = none. Written by the handler only. */
+static volatile sig_atomic_t top_quit_signal;
+
+static void
+on_signal(int sig)
+{
+    top_quit_signal = sig;
+}
+
+/* The state of the view. */
+struct top {
+    enum sort_key sort;
+    bool reverse;
+    double interval_s;
+};
+
+static struct top *sort_ctx; /* qsort has no context argument */
+
+static int
+cmp_proc(const void *a, const void *b)
+{
+    const struct mon_proc *x = a, *y = b;
+    double vx = 0, vy = 0;
+    switch (sort_ctx->sort) {
+    case SORT_USED: vx = (double)x->used_bytes; vy = (double)y->used_bytes; break;
+    case SORT_PEAK: vx = (double)x->peak_bytes; vy = (double)y->peak_bytes; break;
+    case SORT_TREND: vx = x->trend_bytes_per_minute; vy = y->trend_bytes_per_minute; break;
+    case SORT_PID: vx = -(double)x->pid; vy = -(double)y->pid; break;
+    case SORT_COUNT: break;
+    }
+    int r = vx < vy ? 1 : vx > vy ? -1 : (x->pid > y->pid) - (x->pid < y->pid);
+    return sort_ctx->reverse ? -r : r;
+}
+
+/* A graph of H's last WIDTH samples, scaled to their maximum, into BUF. */
+static void
+graph(const struct mon_proc *p, char *buf, int width)
+{
+    static const char levels[] = " _.-=+*#";
+    uint64_t max = 0;
+    int first = p->n_history > width ? p->n_history - width : 0;
+    for (int i = first; i < p->n_history; i++)
+        if (p->history[i] > max)
+            max = p->history[i];
+    int k = 0;
+    for (int i = first; i < p->n_history; i++)
+        buf[k++] = max == 0 ? ' ' : levels[(int)(p->history[i] * 7 / max)];
+    while (k < width)
+        buf[k++] = ' ';
+    buf[k] = '\0';
+}
+
+static void
+mib(uint64_t bytes, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.1f", (double)bytes / (1024.0 * 1024.0));
+}
+
+static void
+draw(struct top *t, struct mon_view *v)
+{
+    erase();
+    int row = 0;
+    mvprintw(row++, 0, "vram top -- %d GPU(s)%s, %d process(es); sort: %s%s; every %.1f s; "
+                       "q quit, s/u/p/t/i sort, r reverse",
+             v->n_devices, v->nvml ? " (NVML)" : "", v->n_procs, sort_names[t->sort],
+             t->reverse ? " (reversed)" : "", t->interval_s);
+    row++;
+    attron(A_BOLD);
+    mvprintw(row++, 0, "%-40s %12s %12s", "GPU", "total MiB", "used MiB");
+    attroff(A_BOLD);
+    for (int i = 0; i < v->n_devices; i++) {
+        char a[32], b[32];
+        mib(v->devices[i].total_bytes, a, sizeof a);
+        mib(v->devices[i].used_bytes, b, sizeof b);
+        mvprintw(row++, 0, "%-40s %12s %12s", v->devices[i].uuid,
+                 v->devices[i].total_bytes ? a : "-", b);
+        for (int g = 0; g < v->n_groups; g++) {
+            if (strcmp(v->groups[g].uuid, v->devices[i].uuid) != 0)
+                continue;
+            mib(v->groups[g].quota_bytes, a, sizeof a);
+            mib(v->groups[g].used_bytes, b, sizeof b);
+            mvprintw(row++, 2, "group %-20s quota %10s MiB  used %10s MiB  refusals %llu",
+                     v->groups[g].group, v->groups[g].quota_bytes ? a : "none", b,
+                     (unsigned long long)v->groups[g].refusals);
+        }
+    }
+    row++;
+    sort_ctx = t;
+    qsort(v->procs, (size_t)v->n_procs, sizeof v->procs[0], cmp_proc);
+    attron(A_BOLD);
+    mvprintw(row++, 0, "%8s %-10s %-16s %-16s %10s %10s %10s %10s  %-16s", "PID", "USER",
+             "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HISTORY");
+    attroff(A_BOLD);
+    for (int i = 0; i < v->n_procs && row < LINES; i++) {
+        const struct mon_proc *p = &v->procs[i];
+        char user[16], cur[32], peak[32], quota[32], hist[17];
+        struct passwd *pw = p->uid == (uid_t)-1 ? NULL : getpwuid(p->uid);
+        if (pw != NULL)
+            snprintf(user, sizeof user, "%s", pw->pw_name);
+        else if (p->uid == (uid_t)-1)
+            snprintf(user, sizeof user, "?");
+        else
+            snprintf(user, sizeof user, "%ld", (long)p->uid);
+        mib(p->used_bytes, cur, sizeof cur);
+        mib(p->peak_bytes, peak, sizeof peak);
+        mib(p->quota_bytes, quota, sizeof quota);
+        graph(p, hist, 16);
+        mvprintw(row++, 0, "%8ld %-10s %-16s %-16s %10s %10s %10s %10.1f  %s", (long)p->pid,
+                 user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
+                 p->quota_bytes ? quota : "none",
+                 p->trend_bytes_per_minute / (1024.0 * 1024.0), hist);
+    }
+    refresh();
+}
+
+static double
+mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool
+parse_interval(const char *value, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(value, &end);
+    if (errno != 0 || end == value || *end != '\0' || !(d >= 0.1) || d > 3600) {
+        cli_error("top: interval '%s': expected seconds, 0.1..3600", value);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+int
+cmd_top(int argc, char **argv)
+{
+    struct top t = {SORT_USED, false, 1.0};
+    bool nvml = true;
+    /* top's habit: -d SECONDS, anywhere. Taken out before cliopt, which
+    ** knows long names only; the others keep their order. */
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            while (i < argc)
+                argv[kept++] = argv[i++];
+            break;
+        }
+        if (strcmp(argv[i], "-d") != 0) {
+            argv[kept++] = argv[i];
+            continue;
+        }
+        if (i + 1 == argc) {
+            cli_error("top: -d needs SECONDS (try 'vram top --help')");
+            return 2;
+        }
+        if (!parse_interval(argv[++i], &t.interval_s))
+            return 2;
+    }
+    argc = kept;
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *value = NULL;
+    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    for (bool done = false; !done;) {
+        switch (cliopt_next(&it, &opt, &value)) {
+        case CLIOPT_END:
+            done = true;
+            continue;
+        case CLIOPT_ERROR:
+            cli_error("top: %s (try 'vram top --help')", it.error);
+            return 2;
+        case CLIOPT_HELP:
+            printf("usage: vram top [-d SECONDS] [--interval SECONDS] [--sort KEY]\n\n"
+                   "GPU memory per device, group and process, live. Keys: q quit, s cycle\n"
+                   "the sort key, u/p/t/i sort by used/peak/trend/pid, r reverse.\n\n"
+                   "Options:\n");
+            cliopt_help(stdout, opt_table, N_OPTS);
+            return 0;
+        case CLIOPT_OPERAND:
+            cli_error("top: unexpected argument '%s' (try 'vram top --help')", value);
+            return 2;
+        case CLIOPT_OPTION:
+            break;
+        }
+        switch ((enum opt_id)opt->id) {
+        case OPT_INTERVAL:
+            if (!parse_interval(value, &t.interval_s))
+                return 2;
+            break;
+        case OPT_SORT: {
+            int k = 0;
+            while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
+                k++;
+            if (k == SORT_COUNT) {
+                cli_error("top: --sort '%s': expected used, peak, trend or pid", value);
+                return 2;
+            }
+            t.sort = (enum sort_key)k;
+            break;
+        }
+        case OPT_NO_NVML:
+            nvml = false;
+            break;
+        }
+    }
+
+    struct monitor *m = NULL;
+    const struct mon_view *sample = NULL;
+    if (monitor_open(nvml, &m) != VRAM_OK || monitor_sample(m, &sample) != VRAM_OK) {
+        cli_error("top: %s", vram_last_error());
+        monitor_close(m);
+        return 1;
+    }
+    /* The view is sorted in place for drawing: a private copy. */
+    struct mon_view *v = malloc(sizeof *v);
+    if (v == NULL) {
+        cli_error("top: out of memory");
+        monitor_close(m);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
+    if (initscr() == NULL) {
+        cli_error("top: cannot initialise the terminal");
+        free(v);
+        monitor_close(m);
+        return 1;
+    }
+    cbreak();
+    noecho();
+    curs_set(0);
+    keypad(stdscr, TRUE);
+    timeout(100);
+    memcpy(v, sample, sizeof *v);
+    draw(&t, v);
+    double next = mono_s() + t.interval_s;
+    int rc = 0;
+    while (top_quit_signal == 0) {
+        int ch = getch();
+        bool redraw = true;
+        switch (ch) {
+        case 'q': case 'Q': top_quit_signal = -1; continue;
+        case 's': t.sort = (enum sort_key)((t.sort + 1) % SORT_COUNT); break;
+        case 'u': t.sort = SORT_USED; break;
+        case 'p': t.sort = SORT_PEAK; break;
+        case 't': t.sort = SORT_TREND; break;
+        case 'i': t.sort = SORT_PID; break;
+        case 'r': t.reverse = !t.reverse; break;
+        default: redraw = false; break;
+        }
+        if (mono_s() >= next) {
+            if (monitor_sample(m, &sample) != VRAM_OK) {
+                rc = 1;
+                break;
+            }
+            memcpy(v, sample, sizeof *v);
+            next = mono_s() + t.interval_s;
+            redraw = true;
+        }
+        if (redraw)
+            draw(&t, v);
+    }
+    endwin();
+    if (rc != 0)
+        cli_error("top: %s", vram_last_error());
+    free(v);
+    monitor_close(m);
+    return rc;
+}
