@@ -47,6 +47,7 @@
 #include <time.h>
 
 #include "cliopt.h"
+#include "slots.h"
 #include "trace/trace.h"
 #include "vram.h"
 
@@ -167,35 +168,6 @@ elapsed_ns(const struct timespec *a, const struct timespec *b)
     return (double)(b->tv_sec - a->tv_sec) * 1e9 + (double)(b->tv_nsec - a->tv_nsec);
 }
 
-/* Per-slot state of a replay, reused between runs. */
-struct slots {
-    void **ptr;     /* device address of each live slot */
-    uint64_t *size; /* its trace size */
-    bool *live;
-};
-
-static void
-slots_free(struct slots *sl)
-{
-    free(sl->ptr);
-    free(sl->size);
-    free(sl->live);
-}
-
-static bool
-slots_alloc(struct slots *sl, uint32_t n)
-{
-    size_t count = n > 0 ? n : 1;
-    sl->ptr = calloc(count, sizeof *sl->ptr);
-    sl->size = calloc(count, sizeof *sl->size);
-    sl->live = calloc(count, sizeof *sl->live);
-    if (sl->ptr == NULL || sl->size == NULL || sl->live == NULL) {
-        slots_free(sl);
-        return false;
-    }
-    return true;
-}
-
 /* The allocator being replayed through, and what it needs. */
 struct peer {
     enum allocator which;
@@ -222,7 +194,7 @@ pool_reset(struct peer *pr)
 ** memory.
 */
 static bool
-replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct slots *sl,
+replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct replay_slots *sl,
             bool cold, struct result *out)
 {
     bool pool = pr->which == ALLOC_POOL;
@@ -316,7 +288,7 @@ cmp_double(const void *a, const void *b)
 /* REPEAT runs; the statistics of the first, the median ns/op. */
 static bool
 replay_repeated(const struct trace *t, uint64_t n, unsigned repeat, struct peer *pr,
-                struct slots *sl, struct result *out)
+                struct replay_slots *sl, struct result *out)
 {
     double times[1000];
     struct result first, r;
@@ -592,7 +564,7 @@ main(int argc, char **argv)
         uint64_t n = t->n_events;
         if (set.max_events > 0 && set.max_events < n)
             n = set.max_events;
-        struct slots sl;
+        struct replay_slots sl;
         if (!slots_alloc(&sl, t->n_slots)) {
             fail("out of host memory");
             rc = 1;

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "cliopt.h"
+#include "slots.h"
 #include "cmd.h"
 #include "trace/trace.h"
 #include "util/size.h"
@@ -247,35 +248,6 @@ parse_repeat(const char *text, unsigned *out)
 /* ------------------------------------------------------------------ */
 /* One replay                                                           */
 /* ------------------------------------------------------------------ */
-
-/* Per-slot state of a replay, reused between runs of the same trace. */
-struct replay_slots {
-    void **ptr;     /* address of the live allocation of each slot */
-    uint64_t *size; /* its size in the trace; valid while live */
-    bool *live;     /* allocated and not yet freed (an OOM'd one is not) */
-};
-
-static void
-slots_free(struct replay_slots *sl)
-{
-    free(sl->ptr);
-    free(sl->size);
-    free(sl->live);
-}
-
-static bool
-slots_alloc(struct replay_slots *sl, uint32_t n)
-{
-    size_t count = n > 0 ? n : 1;
-    sl->ptr = calloc(count, sizeof *sl->ptr);
-    sl->size = calloc(count, sizeof *sl->size);
-    sl->live = calloc(count, sizeof *sl->live);
-    if (sl->ptr == NULL || sl->size == NULL || sl->live == NULL) {
-        slots_free(sl);
-        return false;
-    }
-    return true;
-}
 
 static double
 elapsed_ns(const struct timespec *a, const struct timespec *b)
