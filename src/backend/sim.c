@@ -50,9 +50,11 @@ struct sim_device {
     uint64_t used;            /* bytes charged by our allocations */
     uint64_t next_addr;       /* bump pointer of the address window */
     struct sim_alloc *allocs; /* live allocations, unordered */
-    size_t n_allocs, cap_allocs;
+    size_t n_allocs;
+    uint64_t cap_allocs;
     struct sim_range *ranges; /* reserved virtual ranges, unordered */
-    size_t n_ranges, cap_ranges;
+    size_t n_ranges;
+    uint64_t cap_ranges;
     struct sim_phys *phys; /* physical allocations by handle - 1 */
     uint64_t n_phys, cap_phys;
     uint64_t free_phys; /* no unused phys slot below this index */
@@ -60,7 +62,7 @@ struct sim_device {
 
 struct sim_backend {
     struct backend base;
-    int *events;                /* queries left per event, by handle - 1; -1 = unused */
+    int *events; /* queries left per event, by handle - 1; -1 = unused */
     uint64_t n_events, cap_events;
     pthread_mutex_t lock; /* guards every device's bookkeeping */
     vram_sim_options opt; /* with defaults filled in */
@@ -136,6 +138,25 @@ sim_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes, uint64_t *tot
     return VRAM_OK;
 }
 
+/* Make room in *ARR (elements of ELEM bytes, *CAP of them) for NEED;
+** new room is zeroed. False when out of host memory (nothing changed). */
+static bool
+grow_array(void **arr, size_t elem, uint64_t *cap, uint64_t need)
+{
+    if (need <= *cap)
+        return true;
+    uint64_t ncap = *cap ? *cap : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *na = realloc(*arr, ncap * elem);
+    if (na == NULL)
+        return false;
+    memset((char *)na + *cap * elem, 0, (ncap - *cap) * elem);
+    *arr = na;
+    *cap = ncap;
+    return true;
+}
+
 static vram_status
 sim_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 {
@@ -159,15 +180,10 @@ sim_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
                          "(%" PRIu64 " bytes free)",
                          size, dev, avail);
     }
-    if (d->n_allocs == d->cap_allocs) {
-        size_t ncap = d->cap_allocs ? 2 * d->cap_allocs : 64;
-        struct sim_alloc *na = realloc(d->allocs, ncap * sizeof *na);
-        if (na == NULL) {
-            pthread_mutex_unlock(&s->lock);
-            return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
-        }
-        d->allocs = na;
-        d->cap_allocs = ncap;
+    if (!grow_array((void **)&d->allocs, sizeof *d->allocs, &d->cap_allocs,
+                    d->n_allocs + 1)) {
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
     }
     struct sim_alloc a = {0, charged, 0};
     if (s->opt.host_backed) {
@@ -220,23 +236,6 @@ sim_mem_free(struct backend *b, int dev, uint64_t addr)
 
 /* ---- virtual memory: the calls of the expandable strategy ---- */
 
-static bool
-grow_array(void **arr, size_t elem, uint64_t *cap, uint64_t need)
-{
-    if (need <= *cap)
-        return true;
-    uint64_t ncap = *cap ? *cap : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *na = realloc(*arr, ncap * elem);
-    if (na == NULL)
-        return false;
-    memset((char *)na + *cap * elem, 0, (ncap - *cap) * elem);
-    *arr = na;
-    *cap = ncap;
-    return true;
-}
-
 static vram_status
 sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 {
@@ -253,13 +252,12 @@ sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
         return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
     pthread_mutex_lock(&s->lock);
     struct sim_device *d = &s->dev[dev];
-    uint64_t cap = d->cap_ranges;
-    if (!grow_array((void **)&d->ranges, sizeof *d->ranges, &cap, d->n_ranges + 1)) {
+    if (!grow_array((void **)&d->ranges, sizeof *d->ranges, &d->cap_ranges,
+                    d->n_ranges + 1)) {
         pthread_mutex_unlock(&s->lock);
         free(r.mapped);
         return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
     }
-    d->cap_ranges = (size_t)cap;
     if (s->opt.host_backed) {
         /* Inaccessible until mapped: a write to an unmapped granule faults,
         ** as it does on a GPU. */
@@ -522,7 +520,8 @@ sim_event_query(struct backend *b, int dev, uint64_t event, bool *done)
     pthread_mutex_lock(&s->lock);
     if (event == 0 || event > s->n_events || s->events[event - 1] < 0) {
         pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_INVALID, "sim: event_query(%" PRIu64 "): no such event", event);
+        return error_set(VRAM_E_INVALID, "sim: event_query(%" PRIu64 "): no such event",
+                         event);
     }
     int *left = &s->events[event - 1];
     if (*left > 0)
