@@ -364,9 +364,9 @@ VRAM_API vram_status vram_get_memory_info(vram_device *dev, vram_memory_info *ou
       "host memory used by the allocator's bookkeeping")                                 \
     X(double, fragmentation, "ratio",                                                    \
       "peak_bytes_reserved / peak_bytes_in_use (1.0 is ideal; 0 if unused)")             \
-    X(uint64_t, maps, "calls", "expandable: granules mapped to physical memory")         \
+    X(uint64_t, maps, "calls", "expandable: units of address space mapped to memory")    \
     X(uint64_t, unmaps, "calls",                                                         \
-      "expandable: granules unmapped to move their memory elsewhere")
+      "expandable: units unmapped because another unit had taken their memory")
 
 typedef struct vram_stats {
 #define VRAM_X_(type, name, unit, doc) type name;

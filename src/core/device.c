@@ -753,7 +753,7 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     s.backend_calls = dev->backend_calls;
     s.metadata_bytes = heap_metadata_bytes(&dev->heap) + dev->ex.n * sizeof *dev->ex.g +
                        dev->ex.idle_cap * sizeof *dev->ex.idle +
-                       dev->ex.cap_pool * sizeof *dev->ex.pool;
+                       dev->ex.cap_p * sizeof *dev->ex.p;
     s.maps = dev->ex.maps;
     s.unmaps = dev->ex.unmaps;
     unlock(dev);

@@ -13,26 +13,19 @@
 #include "util/size.h"
 
 /*
-** Physical memory may exceed the peak of bytes in use by this fraction
-** (1/100) before idle granules' memory is moved instead of new memory
-** created. Measured with `vram replay` on the shared traces: without slack
-** every granule past the peak is a move (gpt2_bf16_b16: 84,873 backend
-** calls, 202 ns/op); with 1/100, resnet50 and gpt2m make no call after the
-** first step and fragmentation stays <= 1.010 (docs/ALLOCATOR.md).
-*/
-#define SLACK_DIVISOR 100
-
-/*
 ** Physical memory is mapped in units of this many driver granules (8 MiB
-** on CUDA's 2 MiB). Every unit costs three driver calls (create, map, set
-** access), each tens of microseconds on an H200; measured with `vram
-** replay`, 8 MiB units cut the calls 4x against 2 MiB with fragmentation
-** still <= 1.013 on the shared traces, where 20 MiB units reached 1.036.
+** on CUDA's 2 MiB). A unit costs three driver calls when created (create,
+** map, set access) and two for every further mapping, each tens of
+** microseconds on an H200; measured with `vram replay`, 8 MiB units cut
+** the calls 4x against 2 MiB with fragmentation still <= 1.013 on the
+** shared traces, where 20 MiB units reached 1.036.
 */
 #define GRANULES_PER_UNIT 4
 
-/* The learned slack stays below 1/10 of the peak in use. */
-#define MAX_THRASH_DIVISOR 10
+/* After a conflict, new physical memory may exceed the peak in use by this
+** fraction (1/100) rather than bring an idle unit's other mappings along
+** (see obtain_unit_locked). */
+#define SLACK_DIVISOR 100
 
 static inline void
 relock(struct vram_device *dev)
@@ -62,48 +55,77 @@ unit_of(const struct expand *e, uint64_t addr)
     return e->shift != 0 ? off >> e->shift : off / e->gran;
 }
 
-/* ---- the idle ring (E3) ---- */
+/* ---- the idle ring of physical units (E3) ---- */
 
 static inline bool
-is_idle(const struct expand *e, uint64_t g)
+is_idle(const struct expand *e, uint64_t p)
 {
-    return e->g[g].state == G_MAPPED && e->g[g].live == 0;
+    return e->p[p].owner == 0;
 }
 
-/* Rebuild the ring from the granules, dropping stale entries. O(n), run
-** when stale entries outnumber live ones, so O(1) amortized per push. */
+/* Entry K of the ring (0 = the head) is current: its unit is idle and this
+** is its newest entry. */
+static inline bool
+ring_current(const struct expand *e, uint64_t k)
+{
+    uint32_t p = e->idle[(e->idle_head + k) & (e->idle_cap - 1)];
+    return is_idle(e, p) && e->p[p].tick == (uint32_t)(e->idle_tick + k);
+}
+
+/* Drop the stale entries, keeping the order of the current ones (the least
+** recently idle unit is reused first). O(ring), run when the ring is full,
+** which then holds more entries than there are units: O(1) amortized per
+** push. */
 static void
 idle_compact(struct expand *e)
 {
-    uint64_t k = 0;
-    for (uint64_t g = 0; g < e->n && k < e->idle_cap; g++)
-        if (is_idle(e, g))
-            e->idle[k++] = (uint32_t)g;
-    e->idle_head = 0;
+    uint64_t mask = e->idle_cap - 1, k = 0;
+    for (uint64_t i = 0; i < e->idle_len; i++) {
+        if (!ring_current(e, i))
+            continue;
+        uint32_t p = e->idle[(e->idle_head + i) & mask];
+        e->idle[(e->idle_head + k) & mask] = p;
+        e->p[p].tick = (uint32_t)(e->idle_tick + k);
+        k++;
+    }
     e->idle_len = k;
 }
 
+/* Physical unit P has become idle. */
 static void
-idle_push(struct expand *e, uint64_t g)
+idle_push(struct expand *e, uint64_t p)
 {
+    e->p[p].owner = 0;
     e->n_idle++;
     if (e->idle_len == e->idle_cap)
-        idle_compact(e); /* every granule is idle at most once after this */
-    e->idle[(e->idle_head + e->idle_len++) & (e->idle_cap - 1)] = (uint32_t)g;
+        idle_compact(e); /* at most one current entry per unit: room now */
+    e->p[p].tick = (uint32_t)(e->idle_tick + e->idle_len);
+    e->idle[(e->idle_head + e->idle_len++) & (e->idle_cap - 1)] = (uint32_t)p;
 }
 
-/* The oldest idle granule, taken off the ring; -1 if none. */
+/* The least recently idle physical unit, taken off the ring; -1 if none. */
 static int64_t
 idle_pop(struct expand *e)
 {
     while (e->idle_len > 0) {
-        uint32_t g = e->idle[e->idle_head];
+        bool current = ring_current(e, 0);
+        uint32_t p = e->idle[e->idle_head];
         e->idle_head = (e->idle_head + 1) & (e->idle_cap - 1);
+        e->idle_tick++;
         e->idle_len--;
-        if (is_idle(e, g))
-            return g;
+        if (current)
+            return p;
     }
     return -1;
+}
+
+/* Physical unit P now serves granule G's blocks. */
+static inline void
+claim(struct expand *e, uint64_t p, uint64_t g)
+{
+    if (e->p[p].owner == 0)
+        e->n_idle--; /* its ring entry is now stale */
+    e->p[p].owner = (uint32_t)(g + 1);
 }
 
 /* ---- setup ---- */
@@ -112,11 +134,11 @@ static void
 free_arrays(struct expand *e)
 {
     free(e->g);
+    free(e->p);
     free(e->idle);
-    free(e->pool);
     e->g = NULL;
+    e->p = NULL;
     e->idle = NULL;
-    e->pool = NULL;
 }
 
 vram_status
@@ -141,22 +163,25 @@ expand_setup_locked(struct vram_device *dev)
     /* Twice the cap: holes in the address space then never cause an OOM
     ** while physical memory is left (address space costs nothing). */
     uint64_t size = 2 * cap, n = size / gran;
-    if (n > UINT32_MAX)
+    if (n > UINT32_MAX - 1)
         return error_set(VRAM_E_INVALID,
                          "expandable: a cap of %" PRIu64 " granules is too large", n / 2);
-    uint64_t ring = 64;
-    while (ring < n)
+    uint64_t cap_p = n / 2, ring = 64;
+    while (ring < cap_p)
         ring *= 2;
     e->g = calloc(n, sizeof *e->g);
+    e->p = calloc(cap_p, sizeof *e->p);
     e->idle = malloc(ring * sizeof *e->idle);
-    if (e->g == NULL || e->idle == NULL) {
+    if (e->g == NULL || e->p == NULL || e->idle == NULL) {
         free_arrays(e);
         return error_set(VRAM_E_HOST_MEMORY,
                          "out of host memory for %" PRIu64 " granules", n);
     }
+    e->cap_p = cap_p;
     e->idle_cap = ring;
-    e->epoch = 1;
+    e->n_p = e->creating = 0;
     e->idle_head = e->idle_len = e->n_idle = 0;
+    e->idle_tick = 0;
 
     e->reserving = true;
     drop(dev);
@@ -193,117 +218,133 @@ expand_setup_locked(struct vram_device *dev)
 
 /* ---- backing ---- */
 
+static inline uint64_t
+addr_of(const struct expand *e, uint64_t g)
+{
+    return e->va_base + g * e->gran;
+}
+
+/* Granules G0..G1 lose one live block each; the physical units of those
+** left without one become idle. */
 static void
 unref_range(struct expand *e, uint64_t g0, uint64_t g1)
 {
     for (uint64_t g = g0; g <= g1; g++) {
         struct granule *gr = &e->g[g];
         assert(gr->live > 0);
-        if (--gr->live == 0 && gr->state == G_MAPPED)
-            idle_push(e, g);
+        if (--gr->live == 0 && gr->state == G_MAPPED && e->p[gr->phys - 1].owner == g + 1)
+            idle_push(e, gr->phys - 1);
     }
 }
 
-static bool
-pool_push(struct expand *e, uint64_t h)
-{
-    if (e->n_pool == e->cap_pool) {
-        uint64_t ncap = e->cap_pool ? 2 * e->cap_pool : 64;
-        uint64_t *np = realloc(e->pool, ncap * sizeof *np);
-        if (np == NULL)
-            return false;
-        e->pool = np;
-        e->cap_pool = ncap;
-    }
-    e->pool[e->n_pool++] = h;
-    return true;
-}
-
-/* Move the memory of idle granule V away: unmap it and return its handle. */
+/*
+** Granule G is mapped to a physical unit that another granule's blocks use
+** now: unmap G. Kernels queued before the frees at G may still use its
+** address, so the device is synchronized first, once per allocation
+** (PyTorch's expandable segments synchronize likewise before unmapping).
+*/
 static vram_status
-steal_locked(struct vram_device *dev, int64_t v, uint64_t *out)
+unmap_taken_locked(struct vram_device *dev, uint64_t g)
 {
     struct expand *e = &dev->ex;
     struct backend *be = dev->ctx->backend;
-    struct granule *gv = &e->g[v];
-    e->n_idle--;
-    gv->state = G_UNMAPPING;
-    uint64_t h = gv->handle;
+    e->g[g].state = G_UNMAPPING;
     drop(dev);
-    /* Kernels queued before the free may still read or write the idle
-    ** memory: wait for the device before moving it (PyTorch's expandable
-    ** segments synchronize likewise). Only moves pay this, never a plain
-    ** allocation or free. */
     vram_status st = VRAM_OK;
     bool synced = be->ops->synchronize != NULL && !e->synced;
     if (synced)
         st = be->ops->synchronize(be, dev->physical);
-    e->synced = e->synced || (synced && st == VRAM_OK); /* once per allocation */
+    e->synced = e->synced || (synced && st == VRAM_OK);
     if (st == VRAM_OK)
-        st = be->ops->unmap(be, dev->physical, e->va_base + (uint64_t)v * e->gran, e->gran);
+        st = be->ops->unmap(be, dev->physical, addr_of(e, g), e->gran);
     relock(dev);
     dev->backend_calls += 1 + synced;
     if (st != VRAM_OK) {
-        gv->state = G_MAPPED;
-        if (gv->live == 0)
-            idle_push(e, (uint64_t)v);
+        e->g[g].state = G_MAPPED;
         pthread_cond_broadcast(&e->changed);
         return st;
     }
     e->unmaps++;
-    gv->handle = 0;
-    gv->state = G_UNMAPPED;
-    gv->moved = e->epoch;
+    e->p[e->g[g].phys - 1].maps--;
+    e->g[g].phys = 0;
+    e->g[g].state = G_UNMAPPED;
     pthread_cond_broadcast(&e->changed);
-    *out = h;
     return VRAM_OK;
 }
 
 /*
-** Find physical memory for a granule: a pooled handle; else new memory
-** while physical memory stays within the slack over the peak in use; else
-** the memory of the oldest idle granule; else new memory up to the cap.
-** Drops the lock around backend calls.
+** A physical unit for granule G, claimed for it: the least recently idle
+** one (mapped elsewhere or nowhere: it is mapped here as well, so nothing
+** waits for the device), else new memory up to the cap.
+**
+** After a conflict (G's memory had been taken), new memory comes first
+** while physical memory stays within SLACK_DIVISOR of the peak in use: an
+** idle unit mapped here would bring its other granules along, and in a
+** loop one of them tends to be needed while G is live -- the next
+** conflict. Measured on the shared traces (8 MiB units): conflicts that
+** chain like this kept resnet50_fp32 synchronizing ~7 times a step for its
+** first 15 steps (+2-2.6 % step time in ResNet-50 training on the H200);
+** with the slack they stop within 4 steps, for at most 0.4 % more memory.
+** Drops the lock around the backend call.
 */
 static vram_status
-obtain_handle_locked(struct vram_device *dev, uint64_t *out)
+obtain_unit_locked(struct vram_device *dev, uint64_t g, bool conflict, uint64_t *out)
 {
     struct expand *e = &dev->ex;
     struct backend *be = dev->ctx->backend;
-    if (e->n_pool > 0) {
-        *out = e->pool[--e->n_pool];
-        return VRAM_OK;
-    }
+    uint64_t next = (e->n_p + e->creating + 1) * e->gran;
     uint64_t peak = dev->peak_in_use > dev->heap.bytes_in_use ? dev->peak_in_use
                                                               : dev->heap.bytes_in_use;
-    bool under_cap = e->phys_bytes + e->gran <= dev->limit;
-    uint64_t slack = peak / SLACK_DIVISOR + e->thrash_bytes;
-    bool within_slack = e->phys_bytes + e->gran <= peak + slack;
-    if (!(under_cap && within_slack) && e->n_idle > 0) {
-        int64_t v = idle_pop(e);
-        assert(v >= 0);
-        return steal_locked(dev, v, out);
+    bool fresh = conflict && next <= peak + peak / SLACK_DIVISOR && next <= dev->limit;
+    int64_t p = fresh ? -1 : idle_pop(e);
+    if (p >= 0) {
+        claim(e, (uint64_t)p, g);
+        *out = (uint64_t)p;
+        return VRAM_OK;
     }
-    if (!under_cap)
-        return VRAM_E_OOM;    /* the cap: the caller explains */
-    e->phys_bytes += e->gran; /* I8: counted before the call */
+    if (next > dev->limit)
+        return VRAM_E_OOM; /* the cap: the caller explains */
+    e->creating++;         /* I8: counted before the call */
     drop(dev);
     uint64_t h = 0;
     vram_status st = be->ops->phys_create(be, dev->physical, e->gran, &h);
     relock(dev);
     dev->backend_calls++;
+    e->creating--;
+    if (st != VRAM_OK)
+        return st; /* the device is full (other processes, other logical devices) */
+    assert(e->n_p < e->cap_p);
+    struct physunit *u = &e->p[e->n_p];
+    u->handle = h;
+    u->owner = (uint32_t)(g + 1);
+    u->maps = 0;
+    *out = e->n_p++;
+    return VRAM_OK;
+}
+
+/* Map granule G, unmapped and in state G_MAPPING, to a physical unit;
+** CONFLICT: its memory had been taken (see obtain_unit_locked). */
+static vram_status
+map_granule_locked(struct vram_device *dev, uint64_t g, bool conflict)
+{
+    struct expand *e = &dev->ex;
+    struct backend *be = dev->ctx->backend;
+    uint64_t p = 0;
+    vram_status st = obtain_unit_locked(dev, g, conflict, &p);
+    if (st != VRAM_OK)
+        return st;
+    uint64_t h = e->p[p].handle;
+    drop(dev);
+    st = be->ops->map(be, dev->physical, addr_of(e, g), e->gran, h);
+    relock(dev);
+    dev->backend_calls++;
     if (st != VRAM_OK) {
-        e->phys_bytes -= e->gran;
-        /* The device is full (other processes, other logical devices):
-        ** moving idle memory still works. */
-        if (st == VRAM_E_OOM && e->n_idle > 0) {
-            int64_t v = idle_pop(e);
-            assert(v >= 0);
-            return steal_locked(dev, v, out);
-        }
+        idle_push(e, p); /* kept for the next granule that needs memory */
         return st;
     }
-    *out = h;
+    e->p[p].maps++;
+    e->g[g].phys = (uint32_t)(p + 1);
+    e->maps++;
     return VRAM_OK;
 }
 
@@ -311,70 +352,49 @@ vram_status
 expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
 {
     struct expand *e = &dev->ex;
-    struct backend *be = dev->ctx->backend;
     uint64_t g0 = unit_of(e, addr);
     uint64_t g1 = unit_of(e, addr + size - 1);
-    /* A new epoch when the peak grows by more than a unit: a peak creeping
-    ** up by a few bytes per step (measured with PyTorch on GPT-2) must not
-    ** stop the learning of a steady loop. */
-    if (dev->peak_in_use > e->epoch_peak + e->gran) {
-        e->epoch_peak = dev->peak_in_use;
-        e->epoch++;
-    }
-    bool all_mapped = true;
-    e->synced = false; /* the next move in this allocation synchronizes */
-    /* Count the block first, so that no other thread moves these
-    ** granules' memory away while we work (E2). */
+    bool done = true;
+    e->synced = false; /* the first unmap in this allocation synchronizes */
+    /* Count the block first, and claim idle memory mapped here, so that no
+    ** other thread takes these granules' memory while we work (E2). */
     for (uint64_t g = g0; g <= g1; g++) {
         struct granule *gr = &e->g[g];
-        if (gr->state != G_MAPPED)
-            all_mapped = false;
-        else if (gr->live == 0)
-            e->n_idle--; /* its ring entry is now stale */
-        gr->live++;
+        if (gr->live++ > 0 && gr->state == G_MAPPED)
+            continue;
+        if (gr->state == G_MAPPED && e->p[gr->phys - 1].owner == 0)
+            claim(e, gr->phys - 1, g);
+        else
+            done = false;
     }
-    if (all_mapped)
+    if (done)
         return VRAM_OK; /* the steady state: no backend call */
     for (uint64_t g = g0; g <= g1; g++) {
         while (e->g[g].state == G_MAPPING || e->g[g].state == G_UNMAPPING)
             pthread_cond_wait(&e->changed, &dev->lock);
-        if (e->g[g].state == G_MAPPED)
-            continue;
-        /* Memory moved away from here is needed again while the peak has
-        ** not grown: a steady loop cycles over more memory than the slack
-        ** allows. Learn one more unit of slack (up to 1/MAX_THRASH_DIVISOR
-        ** of the peak), so that a training loop stops moving memory every
-        ** step. A growing workload (a leak, the first step) learns nothing. */
-        if (e->g[g].moved == e->epoch &&
-            e->thrash_bytes + e->gran <= dev->peak_in_use / MAX_THRASH_DIVISOR)
-            e->thrash_bytes += e->gran;
-        e->g[g].state = G_MAPPING;
-        uint64_t h = 0;
-        vram_status st = obtain_handle_locked(dev, &h);
-        if (st == VRAM_OK) {
-            drop(dev);
-            st = be->ops->map(be, dev->physical, e->va_base + g * e->gran, e->gran, h);
-            relock(dev);
-            dev->backend_calls++;
-            if (st != VRAM_OK && !pool_push(e, h)) {
-                /* Nowhere to keep it: give it back rather than lose it. */
-                drop(dev);
-                be->ops->phys_release(be, dev->physical, h);
-                relock(dev);
-                dev->backend_calls++;
-                e->phys_bytes -= e->gran;
+        vram_status st = VRAM_OK;
+        bool conflict = false;
+        if (e->g[g].state == G_MAPPED) {
+            struct physunit *u = &e->p[e->g[g].phys - 1];
+            if (u->owner == g + 1)
+                continue;
+            if (u->owner == 0) { /* became idle while we waited */
+                claim(e, e->g[g].phys - 1, g);
+                continue;
             }
+            st = unmap_taken_locked(dev, g);
+            conflict = true;
+        }
+        if (st == VRAM_OK) {
+            e->g[g].state = G_MAPPING;
+            st = map_granule_locked(dev, g, conflict);
+            e->g[g].state = st == VRAM_OK ? G_MAPPED : G_UNMAPPED;
+            pthread_cond_broadcast(&e->changed);
         }
         if (st != VRAM_OK) {
-            e->g[g].state = G_UNMAPPED;
-            pthread_cond_broadcast(&e->changed);
             unref_range(e, g0, g1);
             return st;
         }
-        e->g[g].handle = h;
-        e->g[g].state = G_MAPPED;
-        e->maps++;
-        pthread_cond_broadcast(&e->changed);
     }
     return VRAM_OK;
 }
@@ -386,6 +406,12 @@ expand_unback_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
     unref_range(e, unit_of(e, addr), unit_of(e, addr + size - 1));
 }
 
+uint64_t
+expand_phys_bytes(const struct expand *e)
+{
+    return (e->n_p + e->creating) * e->gran;
+}
+
 void
 expand_destroy(struct vram_device *dev)
 {
@@ -395,19 +421,20 @@ expand_destroy(struct vram_device *dev)
         for (uint64_t g = 0; g < e->n; g++) {
             if (e->g[g].state != G_MAPPED)
                 continue;
-            if (be->ops->unmap(be, dev->physical, e->va_base + g * e->gran, e->gran) !=
-                VRAM_OK) {
+            if (be->ops->unmap(be, dev->physical, addr_of(e, g), e->gran) != VRAM_OK) {
                 log_write(LOG_CONFIG, "GPU:%d: unmap at close failed: %s", dev->index,
                           vram_last_error());
                 continue;
             }
-            if (!pool_push(e, e->g[g].handle))
-                be->ops->phys_release(be, dev->physical, e->g[g].handle);
+            e->p[e->g[g].phys - 1].maps--;
         }
-        for (uint64_t i = 0; i < e->n_pool; i++)
-            if (be->ops->phys_release(be, dev->physical, e->pool[i]) != VRAM_OK)
+        for (uint64_t p = 0; p < e->n_p; p++) {
+            if (e->p[p].maps != 0)
+                continue; /* still mapped: releasing it would fail */
+            if (be->ops->phys_release(be, dev->physical, e->p[p].handle) != VRAM_OK)
                 log_write(LOG_CONFIG, "GPU:%d: release at close failed: %s", dev->index,
                           vram_last_error());
+        }
         if (be->ops->va_release(be, dev->physical, e->va_base, e->va_size) != VRAM_OK)
             log_write(LOG_CONFIG, "GPU:%d: freeing the address range failed: %s",
                       dev->index, vram_last_error());
@@ -419,7 +446,7 @@ expand_destroy(struct vram_device *dev)
 static bool
 broken(const char *what, uint64_t g)
 {
-    error_set(VRAM_E_INVALID, "%s (granule %" PRIu64 ")", what, g);
+    error_set(VRAM_E_INVALID, "%s (unit %" PRIu64 ")", what, g);
     return false;
 }
 
@@ -431,8 +458,12 @@ expand_check_locked(const struct vram_device *dev)
         return true;
     /* E1: a granule's live count is the number of allocated blocks over it. */
     uint32_t *count = calloc(e->n, sizeof *count);
-    if (count == NULL)
+    uint32_t *maps = calloc(e->cap_p, sizeof *maps);
+    if (count == NULL || maps == NULL) {
+        free(count);
+        free(maps);
         return true; /* cannot check without memory; not a broken invariant */
+    }
     for (const struct region *r = dev->heap.regions; r != NULL; r = r->next)
         for (const struct block *b = r->first; b != NULL; b = b->next) {
             if (b->free)
@@ -442,39 +473,56 @@ expand_check_locked(const struct vram_device *dev)
             for (uint64_t g = g0; g <= g1; g++)
                 count[g]++;
         }
-    uint64_t mapped = 0, idle = 0;
-    for (uint64_t g = 0; g < e->n; g++) {
+    const char *why = NULL;
+    uint64_t where = 0;
+    for (uint64_t g = 0; g < e->n && why == NULL; g++) {
         const struct granule *gr = &e->g[g];
-        if (count[g] != gr->live) {
-            free(count);
-            return broken("E1: live count differs from the blocks over the granule", g);
-        }
-        /* E2: under a live block memory is mapped (outside transitions),
-        ** and a granule has a handle exactly when mapped. */
-        if (gr->live > 0 && gr->state == G_UNMAPPED) {
-            free(count);
-            return broken("E2: a live block lies on an unmapped granule", g);
-        }
-        if ((gr->state == G_MAPPED) != (gr->handle != 0)) {
-            free(count);
-            return broken("E2: mapped state and handle disagree", g);
-        }
-        mapped += gr->state == G_MAPPED;
-        idle += is_idle(e, g);
+        where = g;
+        if (count[g] != gr->live)
+            why = "E1: live count differs from the blocks over the granule";
+        /* E2: a granule has a physical unit exactly when mapped; under a
+        ** live block (outside transitions) it is mapped to a unit it owns. */
+        else if ((gr->state == G_MAPPED) != (gr->phys != 0))
+            why = "E2: mapped state and physical unit disagree";
+        else if (gr->phys > e->n_p)
+            why = "E2: physical unit out of range";
+        else if (gr->live > 0 && gr->state == G_UNMAPPED)
+            why = "E2: a live block lies on an unmapped granule";
+        else if (gr->live > 0 && gr->state == G_MAPPED && e->p[gr->phys - 1].owner != g + 1)
+            why = "E2: a live granule's physical unit belongs to another";
+        if (why == NULL && gr->phys != 0)
+            maps[gr->phys - 1]++;
+    }
+    /* E3: an owned unit's owner is live and mapped to it; each unit's map
+    ** count is exact; the idle units are exactly the ring's current
+    ** entries and the idle count. */
+    uint64_t idle = 0;
+    for (uint64_t p = 0; p < e->n_p && why == NULL; p++) {
+        const struct physunit *u = &e->p[p];
+        where = p;
+        if (u->maps != maps[p])
+            why = "E3: map count differs from the granules mapped to the unit";
+        else if (u->owner > e->n)
+            why = "E3: owner out of range";
+        else if (u->owner != 0 && (e->g[u->owner - 1].phys != p + 1 ||
+                                   e->g[u->owner - 1].live == 0) &&
+                 e->g[u->owner - 1].state == G_MAPPED)
+            why = "E3: the owner of a unit is not a live granule mapped to it";
+        idle += u->owner == 0;
     }
     free(count);
-    /* E3: the idle count is exact, and the ring holds every idle granule. */
+    free(maps);
+    if (why != NULL)
+        return broken(why, where);
     if (idle != e->n_idle)
         return broken("E3: idle count off", idle);
     uint64_t in_ring = 0;
     for (uint64_t k = 0; k < e->idle_len; k++)
-        in_ring += is_idle(e, e->idle[(e->idle_head + k) & (e->idle_cap - 1)]);
-    if (in_ring < idle)
-        return broken("E3: an idle granule is missing from the ring", in_ring);
-    /* E4: physical memory held is what is mapped plus the pool. */
-    if (e->phys_bytes != (mapped + e->n_pool) * e->gran)
-        return broken("E4: physical bytes differ from mapped + pooled granules", mapped);
-    if (e->phys_bytes > dev->limit)
-        return broken("I8: physical bytes above the cap", e->phys_bytes / e->gran);
+        in_ring += ring_current(e, k);
+    if (in_ring != idle)
+        return broken("E3: the ring's current entries are not the idle units", in_ring);
+    /* E4: physical bytes held never exceed the cap (I8). */
+    if (expand_phys_bytes(e) > dev->limit)
+        return broken("I8: physical bytes above the cap", e->n_p);
     return true;
 }

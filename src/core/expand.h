@@ -1,15 +1,28 @@
 /*
 ** expand.h -- the expandable strategy's physical backing: one virtual
-** range per logical device, mapped to physical memory granule by granule
-** where live blocks are (docs/ALLOCATOR.md, "Expandable").
+** range per logical device, mapped to physical memory unit by unit where
+** live blocks are (docs/ALLOCATOR.md, "Expandable").
 **
 ** The heap places blocks in the virtual range as usual (one region, so
-** free space always merges). This module keeps, per granule, how many live
-** blocks touch it and whether physical memory is mapped there. A granule
-** whose last block is freed stays mapped but "idle"; when another granule
-** needs memory, an idle one's physical handle is unmapped and moved there
-** before any new physical memory is created, so physical memory follows
-** live bytes and driver calls happen only when the layout changes.
+** free space always merges). This module keeps two tables:
+**
+**   granules  units of the virtual range ("granules" here): how many live
+**             blocks touch each, and which physical unit is mapped there;
+**   physical  units of physical memory (one driver handle each): which
+**             granule's blocks use it now ("owner"), if any.
+**
+** A physical unit may be mapped at several granules at once (the driver
+** allows a handle to be mapped more than once), but only one of them, its
+** owner, has live blocks. When a block lands on a granule whose memory is
+** idle, the granule takes it back without a driver call; when it lands on
+** an unmapped granule, an idle physical unit is mapped there too (an alias:
+** map, no unmap, so no wait for the device) before new memory is created.
+** Physical memory thus follows live bytes, and a steady loop, whose blocks
+** land at the same addresses every step, makes no driver call at all once
+** each of its granules holds a mapping. Only a granule whose physical unit
+** has meanwhile been taken by another granule must be unmapped (after
+** synchronizing the device: kernels queued before a free may still use the
+** old address).
 **
 ** Every function is called with dev->lock held; those that call the
 ** backend drop it around each call and retake it ("reserve, call, then
@@ -30,17 +43,23 @@ enum granule_state {
     G_UNMAPPED = 0,
     G_MAPPING = 1, /* a thread is mapping it; others wait */
     G_MAPPED = 2,
-    G_UNMAPPING = 3, /* a thread is moving its memory away; others wait */
+    G_UNMAPPING = 3, /* a thread is unmapping it; others wait */
 };
 
-/* One granule of the virtual range: 16 bytes, so that a block's granules
+/* One granule of the virtual range: 12 bytes, so that a block's granules
 ** are consecutive in memory and the per-operation loop stays in cache. */
 struct granule {
-    uint64_t handle; /* physical handle mapped here, or 0 */
-    uint32_t live;   /* live blocks touching this granule */
-    uint8_t state;   /* enum granule_state */
-    uint32_t moved;  /* the peak epoch in which its memory was moved away;
-                        0 = never */
+    uint32_t phys; /* physical unit mapped here, plus 1; 0 = none */
+    uint32_t live; /* live blocks touching this granule */
+    uint8_t state; /* enum granule_state */
+};
+
+/* One unit of physical memory. */
+struct physunit {
+    uint64_t handle; /* the backend's handle */
+    uint32_t owner;  /* the granule whose live blocks use it, plus 1; 0 = idle */
+    uint32_t maps;   /* granules it is mapped at */
+    uint32_t tick;   /* ring number of its newest idle-ring entry */
 };
 
 struct expand {
@@ -53,21 +72,20 @@ struct expand {
     unsigned shift;            /* log2(gran) when gran is a power of two, else 0 */
     uint64_t n;                /* granules */
     struct granule *g;         /* n granules */
-    /* Idle granules (mapped, live == 0), oldest first, in a ring with lazy
-    ** deletion: an entry is stale when its granule is no longer idle and
-    ** is skipped when met; the ring is rebuilt when stale entries pile up. */
-    uint32_t *idle;                         /* ring of granule indices */
+    struct physunit *p;        /* physical units, n_p of cap_p (the cap in units) */
+    uint64_t n_p, cap_p;
+    /* Idle physical units (owner 0), least recently idle first, in a ring
+    ** with lazy deletion: entry number k (counted from the first push,
+    ** modulo 2^32) is current when its unit is idle and its tick is k;
+    ** other entries are stale and skipped when met. The ring is compacted,
+    ** in order, when it fills. */
+    uint32_t *idle;                         /* ring of physical unit indices */
     uint64_t idle_cap, idle_head, idle_len; /* capacity (power of two), first, entries */
-    uint64_t n_idle;                        /* idle granules: the exact count */
-    uint64_t *pool;                         /* physical handles not mapped anywhere */
-    uint64_t n_pool, cap_pool;
-    uint64_t phys_bytes;   /* physical memory held: mapped + pooled + being created */
-    uint64_t maps, unmaps; /* backend map / unmap calls that succeeded */
-    bool synced;               /* the device was synchronized in this allocation */
-    uint32_t epoch;            /* peak epoch: grows whenever the peak in use does */
-    uint64_t epoch_peak;       /* the peak in use when the epoch began, bytes */
-    uint64_t thrash_bytes;     /* extra slack learned from memory moved away and
-                                  needed again (see obtain_handle_locked) */
+    uint32_t idle_tick;                     /* number of the entry at idle_head */
+    uint64_t n_idle;                        /* idle physical units: the exact count */
+    uint64_t creating;                      /* physical units being created */
+    uint64_t maps, unmaps;                  /* backend map / unmap calls that succeeded */
+    bool synced; /* the device was synchronized in this allocation */
 };
 
 /* Prepare (no backend call). VRAM_E_HOST_MEMORY never: arrays come at setup. */
@@ -84,6 +102,9 @@ vram_status expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t 
 /* The block [addr, addr+size) is no longer live: its granules that no
 ** other block touches become idle. No backend call. */
 void expand_unback_locked(struct vram_device *dev, uint64_t addr, uint64_t size);
+
+/* Physical memory held (created or being created), bytes. */
+uint64_t expand_phys_bytes(const struct expand *e);
 
 /* Give everything back (at close): unmap, release, free the range. */
 void expand_destroy(struct vram_device *dev);

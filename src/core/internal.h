@@ -84,7 +84,7 @@ static inline uint64_t
 device_reserved_locked(const struct vram_device *dev)
 {
     if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
-        return dev->ex.phys_bytes;
+        return expand_phys_bytes(&dev->ex);
     return dev->heap.bytes_regions + dev->releasing;
 }
 
