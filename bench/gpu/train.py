@@ -173,6 +173,16 @@ def run(a, result):
     model, step, shape = build(torch, dev)
     result.update(shape)
 
+    # With vram: the driver calls each step made (map, unmap, synchronize
+    # included), through the Python package on the plug-in's device.
+    vram_pkg = None
+    if a.allocator == "vram":
+        os.environ["VRAM_LIBRARY"] = lib_path
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "..", "python"))
+        import vram as vram_pkg
+    calls = []
+
     losses, times = [], []
     for i in range(a.steps):
         torch.cuda.synchronize(dev)
@@ -181,8 +191,15 @@ def run(a, result):
         torch.cuda.synchronize(dev)
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.item()))
-        print("%s/%s step %d: loss %.6f, %.1f ms" % (a.model, a.allocator, i + 1,
-                                                     losses[-1], times[-1] * 1e3),
+        extra = ""
+        if vram_pkg is not None:
+            st = vram_pkg.stats(a.device)
+            calls.append({k: st[k] for k in ("backend_calls", "maps", "unmaps")})
+            extra = ", driver calls so far %d (maps %d, unmaps %d)" % (
+                st["backend_calls"], st["maps"], st["unmaps"])
+        print("%s/%s step %d: loss %.6f, %.1f ms%s" % (a.model, a.allocator, i + 1,
+                                                       losses[-1], times[-1] * 1e3,
+                                                       extra),
               flush=True)
 
     free1, _ = torch.cuda.mem_get_info(dev)
@@ -195,6 +212,12 @@ def run(a, result):
         result["peak_reserved_bytes"] = vram_peak_reserved(lib, a.device)
         result["peak_reserved_source"] = "vram_torch_peak_reserved"
     timed = times[WARMUP:] if len(times) > WARMUP else times
+    if calls:
+        result["vram_calls_after_step"] = calls
+        # Driver calls in the timed steps (after the warm-up): the steady state.
+        first = calls[WARMUP - 1] if len(calls) > WARMUP else calls[0]
+        result["vram_steady_calls"] = calls[-1]["backend_calls"] - first["backend_calls"]
+        result["vram_steady_unmaps"] = calls[-1]["unmaps"] - first["unmaps"]
     result["losses"] = losses
     result["step_times_s"] = times
     result["warmup_steps"] = len(times) - len(timed)

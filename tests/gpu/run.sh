@@ -20,7 +20,9 @@
 # VRAM_GPU_DEADLINE seconds (default 540), steps past it are SKIPPED.
 # Exit status: 0 when every step ran and every target passed, 1 otherwise.
 #
-# The build needs pkg-config, zlib, json-c and cmocka. Where the machine
+# The build needs pkg-config, zlib, json-c and cmocka (top and the exporter,
+# which need ncurses and libmicrohttpd, are left out: -DVRAM_LIVE_TOOLS=OFF).
+# Where the machine
 # lacks them and cannot download, put their Debian packages in .gpu-deps/
 # (on a machine with a registry: `mkdir -p .gpu-deps && cd .gpu-deps &&
 # apt-get download pkgconf pkgconf-bin libpkgconf3 zlib1g-dev libjson-c-dev
@@ -128,7 +130,8 @@ deps=ok
 provide_deps >>"$LOG" 2>&1 || deps=FAILED
 printf 'deps\t%s\t0\n' "$deps" >>"$STATUS"
 say "-- deps: $deps"
-if run_step configure 180 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DVRAM_WERROR=ON; then
+if run_step configure 180 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DVRAM_WERROR=ON \
+    -DVRAM_LIVE_TOOLS=OFF; then
     # If the whole build fails (a test that does not compile, say), still
     # build what the measurements need, so that they can run.
     if ! run_step build 300 cmake --build "$BUILD" -j "$(nproc)"; then
@@ -146,7 +149,8 @@ VRAM=$BUILD/bin/vram
 PEERS=$BUILD/bin/vram_replay_peers
 LIB=$BUILD/lib/libvram.so
 
-# ---- 2. the shared traces on the GPU ----
+# ---- 2. the driver's virtual-memory calls, then the shared traces ----
+STEP_OUT=$WORK/vmm_costs.json run_step "driver call costs" 60 "$BUILD/bin/vram_vmm_costs" --json
 # One process per trace and strategy, so that one failure loses one row.
 strategies=$("$VRAM" replay --help 2>/dev/null | sed -n "s/^Strategies: \(.*\) (or 'all')$/\1/p")
 [ -n "$strategies" ] || strategies="preallocate growth growth:tf-compat expandable"
@@ -352,7 +356,24 @@ for m in ("resnet50", "gpt2"):
         "-" if diff is None else "%+.1f%%" % (diff * 100),
         "-" if dloss is None else "%.2g" % dloss,
         verdict(res_ok), verdict(step_ok), verdict(loss_ok)))
+    if ok_v and "vram_steady_calls" in vr:
+        lines.append("%-9s vram's driver calls in the timed steps: %d (unmaps %d)" % (
+            "", vr["vram_steady_calls"], vr["vram_steady_unmaps"]))
 lines.append("")
+
+vmm = load(os.path.join(work, "vmm_costs.json"))
+if vmm is not None:
+    u8 = [u for u in vmm["units"] if u["unit_mib"] == 8]
+    ob = {(o["unit_mib"], o["set_access"]): o["obtain_ms"] for o in vmm["obtain_8gib"]}
+    if u8:
+        u = u8[0]
+        lines.append("driver calls (median us): 8 MiB create %.1f, map %.1f, set access %.1f, "
+                     "unmap %.1f, release %.1f; idle synchronize %.1f" % (
+                         u["create_us"], u["map_us"], u["set_access_us"], u["unmap_us"],
+                         u["release_us"], vmm["sync_idle_us"]))
+    lines.append("8 GiB mapped in units of 2/8/32/128/512 MiB: " + " / ".join(
+        "%.1f" % ob.get((m, "per unit"), float("nan")) for m in (2, 8, 32, 128, 512)) + " ms")
+    lines.append("")
 
 quota = load(os.path.join(work, "quota.json"))
 if quota is not None:
@@ -426,7 +447,7 @@ with open(os.path.join(out, "table.txt"), "w") as f:  # the table, for the repor
 results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": peers,
            "replay_vram_warm": warm, "replay_peers_warm": warmpeers, "quota": quota,
            "python": pyres,
-           "train": train, "train_summary": train_summary,
+           "train": train, "train_summary": train_summary, "vmm_costs": vmm,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)

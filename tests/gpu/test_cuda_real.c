@@ -6,6 +6,7 @@
 ** error names, events on the default stream, the caller's context left
 ** current, and repeated open/close of the library.
 */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,63 @@ test_vm_round_trip(void **state)
     assert_int_equal(be->ops->phys_release(be, 0, h1), VRAM_OK);
     assert_int_equal(be->ops->phys_release(be, 0, h2), VRAM_OK);
     assert_int_equal(be->ops->va_release(be, 0, va, 8 * g), VRAM_OK);
+}
+
+/* The expandable strategy maps one physical handle at several addresses
+** (docs/ALLOCATOR.md): the driver accepts it, and both addresses reach the
+** same memory. Written through one with cuMemsetD8, read through the
+** other with cuMemcpyDtoH (looked up here: the library does not use them). */
+static void
+test_vm_alias(void **state)
+{
+    (void)state;
+    typedef int (*memset_fn)(uint64_t, unsigned char, size_t);
+    typedef int (*dtoh_fn)(void *, uint64_t, size_t);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(lib);
+    memset_fn memset_d8 = NULL;
+    dtoh_fn dtoh = NULL;
+    void *sym = dlsym(lib, "cuMemsetD8_v2"); /* copied: ISO C has no cast */
+    memcpy(&memset_d8, &sym, sizeof sym);
+    sym = dlsym(lib, "cuMemcpyDtoH_v2");
+    memcpy(&dtoh, &sym, sizeof sym);
+    assert_non_null(memset_d8);
+    assert_non_null(dtoh);
+    vram_physical_info info;
+    assert_int_equal(be->ops->device_info(be, 0, &info), VRAM_OK);
+    uint64_t g = info.granularity, va = 0, h = 0;
+    assert_int_equal(be->ops->va_reserve(be, 0, 8 * g, &va), VRAM_OK);
+    assert_int_equal(be->ops->phys_create(be, 0, g, &h), VRAM_OK);
+    assert_int_equal(be->ops->map(be, 0, va, g, h), VRAM_OK);
+    assert_int_equal(be->ops->map(be, 0, va + 5 * g, g, h), VRAM_OK);
+
+    vcu_device d0;
+    vcu_context primary = NULL, popped = NULL;
+    assert_int_equal(api.cuDeviceGet(&d0, 0), VCU_SUCCESS);
+    assert_int_equal(api.cuDevicePrimaryCtxRetain(&primary, d0), VCU_SUCCESS);
+    assert_int_equal(api.cuCtxPushCurrent(primary), VCU_SUCCESS);
+    unsigned char byte = 0;
+    assert_int_equal(memset_d8(va + 4096, 0xa5, 1), 0);
+    assert_int_equal(dtoh(&byte, va + 5 * g + 4096, 1), 0);
+    assert_int_equal(byte, 0xa5);
+    assert_int_equal(memset_d8(va + 5 * g + 77, 0x3c, 1), 0);
+    assert_int_equal(dtoh(&byte, va + 77, 1), 0);
+    assert_int_equal(byte, 0x3c);
+    assert_int_equal(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
+    assert_int_equal(api.cuDevicePrimaryCtxRelease(d0), VCU_SUCCESS);
+
+    /* One mapping goes; the other still reaches the memory. */
+    assert_int_equal(be->ops->unmap(be, 0, va, g), VRAM_OK);
+    assert_int_equal(api.cuDevicePrimaryCtxRetain(&primary, d0), VCU_SUCCESS);
+    assert_int_equal(api.cuCtxPushCurrent(primary), VCU_SUCCESS);
+    assert_int_equal(dtoh(&byte, va + 5 * g + 4096, 1), 0);
+    assert_int_equal(byte, 0xa5);
+    assert_int_equal(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
+    assert_int_equal(api.cuDevicePrimaryCtxRelease(d0), VCU_SUCCESS);
+    assert_int_equal(be->ops->unmap(be, 0, va + 5 * g, g), VRAM_OK);
+    assert_int_equal(be->ops->phys_release(be, 0, h), VRAM_OK);
+    assert_int_equal(be->ops->va_release(be, 0, va, 8 * g), VRAM_OK);
+    dlclose(lib);
 }
 
 static void
@@ -213,6 +271,44 @@ test_end_to_end(void **state)
     vram_close(ctx);
 }
 
+/* Expandable on the real driver: holes' memory mapped under a larger
+** block (aliases), a unit whose memory was taken remapped, a steady loop
+** without driver calls, everything given back at close. */
+static void
+test_expandable_end_to_end(void **state)
+{
+    (void)state;
+    vram_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = VRAM_BACKEND_CUDA;
+    o.ignore_environment = true;
+    vram_context *ctx = NULL;
+    assert_int_equal(vram_open(&o, &ctx), VRAM_OK);
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 256 * MiB);
+    const size_t U = 8 * MiB;
+    uint64_t calls = 0;
+    for (int step = 0; step < 4; step++) {
+        void *a, *b, *c, *d, *e;
+        assert_int_equal(vram_alloc(dev, 2 * U, NULL, &a), VRAM_OK);
+        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &b), VRAM_OK);
+        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &c), VRAM_OK);
+        assert_int_equal(vram_free(dev, b), VRAM_OK);
+        assert_int_equal(vram_free(dev, a), VRAM_OK);
+        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &d), VRAM_OK);
+        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &e), VRAM_OK);
+        assert_int_equal(vram_free(dev, d), VRAM_OK);
+        assert_int_equal(vram_free(dev, c), VRAM_OK);
+        assert_int_equal(vram_free(dev, e), VRAM_OK);
+        assert_true(vram_check(dev));
+        if (step == 1)
+            calls = stats_of(dev).backend_calls;
+    }
+    vram_stats st = stats_of(dev);
+    assert_int_equal(st.peak_bytes_reserved, 12 * U);
+    assert_int_equal(st.backend_calls, calls);
+    vram_close(ctx);
+}
+
 int
 main(void)
 {
@@ -239,7 +335,8 @@ main(void)
         cmocka_unit_test(test_vm_round_trip), cmocka_unit_test(test_events),
         cmocka_unit_test(test_oom),           cmocka_unit_test(test_context_preserved),
         cmocka_unit_test(test_threads),       cmocka_unit_test(test_reopen),
-        cmocka_unit_test(test_end_to_end),
+        cmocka_unit_test(test_end_to_end),    cmocka_unit_test(test_vm_alias),
+        cmocka_unit_test(test_expandable_end_to_end),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     be->ops->close(be);

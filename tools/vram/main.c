@@ -9,6 +9,21 @@
 #include "cmd.h"
 #include "vram.h"
 
+#ifdef VRAM_NO_LIVE_TOOLS
+/* Built with -DVRAM_LIVE_TOOLS=OFF: no ncurses, no libmicrohttpd. */
+static int
+cmd_not_built(int argc, char **argv)
+{
+    (void)argc;
+    cli_error("'%s' is not in this build (configured with -DVRAM_LIVE_TOOLS=OFF); "
+              "'vram stat' shows the same figures once",
+              argv[0]);
+    return 1;
+}
+#define cmd_top cmd_not_built
+#define cmd_exporter cmd_not_built
+#endif
+
 struct command {
     const char *name;
     int (*run)(int argc, char **argv);
