@@ -7,7 +7,10 @@
 ** own window, bumped in 2 MiB steps like the real driver's granularity,
 ** never reused, so a replay prints the same addresses every time. With
 ** host_backed, each allocation is instead real host memory (mmap with
-** MAP_NORESERVE), so tests can write patterns through the addresses.
+** MAP_NORESERVE), so tests can write patterns through the addresses, and
+** each physical allocation (phys_create) is a piece of one memory file per
+** device, mapped shared: a handle mapped at two addresses shows the same
+** bytes at both, and its contents outlive an unmap, as on a GPU.
 ** Memory is accounted in granules, as the driver does.
 */
 #include <inttypes.h>
@@ -15,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -41,8 +46,9 @@ struct sim_range {
 
 /* Physical memory made by phys_create; handle = index + 1. */
 struct sim_phys {
-    uint64_t size; /* bytes, 0 = slot unused */
-    uint64_t maps; /* granules it is mapped at */
+    uint64_t size;   /* bytes, 0 = slot unused */
+    uint64_t maps;   /* granules it is mapped at */
+    uint64_t offset; /* host_backed: where its bytes are in the memory file */
 };
 
 struct sim_device {
@@ -58,6 +64,8 @@ struct sim_device {
     struct sim_phys *phys; /* physical allocations by handle - 1 */
     uint64_t n_phys, cap_phys;
     uint64_t free_phys; /* no unused phys slot below this index */
+    int memfd;          /* host_backed: the physical allocations' bytes; -1 = none yet */
+    uint64_t memfd_size;
 };
 
 struct sim_backend {
@@ -354,6 +362,20 @@ sim_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
                          "(%" PRIu64 " bytes free)",
                          size, dev, avail);
     }
+    uint64_t offset = 0;
+    if (s->opt.host_backed) {
+        /* Bytes of a sparse memory file, never reused after a release
+        ** (whose pages are punched out). */
+        if (d->memfd < 0)
+            d->memfd = memfd_create("vram-sim-physical", MFD_CLOEXEC);
+        if (d->memfd < 0 || ftruncate(d->memfd, (off_t)(d->memfd_size + size)) != 0) {
+            pthread_mutex_unlock(&s->lock);
+            return error_set(VRAM_E_HOST_MEMORY,
+                             "sim: no memory file for physical allocations");
+        }
+        offset = d->memfd_size;
+        d->memfd_size += size;
+    }
     uint64_t slot = d->free_phys;
     while (slot < d->n_phys && d->phys[slot].size != 0)
         slot++;
@@ -367,6 +389,7 @@ sim_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
     }
     d->phys[slot].size = size;
     d->phys[slot].maps = 0;
+    d->phys[slot].offset = offset;
     d->free_phys = slot + 1;
     d->used += size;
     pthread_mutex_unlock(&s->lock);
@@ -394,6 +417,9 @@ sim_phys_release(struct backend *b, int dev, uint64_t handle)
                          handle);
     }
     d->used -= d->phys[handle - 1].size;
+    if (s->opt.host_backed)
+        (void)fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        (off_t)d->phys[handle - 1].offset, (off_t)d->phys[handle - 1].size);
     d->phys[handle - 1].size = 0;
     if (handle - 1 < d->free_phys)
         d->free_phys = handle - 1;
@@ -440,9 +466,15 @@ sim_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handl
     }
     for (uint64_t g = g0; g < g1; g++)
         r->mapped[g] = handle;
+    if (r->host &&
+        mmap((void *)(uintptr_t)addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+             d->memfd, (off_t)d->phys[handle - 1].offset) == MAP_FAILED) {
+        for (uint64_t g = g0; g < g1; g++)
+            r->mapped[g] = 0;
+        pthread_mutex_unlock(&s->lock);
+        return error_set(VRAM_E_HOST_MEMORY, "sim: map(0x%" PRIx64 "): mmap failed", addr);
+    }
     d->phys[handle - 1].maps += g1 - g0;
-    if (r->host)
-        mprotect((void *)(uintptr_t)addr, size, PROT_READ | PROT_WRITE);
     pthread_mutex_unlock(&s->lock);
     return VRAM_OK;
 }
@@ -475,11 +507,9 @@ sim_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
         d->phys[r->mapped[g] - 1].maps--;
         r->mapped[g] = 0;
     }
-    if (r->host) {
-        /* The contents go with the memory, as on a GPU. */
-        madvise((void *)(uintptr_t)addr, size, MADV_DONTNEED);
-        mprotect((void *)(uintptr_t)addr, size, PROT_NONE);
-    }
+    if (r->host) /* inaccessible again; the bytes stay with the handle */
+        (void)mmap((void *)(uintptr_t)addr, size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     pthread_mutex_unlock(&s->lock);
     return VRAM_OK;
 }
@@ -564,6 +594,8 @@ sim_close(struct backend *b)
         }
         free(d->ranges);
         free(d->phys);
+        if (d->memfd >= 0)
+            close(d->memfd);
     }
     free(s->events);
     pthread_mutex_destroy(&s->lock);
@@ -640,6 +672,7 @@ backend_sim_open(const vram_sim_options *options, struct backend **out)
     s->opt = o;
     for (int i = 0; i < o.devices; i++) {
         s->dev[i].total = o.memory_bytes;
+        s->dev[i].memfd = -1;
         s->dev[i].next_addr = SIM_BASE + (uint64_t)i * SIM_WINDOW;
     }
     if (o.fail_call == 0) {

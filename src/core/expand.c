@@ -242,19 +242,21 @@ unref_range(struct expand *e, uint64_t g0, uint64_t g1)
 ** now: unmap G. Kernels queued before the frees at G may still use its
 ** address, so the device is synchronized first, once per allocation
 ** (PyTorch's expandable segments synchronize likewise before unmapping).
+** *SYNCED_BEFORE: this allocation has synchronized already (the caller's, not
+** shared: threads allocate at once).
 */
 static vram_status
-unmap_taken_locked(struct vram_device *dev, uint64_t g)
+unmap_taken_locked(struct vram_device *dev, uint64_t g, bool *synced_before)
 {
     struct expand *e = &dev->ex;
     struct backend *be = dev->ctx->backend;
     e->g[g].state = G_UNMAPPING;
     drop(dev);
     vram_status st = VRAM_OK;
-    bool synced = be->ops->synchronize != NULL && !e->synced;
+    bool synced = be->ops->synchronize != NULL && !*synced_before;
     if (synced)
         st = be->ops->synchronize(be, dev->physical);
-    e->synced = e->synced || (synced && st == VRAM_OK);
+    *synced_before = *synced_before || (synced && st == VRAM_OK);
     if (st == VRAM_OK)
         st = be->ops->unmap(be, dev->physical, addr_of(e, g), e->gran);
     relock(dev);
@@ -355,12 +357,16 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
     uint64_t g0 = unit_of(e, addr);
     uint64_t g1 = unit_of(e, addr + size - 1);
     bool done = true;
-    e->synced = false; /* the first unmap in this allocation synchronizes */
+    bool synced = false; /* the first unmap in this allocation synchronizes */
     /* Count the block first, and claim idle memory mapped here, so that no
     ** other thread takes these granules' memory while we work (E2). */
     for (uint64_t g = g0; g <= g1; g++) {
         struct granule *gr = &e->g[g];
-        if (gr->live++ > 0 && gr->state == G_MAPPED)
+        gr->live++;
+        /* Mapped is not enough: a unit another thread has just counted may
+        ** still be mapped to memory a third unit owns (a conflict that
+        ** thread has yet to resolve). */
+        if (gr->state == G_MAPPED && e->p[gr->phys - 1].owner == g + 1)
             continue;
         if (gr->state == G_MAPPED && e->p[gr->phys - 1].owner == 0)
             claim(e, gr->phys - 1, g);
@@ -382,7 +388,7 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
                 claim(e, e->g[g].phys - 1, g);
                 continue;
             }
-            st = unmap_taken_locked(dev, g);
+            st = unmap_taken_locked(dev, g, &synced);
             conflict = true;
         }
         if (st == VRAM_OK) {

@@ -85,7 +85,6 @@ struct expand {
     uint64_t n_idle;                        /* idle physical units: the exact count */
     uint64_t creating;                      /* physical units being created */
     uint64_t maps, unmaps;                  /* backend map / unmap calls that succeeded */
-    bool synced; /* the device was synchronized in this allocation */
 };
 
 /* Prepare (no backend call). VRAM_E_HOST_MEMORY never: arrays come at setup. */
