@@ -457,6 +457,8 @@ VRAM_API bool vram_check(vram_device *dev);
 ** failure one line "vram: <vram_last_error()>" is written to stderr (for
 ** OOM the one-line explanation: requested, in use, reserved, cap, what to
 ** try), and vram_last_error() keeps that line for the calling thread.
+** PyTorch 2.11 does not check the NULL (no OutOfMemoryError; the tensor's
+** pointer is 0): see the README's PyTorch section.
 */
 VRAM_API void *vram_torch_malloc(ssize_t size, int device, void *stream);
 

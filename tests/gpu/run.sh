@@ -206,6 +206,10 @@ fi
 STEP_OUT=$WORK/python.json run_step "python package with PyTorch" 300 \
     python3 bench/gpu/python_checks.py --lib "$LIB"
 
+# ---- 5b. PyTorch when vram, plugged in, refuses an allocation ----
+STEP_OUT=$WORK/plugin_oom.json run_step "plug-in out of memory" 200 \
+    python3 bench/gpu/plugin_oom.py --lib "$LIB"
+
 # ---- 6. the table ----
 python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"
 import glob, json, os, sys
@@ -431,6 +435,21 @@ if pyres is not None:
     ok = bool(pyres.get("ok", pyres.get("pass")))
     targets.append(("python package: stats, marks, hooks with PyTorch", verdict(ok)))
     lines.append("python package with PyTorch through the plug-in (issue 5): %s" % verdict(ok))
+poom = load(os.path.join(work, "plugin_oom.json"))
+if poom is not None:
+    for strat, r in sorted(poom.get("strategies", {}).items()):
+        res = r.get("result") or {}
+        ref = res.get("refused") or {}
+        lines.append("plug-in past its cap (%s): PyTorch raised %s%s; vram said %r; "
+                     "then a new 768 MiB tensor: %s" % (
+                         strat, ref.get("exception"),
+                         " (the tensor's pointer is NULL)" if ref.get("data_ptr_is_null") else "",
+                         (r.get("vram_stderr") or ["nothing"])[0][:90],
+                         "ok" if res.get("recovers") else "FAILED"))
+    # PyTorch's behaviour, not a target of vram's: CUDAPluggableAllocator
+    # (2.11) does not check for NULL, so vram cannot make it raise.
+    lines.append("  (PyTorch turns the plug-in's NULL into an exception: %s)" % (
+        "yes" if poom.get("ok") else "no -- see docs/PYTHON.md"))
     lines.append("")
 
 failed = [s["step"] for s in steps if s["status"] != "ok"]
@@ -448,6 +467,7 @@ results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": pe
            "replay_vram_warm": warm, "replay_peers_warm": warmpeers, "quota": quota,
            "python": pyres,
            "train": train, "train_summary": train_summary, "vmm_costs": vmm,
+           "plugin_oom": poom,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)
