@@ -24,6 +24,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "util/zmem.h"
 
 #define SIM_GRANULARITY (2ULL << 20)
 #define SIM_WINDOW (1ULL << 44) /* address window per device: 16 TiB */
@@ -254,7 +255,7 @@ sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     if (size == 0 || size % SIM_GRANULARITY != 0)
         return error_set(VRAM_E_INVALID,
                          "sim: va_reserve(%" PRIu64 "): not a multiple of 2 MiB", size);
-    struct sim_range r = {0, size, calloc(size / SIM_GRANULARITY, sizeof(uint64_t)),
+    struct sim_range r = {0, size, zmem_alloc(size / SIM_GRANULARITY, sizeof(uint64_t)),
                           false};
     if (r.mapped == NULL)
         return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
@@ -263,7 +264,7 @@ sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     if (!grow_array((void **)&d->ranges, sizeof *d->ranges, &d->cap_ranges,
                     d->n_ranges + 1)) {
         pthread_mutex_unlock(&s->lock);
-        free(r.mapped);
+        zmem_free(r.mapped, size / SIM_GRANULARITY, sizeof(uint64_t));
         return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
     }
     if (s->opt.host_backed) {
@@ -273,7 +274,7 @@ sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
                        -1, 0);
         if (p == MAP_FAILED) {
             pthread_mutex_unlock(&s->lock);
-            free(r.mapped);
+            zmem_free(r.mapped, size / SIM_GRANULARITY, sizeof(uint64_t));
             return error_set(VRAM_E_OOM, "sim: va_reserve(%" PRIu64 "): mmap failed",
                              size);
         }
@@ -282,7 +283,7 @@ sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     } else {
         if (d->next_addr + size > SIM_BASE + (uint64_t)(dev + 1) * SIM_WINDOW) {
             pthread_mutex_unlock(&s->lock);
-            free(r.mapped);
+            zmem_free(r.mapped, size / SIM_GRANULARITY, sizeof(uint64_t));
             return error_set(VRAM_E_OOM, "sim: address space of device %d exhausted",
                              dev);
         }
@@ -331,7 +332,7 @@ sim_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
             }
         if (r->host)
             munmap((void *)(uintptr_t)r->addr, r->size);
-        free(r->mapped);
+        zmem_free(r->mapped, r->size / SIM_GRANULARITY, sizeof(uint64_t));
         d->ranges[i] = d->ranges[--d->n_ranges];
         pthread_mutex_unlock(&s->lock);
         return VRAM_OK;
@@ -590,7 +591,8 @@ sim_close(struct backend *b)
         for (size_t k = 0; k < d->n_ranges; k++) {
             if (d->ranges[k].host)
                 munmap((void *)(uintptr_t)d->ranges[k].addr, d->ranges[k].size);
-            free(d->ranges[k].mapped);
+            zmem_free(d->ranges[k].mapped, d->ranges[k].size / SIM_GRANULARITY,
+                      sizeof(uint64_t));
         }
         free(d->ranges);
         free(d->phys);

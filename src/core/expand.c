@@ -11,6 +11,7 @@
 #include "core/internal.h"
 #include "util/log.h"
 #include "util/size.h"
+#include "util/zmem.h"
 
 /*
 ** Physical memory is mapped in units of this many driver granules (8 MiB
@@ -133,12 +134,13 @@ claim(struct expand *e, uint64_t p, uint64_t g)
 static void
 free_arrays(struct expand *e)
 {
-    free(e->g);
-    free(e->p);
-    free(e->idle);
+    zmem_free(e->g, e->n, sizeof *e->g);
+    zmem_free(e->p, e->cap_p, sizeof *e->p);
+    zmem_free(e->idle, e->idle_cap, sizeof *e->idle);
     e->g = NULL;
     e->p = NULL;
     e->idle = NULL;
+    e->n = e->cap_p = e->idle_cap = 0;
 }
 
 vram_status
@@ -169,16 +171,18 @@ expand_setup_locked(struct vram_device *dev)
     uint64_t cap_p = n / 2, ring = 64;
     while (ring < cap_p)
         ring *= 2;
-    e->g = calloc(n, sizeof *e->g);
-    e->p = calloc(cap_p, sizeof *e->p);
-    e->idle = malloc(ring * sizeof *e->idle);
+    /* Zero pages until touched: a table is touched only where memory is. */
+    e->n = n;
+    e->cap_p = cap_p;
+    e->idle_cap = ring;
+    e->g = zmem_alloc(n, sizeof *e->g);
+    e->p = zmem_alloc(cap_p, sizeof *e->p);
+    e->idle = zmem_alloc(ring, sizeof *e->idle);
     if (e->g == NULL || e->p == NULL || e->idle == NULL) {
         free_arrays(e);
         return error_set(VRAM_E_HOST_MEMORY,
                          "out of host memory for %" PRIu64 " granules", n);
     }
-    e->cap_p = cap_p;
-    e->idle_cap = ring;
     e->n_p = e->creating = 0;
     e->idle_head = e->idle_len = e->n_idle = 0;
     e->idle_tick = 0;
@@ -207,7 +211,6 @@ expand_setup_locked(struct vram_device *dev)
     e->va_size = size;
     e->gran = gran;
     e->shift = (gran & (gran - 1)) == 0 ? (unsigned)__builtin_ctzll(gran) : 0;
-    e->n = n;
     e->ready = true;
     pthread_cond_broadcast(&e->changed);
     char a[32];
