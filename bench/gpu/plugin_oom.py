@@ -26,6 +26,8 @@ import os
 import subprocess
 import sys
 
+from child import run_child
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 CHILD = r"""
@@ -70,16 +72,11 @@ def main():
         env = dict(os.environ, VRAM_BACKEND="cuda", VRAM_STRATEGY=strategy,
                    VRAM_MEMORY_LIMIT="1G")
         try:
-            run = subprocess.run([sys.executable, "-c", CHILD, lib], env=env,
-                                 capture_output=True, text=True, timeout=args.timeout)
+            result, run = run_child(CHILD, [lib], env, args.timeout)
         except subprocess.TimeoutExpired:
             out.update(ok=False, error="%s: the child ran past %d s" % (strategy, args.timeout))
             print(json.dumps(out))
             return 2
-        result = None
-        for line in run.stdout.splitlines():
-            if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
         vram_lines = [l for l in run.stderr.splitlines() if l.startswith("vram:")]
         r = {"exit": run.returncode, "result": result, "vram_stderr": vram_lines[:3]}
         if result is None:

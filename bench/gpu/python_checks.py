@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 
+from child import run_child
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 MiB = 1 << 20
 
@@ -114,16 +116,11 @@ def main():
                    VRAM_STRATEGY="expandable", VRAM_TRACE=trace,
                    PYTHONPATH=os.path.join(ROOT, "python"))
         try:
-            run = subprocess.run([sys.executable, "-c", CHILD, lib], env=env,
-                                 capture_output=True, text=True, timeout=args.timeout)
+            result, run = run_child(CHILD, [lib], env, args.timeout)
         except subprocess.TimeoutExpired:
             out.update(ok=False, error="the child ran past %d s" % args.timeout)
             print(json.dumps(out))
             return 2
-        result = None
-        for line in run.stdout.splitlines():
-            if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
         if run.returncode != 0 or result is None:
             out.update(ok=False, error="child exit %d" % run.returncode,
                        stderr=run.stderr.strip().splitlines()[-5:])

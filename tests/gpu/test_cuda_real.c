@@ -27,6 +27,44 @@ current_context(void)
     return c;
 }
 
+/* Make device 0's primary context current for the test's own driver
+** calls; pop_primary() undoes it. */
+static vcu_context
+push_primary(void)
+{
+    vcu_device d0;
+    vcu_context primary = NULL;
+    assert_int_equal(api.cuDeviceGet(&d0, 0), VCU_SUCCESS);
+    assert_int_equal(api.cuDevicePrimaryCtxRetain(&primary, d0), VCU_SUCCESS);
+    assert_int_equal(api.cuCtxPushCurrent(primary), VCU_SUCCESS);
+    return primary;
+}
+
+static void
+pop_primary(vcu_context primary)
+{
+    vcu_device d0;
+    vcu_context popped = NULL;
+    assert_int_equal(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
+    assert_ptr_equal(popped, primary);
+    assert_int_equal(api.cuDeviceGet(&d0, 0), VCU_SUCCESS);
+    assert_int_equal(api.cuDevicePrimaryCtxRelease(d0), VCU_SUCCESS);
+}
+
+/* A context of the CUDA backend through the public API, reading no
+** environment. */
+static vram_context *
+cuda_open(void)
+{
+    vram_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = VRAM_BACKEND_CUDA;
+    o.ignore_environment = true;
+    vram_context *ctx = NULL;
+    assert_int_equal(vram_open(&o, &ctx), VRAM_OK);
+    return ctx;
+}
+
 static void
 test_device_info(void **state)
 {
@@ -119,11 +157,7 @@ test_vm_alias(void **state)
     assert_int_equal(be->ops->map(be, 0, va, g, h), VRAM_OK);
     assert_int_equal(be->ops->map(be, 0, va + 5 * g, g, h), VRAM_OK);
 
-    vcu_device d0;
-    vcu_context primary = NULL, popped = NULL;
-    assert_int_equal(api.cuDeviceGet(&d0, 0), VCU_SUCCESS);
-    assert_int_equal(api.cuDevicePrimaryCtxRetain(&primary, d0), VCU_SUCCESS);
-    assert_int_equal(api.cuCtxPushCurrent(primary), VCU_SUCCESS);
+    vcu_context primary = push_primary();
     unsigned char byte = 0;
     assert_int_equal(memset_d8(va + 4096, 0xa5, 1), 0);
     assert_int_equal(dtoh(&byte, va + 5 * g + 4096, 1), 0);
@@ -131,17 +165,14 @@ test_vm_alias(void **state)
     assert_int_equal(memset_d8(va + 5 * g + 77, 0x3c, 1), 0);
     assert_int_equal(dtoh(&byte, va + 77, 1), 0);
     assert_int_equal(byte, 0x3c);
-    assert_int_equal(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
-    assert_int_equal(api.cuDevicePrimaryCtxRelease(d0), VCU_SUCCESS);
+    pop_primary(primary);
 
     /* One mapping goes; the other still reaches the memory. */
     assert_int_equal(be->ops->unmap(be, 0, va, g), VRAM_OK);
-    assert_int_equal(api.cuDevicePrimaryCtxRetain(&primary, d0), VCU_SUCCESS);
-    assert_int_equal(api.cuCtxPushCurrent(primary), VCU_SUCCESS);
+    primary = push_primary();
     assert_int_equal(dtoh(&byte, va + 5 * g + 4096, 1), 0);
     assert_int_equal(byte, 0xa5);
-    assert_int_equal(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
-    assert_int_equal(api.cuDevicePrimaryCtxRelease(d0), VCU_SUCCESS);
+    pop_primary(primary);
     assert_int_equal(be->ops->unmap(be, 0, va + 5 * g, g), VRAM_OK);
     assert_int_equal(be->ops->phys_release(be, 0, h), VRAM_OK);
     assert_int_equal(be->ops->va_release(be, 0, va, 8 * g), VRAM_OK);
@@ -185,19 +216,13 @@ test_context_preserved(void **state)
     assert_int_equal(be->ops->mem_get_info(be, 0, &fr, &tot), VRAM_OK);
     assert_ptr_equal(current_context(), before);
 
-    vcu_device d0;
-    vcu_context primary = NULL, popped = NULL;
-    assert_int_equal(api.cuDeviceGet(&d0, 0), VCU_SUCCESS);
-    assert_int_equal(api.cuDevicePrimaryCtxRetain(&primary, d0), VCU_SUCCESS);
-    assert_int_equal(api.cuCtxPushCurrent(primary), VCU_SUCCESS);
+    vcu_context primary = push_primary();
     assert_int_equal(be->ops->mem_alloc(be, n_devices - 1, MiB, &a), VRAM_OK);
     assert_ptr_equal(current_context(), primary);
     assert_int_equal(be->ops->mem_free(be, n_devices - 1, a), VRAM_OK);
     assert_ptr_equal(current_context(), primary);
-    assert_int_equal(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
-    assert_ptr_equal(popped, primary);
+    pop_primary(primary);
     assert_ptr_equal(current_context(), before);
-    assert_int_equal(api.cuDevicePrimaryCtxRelease(d0), VCU_SUCCESS);
 }
 
 static void *
@@ -251,12 +276,7 @@ static void
 test_end_to_end(void **state)
 {
     (void)state;
-    vram_options o;
-    memset(&o, 0, sizeof o);
-    o.backend = VRAM_BACKEND_CUDA;
-    o.ignore_environment = true;
-    vram_context *ctx = NULL;
-    assert_int_equal(vram_open(&o, &ctx), VRAM_OK);
+    vram_context *ctx = cuda_open();
     vram_device *dev = sim_device(ctx, VRAM_STRATEGY_GROWTH, GiB);
     void *p[16];
     for (int i = 0; i < 16; i++)
@@ -278,28 +298,12 @@ static void
 test_expandable_end_to_end(void **state)
 {
     (void)state;
-    vram_options o;
-    memset(&o, 0, sizeof o);
-    o.backend = VRAM_BACKEND_CUDA;
-    o.ignore_environment = true;
-    vram_context *ctx = NULL;
-    assert_int_equal(vram_open(&o, &ctx), VRAM_OK);
+    vram_context *ctx = cuda_open();
     vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 256 * MiB);
     const size_t U = 8 * MiB;
     uint64_t calls = 0;
     for (int step = 0; step < 4; step++) {
-        void *a, *b, *c, *d, *e;
-        assert_int_equal(vram_alloc(dev, 2 * U, NULL, &a), VRAM_OK);
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &b), VRAM_OK);
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &c), VRAM_OK);
-        assert_int_equal(vram_free(dev, b), VRAM_OK);
-        assert_int_equal(vram_free(dev, a), VRAM_OK);
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &d), VRAM_OK);
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &e), VRAM_OK);
-        assert_int_equal(vram_free(dev, d), VRAM_OK);
-        assert_int_equal(vram_free(dev, c), VRAM_OK);
-        assert_int_equal(vram_free(dev, e), VRAM_OK);
-        assert_true(vram_check(dev));
+        loss_step(dev, U);
         if (step == 1)
             calls = stats_of(dev).backend_calls;
     }

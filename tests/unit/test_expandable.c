@@ -132,18 +132,7 @@ test_expandable_steady_loop(void **state)
     vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 512 * MiB);
     uint64_t calls_after_second = 0;
     for (int step = 0; step < 6; step++) {
-        void *a, *b, *c, *d, *e;
-        assert_int_equal(vram_alloc(dev, 2 * U, NULL, &a), VRAM_OK);
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &b), VRAM_OK);
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &c), VRAM_OK);
-        assert_int_equal(vram_free(dev, b), VRAM_OK);
-        assert_int_equal(vram_free(dev, a), VRAM_OK);
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &d), VRAM_OK); /* in the hole */
-        assert_int_equal(vram_alloc(dev, 4 * U, NULL, &e), VRAM_OK); /* past c */
-        assert_int_equal(vram_free(dev, d), VRAM_OK);
-        assert_int_equal(vram_free(dev, c), VRAM_OK);
-        assert_int_equal(vram_free(dev, e), VRAM_OK);
-        assert_true(vram_check(dev));
+        loss_step(dev, U);
         if (step == 1)
             calls_after_second = stats_of(dev).backend_calls;
     }

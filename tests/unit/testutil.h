@@ -58,4 +58,26 @@ stats_of(vram_device *dev)
     return s;
 }
 
+/* One training step's loss computation in units of U bytes (the pattern
+** of gpt2_bf16_b16): blocks of 2U, 4U and 4U; the first two freed; two of
+** 4U more, the first in their hole and the second past the third block
+** (the rest of the hole is too small); all freed. 12U live at the peak,
+** 14U of addresses touched. */
+static inline void
+loss_step(vram_device *dev, uint64_t u)
+{
+    void *a, *b, *c, *d, *e;
+    assert_int_equal(vram_alloc(dev, 2 * u, NULL, &a), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 4 * u, NULL, &b), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 4 * u, NULL, &c), VRAM_OK);
+    assert_int_equal(vram_free(dev, b), VRAM_OK);
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 4 * u, NULL, &d), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 4 * u, NULL, &e), VRAM_OK);
+    assert_int_equal(vram_free(dev, d), VRAM_OK);
+    assert_int_equal(vram_free(dev, c), VRAM_OK);
+    assert_int_equal(vram_free(dev, e), VRAM_OK);
+    assert_true(vram_check(dev));
+}
+
 #endif
