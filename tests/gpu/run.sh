@@ -440,16 +440,18 @@ if poom is not None:
     for strat, r in sorted(poom.get("strategies", {}).items()):
         res = r.get("result") or {}
         ref = res.get("refused") or {}
-        lines.append("plug-in past its cap (%s): PyTorch raised %s%s; vram said %r; "
+        lines.append("plug-in past its cap (%s): %s -- PyTorch raised %s%s; vram said %r; "
                      "then a new 768 MiB tensor: %s" % (
-                         strat, ref.get("exception"),
+                         strat, verdict(r.get("ok")), ref.get("exception"),
                          " (the tensor's pointer is NULL)" if ref.get("data_ptr_is_null") else "",
                          (r.get("vram_stderr") or ["nothing"])[0][:90],
                          "ok" if res.get("recovers") else "FAILED"))
     # PyTorch's behaviour, not a target of vram's: CUDAPluggableAllocator
     # (2.11) does not check for NULL, so vram cannot make it raise.
     lines.append("  (PyTorch turns the plug-in's NULL into an exception: %s)" % (
-        "yes" if poom.get("ok") else "no -- see docs/PYTHON.md"))
+        "yes" if poom.get("pytorch_raises") else "no -- see the README's PyTorch section"))
+    targets.append(("plug-in past its cap: vram's one line, the process goes on",
+                    verdict(poom.get("ok"))))
     lines.append("")
 
 failed = [s["step"] for s in steps if s["status"] != "ok"]
