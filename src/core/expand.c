@@ -17,9 +17,10 @@
 ** Physical memory is mapped in units of this many driver granules (8 MiB
 ** on CUDA's 2 MiB). A unit costs three driver calls when created (create,
 ** map, set access) and two for every further mapping, each tens of
-** microseconds on an H200; measured with `vram replay`, 8 MiB units cut
-** the calls 4x against 2 MiB with fragmentation still <= 1.013 on the
-** shared traces, where 20 MiB units reached 1.036.
+** microseconds on an H200 (`vram_vmm_costs`: the cost is per mapping,
+** whatever its size). Measured with `vram replay`, 8 MiB units cut the
+** calls 4x against 2 MiB with fragmentation still <= 1.013 on the shared
+** traces; 16 / 32 / 128 MiB units reached 1.019 / 1.033 / 1.087 (leak_mlp).
 */
 #define GRANULES_PER_UNIT 4
 
