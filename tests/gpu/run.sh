@@ -6,13 +6,18 @@
 #
 # 1. builds (Release, -DVRAM_WERROR=ON) into build-gpu and runs the CTest
 #    tests labelled "gpu" against the real driver;
-# 2. replays the shared traces (data/traces) on the GPU through vram, each
+# 2. measures the driver's virtual-memory calls (vram_vmm_costs), then
+#    replays the shared traces (data/traces) on the GPU through vram, each
 #    strategy (`vram replay --backend cuda`), and through the CUDA
 #    stream-ordered pool and cudaMalloc (vram_replay_peers): host ns per
 #    operation, peak reserved, fragmentation -- same run, same GPU;
 # 3. trains ResNet-50 and GPT-2 small (bench/gpu/train.py) with PyTorch's own
-#    allocator and with vram plugged in (expandable);
-# 4. prints one table last, with PASS/MISS against each target of the issue.
+#    allocator and with vram plugged in (expandable), counting vram's driver
+#    calls per step;
+# 4. the quota enforcer's checks (bench/gpu/quota_checks.py, hook cost);
+# 5. the Python package with PyTorch (bench/gpu/python_checks.py) and PyTorch
+#    when the plug-in is past its cap (bench/gpu/plugin_oom.py);
+# 6. prints one table last, with PASS/MISS against each target of the issues.
 #
 # Writes to $OUT (default ./gpu-out): gpu.log (every command and its
 # output), results.json (every figure), table.txt (the table). A step that
