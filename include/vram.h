@@ -157,10 +157,12 @@ typedef struct vram_sim_options {
                                 tests can write through the addresses */
     uint64_t fail_call;      /* fail the Nth backend call (1-based) with
                                 fail_status; 0 = never */
-        vram_status fail_status; /* default VRAM_E_BACKEND */
+    vram_status fail_status; /* default VRAM_E_BACKEND */
     int event_queries;       /* > 0: give streams events that complete after
                                 this many queries (to test the stream rule);
                                 0: no events, work completes at once */
+    void *capture_stream;    /* non-NULL: this stream is capturing a CUDA
+                                graph (to test graph pools, vram_pool_begin) */
 } vram_sim_options;
 
 typedef struct vram_options {
@@ -301,22 +303,71 @@ VRAM_API vram_status vram_alloc(vram_device *dev, size_t size, void *stream, voi
 /*
 ** Streams. Every block remembers the stream it was allocated on. While a
 ** device has seen only one stream, a freed block is reusable at once. Once
-** allocations arrive on a second stream, the rule is:
-**   - a block freed on stream S may be reused at once by an allocation on S
-**     (work on one stream runs in order);
-**   - reuse by an allocation on another stream waits until the work queued
-**     on S at the time of the free has completed: vram_free records an
-**     event on S, and the block returns to the heap only when a later
-**     allocation finds the event complete (the device is never
-**     synchronized; before an OOM every pending event is queried).
+** allocations arrive on a second stream (or vram_record_stream names one),
+** the rule is:
+**   - a block freed on stream S that no other stream used may be reused at
+**     once by an allocation on S (work on one stream runs in order);
+**   - any other reuse waits until the work queued at the time of the free
+**     has completed on S and on every stream vram_record_stream recorded
+**     for the block: vram_free records an event on each, and the block
+**     returns to the heap only when a later allocation finds all of them
+**     complete (the device is never synchronized; before an OOM every
+**     pending event is queried).
 ** Pending blocks do not count as in use. The simulated backend has no
 ** streams: its work completes at once.
 **
 ** Give back the block at PTR, allocated from DEV. NULL does nothing.
 ** VRAM_E_BAD_POINTER if PTR is not a live allocation of DEV (nothing is
-** changed then). Thread-safe.
+** changed then). When the events cannot be recorded (VRAM_E_BACKEND,
+** VRAM_E_HOST_MEMORY) the block stays allocated: it is never reused
+** unproven. Thread-safe.
 */
 VRAM_API vram_status vram_free(vram_device *dev, void *ptr);
+
+/*
+** Record that the live block at PTR is used by work queued on STREAM, a
+** stream other than the one it was allocated on (PyTorch's
+** Tensor.record_stream): when the block is freed, it is not reused until
+** the work queued on STREAM by then has completed too (see "Streams"
+** above). Recording the allocation stream, or a stream twice, does
+** nothing. VRAM_E_BAD_POINTER if PTR is not a live allocation of DEV;
+** VRAM_E_HOST_MEMORY. Thread-safe.
+*/
+VRAM_API vram_status vram_record_stream(vram_device *dev, const void *ptr, void *stream);
+
+/*
+** CUDA graph pools. While a CUDA graph is captured, the addresses its
+** kernels use are baked into the graph, which may replay at any later
+** time; memory it allocated must therefore not serve anything else until
+** the graph is gone. Between vram_pool_begin(dev, POOL) and
+** vram_pool_end(dev, POOL), every allocation on a stream that is
+** capturing a graph (the backend asks the driver: cuStreamIsCapturing)
+** comes from pool POOL: a block freed afterwards stays reserved for
+** POOL, which reuses it for later allocations of the same stream (also in
+** a later capture into the same pool), until vram_pool_release(dev, POOL)
+** gives the pool's freed blocks back to the device (after one
+** synchronize: a replay may still run); blocks of POOL still allocated
+** then go back when freed.
+**
+** While any pool is open vram records and queries no event, frees no
+** device memory and never synchronizes, as capture requires: frees of
+** other blocks that need events (several streams in use) are deferred to
+** the close of the last open pool, and the driver calls that obtain memory
+** are made in the relaxed capture mode.
+** The expandable strategy cannot then move memory mapped at another
+** address (that needs a synchronize): such an allocation fails with
+** VRAM_E_UNSUPPORTED and a line saying so; warming up before capture
+** avoids it.
+**
+** POOL is any nonzero number chosen by the caller. vram_pool_begin:
+** VRAM_E_INVALID if POOL is 0 or already open; VRAM_E_HOST_MEMORY.
+** vram_pool_end: VRAM_E_INVALID if POOL is not open. vram_pool_release:
+** VRAM_E_INVALID if POOL is unknown or still open; VRAM_E_BACKEND if the
+** synchronize fails (the pool then keeps its blocks). Thread-safe.
+*/
+VRAM_API vram_status vram_pool_begin(vram_device *dev, uint64_t pool);
+VRAM_API vram_status vram_pool_end(vram_device *dev, uint64_t pool);
+VRAM_API vram_status vram_pool_release(vram_device *dev, uint64_t pool);
 
 /*
 ** The usable size of the live block at PTR (the request rounded up, or
@@ -325,6 +376,29 @@ VRAM_API vram_status vram_free(vram_device *dev, void *ptr);
 */
 VRAM_API vram_status vram_block_info(vram_device *dev, const void *ptr, uint64_t *size,
                                      void **stream);
+
+/*
+** Into *BASE and *SIZE, the backend allocation that holds the live block
+** at PTR. For growth, limit, fraction and preallocate, the region
+** (cuMemAlloc) the block was cut from, which CUDA IPC needs: a
+** cudaIpcMemHandle names a whole cuMemAlloc allocation, and the receiver
+** adds PTR - BASE. For expandable, the block itself (virtual memory has no
+** legacy IPC handle). VRAM_E_BAD_POINTER as for vram_free; VRAM_E_INVALID
+** for a NULL out-pointer.
+*/
+VRAM_API vram_status vram_block_base(vram_device *dev, const void *ptr, void **base,
+                                     uint64_t *size);
+
+/*
+** Change the cap of DEV while it is in use (what PyTorch's
+** set_per_process_memory_fraction does): from now on the device obtains no
+** memory that would take what it holds past BYTES. The cap DEV was
+** configured with is the upper bound: a larger BYTES is lowered to it (the
+** expandable strategy's address range is sized to it). VRAM_E_INVALID when
+** DEV holds more than BYTES from the device now: give memory back first
+** (free it; vram_release_idle); the cap is then unchanged. Thread-safe.
+*/
+VRAM_API vram_status vram_set_limit(vram_device *dev, uint64_t bytes);
 
 /* ------------------------------------------------------------------ */
 /* Statistics                                                           */
@@ -494,6 +568,45 @@ VRAM_API vram_status vram_torch_peak_reserved(int device, uint64_t *out);
 ** says why. Thread-safe.
 */
 VRAM_API vram_status vram_torch_device(int device, vram_device **out);
+
+/*
+** The hooks of PyTorch's allocator object (the object that
+** CUDAPluggableAllocator(...).allocator() returns), each installed with
+** its setter and the function's address (python/vram/torch.py does it all):
+**
+**   set_record_stream_fn(vram_torch_record_stream)
+**       Tensor.record_stream(s): the block is not reused before the work
+**       queued on S by the time of its free has completed
+**       (vram_record_stream).
+**   set_memory_fraction_fn(vram_torch_set_memory_fraction)
+**       torch.cuda.set_per_process_memory_fraction(f, device): the cap of
+**       the device becomes f times its total memory, never more than the
+**       cap vram was configured with (vram_set_limit).
+**   set_base_alloc_fn(vram_torch_base_alloc)
+**       for CUDA IPC (sharing a CUDA tensor with another process): the
+**       cuMemAlloc region holding PTR and its size (vram_block_base).
+**   set_begin_allocate_to_pool(vram_torch_begin_allocate_to_pool),
+**   set_end_allocate_to_pool_fn(vram_torch_end_allocate_to_pool),
+**   set_release_pool(vram_torch_release_pool)
+**       CUDA graph capture: allocations on a capturing stream come from
+**       the graph's private pool until it is released (vram_pool_begin).
+**       PyTorch passes the pool id as a pair of 64-bit numbers (its
+**       MempoolId_t, passed by value in two registers) and a C++ filter
+**       (passed by reference), which vram does not call: it asks the
+**       driver which streams capture.
+**
+** None of them returns an error: a failure writes one "vram: ..." line to
+** stderr and changes nothing (base_alloc then returns PTR).
+*/
+VRAM_API void vram_torch_record_stream(void *ptr, void *stream);
+VRAM_API void vram_torch_set_memory_fraction(double fraction, int device);
+VRAM_API void *vram_torch_base_alloc(void *ptr, size_t *size);
+VRAM_API void vram_torch_begin_allocate_to_pool(int device, uint64_t pool_first,
+                                                uint64_t pool_second, void *filter);
+VRAM_API void vram_torch_end_allocate_to_pool(int device, uint64_t pool_first,
+                                              uint64_t pool_second);
+VRAM_API void vram_torch_release_pool(int device, uint64_t pool_first,
+                                      uint64_t pool_second);
 
 /* ------------------------------------------------------------------ */
 /* Phase marks                                                          */

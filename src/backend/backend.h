@@ -81,6 +81,14 @@ struct backend_ops {
     ** (cuCtxSynchronize). Needed before memory that kernels may still use
     ** is unmapped and moved. NULL: work completes at once (simulator). */
     vram_status (*synchronize)(struct backend *b, int dev);
+
+    /* Set *active when STREAM is capturing a CUDA graph now
+    ** (cuStreamIsCapturing). While one is, vram records and queries no
+    ** event, frees no device memory and never synchronizes: the capture
+    ** forbids it. NULL: no stream ever captures (the simulator, unless a
+    ** test names a capturing stream). */
+    vram_status (*stream_capturing)(struct backend *b, int dev, uint64_t stream,
+                                    bool *active);
 };
 
 struct backend {

@@ -435,6 +435,32 @@ probe_device(struct cuda_backend *c, int ordinal, struct cuda_device *d)
 /* Memory                                                              */
 /* ================================================================== */
 
+/*
+** While any thread captures a CUDA graph in the global mode (PyTorch's
+** default), a call that may synchronize implicitly, such as cuMemAlloc,
+** fails and invalidates the capture unless the calling thread is in the
+** relaxed mode. Obtaining memory is legal during capture (it is not
+** stream-ordered), so the calls that obtain or map memory run in the
+** relaxed mode, as PyTorch's own allocator does for cudaMalloc. Returns
+** the mode to restore with capture_restore.
+*/
+static vcu_stream_capture_mode
+capture_relax(struct cuda_backend *c)
+{
+    vcu_stream_capture_mode mode = VCU_STREAM_CAPTURE_MODE_RELAXED;
+    if (c->api.cuThreadExchangeStreamCaptureMode == NULL ||
+        c->api.cuThreadExchangeStreamCaptureMode(&mode) != VCU_SUCCESS)
+        return VCU_STREAM_CAPTURE_MODE_RELAXED; /* nothing to restore */
+    return mode;
+}
+
+static void
+capture_restore(struct cuda_backend *c, vcu_stream_capture_mode mode)
+{
+    if (mode != VCU_STREAM_CAPTURE_MODE_RELAXED)
+        (void)c->api.cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 static vram_status
 cuda_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 {
@@ -445,7 +471,9 @@ cuda_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     if (st != VRAM_OK)
         return st;
     vcu_deviceptr p = 0;
+    vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemAlloc, c->api.cuMemAlloc(&p, (size_t)size));
+    capture_restore(c, mode);
     st = cuda_leave(c, st);
     if (st != VRAM_OK)
         return st;
@@ -497,9 +525,11 @@ cuda_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     if (st != VRAM_OK)
         return st;
     vcu_deviceptr p = 0;
+    vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemAddressReserve,
                     c->api.cuMemAddressReserve(&p, (size_t)size,
                                                (size_t)c->dev[dev].granularity, 0, 0));
+    capture_restore(c, mode);
     st = cuda_leave(c, st);
     if (st != VRAM_OK)
         return st;
@@ -533,8 +563,10 @@ cuda_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
     prop.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = c->dev[dev].handle;
     vcu_mem_handle h = 0;
+    vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemCreate,
                     c->api.cuMemCreate(&h, (size_t)size, &prop, 0));
+    capture_restore(c, mode);
     st = cuda_leave(c, st);
     if (st != VRAM_OK)
         return st;
@@ -563,6 +595,7 @@ cuda_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t hand
     vram_status st = cuda_enter_vm(c, dev, size, "map");
     if (st != VRAM_OK)
         return st;
+    vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(
         c, VCU_ENTRY_cuMemMap,
         c->api.cuMemMap((vcu_deviceptr)addr, (size_t)size, 0, (vcu_mem_handle)handle, 0));
@@ -578,6 +611,7 @@ cuda_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t hand
         if (st != VRAM_OK) /* the error stays cuMemSetAccess's */
             (void)c->api.cuMemUnmap((vcu_deviceptr)addr, (size_t)size);
     }
+    capture_restore(c, mode);
     return cuda_leave(c, st);
 }
 
@@ -651,6 +685,29 @@ cuda_synchronize(struct backend *b, int dev)
     return cuda_leave(c, st);
 }
 
+/* The legacy default stream (0) never captures, and asking about it while
+** another thread captures in the global mode is itself prohibited. */
+static vram_status
+cuda_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
+{
+    struct cuda_backend *c = cuda_of(b);
+    if (stream == 0) {
+        *active = false;
+        return VRAM_OK;
+    }
+    vram_status st = cuda_enter(c, dev);
+    if (st != VRAM_OK)
+        return st;
+    vcu_stream_capture_status status = VCU_STREAM_CAPTURE_STATUS_NONE;
+    st = cuda_check(c, VCU_ENTRY_cuStreamIsCapturing,
+                    c->api.cuStreamIsCapturing((vcu_stream)(uintptr_t)stream, &status));
+    st = cuda_leave(c, st);
+    if (st != VRAM_OK)
+        return st;
+    *active = status != VCU_STREAM_CAPTURE_STATUS_NONE;
+    return VRAM_OK;
+}
+
 static vram_status
 cuda_event_destroy(struct backend *b, int dev, uint64_t event)
 {
@@ -700,6 +757,7 @@ static const struct backend_ops cuda_ops = {
     .event_query = cuda_event_query,
     .synchronize = cuda_synchronize,
     .event_destroy = cuda_event_destroy,
+    .stream_capturing = cuda_stream_capturing,
 };
 
 vram_status
@@ -726,6 +784,8 @@ backend_cuda_open(const char *library, struct backend **out)
         c->ops.map = NULL;
         c->ops.unmap = NULL;
     }
+    if (c->api.cuStreamIsCapturing == NULL)
+        c->ops.stream_capturing = NULL; /* a driver without graph capture */
 
     vcu_result r = c->api.cuInit(0);
     if (r == VCU_ERROR_NO_DEVICE) {

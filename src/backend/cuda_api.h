@@ -42,6 +42,7 @@ typedef enum vcu_result {
     VCU_ERROR_NOT_READY = 600,
     VCU_ERROR_NOT_PERMITTED = 800,
     VCU_ERROR_NOT_SUPPORTED = 801,
+    VCU_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
     VCU_ERROR_UNKNOWN = 999
 } vcu_result;
 
@@ -64,6 +65,21 @@ typedef enum vcu_device_attribute {
     VCU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
     VCU_DEVICE_ATTRIBUTE_MAX_ = 0x7FFFFFFF /* keeps the enum 32 bits wide */
 } vcu_device_attribute;
+
+/* CUstreamCaptureStatus and CUstreamCaptureMode: whether a stream is
+** capturing a CUDA graph, and a thread's capture mode (cuda.c makes its
+** memory calls in the relaxed mode, which capture allows). */
+typedef enum vcu_stream_capture_status {
+    VCU_STREAM_CAPTURE_STATUS_NONE = 0,
+    VCU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    VCU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} vcu_stream_capture_status;
+
+typedef enum vcu_stream_capture_mode {
+    VCU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    VCU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    VCU_STREAM_CAPTURE_MODE_RELAXED = 2
+} vcu_stream_capture_mode;
 
 /* CUevent_flags */
 #define VCU_EVENT_DISABLE_TIMING 0x2u
@@ -194,7 +210,8 @@ typedef uint64_t vcu_uint64;
 enum vcu_need {
     VCU_REQUIRED, /* missing: the driver is refused (VRAM_E_NO_DRIVER) */
     VCU_VMM,      /* virtual memory (CUDA 10.2+): missing, vram uses cuMemAlloc only */
-    VCU_OPTIONAL  /* error names and texts: missing, errors print the number */
+    VCU_OPTIONAL  /* missing: errors print the number (error texts), graph
+                     capture is not detected (capture calls) */
 };
 
 /*
@@ -268,7 +285,11 @@ enum vcu_need {
     X(cuGetErrorName, cuGetErrorName, NULL, VCU_OPTIONAL, T(result),                     \
       (T(result) error, const char **text))                                              \
     X(cuGetErrorString, cuGetErrorString, NULL, VCU_OPTIONAL, T(result),                 \
-      (T(result) error, const char **text))
+      (T(result) error, const char **text))                                              \
+    X(cuStreamIsCapturing, cuStreamIsCapturing, NULL, VCU_OPTIONAL, T(result),           \
+      (T(stream) hStream, T(stream_capture_status) *captureStatus))                      \
+    X(cuThreadExchangeStreamCaptureMode, cuThreadExchangeStreamCaptureMode, NULL,        \
+      VCU_OPTIONAL, T(result), (T(stream_capture_mode) *mode))
 /* clang-format on */
 
 /*

@@ -173,6 +173,15 @@ fault_synchronize(struct backend *b, int dev)
     return f->inner->ops->synchronize(f->inner, dev);
 }
 
+static vram_status
+fault_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
+{
+    struct fault_backend *f = fault_of(b);
+    if (fault_hit(f, "stream_capturing"))
+        return f->status;
+    return f->inner->ops->stream_capturing(f->inner, dev, stream, active);
+}
+
 static void
 fault_close(struct backend *b)
 {
@@ -218,6 +227,7 @@ backend_fault_open(struct backend *inner, uint64_t fail_call, vram_status status
     ops->event_query = in->event_query ? fault_event_query : NULL;
     ops->event_destroy = in->event_destroy ? fault_event_destroy : NULL;
     ops->synchronize = in->synchronize ? fault_synchronize : NULL;
+    ops->stream_capturing = in->stream_capturing ? fault_stream_capturing : NULL;
     f->base.ops = ops;
     f->inner = inner;
     f->fail_call = fail_call;

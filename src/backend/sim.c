@@ -71,6 +71,7 @@ struct sim_device {
 
 struct sim_backend {
     struct backend base;
+    struct backend_ops ops; /* sim_ops, plus events and capture if asked */
     int *events; /* queries left per event, by handle - 1; -1 = unused */
     uint64_t n_events, cap_events;
     pthread_mutex_t lock; /* guards every device's bookkeeping */
@@ -620,25 +621,18 @@ static const struct backend_ops sim_ops = {
     .unmap = sim_unmap,
 };
 
-/* With event_queries > 0: the same calls plus events. */
-static const struct backend_ops sim_ops_events = {
-    .name = "sim",
-    .close = sim_close,
-    .device_count = sim_device_count,
-    .device_info = sim_device_info,
-    .mem_get_info = sim_mem_get_info,
-    .mem_alloc = sim_mem_alloc,
-    .mem_free = sim_mem_free,
-    .va_reserve = sim_va_reserve,
-    .va_release = sim_va_release,
-    .phys_create = sim_phys_create,
-    .phys_release = sim_phys_release,
-    .map = sim_map,
-    .unmap = sim_unmap,
-    .event_record = sim_event_record,
-    .event_query = sim_event_query,
-    .event_destroy = sim_event_destroy,
-};
+/* With capture_stream set: that stream is capturing a CUDA graph, always
+** (vram asks only while a graph pool is open). */
+static vram_status
+sim_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
+{
+    struct sim_backend *s = sim_of(b);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    *active = stream == (uint64_t)(uintptr_t)s->opt.capture_stream;
+    return VRAM_OK;
+}
 
 vram_status
 backend_sim_open(const vram_sim_options *options, struct backend **out)
@@ -667,9 +661,15 @@ backend_sim_open(const vram_sim_options *options, struct backend **out)
     struct sim_backend *s = calloc(1, sizeof *s);
     if (s == NULL)
         return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
-    s->base.ops = &sim_ops;
-    if (o.event_queries > 0)
-        s->base.ops = &sim_ops_events;
+    s->ops = sim_ops;
+    if (o.event_queries > 0) {
+        s->ops.event_record = sim_event_record;
+        s->ops.event_query = sim_event_query;
+        s->ops.event_destroy = sim_event_destroy;
+    }
+    if (o.capture_stream != NULL)
+        s->ops.stream_capturing = sim_stream_capturing;
+    s->base.ops = &s->ops;
     pthread_mutex_init(&s->lock, NULL);
     s->opt = o;
     for (int i = 0; i < o.devices; i++) {

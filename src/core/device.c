@@ -31,18 +31,6 @@ round_up(uint64_t x, uint64_t to)
     return (x + to - 1) / to * to;
 }
 
-static inline void
-lock(struct vram_device *dev)
-{
-    pthread_mutex_lock(&dev->lock);
-}
-
-static inline void
-unlock(struct vram_device *dev)
-{
-    pthread_mutex_unlock(&dev->lock);
-}
-
 /* Bytes the cap still allows the device to obtain (I8). */
 static inline uint64_t
 headroom_locked(const struct vram_device *dev)
@@ -69,6 +57,7 @@ device_init(struct vram_device *dev, struct vram_context *ctx, int index, int ph
     dev->slot = slot;
     dev->strategy = strategy;
     dev->limit = limit;
+    dev->limit_max = limit;
     dev->granularity = granularity ? granularity : (2ULL << 20);
     /* TensorFlow: the first region is 2 MiB (or the cap if smaller). */
     dev->tf_region =
@@ -80,12 +69,13 @@ void
 device_destroy(struct vram_device *dev)
 {
     struct backend *be = dev->ctx->backend;
-    for (uint64_t k = 0; k < dev->pend_len; k++) {
-        struct pending *p = &dev->pend[(dev->pend_head + k) & (dev->pend_cap - 1)];
-        if (p->b != NULL && p->event != 0)
-            be->ops->event_destroy(be, dev->physical, p->event);
-    }
-    free(dev->pend);
+    streams_destroy(dev);
+    /* Blocks still allocated at close: their extras (the memory itself
+    ** goes with the regions). */
+    for (struct region *r = dev->heap.regions; r != NULL; r = r->next)
+        for (struct block *b = r->first; b != NULL; b = b->next)
+            if (!b->free)
+                block_ext_free(b);
     /* Expandable's one region is address space, given back by
     ** expand_destroy; the others' regions are backend allocations. */
     bool expandable = dev->strategy == VRAM_STRATEGY_EXPANDABLE;
@@ -154,18 +144,18 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
     for (;;) {
         uint64_t addr = 0;
         dev->pending += want; /* I8: reserved before the call */
-        unlock(dev);
+        device_unlock(dev);
         vram_status st = be->ops->mem_alloc(be, dev->physical, want, &addr);
-        lock(dev);
+        device_lock(dev);
         dev->pending -= want;
         dev->backend_calls++;
         pthread_cond_broadcast(&dev->grown); /* waiters retry (see vram_alloc) */
         if (st == VRAM_OK) {
             st = heap_add_region(&dev->heap, addr, want, addr, NULL);
             if (st != VRAM_OK) {
-                unlock(dev);
+                device_unlock(dev);
                 be->ops->mem_free(be, dev->physical, addr);
-                lock(dev);
+                device_lock(dev);
                 dev->backend_calls++;
                 return error_set(VRAM_E_HOST_MEMORY,
                                  "out of host memory for the allocator");
@@ -225,12 +215,12 @@ release_free_regions_locked(struct vram_device *dev)
         r = next;
     }
     struct backend *be = dev->ctx->backend;
-    unlock(dev);
+    device_unlock(dev);
     vram_status *res = calloc(n, sizeof *res);
     for (k = 0; k < n; k++)
         if (res != NULL)
             res[k] = be->ops->mem_free(be, dev->physical, list[k].handle);
-    lock(dev);
+    device_lock(dev);
     pthread_cond_broadcast(&dev->grown);
     uint64_t released = 0;
     for (k = 0; k < n; k++) {
@@ -301,7 +291,7 @@ trace_event(struct vram_device *dev, char op, uint64_t id, uint64_t size, void *
 ** refuses meanwhile or the trace write fails.
 */
 static vram_status
-oom_locked(struct vram_device *dev, uint64_t size)
+oom_unlock(struct vram_device *dev, uint64_t size)
 {
     char line[sizeof dev->last_oom];
     dev->num_ooms++;
@@ -310,163 +300,76 @@ oom_locked(struct vram_device *dev, uint64_t size)
     if (dev->ctx->oom_dump)
         oom_dump_locked(dev, log_stream());
     memcpy(line, dev->last_oom, sizeof line);
-    unlock(dev);
+    device_unlock(dev);
     if (dev->ctx->trace != NULL)
         trace_event(dev, TRACE_OOM, 0, size, NULL);
     return error_set(VRAM_E_OOM, "%s", line);
 }
 
-static vram_status alloc_done_locked(struct vram_device *dev, struct block *b,
-                                     size_t size, void *stream, void **out);
 
 /* ================================================================== */
 /* Streams                                                             */
 /* ================================================================== */
 
-/* The live bytes the user holds: pending blocks are the allocator's. */
-static inline uint64_t
-in_use_locked(const struct vram_device *dev)
+/* Give block B back to the heap (and its memory to expandable's idle
+** units): the user freed it and no stream can still be using it. */
+void
+device_release_block_locked(struct vram_device *dev, struct block *b)
 {
-    return dev->heap.bytes_in_use - dev->pend_bytes;
-}
-
-static inline struct pending *
-pend_at(struct vram_device *dev, uint64_t k)
-{
-    return &dev->pend[(dev->pend_head + k) & (dev->pend_cap - 1)];
-}
-
-static bool
-pend_push(struct vram_device *dev, struct block *b, void *stream, uint64_t event)
-{
-    if (dev->pend_len == dev->pend_cap) {
-        uint64_t ncap = dev->pend_cap ? 2 * dev->pend_cap : 64;
-        struct pending *np = malloc(ncap * sizeof *np);
-        if (np == NULL)
-            return false;
-        for (uint64_t k = 0; k < dev->pend_len; k++)
-            np[k] = *pend_at(dev, k);
-        free(dev->pend);
-        dev->pend = np;
-        dev->pend_cap = ncap;
-        dev->pend_head = 0;
-    }
-    struct pending p = {b, stream, event};
-    *pend_at(dev, dev->pend_len++) = p;
-    dev->pend_bytes += b->size;
-    b->pending = true;
-    return true;
-}
-
-/* Drop emptied entries at the front of the ring. */
-static void
-pend_trim(struct vram_device *dev)
-{
-    while (dev->pend_len > 0 && pend_at(dev, 0)->b == NULL) {
-        dev->pend_head = (dev->pend_head + 1) & (dev->pend_cap - 1);
-        dev->pend_len--;
-    }
-}
-
-/* Hand pending block P back to the heap: its stream's work is done. */
-static void
-pend_release_locked(struct vram_device *dev, struct pending *p)
-{
-    struct block *b = p->b;
-    dev->pend_bytes -= b->size;
-    b->pending = false;
+    if (b->ext != NULL)
+        block_ext_free(b);
     if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
         expand_unback_locked(dev, b->addr, b->size);
     heap_release(&dev->heap, b);
-    p->b = NULL;
 }
 
 /*
-** Same-stream reuse: a block freed on STREAM may serve an allocation on
-** STREAM at once, whatever its event says (work on one stream runs in
-** order). Looks at the newest few entries only. Returns the block, with
-** its event in *event to destroy once the lock is dropped.
+** Account for block B handed out for SIZE bytes (taken from the heap, or
+** from the pool POOL when not 0, which then owns it), release the lock,
+** then trace and log.
 */
-static struct block *
-pend_reuse_locked(struct vram_device *dev, uint64_t size, void *stream, uint64_t *event)
+static vram_status
+alloc_finish_unlock(struct vram_device *dev, struct block *b, size_t size, void *stream,
+                    uint64_t pool, void **out)
 {
-    uint64_t n = dev->pend_len < 8 ? dev->pend_len : 8;
-    for (uint64_t i = 0; i < n; i++) {
-        struct pending *p = pend_at(dev, dev->pend_len - 1 - i);
-        if (p->b == NULL || p->stream != stream || p->b->size < size ||
-            p->b->size > 2 * size)
-            continue;
-        struct block *b = p->b;
-        *event = p->event;
-        dev->pend_bytes -= b->size;
-        b->pending = false;
-        p->b = NULL;
-        pend_trim(dev);
-        return b;
+    if (pool != 0 && pool_tag_locked(dev, b, pool) != VRAM_OK) {
+        device_release_block_locked(dev, b);
+        device_unlock(dev);
+        return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
     }
-    return NULL;
+    dev->num_allocs++;
+    if (device_in_use_locked(dev) > dev->peak_in_use)
+        dev->peak_in_use = device_in_use_locked(dev);
+    uint64_t reserved = device_reserved_locked(dev);
+    if (reserved > dev->peak_reserved)
+        dev->peak_reserved = reserved;
+    struct vram_context *ctx = dev->ctx;
+    uint64_t id = 0;
+    if (ctx->trace != NULL) {
+        id = atomic_fetch_add(&ctx->next_trace_id, 1);
+        b->trace_id = id;
+    }
+    uint64_t addr = b->addr;
+    device_unlock(dev);
+    if (ctx->trace != NULL)
+        trace_event(dev, TRACE_ALLOC, id, size, stream);
+    if (log_enabled(LOG_LARGE) && (size >= SMALL_REQUEST || log_enabled(LOG_ALL)))
+        log_write(LOG_LARGE, "GPU:%d: alloc %zu bytes at 0x%" PRIx64 " stream %p",
+                  dev->index, size, addr, stream);
+    *out = (void *)(uintptr_t)addr;
+    return VRAM_OK;
 }
 
-/*
-** Query the events of up to MAX oldest pending frees (outside the lock)
-** and give the blocks whose work is done back to the heap. One thread
-** polls at a time; the others go on without waiting.
-*/
-static void
-pend_poll_locked(struct vram_device *dev, uint64_t max)
+/* Hand out again a held block B (pending, or in a graph pool's free list),
+** whose owner the caller has settled, for SIZE bytes on STREAM. */
+static vram_status
+reuse_finish_unlock(struct vram_device *dev, struct block *b, size_t size, void *stream,
+                    void **out)
 {
-    if (dev->polling || dev->pend_len == 0)
-        return;
-    struct backend *be = dev->ctx->backend;
-    enum { BATCH = 16 };
-    struct {
-        uint64_t k, event;
-        struct block *b;
-        bool done;
-    } q[BATCH];
-    dev->polling = true;
-    while (max > 0) {
-        uint64_t n = 0;
-        for (uint64_t k = 0; k < dev->pend_len && n < BATCH && n < max; k++) {
-            struct pending *p = pend_at(dev, k);
-            if (p->b != NULL) {
-                q[n].k = k;
-                q[n].event = p->event;
-                q[n].b = p->b;
-                q[n].done = false;
-                n++;
-            }
-        }
-        if (n == 0)
-            break;
-        unlock(dev);
-        for (uint64_t i = 0; i < n; i++) {
-            bool done = false;
-            if (be->ops->event_query(be, dev->physical, q[i].event, &done) != VRAM_OK)
-                done = false; /* keep it: reuse only once the work is known done */
-            if (done)
-                be->ops->event_destroy(be, dev->physical, q[i].event);
-            q[i].done = done;
-        }
-        lock(dev);
-        /* Entries only leave the front (here) or are emptied by same-stream
-        ** reuse; new ones are appended: positions still hold. */
-        uint64_t released = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            struct pending *p = pend_at(dev, q[i].k);
-            if (!q[i].done)
-                continue;
-            if (p->b == q[i].b && p->event == q[i].event) {
-                pend_release_locked(dev, p);
-                released++;
-            }
-        }
-        pend_trim(dev);
-        if (released < n)
-            break; /* the oldest not done: later ones are unlikely to be */
-        max -= n;
-    }
-    dev->polling = false;
+    dev->heap.bytes_requested += size - b->requested;
+    b->requested = size;
+    b->stream = stream;
+    return alloc_finish_unlock(dev, b, size, stream, 0, out);
 }
 
 /*
@@ -475,39 +378,39 @@ pend_poll_locked(struct vram_device *dev, uint64_t max)
 ** held; returns with it released.
 */
 static vram_status
-alloc_expandable_locked(struct vram_device *dev, size_t size, uint64_t rounded,
-                        void *stream, void **out)
+alloc_expandable_unlock(struct vram_device *dev, size_t size, uint64_t rounded,
+                        void *stream, uint64_t pool, void **out)
 {
     vram_status st = expand_setup_locked(dev);
     if (st != VRAM_OK) {
-        unlock(dev);
+        device_unlock(dev);
         return st;
     }
     for (bool polled = false;; polled = true) {
         bool host_oom;
         struct block *b = heap_take(&dev->heap, rounded, size, stream, &host_oom);
         if (b == NULL && host_oom) {
-            unlock(dev);
+            device_unlock(dev);
             return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
         }
         if (b != NULL) {
             st = expand_back_locked(dev, b->addr, b->size);
             if (st == VRAM_OK)
-                return alloc_done_locked(dev, b, size, stream, out);
+                return alloc_finish_unlock(dev, b, size, stream, pool, out);
             heap_release(&dev->heap, b);
             if (st != VRAM_E_OOM) {
-                unlock(dev);
+                device_unlock(dev);
                 return st;
             }
         }
         /* Before refusing: pending frees whose work is done come back. */
         uint64_t before = dev->pend_len;
         if (!polled && before > 0) {
-            pend_poll_locked(dev, UINT64_MAX);
+            streams_poll_locked(dev, UINT64_MAX);
             if (dev->pend_len < before)
                 continue;
         }
-        return oom_locked(dev, size);
+        return oom_unlock(dev, size);
     }
 }
 
@@ -520,9 +423,13 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         *out = NULL;
         return VRAM_OK;
     }
-    lock(dev);
+    /* Outside the lock: a driver query, made only while a graph pool is
+    ** open (a CUDA graph is being captured). */
+    bool capturing = atomic_load_explicit(&dev->pools_open, memory_order_acquire) > 0 &&
+                     streams_capturing(dev, stream);
+    device_lock(dev);
     if (size > HEAP_MAX_SIZE)
-        return oom_locked(dev, size);
+        return oom_unlock(dev, size);
     uint64_t rounded = round_up(size, HEAP_ALIGN);
     bool released = false;
     struct block *b;
@@ -532,37 +439,43 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
     } else if (stream != dev->first_stream) {
         dev->multi_stream = true;
     }
-    if (dev->pend_len > 0) {
+    uint64_t pool = 0;
+    if (capturing) {
+        b = pool_take_locked(dev, rounded, stream, &pool);
+        if (b != NULL)
+            return reuse_finish_unlock(dev, b, size, stream, out);
+    }
+    if (dev->pend_len > 0 && dev->pools_open == 0) {
         uint64_t event = 0;
-        b = pend_reuse_locked(dev, rounded, stream, &event);
+        b = streams_reuse_locked(dev, rounded, stream, &event);
         if (b != NULL) {
-            dev->heap.bytes_requested += size - b->requested;
-            b->requested = size;
-            b->stream = stream;
-            vram_status st = alloc_done_locked(dev, b, size, stream, out);
+            vram_status st = reuse_finish_unlock(dev, b, size, stream, out);
             if (event != 0)
                 dev->ctx->backend->ops->event_destroy(dev->ctx->backend, dev->physical,
                                                       event);
             return st;
         }
-        pend_poll_locked(dev, 4);
+        streams_poll_locked(dev, 4);
     }
     if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
-        return alloc_expandable_locked(dev, size, rounded, stream, out);
+        return alloc_expandable_unlock(dev, size, rounded, stream, pool, out);
     for (;;) {
         bool host_oom;
         b = heap_take(&dev->heap, rounded, size, stream, &host_oom);
         if (b != NULL)
             break;
         if (host_oom) {
-            unlock(dev);
+            device_unlock(dev);
             return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
         }
+        /* Giving memory back frees device memory, which a CUDA graph
+        ** capture forbids (cuMemFree synchronizes). */
+        bool may_release = !released && dev->pools_open == 0;
         /* growth recycles before it grows: wholly free regions that
         ** together could hold the request go back to the backend first, so
         ** that the new region can take their place in the shape needed
         ** (docs/ALLOCATOR.md, "Region sizing"). */
-        if (!released && dev->strategy == VRAM_STRATEGY_GROWTH &&
+        if (may_release && dev->strategy == VRAM_STRATEGY_GROWTH &&
             free_region_bytes_locked(dev) >= rounded &&
             release_free_regions_locked(dev) > 0) {
             released = true;
@@ -574,7 +487,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         if (st == VRAM_OK)
             continue;
         if (st != VRAM_E_OOM) {
-            unlock(dev);
+            device_unlock(dev);
             return st; /* the backend's message is the thread's last error */
         }
         /* Another thread is obtaining or giving back memory under the cap:
@@ -585,48 +498,20 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         }
         /* Before refusing: free regions may be merged by giving them back
         ** and obtaining one of the needed shape. */
-        if (!released && dev->strategy != VRAM_STRATEGY_PREALLOCATE &&
+        if (may_release && dev->strategy != VRAM_STRATEGY_PREALLOCATE &&
             release_free_regions_locked(dev) > 0) {
             released = true;
             continue;
         }
-        if (dev->pend_len > 0) {
+        if (dev->pend_len > 0 && dev->pools_open == 0) {
             uint64_t before = dev->pend_len;
-            pend_poll_locked(dev, UINT64_MAX);
+            streams_poll_locked(dev, UINT64_MAX);
             if (dev->pend_len < before)
                 continue;
         }
-        return oom_locked(dev, size);
+        return oom_unlock(dev, size);
     }
-    return alloc_done_locked(dev, b, size, stream, out);
-}
-
-/* Account for block B handed out for SIZE bytes, unlock, trace and log. */
-static vram_status
-alloc_done_locked(struct vram_device *dev, struct block *b, size_t size, void *stream,
-                  void **out)
-{
-    dev->num_allocs++;
-    if (in_use_locked(dev) > dev->peak_in_use)
-        dev->peak_in_use = in_use_locked(dev);
-    uint64_t reserved = device_reserved_locked(dev);
-    if (reserved > dev->peak_reserved)
-        dev->peak_reserved = reserved;
-    struct vram_context *ctx = dev->ctx;
-    uint64_t id = 0;
-    if (ctx->trace != NULL) {
-        id = atomic_fetch_add(&ctx->next_trace_id, 1);
-        b->trace_id = id;
-    }
-    uint64_t addr = b->addr;
-    unlock(dev);
-    if (ctx->trace != NULL)
-        trace_event(dev, TRACE_ALLOC, id, size, stream);
-    if (log_enabled(LOG_LARGE) && (size >= SMALL_REQUEST || log_enabled(LOG_ALL)))
-        log_write(LOG_LARGE, "GPU:%d: alloc %zu bytes at 0x%" PRIx64 " stream %p",
-                  dev->index, size, addr, stream);
-    *out = (void *)(uintptr_t)addr;
-    return VRAM_OK;
+    return alloc_finish_unlock(dev, b, size, stream, pool, out);
 }
 
 /* After a free: trace and log outside the lock. */
@@ -649,48 +534,30 @@ vram_free(vram_device *dev, void *ptr)
         return VRAM_OK;
     if (dev == NULL)
         return error_set(VRAM_E_INVALID, "vram_free: NULL device");
-    lock(dev);
+    device_lock(dev);
     struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
     if (b == NULL || b->pending) {
-        unlock(dev);
+        device_unlock(dev);
         return error_set(VRAM_E_BAD_POINTER,
                          "vram_free(%p): not a live allocation of GPU:%d", ptr,
                          dev->index);
     }
     uint64_t id = b->trace_id, requested = b->requested;
     void *stream = b->stream;
-    struct backend *be = dev->ctx->backend;
-    if (dev->multi_stream && be->ops->event_record != NULL) {
-        /* Several streams: other streams may reuse the block only once the
-        ** work queued on its stream by now is done. Claim the block, record
-        ** the event without the lock, then queue it. */
-        b->pending = true;
-        dev->pend_bytes += b->size;
-        unlock(dev);
-        uint64_t event = 0;
-        vram_status st =
-            be->ops->event_record(be, dev->physical, (uint64_t)(uintptr_t)stream, &event);
-        lock(dev);
-        dev->pend_bytes -= b->size;
-        b->pending = false;
-        if (st == VRAM_OK && pend_push(dev, b, stream, event)) {
-            dev->num_frees++;
-            unlock(dev);
-            return free_done(dev, ptr, id, requested, stream);
+    /* Held (stream order, graph pool, capture) or back to the heap now;
+    ** one stream and no extras is the common case, decided here. */
+    bool held = false;
+    if (b->ext != NULL || dev->multi_stream) {
+        vram_status st = streams_free_locked(dev, b, &held);
+        if (st != VRAM_OK) {
+            device_unlock(dev); /* B stays allocated; the status says why */
+            return st;
         }
-        /* No event: the block cannot be proven idle; keep it out of reach
-        ** of other streams by releasing it only after a synchronous wait is
-        ** impossible here, so report the failure and keep it allocated. */
-        unlock(dev);
-        if (st == VRAM_OK)
-            be->ops->event_destroy(be, dev->physical, event);
-        return st == VRAM_OK ? error_set(VRAM_E_HOST_MEMORY, "out of host memory") : st;
     }
-    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
-        expand_unback_locked(dev, b->addr, b->size);
-    heap_release(&dev->heap, b);
+    if (!held)
+        device_release_block_locked(dev, b);
     dev->num_frees++;
-    unlock(dev);
+    device_unlock(dev);
     return free_done(dev, ptr, id, requested, stream);
 }
 
@@ -699,10 +566,10 @@ vram_block_info(vram_device *dev, const void *ptr, uint64_t *size, void **stream
 {
     if (dev == NULL)
         return error_set(VRAM_E_INVALID, "vram_block_info: NULL device");
-    lock(dev);
+    device_lock(dev);
     struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
     if (b == NULL || b->pending) {
-        unlock(dev);
+        device_unlock(dev);
         return error_set(VRAM_E_BAD_POINTER, "vram_block_info(%p): not a live allocation",
                          ptr);
     }
@@ -710,7 +577,49 @@ vram_block_info(vram_device *dev, const void *ptr, uint64_t *size, void **stream
         *size = b->size;
     if (stream != NULL)
         *stream = b->stream;
-    unlock(dev);
+    device_unlock(dev);
+    return VRAM_OK;
+}
+
+vram_status
+vram_block_base(vram_device *dev, const void *ptr, void **base, uint64_t *size)
+{
+    if (dev == NULL || base == NULL || size == NULL)
+        return error_set(VRAM_E_INVALID, "vram_block_base: NULL argument");
+    device_lock(dev);
+    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
+    if (b == NULL || b->pending) {
+        device_unlock(dev);
+        return error_set(VRAM_E_BAD_POINTER, "vram_block_base(%p): not a live allocation",
+                         ptr);
+    }
+    bool whole = dev->strategy != VRAM_STRATEGY_EXPANDABLE;
+    *base = (void *)(uintptr_t)(whole ? b->region->base : b->addr);
+    *size = whole ? b->region->size : b->size;
+    device_unlock(dev);
+    return VRAM_OK;
+}
+
+vram_status
+vram_set_limit(vram_device *dev, uint64_t bytes)
+{
+    if (dev == NULL)
+        return error_set(VRAM_E_INVALID, "vram_set_limit: NULL device");
+    device_lock(dev);
+    if (bytes > dev->limit_max)
+        bytes = dev->limit_max;
+    uint64_t held = device_reserved_locked(dev) + dev->pending;
+    if (held > bytes) {
+        char a[32], b[32];
+        device_unlock(dev);
+        return error_set(VRAM_E_INVALID,
+                         "GPU:%d: cannot lower the cap to %s: %s is held from the device "
+                         "now (free memory first, then set the cap)",
+                         dev->index, size_format(bytes, a, sizeof a),
+                         size_format(held, b, sizeof b));
+    }
+    dev->limit = bytes;
+    device_unlock(dev);
     return VRAM_OK;
 }
 
@@ -723,10 +632,10 @@ vram_get_memory_info(vram_device *dev, vram_memory_info *out)
 {
     if (dev == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "vram_get_memory_info: NULL argument");
-    lock(dev);
-    out->current = in_use_locked(dev);
+    device_lock(dev);
+    out->current = device_in_use_locked(dev);
     out->peak = dev->peak_in_use;
-    unlock(dev);
+    device_unlock(dev);
     return VRAM_OK;
 }
 
@@ -737,8 +646,8 @@ vram_get_stats(vram_device *dev, vram_stats *out)
         return error_set(VRAM_E_INVALID, "vram_get_stats: NULL argument");
     vram_stats s;
     memset(&s, 0, sizeof s);
-    lock(dev);
-    s.bytes_in_use = in_use_locked(dev);
+    device_lock(dev);
+    s.bytes_in_use = device_in_use_locked(dev);
     s.peak_bytes_in_use = dev->peak_in_use;
     s.bytes_requested = dev->heap.bytes_requested;
     s.bytes_reserved = device_reserved_locked(dev);
@@ -756,7 +665,7 @@ vram_get_stats(vram_device *dev, vram_stats *out)
                        dev->ex.cap_p * sizeof *dev->ex.p;
     s.maps = dev->ex.maps;
     s.unmaps = dev->ex.unmaps;
-    unlock(dev);
+    device_unlock(dev);
     s.fragmentation = s.peak_bytes_in_use
                           ? (double)s.peak_bytes_reserved / (double)s.peak_bytes_in_use
                           : 0.0;
@@ -775,10 +684,10 @@ vram_reset_peak(vram_device *dev)
 {
     if (dev == NULL)
         return error_set(VRAM_E_INVALID, "vram_reset_peak: NULL device");
-    lock(dev);
-    dev->peak_in_use = in_use_locked(dev);
+    device_lock(dev);
+    dev->peak_in_use = device_in_use_locked(dev);
     dev->peak_reserved = device_reserved_locked(dev);
-    unlock(dev);
+    device_unlock(dev);
     return VRAM_OK;
 }
 
@@ -789,19 +698,20 @@ vram_check(vram_device *dev)
         error_set(VRAM_E_INVALID, "vram_check: NULL device");
         return false;
     }
-    lock(dev);
-    bool ok = heap_check(&dev->heap) && expand_check_locked(dev);
+    device_lock(dev);
+    bool ok = heap_check(&dev->heap) && expand_check_locked(dev) &&
+              streams_check_locked(dev);
     if (ok && device_reserved_locked(dev) + dev->pending > dev->limit) {
         error_set(VRAM_E_INVALID,
                   "I8: %" PRIu64 " bytes held or pending above the cap %" PRIu64,
                   device_reserved_locked(dev) + dev->pending, dev->limit);
         ok = false;
     }
-    if (ok && dev->peak_in_use < in_use_locked(dev)) {
+    if (ok && dev->peak_in_use < device_in_use_locked(dev)) {
         error_set(VRAM_E_INVALID, "I5: peak in use below in use");
         ok = false;
     }
-    unlock(dev);
+    device_unlock(dev);
     return ok;
 }
 
@@ -810,9 +720,9 @@ vram_explain_oom(vram_device *dev, uint64_t size, char *buf, size_t len)
 {
     if (dev == NULL || buf == NULL || len == 0)
         return error_set(VRAM_E_INVALID, "vram_explain_oom: NULL device or empty buffer");
-    lock(dev);
+    device_lock(dev);
     oom_explain_locked(dev, size, buf, len);
-    unlock(dev);
+    device_unlock(dev);
     return VRAM_OK;
 }
 
@@ -821,9 +731,9 @@ vram_dump(vram_device *dev, FILE *out)
 {
     if (dev == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "vram_dump: NULL argument");
-    lock(dev);
+    device_lock(dev);
     vram_status st = oom_dump_locked(dev, out);
-    unlock(dev);
+    device_unlock(dev);
     if (st != VRAM_OK)
         return error_set(st, "vram_dump: writing the dump failed");
     return VRAM_OK;

@@ -32,18 +32,6 @@
 ** of leak_mlp without a driver call (1/100: 10 calls, 1/67: 4). */
 #define SLACK_DIVISOR 50
 
-static inline void
-relock(struct vram_device *dev)
-{
-    pthread_mutex_lock(&dev->lock);
-}
-
-static inline void
-drop(struct vram_device *dev)
-{
-    pthread_mutex_unlock(&dev->lock);
-}
-
 void
 expand_init(struct expand *e)
 {
@@ -163,7 +151,7 @@ expand_setup_locked(struct vram_device *dev)
             "backend lacks",
             be->ops->name);
     uint64_t gran = dev->granularity * GRANULES_PER_UNIT;
-    uint64_t cap = (dev->limit + gran - 1) / gran * gran;
+    uint64_t cap = (dev->limit_max + gran - 1) / gran * gran; /* vram_set_limit: <= */
     if (cap == 0)
         cap = gran;
     /* Twice the cap: holes in the address space then never cause an OOM
@@ -192,18 +180,18 @@ expand_setup_locked(struct vram_device *dev)
     e->idle_tick = 0;
 
     e->reserving = true;
-    drop(dev);
+    device_unlock(dev);
     uint64_t base = 0;
     vram_status st = be->ops->va_reserve(be, dev->physical, size, &base);
-    relock(dev);
+    device_lock(dev);
     e->reserving = false;
     dev->backend_calls++;
     if (st == VRAM_OK) {
         st = heap_add_region(&dev->heap, base, size, base, NULL);
         if (st != VRAM_OK) {
-            drop(dev);
+            device_unlock(dev);
             be->ops->va_release(be, dev->physical, base, size);
-            relock(dev);
+            device_lock(dev);
         }
     }
     if (st != VRAM_OK) {
@@ -257,8 +245,16 @@ unmap_taken_locked(struct vram_device *dev, uint64_t g, bool *synced_before)
 {
     struct expand *e = &dev->ex;
     struct backend *be = dev->ctx->backend;
+    if (dev->pools_open > 0)
+        return error_set(VRAM_E_UNSUPPORTED,
+                         "GPU:%d: while a CUDA graph is captured, this allocation needs "
+                         "memory that is mapped at another address, and moving it needs "
+                         "a device synchronize, which capture forbids; run the captured "
+                         "code once before capturing it (a warm-up), or use the growth "
+                         "strategy",
+                         dev->index);
     e->g[g].state = G_UNMAPPING;
-    drop(dev);
+    device_unlock(dev);
     vram_status st = VRAM_OK;
     bool synced = be->ops->synchronize != NULL && !*synced_before;
     if (synced)
@@ -266,7 +262,7 @@ unmap_taken_locked(struct vram_device *dev, uint64_t g, bool *synced_before)
     *synced_before = *synced_before || (synced && st == VRAM_OK);
     if (st == VRAM_OK)
         st = be->ops->unmap(be, dev->physical, addr_of(e, g), e->gran);
-    relock(dev);
+    device_lock(dev);
     dev->backend_calls += 1 + synced;
     if (st != VRAM_OK) {
         e->g[g].state = G_MAPPED;
@@ -314,10 +310,10 @@ obtain_unit_locked(struct vram_device *dev, uint64_t g, bool conflict, uint64_t 
     if (next > dev->limit)
         return VRAM_E_OOM; /* the cap: the caller explains */
     e->creating++;         /* I8: counted before the call */
-    drop(dev);
+    device_unlock(dev);
     uint64_t h = 0;
     vram_status st = be->ops->phys_create(be, dev->physical, e->gran, &h);
-    relock(dev);
+    device_lock(dev);
     dev->backend_calls++;
     e->creating--;
     if (st != VRAM_OK)
@@ -343,9 +339,9 @@ map_granule_locked(struct vram_device *dev, uint64_t g, bool conflict)
     if (st != VRAM_OK)
         return st;
     uint64_t h = e->p[p].handle;
-    drop(dev);
+    device_unlock(dev);
     st = be->ops->map(be, dev->physical, addr_of(e, g), e->gran, h);
-    relock(dev);
+    device_lock(dev);
     dev->backend_calls++;
     if (st != VRAM_OK) {
         idle_push(e, p); /* kept for the next granule that needs memory */

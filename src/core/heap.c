@@ -399,6 +399,7 @@ heap_take(struct heap *h, uint64_t size, uint64_t requested, void *stream, bool 
     b->free = false;
     b->requested = requested;
     b->stream = stream;
+    b->ext = NULL;
     b->region->live++;                   /* I6 */
     map_put_nogrow(&h->map, b->addr, b); /* I4 */
     h->bytes_in_use += b->size;          /* I5 */

@@ -26,6 +26,7 @@
 #define HEAP_MAX_SIZE (1ULL << 56) /* larger requests are refused as OOM */
 
 struct region;
+struct block_ext;
 
 struct block {
     uint64_t addr; /* device address */
@@ -37,6 +38,9 @@ struct block {
     uint64_t requested; /* bytes asked for, while allocated */
     void *stream;       /* stream it was allocated on, while allocated */
     uint64_t trace_id;  /* allocation number in the trace, while allocated */
+    struct block_ext *ext; /* while allocated: the device's rarely used
+                              extras (graph pool, other streams), owned by
+                              the device (streams.c); NULL when none */
     uint32_t cls;       /* size class, while free */
     bool free;
     bool pending;       /* freed by the user, held until its stream's work is done */

@@ -25,7 +25,9 @@ struct vram_device {
     int physical;             /* backend ordinal, constant */
     int slot;                 /* index among its physical device's logical devices */
     vram_strategy strategy;   /* constant after initialization */
-    uint64_t limit;           /* the cap, bytes, constant */
+    uint64_t limit;           /* the cap, bytes (vram_set_limit changes it) */
+    uint64_t limit_max;       /* the configured cap, bytes, constant: the
+                                 cap never exceeds it */
     uint64_t granularity;     /* region sizes are multiples of this, bytes */
     struct heap heap;
     struct expand ex;       /* the expandable strategy's backing; unused otherwise */
@@ -37,23 +39,59 @@ struct vram_device {
     uint64_t peak_reserved; /* bytes */
     uint64_t num_allocs, num_frees, num_ooms, backend_calls;
     char last_oom[400]; /* the last OOM line on this device */
-    /* Stream ordering (docs/ALLOCATOR.md, "Streams"): blocks freed while
-    ** several streams are in use wait here until an event recorded on
-    ** their stream at free time has completed. */
+    /* Stream ordering (streams.c; docs/ALLOCATOR.md, "Streams"): blocks
+    ** freed while several streams are in use wait in PEND until the events
+    ** recorded at free time on every stream that used them have completed. */
     void *first_stream;   /* the stream of the first allocation */
     bool stream_seen;     /* first_stream is set */
-    bool multi_stream;    /* a second stream has been seen */
+    bool multi_stream;    /* a second stream has been seen (or recorded) */
     bool polling;         /* a thread is querying pending events */
     struct pending *pend; /* FIFO ring of pending frees */
     uint64_t pend_cap, pend_head, pend_len;
-    uint64_t pend_bytes; /* bytes of pending blocks */
+    uint64_t held_bytes; /* bytes of blocks the user freed that the allocator
+                            still holds: pending, in a graph pool's free
+                            list, or deferred while a graph is captured */
+    /* CUDA graph pools (streams.c): while one is open, allocations on a
+    ** stream that is capturing a graph go to it, and nothing the device
+    ** does may synchronize, query events or free device memory. */
+    struct graph_pool *pools; /* N_POOLS entries, released ones reused */
+    uint32_t n_pools, cap_pools;
+    _Atomic uint32_t pools_open; /* pools between begin and end; read
+                                    without the lock by vram_alloc */
+    struct block *deferred;      /* non-pool blocks freed while a pool was
+                                    open, linked through fnext: freed for
+                                    real when the last pool closes */
 };
 
-/* A block freed on STREAM, reusable by other streams once EVENT is done. */
+/* A block freed on STREAM, reusable once EVENT (recorded on STREAM at
+** free) and every event in MORE (recorded on the other streams that used
+** it, vram_record_stream) have completed. An event handle of 0 is done. */
 struct pending {
     struct block *b;
     void *stream;
     uint64_t event;
+    uint64_t *more;  /* NULL when no other stream used the block */
+    uint32_t n_more; /* entries of MORE */
+};
+
+/* What a few blocks need beyond struct block: the graph pool it came from
+** and the streams other than its allocation stream that used it
+** (vram_record_stream). Owned by the block while it is allocated. */
+struct block_ext {
+    uint64_t pool;       /* the graph pool's id; 0 = the device's heap */
+    uint32_t n_uses, cap_uses;
+    void *uses[];        /* N_USES distinct streams */
+};
+
+/* A CUDA graph's private memory pool: blocks allocated while a graph was
+** captured into it, which only the pool reuses until it is released (the
+** graph may replay into them at any time). */
+struct graph_pool {
+    uint64_t id;       /* the caller's pool id; 0 = slot unused */
+    bool open;         /* between vram_pool_begin and vram_pool_end */
+    uint64_t live;     /* blocks allocated from the pool and not freed */
+    struct block *free_list; /* freed blocks held for reuse, through fnext */
+    uint64_t free_bytes;
 };
 
 /* One physical device. */
@@ -77,6 +115,29 @@ struct vram_context {
     _Atomic uint64_t next_trace_id;
 };
 
+/* The device lock: every function named _locked is called with it held
+** and returns with it held (it may drop it around a backend call, and
+** says so); a function that returns with it released ends in _unlock. */
+static inline void
+device_lock(struct vram_device *dev)
+{
+    pthread_mutex_lock(&dev->lock);
+}
+
+static inline void
+device_unlock(struct vram_device *dev)
+{
+    pthread_mutex_unlock(&dev->lock);
+}
+
+/* The live bytes the user holds: blocks the allocator holds after their
+** free (pending, pooled, deferred) are not in use. */
+static inline uint64_t
+device_in_use_locked(const struct vram_device *dev)
+{
+    return dev->heap.bytes_in_use - dev->held_bytes;
+}
+
 /* Bytes held from the backend, including regions being given back. For
 ** expandable, the physical memory held (its one region is address space).
 ** The caller holds dev->lock. */
@@ -93,6 +154,20 @@ vram_status device_init(struct vram_device *dev, struct vram_context *ctx, int i
                         int physical, int slot, vram_strategy strategy, uint64_t limit,
                         uint64_t granularity);
 void device_destroy(struct vram_device *dev);
+void device_release_block_locked(struct vram_device *dev, struct block *b);
+
+/* streams.c: the stream-ordered side of a device (see its header). */
+void block_ext_free(struct block *b);
+bool streams_capturing(struct vram_device *dev, void *stream); /* without the lock */
+struct block *streams_reuse_locked(struct vram_device *dev, uint64_t size, void *stream,
+                                   uint64_t *event);
+void streams_poll_locked(struct vram_device *dev, uint64_t max);
+struct block *pool_take_locked(struct vram_device *dev, uint64_t size, void *stream,
+                               uint64_t *pool);
+vram_status pool_tag_locked(struct vram_device *dev, struct block *b, uint64_t pool);
+vram_status streams_free_locked(struct vram_device *dev, struct block *b, bool *held);
+void streams_destroy(struct vram_device *dev);
+bool streams_check_locked(struct vram_device *dev);
 
 /* oom.c: render the one-line explanation of SIZE failing on DEV. The caller
 ** holds dev->lock. */

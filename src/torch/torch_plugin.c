@@ -13,6 +13,10 @@
 ** the interpreter shuts down, and the driver reclaims everything at exit;
 ** only its trace is finished then (plugin_fini).
 **
+** The other hooks PyTorch's allocator object offers (set_record_stream_fn,
+** set_memory_fraction_fn, set_base_alloc_fn and the CUDA graph pool
+** hooks) have entry points here too; python/vram/torch.py installs them.
+**
 ** Failures never terminate the process: an allocation returns NULL and a
 ** free does nothing, each after one "vram: ..." line on stderr.
 */
@@ -206,4 +210,124 @@ vram_torch_device(int device, vram_device **out)
         return st;
     *out = dev;
     return VRAM_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* The allocator object's other hooks                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+** The plug-in's device holding the live allocation PTR, for the hooks
+** that name no device. Only devices already opened can hold it.
+*/
+static vram_status
+device_of(const void *ptr, const char *what, vram_device **out)
+{
+    pthread_once(&plugin.once, plugin_open);
+    if (plugin.ctx == NULL)
+        return error_set(plugin.open_status, "%s", plugin.open_error);
+    for (int d = 0; d < plugin.n_physical; d++) {
+        vram_device *dev = atomic_load_explicit(&plugin.devs[d], memory_order_acquire);
+        if (dev != NULL && vram_block_info(dev, ptr, NULL, NULL) == VRAM_OK) {
+            *out = dev;
+            return VRAM_OK;
+        }
+    }
+    return error_set(VRAM_E_BAD_POINTER, "%s(%p): not a live allocation of vram", what,
+                     ptr);
+}
+
+void
+vram_torch_record_stream(void *ptr, void *stream)
+{
+    vram_device *dev = NULL;
+    vram_status st = device_of(ptr, "record_stream", &dev);
+    if (st == VRAM_OK)
+        st = vram_record_stream(dev, ptr, stream);
+    if (st != VRAM_OK)
+        report(st);
+}
+
+void
+vram_torch_set_memory_fraction(double fraction, int device)
+{
+    vram_device *dev = NULL;
+    vram_status st;
+    if (!(fraction > 0.0 && fraction <= 1.0))
+        st = error_set(VRAM_E_INVALID,
+                       "set_per_process_memory_fraction(%g): not a fraction in (0, 1]",
+                       fraction);
+    else
+        st = plugin_device(device, &dev);
+    vram_physical_info info;
+    if (st == VRAM_OK)
+        st = vram_physical_info_get(plugin.ctx, device, &info);
+    if (st == VRAM_OK)
+        st = vram_set_limit(dev, (uint64_t)(fraction * (double)info.total_bytes));
+    if (st != VRAM_OK)
+        report(st);
+}
+
+void *
+vram_torch_base_alloc(void *ptr, size_t *size)
+{
+    vram_device *dev = NULL;
+    void *base = NULL;
+    uint64_t bytes = 0;
+    vram_status st = device_of(ptr, "base_alloc", &dev);
+    if (st == VRAM_OK)
+        st = vram_block_base(dev, ptr, &base, &bytes);
+    if (st != VRAM_OK) {
+        report(st);
+        return ptr; /* what PyTorch assumes without the hook */
+    }
+    if (size != NULL)
+        *size = (size_t)bytes;
+    return base;
+}
+
+/*
+** PyTorch's MempoolId_t, a pair of unsigned 64-bit numbers, as one nonzero
+** pool id: CUDA graphs' private pools are {0, n}, user pools {n, 0}, both
+** n from 1 up, so the two kinds map to disjoint ranges.
+*/
+static uint64_t
+pool_id(uint64_t first, uint64_t second)
+{
+    return first == 0 ? second : first | (1ULL << 63);
+}
+
+void
+vram_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
+                                  void *filter)
+{
+    (void)filter; /* vram asks the driver which streams capture instead */
+    vram_device *dev = NULL;
+    vram_status st = plugin_device(device, &dev);
+    if (st == VRAM_OK)
+        st = vram_pool_begin(dev, pool_id(pool_first, pool_second));
+    if (st != VRAM_OK)
+        report(st);
+}
+
+void
+vram_torch_end_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second)
+{
+    vram_device *dev = NULL;
+    vram_status st = plugin_device(device, &dev);
+    if (st == VRAM_OK)
+        st = vram_pool_end(dev, pool_id(pool_first, pool_second));
+    if (st != VRAM_OK)
+        report(st);
+}
+
+void
+vram_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_second)
+{
+    vram_device *dev = NULL;
+    vram_status st = plugin_device(device, &dev);
+    if (st == VRAM_OK)
+        st = vram_pool_release(dev, pool_id(pool_first, pool_second));
+    if (st != VRAM_OK)
+        report(st);
 }

@@ -40,6 +40,9 @@
 **     handle's last reference (cuMemCreate, cuMemRetainAllocationHandle)
 **     is released and its last mapping goes;
 **   - events that complete on their third query (two NOT_READY first);
+**   - graph capture: fakecuda_capture(stream) starts a global-mode capture
+**     on STREAM; the calls it forbids fail and count as misuses (see
+**     "Graph capture" below);
 **   - knobs: FAKECUDA_FAIL=name[,name...] makes those entry points fail
 **     with CUDA_ERROR_UNKNOWN ("cuMemAlloc" or "cuMemAlloc_v2" both name
 **     cuMemAlloc_v2); FAKECUDA_OOM=1 makes every allocation fail with
@@ -95,6 +98,7 @@ FAKE_API uint64_t fakecuda_live_objects(void);
 FAKE_API uint64_t fakecuda_used(int dev);
 FAKE_API uint64_t fakecuda_peak(int dev);
 FAKE_API int fakecuda_primary_refs(int dev);
+FAKE_API void fakecuda_capture(void *stream);
 
 #define FAKE_MAX_DEVICES 8
 #define FAKE_MEMORY (1ULL << 30)  /* per device, unless FAKECUDA_MEMORY says */
@@ -233,7 +237,43 @@ oom_forced(void)
     return v != NULL && strcmp(v, "1") == 0;
 }
 
-/* The common prologue: injected failure, then initialization. */
+/*
+** Graph capture (fakecuda_capture names the capturing stream): calls the
+** real driver forbids during a global-mode capture fail with
+** CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and count as misuses (they would
+** invalidate the capture): synchronizing, querying events and freeing
+** memory always; obtaining or mapping memory unless the calling thread
+** is in the relaxed mode (cuThreadExchangeStreamCaptureMode).
+*/
+static void *capture_stream; /* guarded by fake.lock; NULL: no capture */
+static _Thread_local vcu_stream_capture_mode capture_mode; /* GLOBAL (0) first */
+
+static bool
+named_in(const char *symbol, const char *const *list)
+{
+    for (; *list != NULL; list++)
+        if (strcmp(symbol, *list) == 0)
+            return true;
+    return false;
+}
+
+static bool
+capture_forbids_locked(const char *symbol)
+{
+    static const char *const never[] = {"cuCtxSynchronize", "cuEventQuery",
+                                        "cuMemFree_v2",     "cuMemUnmap",
+                                        "cuMemRelease",     "cuMemAddressFree",
+                                        NULL};
+    static const char *const unless_relaxed[] = {"cuMemAlloc_v2", "cuMemCreate", "cuMemMap",
+                                                 "cuMemSetAccess", "cuMemAddressReserve",
+                                                 NULL};
+    if (capture_stream == NULL)
+        return false;
+    return named_in(symbol, never) || (capture_mode != VCU_STREAM_CAPTURE_MODE_RELAXED &&
+                                       named_in(symbol, unless_relaxed));
+}
+
+/* The common prologue: injected failure, initialization, capture rules. */
 static vcu_result
 enter(const char *symbol)
 {
@@ -241,7 +281,12 @@ enter(const char *symbol)
         return VCU_ERROR_UNKNOWN;
     lock();
     bool init = fake.initialized;
+    bool forbidden = init && capture_forbids_locked(symbol);
+    if (forbidden)
+        fake.misuses++;
     unlock();
+    if (forbidden)
+        return VCU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return init ? VCU_SUCCESS : VCU_ERROR_NOT_INITIALIZED;
 }
 
@@ -1445,13 +1490,18 @@ cuEventCreate(vcu_event *event, unsigned int flags)
 vcu_result
 cuEventRecord(vcu_event event, vcu_stream stream)
 {
-    (void)stream; /* any stream: the fake has no work to order */
     vcu_result r = enter("cuEventRecord");
     if (r != VCU_SUCCESS)
         return r;
     if (current_device() < 0)
         return VCU_ERROR_INVALID_CONTEXT;
     lock();
+    if (capture_stream != NULL && (void *)stream == capture_stream) {
+        /* Recorded into the graph, not now: an allocator must not rely on it. */
+        fake.misuses++;
+        unlock();
+        return VCU_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     struct fake_event *e = event_locked(event);
     if (e != NULL) {
         e->recorded = true;
@@ -1489,6 +1539,40 @@ cuEventDestroy_v2(vcu_event event)
         e->live = false;
     unlock();
     return e != NULL ? VCU_SUCCESS : VCU_ERROR_INVALID_HANDLE;
+}
+
+/* ------------------------------------------------------------------ */
+/* Graph capture                                                        */
+/* ------------------------------------------------------------------ */
+
+vcu_result
+cuStreamIsCapturing(vcu_stream hStream, vcu_stream_capture_status *captureStatus)
+{
+    vcu_result r = enter("cuStreamIsCapturing");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (captureStatus == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    bool active = capture_stream != NULL && (void *)hStream == capture_stream;
+    unlock();
+    *captureStatus =
+        active ? VCU_STREAM_CAPTURE_STATUS_ACTIVE : VCU_STREAM_CAPTURE_STATUS_NONE;
+    return VCU_SUCCESS;
+}
+
+vcu_result
+cuThreadExchangeStreamCaptureMode(vcu_stream_capture_mode *mode)
+{
+    vcu_result r = enter("cuThreadExchangeStreamCaptureMode");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (mode == NULL || (unsigned)*mode > VCU_STREAM_CAPTURE_MODE_RELAXED)
+        return VCU_ERROR_INVALID_VALUE;
+    vcu_stream_capture_mode old = capture_mode;
+    capture_mode = *mode;
+    *mode = old;
+    return VCU_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1615,6 +1699,9 @@ static const struct fake_proc {
     {"cuEventRecord", 2000, (fake_fn)cuEventRecord, NULL},
     {"cuEventQuery", 2000, (fake_fn)cuEventQuery, NULL},
     {"cuEventDestroy", 4000, (fake_fn)cuEventDestroy_v2, NULL},
+    {"cuStreamIsCapturing", 10000, (fake_fn)cuStreamIsCapturing, NULL},
+    {"cuThreadExchangeStreamCaptureMode", 10010, (fake_fn)cuThreadExchangeStreamCaptureMode,
+     NULL},
     {"cuGetProcAddress", 11030, (fake_fn)cuGetProcAddress, NULL},
     {"cuGetProcAddress", 12000, (fake_fn)cuGetProcAddress_v2, NULL},
 };
@@ -1733,4 +1820,14 @@ fakecuda_primary_refs(int dev)
     int n = fake.primary_refs[dev];
     unlock();
     return n;
+}
+
+/* From now on STREAM is capturing a CUDA graph in the global mode (NULL:
+** the capture ended). See "Graph capture" above. */
+void
+fakecuda_capture(void *stream)
+{
+    lock();
+    capture_stream = stream;
+    unlock();
 }

@@ -15,8 +15,10 @@
 #    allocator and with vram plugged in (expandable), counting vram's driver
 #    calls per step;
 # 4. the quota enforcer's checks (bench/gpu/quota_checks.py, hook cost);
-# 5. the Python package with PyTorch (bench/gpu/python_checks.py) and PyTorch
-#    when the plug-in is past its cap (bench/gpu/plugin_oom.py);
+# 5. the Python package with PyTorch (bench/gpu/python_checks.py), PyTorch
+#    when the plug-in is past its cap (bench/gpu/plugin_oom.py), and results
+#    across streams and CUDA graphs against PyTorch's allocator
+#    (bench/gpu/stream_checks.py);
 # 6. prints one table last, with PASS/MISS against each target of the issues.
 #
 # Writes to $OUT (default ./gpu-out): gpu.log (every command and its
@@ -214,6 +216,10 @@ STEP_OUT=$WORK/python.json run_step "python package with PyTorch" 300 \
 # ---- 5b. PyTorch when vram, plugged in, refuses an allocation ----
 STEP_OUT=$WORK/plugin_oom.json run_step "plug-in out of memory" 200 \
     python3 bench/gpu/plugin_oom.py --lib "$LIB"
+
+# ---- 5c. results across streams and CUDA graphs, vram vs PyTorch's allocator ----
+STEP_OUT=$WORK/streams.json run_step "streams and graphs vs torch" 300 \
+    python3 bench/gpu/stream_checks.py --lib "$LIB"
 
 # ---- 6. the table ----
 python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"
@@ -459,6 +465,39 @@ if poom is not None:
                     verdict(poom.get("ok"))))
     lines.append("")
 
+streams = None
+try:
+    with open(os.path.join(work, "streams.json")) as f:
+        for line in f:
+            if line.strip().startswith("{"):
+                streams = json.loads(line)
+except (OSError, ValueError):
+    streams = None
+if streams is not None:
+    lines.append("results across streams and CUDA graphs, bit for bit against PyTorch's "
+                 "allocator (same run)")
+    lines.append("  %-14s %8s %11s %8s %15s" % ("scenario", "expand.", "growth", "torch x2",
+                                                "without hooks"))
+    for s, r in sorted((streams.get("scenarios") or {}).items()):
+        for m in ("vram_expandable", "vram_growth"):
+            targets.append(("%s: %s == torch" % (s, m), verdict(r.get(m))))
+        lines.append("  %-14s %8s %11s %8s %15s" % (
+            s, verdict(r.get("vram_expandable")), verdict(r.get("vram_growth")),
+            "same" if r.get("torch_repeats") else "DIFFERS",
+            "differs (caught)" if r.get("caught_without_hooks") else "same"))
+    for m, calls in sorted((streams.get("steady_backend_calls") or {}).items()):
+        targets.append(("train_overlap %s: 0 driver calls in steady steps" % m,
+                        verdict(None if calls is None else calls == 0)))
+    cost = streams.get("cost_ns") or {}
+    step = streams.get("step_ms") or {}
+    lines.append("  alloc+record_stream+free host ns: " + ", ".join(
+        "%s %.0f" % (m, v) for m, v in sorted(cost.items()) if isinstance(v, (int, float))))
+    lines.append("  train_overlap median step ms: " + ", ".join(
+        "%s %.2f" % (m, v) for m, v in sorted(step.items()) if isinstance(v, (int, float))))
+    for m, e in sorted((streams.get("errors") or {}).items()):
+        lines.append("  %s: %s" % (m, e))
+    lines.append("")
+
 failed = [s["step"] for s in steps if s["status"] != "ok"]
 n_pass = sum(1 for _, v in targets if v == "PASS")
 lines.append("steps: %d ok, %d not ok%s" % (len(steps) - len(failed), len(failed),
@@ -474,7 +513,7 @@ results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": pe
            "replay_vram_warm": warm, "replay_peers_warm": warmpeers, "quota": quota,
            "python": pyres,
            "train": train, "train_summary": train_summary, "vmm_costs": vmm,
-           "plugin_oom": poom,
+           "plugin_oom": poom, "streams": streams,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)

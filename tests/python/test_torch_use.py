@@ -1,0 +1,138 @@
+"""test_torch_use.py -- vram.torch.use() wires every hook PyTorch's allocator
+object offers to the right entry point of libvram.so.
+
+No CUDA build of PyTorch is needed: a stand-in `torch` module with the
+shape of PyTorch 2.11's API (torch.cuda.memory.CUDAPluggableAllocator, its
+allocator() object with the set_*_fn setters, change_current_allocator)
+records what use() does. The hooks themselves are tested in C
+(tests/unit/test_streams.c, test_torch_streams.c) and with real PyTorch on a
+GPU (bench/gpu/stream_checks.py).
+"""
+
+import ctypes
+import os
+import sys
+import types
+import unittest
+import warnings
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import vram  # noqa: E402
+import vram.torch as vtorch  # noqa: E402
+
+ALL_SETTERS = (
+    "set_init_fn",
+    "set_reset_fn",
+    "set_memory_fraction_fn",
+    "set_base_alloc_fn",
+    "set_record_stream_fn",
+    "set_begin_allocate_to_pool",
+    "set_end_allocate_to_pool_fn",
+    "set_release_pool",
+)
+
+
+def fake_torch(setters=ALL_SETTERS):
+    """A `torch` module whose allocator object has SETTERS; returns it and
+    the record of calls."""
+    calls = {"installed": {}, "current": None, "created": None}
+
+    class Native:
+        pass
+
+    native = Native()
+    for name in setters:
+        setattr(native, name, (lambda n: lambda addr: calls["installed"].__setitem__(n, addr))(name))
+
+    class CUDAPluggableAllocator:
+        def __init__(self, path, alloc_fn, free_fn):
+            calls["created"] = (path, alloc_fn, free_fn)
+
+        def allocator(self):
+            return native
+
+    def change_current_allocator(allocator):
+        calls["current"] = allocator
+
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.11.0+fake"
+    torch.cuda = types.ModuleType("torch.cuda")
+    torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+    torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+    torch.cuda.memory.change_current_allocator = change_current_allocator
+    return torch, calls
+
+
+class UseTest(unittest.TestCase):
+    def setUp(self):
+        self.saved_torch = sys.modules.get("torch")
+        self.saved_env = {k: os.environ.get(k) for k in ("VRAM_STRATEGY", "VRAM_MEMORY_LIMIT")}
+        self.lib = ctypes.CDLL(os.environ["VRAM_LIBRARY"])
+
+    def tearDown(self):
+        if self.saved_torch is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = self.saved_torch
+        for k, v in self.saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def address(self, symbol):
+        return ctypes.cast(getattr(self.lib, symbol), ctypes.c_void_p).value
+
+    def test_every_hook_installed(self):
+        torch, calls = fake_torch()
+        sys.modules["torch"] = torch
+        allocator = vtorch.use(strategy="expandable", limit="6G")
+        self.assertEqual(calls["created"][1:], ("vram_torch_malloc", "vram_torch_free"))
+        self.assertEqual(calls["created"][0], os.environ["VRAM_LIBRARY"])
+        self.assertIs(calls["current"], allocator)
+        self.assertEqual(os.environ["VRAM_STRATEGY"], "expandable")
+        self.assertEqual(os.environ["VRAM_MEMORY_LIMIT"], "6G")
+        expected = {
+            "set_record_stream_fn": "vram_torch_record_stream",
+            "set_memory_fraction_fn": "vram_torch_set_memory_fraction",
+            "set_base_alloc_fn": "vram_torch_base_alloc",
+            "set_begin_allocate_to_pool": "vram_torch_begin_allocate_to_pool",
+            "set_end_allocate_to_pool_fn": "vram_torch_end_allocate_to_pool",
+            "set_release_pool": "vram_torch_release_pool",
+        }
+        for setter, symbol in expected.items():
+            self.assertEqual(calls["installed"].get(setter), self.address(symbol), setter)
+        # Every setter PyTorch offers is either installed or deliberately not:
+        # init needs nothing (the plug-in opens lazily).
+        self.assertNotIn("set_init_fn", calls["installed"])
+
+    def test_refuses_without_record_stream(self):
+        torch, calls = fake_torch([s for s in ALL_SETTERS if s != "set_record_stream_fn"])
+        sys.modules["torch"] = torch
+        with self.assertRaises(vram.VramError) as cm:
+            vtorch.use()
+        self.assertIn("set_record_stream_fn", str(cm.exception))
+        self.assertIsNone(calls["current"])  # PyTorch's allocator untouched
+
+    def test_warns_without_graph_hooks(self):
+        torch, calls = fake_torch(("set_record_stream_fn",))
+        sys.modules["torch"] = torch
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            vtorch.use()
+        self.assertTrue(any("CUDA graphs" in str(w.message) for w in seen))
+        self.assertIsNotNone(calls["current"])
+
+    def test_refuses_without_pluggable_allocator(self):
+        torch, _ = fake_torch()
+        del torch.cuda.memory.CUDAPluggableAllocator
+        sys.modules["torch"] = torch
+        with self.assertRaises(vram.VramError) as cm:
+            vtorch.use()
+        self.assertIn("CUDAPluggableAllocator", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
