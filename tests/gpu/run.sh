@@ -19,7 +19,12 @@
 #    when the plug-in is past its cap (bench/gpu/plugin_oom.py), and results
 #    across streams and CUDA graphs against PyTorch's allocator
 #    (bench/gpu/stream_checks.py);
-# 6. prints one table last, with PASS/MISS against each target of the issues.
+# 6. prints one table last, with PASS/MISS against each target.
+#
+# VRAM_GPU_SECTIONS picks sections (a comma list; default all): replay
+# (2), train (3), quota (4), python (5, 5b), streams (5c). The build and the
+# gpu-labelled tests always run. Device time is scarce: pick what a change
+# needs, e.g. VRAM_GPU_SECTIONS=streams bash tests/gpu/run.sh.
 #
 # Writes to $OUT (default ./gpu-out): gpu.log (every command and its
 # output), results.json (every figure), table.txt (the table). A step that
@@ -56,6 +61,14 @@ rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
 export PYTHONUNBUFFERED=1
 
 say() { echo "$*" | tee -a "$LOG"; }
+
+# want SECTION: whether VRAM_GPU_SECTIONS (empty: all) names SECTION.
+want() {
+    case ",${VRAM_GPU_SECTIONS:-all}," in
+    *,all,* | *,"$1",*) return 0 ;;
+    *) return 1 ;;
+    esac
+}
 
 # run_step NAME LIMIT CMD...: run CMD with a time limit, its output to the
 # log (stdout to $STEP_OUT instead when that is set), and record the
@@ -157,6 +170,7 @@ PEERS=$BUILD/bin/vram_replay_peers
 LIB=$BUILD/lib/libvram.so
 
 # ---- 2. the driver's virtual-memory calls, then the shared traces ----
+if want replay; then
 STEP_OUT=$WORK/vmm_costs.json run_step "driver call costs" 60 "$BUILD/bin/vram_vmm_costs" --json
 # One process per trace and strategy, so that one failure loses one row.
 strategies=$("$VRAM" replay --help 2>/dev/null | sed -n "s/^Strategies: \(.*\) (or 'all')$/\1/p")
@@ -186,17 +200,20 @@ for t in "${TRACES[@]}"; do
         run_step "peers $t cudaMalloc" 150 "$PEERS" --allocator cudaMalloc \
         --repeat 3 "${max[@]}" --json "$f"
 done
+fi
 
 # ---- 3. training with PyTorch's allocator and with vram ----
-for m in resnet50 gpt2; do
+want train && for m in resnet50 gpt2; do
     for a in torch vram; do
         run_step "train $m $a" 240 python3 bench/gpu/train.py --model "$m" \
             --allocator "$a" --lib "$LIB" --out "$WORK/train_${m}_${a}.json"
     done
 done
 
-# ---- 4. the quota enforcer with real frameworks (issue 4) ----
-if [ -f "$BUILD/lib/libvram-preload.so" ]; then
+# ---- 4. the quota enforcer with real frameworks ----
+if ! want quota; then
+    :
+elif [ -f "$BUILD/lib/libvram-preload.so" ]; then
     run_step "quota checks (torch, jax, cupy, groups, gpt2)" 400 python3 bench/gpu/quota_checks.py \
         --vram "$VRAM" --out "$WORK/quota.json"
     if [ -x "$BUILD/tests/preload/bench_hook" ]; then
@@ -209,16 +226,17 @@ else
     say "-- quota checks: SKIPPED (no libvram-preload.so was built)"
 fi
 
-# ---- 5. the Python package with PyTorch through the plug-in (issue 5) ----
-STEP_OUT=$WORK/python.json run_step "python package with PyTorch" 300 \
-    python3 bench/gpu/python_checks.py --lib "$LIB"
-
-# ---- 5b. PyTorch when vram, plugged in, refuses an allocation ----
-STEP_OUT=$WORK/plugin_oom.json run_step "plug-in out of memory" 200 \
-    python3 bench/gpu/plugin_oom.py --lib "$LIB"
+# ---- 5. the Python package with PyTorch through the plug-in ----
+if want python; then
+    STEP_OUT=$WORK/python.json run_step "python package with PyTorch" 300 \
+        python3 bench/gpu/python_checks.py --lib "$LIB"
+    # 5b. PyTorch when vram, plugged in, refuses an allocation
+    STEP_OUT=$WORK/plugin_oom.json run_step "plug-in out of memory" 200 \
+        python3 bench/gpu/plugin_oom.py --lib "$LIB"
+fi
 
 # ---- 5c. results across streams and CUDA graphs, vram vs PyTorch's allocator ----
-STEP_OUT=$WORK/streams.json run_step "streams and graphs vs torch" 300 \
+want streams && STEP_OUT=$WORK/streams.json run_step "streams and graphs vs torch" 300 \
     python3 bench/gpu/stream_checks.py --lib "$LIB"
 
 # ---- 6. the table ----
@@ -277,6 +295,9 @@ def verdict(ok):
     return "FAILED" if ok is None else ("PASS" if ok else "MISS")
 
 lines = []
+# A section that did not run (VRAM_GPU_SECTIONS) has no rows and no targets.
+have_replay = bool(replay or peers or warm or warmpeers)
+have_train = any(r is not None for m in train.values() for r in m.values())
 def cell(r, width):
     if r is None:
         return "FAILED".rjust(width)
@@ -284,6 +305,8 @@ def cell(r, width):
 
 lines.append("vram GPU checks%s -- host ns/op (fragmentation = peak reserved / peak live)"
              % (" on " + gpu if gpu else ""))
+if not have_replay:
+    traces = []  # the replay section did not run
 hdr = "%-15s %17s %17s %17s %19s %9s %9s %10s %9s" % (
     "trace", "vram growth", "vram expandable", "cudaMallocAsync", "cudaMalloc",
     "pool/grow", "pool/exp", "ns<=1/10", "frag<=1.02")
@@ -341,7 +364,7 @@ lines.append("%-9s %24s %24s %10s %10s %7s %11s %9s %9s %7s" % (
     "model", "torch reserved", "vram reserved", "torch ms", "vram ms", "diff",
     "max|dloss|", "reserved", "step<=2%", "losses"))
 train_summary = {}
-for m in ("resnet50", "gpt2"):
+for m in (("resnet50", "gpt2") if have_train else ()):
     tr, vr = train[m]["torch"], train[m]["vram"]
     ok_t = tr is not None and "error" not in tr
     ok_v = vr is not None and "error" not in vr
@@ -392,7 +415,7 @@ if vmm is not None:
 
 quota = load(os.path.join(work, "quota.json"))
 if quota is not None:
-    lines.append("quota enforcer under `vram run --limit 4G` (issue 4)")
+    lines.append("quota enforcer under `vram run --limit 4G`")
     def q(name, key="pass"):
         r = quota.get(name) or {}
         return r.get(key)
@@ -445,7 +468,7 @@ except (OSError, ValueError):
 if pyres is not None:
     ok = bool(pyres.get("ok", pyres.get("pass")))
     targets.append(("python package: stats, marks, hooks with PyTorch", verdict(ok)))
-    lines.append("python package with PyTorch through the plug-in (issue 5): %s" % verdict(ok))
+    lines.append("python package with PyTorch through the plug-in: %s" % verdict(ok))
 poom = load(os.path.join(work, "plugin_oom.json"))
 if poom is not None:
     for strat, r in sorted(poom.get("strategies", {}).items()):
