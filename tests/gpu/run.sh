@@ -515,7 +515,7 @@ if streams is not None:
     step = streams.get("step_ms") or {}
     lines.append("  alloc+record_stream+free host ns: " + ", ".join(
         "%s %.0f" % (m, v) for m, v in sorted(cost.items()) if isinstance(v, (int, float))))
-    lines.append("  train_overlap median step ms: " + ", ".join(
+    lines.append("  train_overlap mean step ms: " + ", ".join(
         "%s %.2f" % (m, v) for m, v in sorted(step.items()) if isinstance(v, (int, float))))
     for m, e in sorted((streams.get("errors") or {}).items()):
         lines.append("  %s: %s" % (m, e))
