@@ -722,10 +722,15 @@ plan_config_parse_n(const char *text, size_t n, struct plan_model *out, char *er
         snprintf(err, len, "config has no model_type");
         ok = false;
     } else if (!plan_arch_parse(type, &arch)) {
+        char shown[41]; /* the config's text, one line of printable bytes */
+        size_t k = 0;
+        for (; type[k] != '\0' && k < sizeof shown - 1; k++)
+            shown[k] = (unsigned char)type[k] < 0x20 || type[k] == 0x7f ? '?' : type[k];
+        shown[k] = '\0';
         snprintf(err, len,
-                 "model_type '%.40s' is not one the structural model knows (%s); trace the "
+                 "model_type '%s' is not one the structural model knows (%s); trace the "
                  "model instead: vram plan --model FILE.py:FUNCTION",
-                 type, plan_arch_list());
+                 shown, plan_arch_list());
         ok = false;
     }
     struct plan_model m = plan_model_defaults(arch);
