@@ -17,7 +17,15 @@
 # 4. the quota enforcer's checks (bench/gpu/quota_checks.py, hook cost);
 # 5. the Python package with PyTorch (bench/gpu/python_checks.py) and PyTorch
 #    when the plug-in is past its cap (bench/gpu/plugin_oom.py);
-# 6. prints one table last, with PASS/MISS against each target of the issues.
+# 6. prints one table last, with PASS/MISS against each target of the issues;
+# 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
+#    minutes: torchvision training, HF generation, LoRA; predictions traced
+#    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
+#    $OUT/plan_measure.jsonl (bench/gpu/plan_compare.py).
+#
+# VRAM_GPU_SECTIONS picks sections (comma-separated; default all): ctest,
+# replay, train, quota, python, plan. The build always runs. Example:
+#     VRAM_GPU_SECTIONS=plan bash tests/gpu/run.sh
 #
 # Writes to $OUT (default ./gpu-out): gpu.log (every command and its
 # output), results.json (every figure), table.txt (the table). A step that
@@ -54,6 +62,14 @@ rm -rf "$WORK" && mkdir -p "$WORK" || exit 1
 export PYTHONUNBUFFERED=1
 
 say() { echo "$*" | tee -a "$LOG"; }
+
+# want SECTION: is SECTION among VRAM_GPU_SECTIONS (default: all)?
+want() {
+    case ",${VRAM_GPU_SECTIONS:-all}," in
+    *,all,* | *",$1,"*) return 0 ;;
+    esac
+    return 1
+}
 
 # run_step NAME LIMIT CMD...: run CMD with a time limit, its output to the
 # log (stdout to $STEP_OUT instead when that is set), and record the
@@ -146,7 +162,8 @@ if run_step configure 180 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DVR
         run_step "build (keep going: all that compiles)" 300 cmake --build "$BUILD" \
             -j "$(nproc)" -- $keep_going
     fi
-    (cd "$BUILD" && run_step "ctest -L gpu" 180 ctest -L gpu --no-tests=error --output-on-failure)
+    want ctest &&
+        (cd "$BUILD" && run_step "ctest -L gpu" 180 ctest -L gpu --no-tests=error --output-on-failure)
     [ -x "$BUILD/bin/vram_replay_peers" ] ||
         say "-- vram_replay_peers was not built (no CUDA toolkit found by CMake)"
 fi
@@ -155,6 +172,7 @@ PEERS=$BUILD/bin/vram_replay_peers
 LIB=$BUILD/lib/libvram.so
 
 # ---- 2. the driver's virtual-memory calls, then the shared traces ----
+if want replay; then
 STEP_OUT=$WORK/vmm_costs.json run_step "driver call costs" 60 "$BUILD/bin/vram_vmm_costs" --json
 # One process per trace and strategy, so that one failure loses one row.
 strategies=$("$VRAM" replay --help 2>/dev/null | sed -n "s/^Strategies: \(.*\) (or 'all')$/\1/p")
@@ -185,7 +203,10 @@ for t in "${TRACES[@]}"; do
         --repeat 3 "${max[@]}" --json "$f"
 done
 
+fi # replay
+
 # ---- 3. training with PyTorch's allocator and with vram ----
+if want train; then
 for m in resnet50 gpt2; do
     for a in torch vram; do
         run_step "train $m $a" 240 python3 bench/gpu/train.py --model "$m" \
@@ -193,8 +214,12 @@ for m in resnet50 gpt2; do
     done
 done
 
+fi # train
+
 # ---- 4. the quota enforcer with real frameworks (issue 4) ----
-if [ -f "$BUILD/lib/libvram-preload.so" ]; then
+if ! want quota; then
+    :
+elif [ -f "$BUILD/lib/libvram-preload.so" ]; then
     run_step "quota checks (torch, jax, cupy, groups, gpt2)" 400 python3 bench/gpu/quota_checks.py \
         --vram "$VRAM" --out "$WORK/quota.json"
     if [ -x "$BUILD/tests/preload/bench_hook" ]; then
@@ -208,12 +233,23 @@ else
 fi
 
 # ---- 5. the Python package with PyTorch through the plug-in (issue 5) ----
+if want python; then
 STEP_OUT=$WORK/python.json run_step "python package with PyTorch" 300 \
     python3 bench/gpu/python_checks.py --lib "$LIB"
 
 # ---- 5b. PyTorch when vram, plugged in, refuses an allocation ----
 STEP_OUT=$WORK/plugin_oom.json run_step "plug-in out of memory" 200 \
     python3 bench/gpu/plugin_oom.py --lib "$LIB"
+fi # python
+
+# ---- 7. `vram plan` against measured peaks ----
+if want plan; then
+    run_step "plan: measure and predict" 420 python3 bench/gpu/plan_measure.py \
+        --out "$OUT" --vram "$VRAM" --budget 270
+    STEP_OUT=$OUT/plan.txt run_step "plan: errors per kind" 30 \
+        python3 bench/gpu/plan_compare.py "$OUT/plan_measure.jsonl" --table
+    cat "$OUT/plan.txt" 2>/dev/null | tee -a "$LOG"
+fi
 
 # ---- 6. the table ----
 python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"
