@@ -7,7 +7,7 @@ CMAKE  ?= cmake
 TRACES  = data/traces/resnet50_fp32.trace.csv.gz data/traces/gpt2_bf16_b16.trace.csv.gz \
           data/traces/gpt2m_generate.trace.csv.gz data/traces/leak_mlp.trace.csv.gz
 
-.PHONY: all deps build demo test test-plain test-asan test-tsan bench format clean
+.PHONY: all deps test-deps build demo test test-plain test-asan test-tsan bench format clean
 
 all: build
 
@@ -23,7 +23,10 @@ demo: build
 
 test: test-plain test-asan test-tsan
 
-test-plain: build
+test-deps:
+	@sh scripts/install-deps.sh --test
+
+test-plain: test-deps build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Install the Debian packages vram needs to build and test, and only those
 # missing. Safe to run again; does nothing when everything is present.
-# Usage: scripts/install-deps.sh   (as root, or with sudo available)
+# Usage: scripts/install-deps.sh [--test]   (as root, or with sudo available)
+#   --test  also what only the tests need: python3-torch and python3-torchvision
+#           (`vram plan --model` traces PyTorch programs; its tests run a CNN and a
+#           transformer on PyTorch's fake device). `make demo` does without them.
 set -eu
 
 # chromium and fonts-dejavu-core: the HTML report's test (tests/cli/test_html.sh)
@@ -17,6 +20,9 @@ PKGS="build-essential cmake pkg-config zlib1g-dev libcmocka-dev libjson-c-dev
       chromium fonts-dejavu-core python3
       munge slurmctld slurmd slurm-client libslurm-dev
       libncurses-dev libmicrohttpd-dev tmux curl prometheus"
+if [ "${1:-}" = "--test" ]; then
+    PKGS="$PKGS python3-torch python3-torchvision"
+fi
 
 missing=""
 for p in $PKGS; do

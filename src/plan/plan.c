@@ -9,9 +9,17 @@
 */
 #include "plan/plan.h"
 
+#include <errno.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <string.h>
+
+/* Sizes are computed in 128 bits and checked against 64 at the end. With
+** the inputs within the PLAN_MAX_* limits no intermediate exceeds 2^110
+** (the largest product: tokens 2^54 x layers 2^12 x score bytes per token
+** 2^39), so a result above 2^64 - 1 is refused, never wrapped. */
+__extension__ typedef unsigned __int128 wide;
+#define WIDE_MAX64 ((wide)UINT64_MAX)
 
 /* ------------------------------------------------------------------ */
 /* Element sizes per precision                                          */
@@ -48,8 +56,8 @@ dtypes_of(enum plan_precision p)
 /* Bytes per element of a matmul input that N matmuls read: under autocast
 ** each matmul saves its own low-precision cast copy; otherwise the input
 ** tensor itself is saved once. */
-static uint64_t
-mm_in(const struct dtypes *d, uint64_t n)
+static wide
+mm_in(const struct dtypes *d, wide n)
 {
     return d->autocast ? n * d->low : d->res;
 }
@@ -57,78 +65,112 @@ mm_in(const struct dtypes *d, uint64_t n)
 /* Bytes per token of an RMSNorm written as HF's LlamaRMSNorm: the fp32
 ** input kept by pow (4h), the normalized tensor kept by the weight multiply
 ** (res), and the output kept by the N matmuls that read it. */
-static uint64_t
-rmsnorm_bytes(const struct dtypes *d, uint64_t h, uint64_t n)
+static wide
+rmsnorm_bytes(const struct dtypes *d, wide h, wide n)
 {
     return 4 * h + d->res * h + mm_in(d, n) * h;
+}
+
+static bool
+llama_like(enum plan_arch a)
+{
+    return a == PLAN_LLAMA || a == PLAN_MISTRAL || a == PLAN_QWEN2;
+}
+
+/* Widths of the attention projections: q (and o's input) heads x head_dim,
+** k and v kv_heads x head_dim. */
+struct widths {
+    wide h, i, q, kv;
+};
+
+static struct widths
+widths_of(const struct plan_model *m)
+{
+    struct widths w;
+    wide hd = m->head_dim ? m->head_dim : (m->heads ? m->hidden / m->heads : m->hidden);
+    w.h = m->hidden;
+    w.i = m->intermediate;
+    w.q = (wide)m->heads * hd;
+    w.kv = (wide)m->kv_heads * hd;
+    return w;
 }
 
 /* ------------------------------------------------------------------ */
 /* Parameters                                                           */
 /* ------------------------------------------------------------------ */
 
-uint64_t
-plan_param_count(const struct plan_model *m)
+static wide
+param_count(const struct plan_model *m)
 {
-    uint64_t h = m->hidden, i = m->intermediate, v = m->vocab, L = m->layers;
-    uint64_t kv = m->heads ? h / m->heads * m->kv_heads : h;
-    uint64_t n = 0;
+    struct widths w = widths_of(m);
+    wide h = w.h, i = w.i, v = m->vocab, L = m->layers;
+    wide n = 0;
     switch (m->arch) {
     case PLAN_GPT2: /* wte, wpe; ln_1, c_attn, c_proj, ln_2, c_fc, c_proj; ln_f */
-        n = v * h + m->positions * h;
+        n = v * h + (wide)m->positions * h;
         n += L * (2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * i + i) +
                   (i * h + h));
         n += 2 * h;
-        if (!m->tied)
-            n += v * h;
         break;
     case PLAN_BERT: /* embeddings + LN; q,k,v,o, LN, intermediate, output, LN; MLM head */
-        n = v * h + m->positions * h + m->type_vocab * h + 2 * h;
+        n = v * h + (wide)m->positions * h + (wide)m->type_vocab * h + 2 * h;
         n += L * (4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h);
         n += (h * h + h) + 2 * h + v; /* transform dense, LN, decoder bias */
-        if (!m->tied)
-            n += v * h;
         break;
-    case PLAN_LLAMA: /* embed; q,k,v,o, gate,up,down, 2 RMSNorms; norm; lm_head */
+    case PLAN_LLAMA:
+    case PLAN_MISTRAL:
+    case PLAN_QWEN2: /* embed; q,k,v,o, gate,up,down, 2 RMSNorms; norm; lm_head */
         n = v * h;
-        n += L * (2 * h * h + 2 * h * kv + 3 * h * i + 2 * h);
+        n += L * (h * w.q + 2 * h * w.kv + w.q * h + 3 * h * i + 2 * h +
+                  (m->qkv_bias ? w.q + 2 * w.kv : 0) + (m->o_bias ? h : 0) +
+                  (m->mlp_bias ? 2 * i + h : 0));
         n += h;
-        if (!m->tied)
-            n += v * h;
         break;
     }
+    if (!m->tied)
+        n += v * h;
     return n;
 }
 
-/* Parameters that matmuls read (autocast keeps a low-precision copy of
-** each while its matmul is in the graph). */
-static uint64_t
-matmul_params(const struct plan_model *m)
+uint64_t
+plan_param_count(const struct plan_model *m)
 {
-    uint64_t h = m->hidden, i = m->intermediate, L = m->layers;
-    uint64_t kv = m->heads ? h / m->heads * m->kv_heads : h;
-    switch (m->arch) {
-    case PLAN_GPT2:
-        return L * (4 * h * h + 2 * h * i);
-    case PLAN_BERT:
-        return L * (4 * h * h + 2 * h * i) + h * h;
-    case PLAN_LLAMA:
-        return L * (2 * h * h + 2 * h * kv + 3 * h * i);
-    }
-    return 0;
+    wide n = param_count(m);
+    return n > WIDE_MAX64 ? UINT64_MAX : (uint64_t)n;
 }
 
-static uint64_t
+/* Parameters of one layer that matmuls read (autocast keeps a
+** low-precision copy of each while its matmul is in the graph). */
+static wide
 layer_matmul_params(const struct plan_model *m)
 {
-    return m->layers ? (matmul_params(m) - (m->arch == PLAN_BERT ? m->hidden * m->hidden : 0)) /
-                           m->layers
-                     : 0;
+    struct widths w = widths_of(m);
+    switch (m->arch) {
+    case PLAN_GPT2:
+    case PLAN_BERT:
+        return 4 * w.h * w.h + 2 * w.h * w.i;
+    default:
+        return 2 * w.h * w.q + 2 * w.h * w.kv + 3 * w.h * w.i;
+    }
+}
+
+static wide
+matmul_params(const struct plan_model *m)
+{
+    return (wide)m->layers * layer_matmul_params(m) +
+           (m->arch == PLAN_BERT ? (wide)m->hidden * m->hidden : 0);
 }
 
 /* ------------------------------------------------------------------ */
 /* Activations                                                          */
 /* ------------------------------------------------------------------ */
+
+/* Does a sliding window make the attention mask explicit at SEQ? */
+static bool
+windowed(const struct plan_model *m, uint64_t seq)
+{
+    return m->window != 0 && seq > m->window;
+}
 
 /* Does this attention keep an S x S matrix per head? Eager always does;
 ** SDPA falls back to its math kernel (which does) for grouped-query
@@ -139,35 +181,35 @@ keeps_scores(const struct plan_model *m, const struct dtypes *d, enum plan_atten
 {
     if (a == PLAN_EAGER)
         return true;
-    return m->arch == PLAN_LLAMA && m->kv_heads < m->heads && d->low == 4;
+    return llama_like(m->arch) && m->kv_heads < m->heads && d->low == 4;
 }
 
 /* Bytes per score element kept by the explicit attention: the softmax
 ** output (fp32 under autocast, and always in LLaMA's eager code), the
 ** low-precision copy the value matmul reads, and the dropout mask. */
-static uint64_t
+static wide
 score_bytes(const struct plan_model *m, const struct dtypes *d)
 {
-    uint64_t sm = m->arch == PLAN_LLAMA ? 4 : d->f32op;
+    wide sm = llama_like(m->arch) ? 4 : d->f32op;
     if (m->dropout)
         return sm + 1 + d->low;
     return sm + (d->low != sm ? d->low : 0);
 }
 
-uint64_t
-plan_layer_bytes_per_token(const struct plan_model *m, enum plan_precision p,
-                           enum plan_attention a, uint64_t seq)
+static wide
+layer_bytes(const struct plan_model *m, enum plan_precision p, enum plan_attention a,
+            uint64_t seq)
 {
     struct dtypes d = dtypes_of(p);
-    uint64_t h = m->hidden, i = m->intermediate;
-    uint64_t kv = m->heads ? h / m->heads * m->kv_heads : h;
-    uint64_t mask = m->dropout ? 1 : 0; /* bool dropout mask per element */
+    struct widths w = widths_of(m);
+    wide h = w.h, i = w.i;
+    wide mask = m->dropout ? 1 : 0; /* bool dropout mask per element */
     bool scores = keeps_scores(m, &d, a);
     /* Fused kernels (flash, memory-efficient) allocate their output as
     ** (batch, seq, heads, dim): merging the heads is a view. The explicit
     ** attention's output needs a contiguous copy. */
-    uint64_t merged = scores ? d.low : 0;
-    uint64_t b = 0;
+    wide merged = scores ? d.low : 0;
+    wide b = 0;
 
     switch (m->arch) {
     case PLAN_GPT2:
@@ -196,28 +238,41 @@ plan_layer_bytes_per_token(const struct plan_model *m, enum plan_precision p,
         b += mask * h;               /* hidden dropout */
         b += d.res * h;              /* LayerNorm input */
         break;
-    case PLAN_LLAMA:
+    default: /* LLaMA, Mistral, Qwen2 */
         b += rmsnorm_bytes(&d, h, 3);      /* input_layernorm, read by q, k, v */
-        b += d.low * (h + 2 * kv);         /* q (roped), k (roped), v */
-        b += d.low * h;                    /* attention output */
-        b += merged * h;                   /* heads merged: o_proj input */
+        b += d.low * (w.q + 2 * w.kv);     /* q (roped), k (roped), v */
+        b += d.low * w.q;                  /* attention output */
+        b += merged * w.q;                 /* heads merged: o_proj input */
         b += rmsnorm_bytes(&d, h, 2);      /* post_attention_layernorm, gate, up */
         b += 4 * d.low * i;                /* gate, silu(gate), up, product */
         if (scores)                        /* k, v repeated to all heads */
-            b += 2 * d.low * (h - kv);
+            b += 2 * d.low * (w.q - w.kv);
         break;
     }
     if (scores)
-        b += m->heads * seq * score_bytes(m, &d);
+        b += (wide)m->heads * seq * score_bytes(m, &d);
+    /* A sliding window shorter than the sequence: the mask is explicit, and
+    ** SDPA turns it into an additive mask in the query's dtype (rows padded
+    ** to 16 elements) that each layer keeps for its backward. */
+    if (windowed(m, seq))
+        b += ((wide)seq + 15) / 16 * 16 * d.low;
     return b;
 }
 
-/* Bytes per token kept outside the layers: embeddings, final norm, head
-** input. */
-static uint64_t
-outer_bytes_per_token(const struct plan_model *m, const struct dtypes *d)
+uint64_t
+plan_layer_bytes_per_token(const struct plan_model *m, enum plan_precision p,
+                           enum plan_attention a, uint64_t seq)
 {
-    uint64_t h = m->hidden, mask = m->dropout ? 1 : 0;
+    wide b = layer_bytes(m, p, a, seq);
+    return b > WIDE_MAX64 ? UINT64_MAX : (uint64_t)b;
+}
+
+/* Bytes per token kept outside the layers: embeddings, final norm, head
+** input (and the boolean mask of a sliding window, one row per token). */
+static wide
+outer_bytes_per_token(const struct plan_model *m, const struct dtypes *d, uint64_t seq)
+{
+    wide h = m->hidden, mask = m->dropout ? 1 : 0;
     switch (m->arch) {
     case PLAN_GPT2:
         return mask * h + d->res * h + mm_in(d, 1) * h; /* emb dropout, ln_f, lm_head in */
@@ -226,10 +281,9 @@ outer_bytes_per_token(const struct plan_model *m, const struct dtypes *d)
                mm_in(d, 1) * h +           /* transform dense input */
                d->low * h + d->f32op * h + /* gelu input, LayerNorm input */
                mm_in(d, 1) * h;            /* decoder input */
-    case PLAN_LLAMA:
-        return rmsnorm_bytes(d, h, 1);
+    default:
+        return rmsnorm_bytes(d, h, 1) + (windowed(m, seq) ? seq : 0);
     }
-    return 0;
 }
 
 /* Bytes per token of the loss at its backward: log_softmax's output, the
@@ -238,22 +292,64 @@ outer_bytes_per_token(const struct plan_model *m, const struct dtypes *d)
 ** to fp32 (logits.float()); BERT's masked-LM loss calls cross_entropy on
 ** the logits as they are, which autocast runs in fp32 and a pure 16-bit
 ** model in 16 bits. */
-static uint64_t
+static wide
 loss_bytes_per_token(const struct plan_model *m, const struct dtypes *d)
 {
-    uint64_t elem = m->arch == PLAN_BERT ? d->f32op : 4;
+    wide elem = m->arch == PLAN_BERT ? d->f32op : 4;
     return 3 * elem * m->vocab;
+}
+
+/* ------------------------------------------------------------------ */
+/* Checks                                                               */
+/* ------------------------------------------------------------------ */
+
+bool
+plan_model_check(const struct plan_model *m, char *err, size_t len)
+{
+    const char *w = NULL;
+    if (m->layers == 0 || m->hidden == 0 || m->heads == 0 || m->vocab == 0)
+        w = "the model needs layers, a hidden size, heads and a vocabulary";
+    else if (m->layers > PLAN_MAX_LAYERS)
+        w = "more layers than any model has (limit 4096)";
+    else if (m->hidden > PLAN_MAX_HIDDEN)
+        w = "hidden size beyond any model's (limit 1048576)";
+    else if (m->heads > PLAN_MAX_HEADS || m->kv_heads > PLAN_MAX_HEADS)
+        w = "more attention heads than any model has (limit 4096)";
+    else if (m->intermediate > PLAN_MAX_INTERMEDIATE)
+        w = "MLP size beyond any model's (limit 4194304)";
+    else if (m->vocab > PLAN_MAX_VOCAB)
+        w = "vocabulary beyond any model's (limit 16777216)";
+    else if (m->positions > PLAN_MAX_POSITIONS || m->window > PLAN_MAX_POSITIONS)
+        w = "positions beyond any model's (limit 16777216)";
+    else if (m->type_vocab > 65536)
+        w = "token types beyond any model's (limit 65536)";
+    else if (m->head_dim > 65536)
+        w = "head size beyond any model's (limit 65536)";
+    else if (m->kv_heads == 0 || m->heads % m->kv_heads != 0)
+        w = "the key/value heads must divide the heads";
+    else if (m->head_dim == 0 && m->hidden % m->heads != 0)
+        w = "the heads must divide the hidden size";
+    else if (!llama_like(m->arch) && m->head_dim != 0 && m->head_dim * m->heads != m->hidden)
+        w = "head size x heads must be the hidden size in this family";
+    if (w != NULL) {
+        if (err)
+            snprintf(err, len, "%s", w);
+        return false;
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------ */
 /* The peak                                                             */
 /* ------------------------------------------------------------------ */
 
-static uint64_t
-max_u64(uint64_t a, uint64_t b)
+static wide
+max_w(wide a, wide b)
 {
     return a > b ? a : b;
 }
+
+static _Thread_local char check_err[96]; /* the reason plan_model_check gave */
 
 bool
 plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_result *out,
@@ -264,15 +360,18 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
         w = "batch must be at least 1";
     else if (j->seq == 0)
         w = "sequence length must be at least 1";
+    else if (j->batch > PLAN_MAX_BATCH)
+        w = "batch beyond any job's (limit 1073741824)";
+    else if (j->seq > PLAN_MAX_SEQ)
+        w = "sequence length beyond any model's (limit 16777216)";
     else if (j->accum == 0 || j->batch % j->accum != 0)
         w = "accum must divide the batch";
-    else if (j->data_parallel == 0)
-        w = "data-parallel size must be at least 1";
+    else if (j->data_parallel == 0 || j->data_parallel > PLAN_MAX_RANKS)
+        w = "data-parallel size must be 1..1048576";
     else if (j->zero < 0 || j->zero > 3)
         w = "ZeRO stage must be 0, 1, 2 or 3";
-    else if (m->layers == 0 || m->hidden == 0 || m->heads == 0 || m->vocab == 0 ||
-             m->hidden % m->heads != 0 || m->kv_heads == 0 || m->heads % m->kv_heads != 0)
-        w = "the model needs layers, hidden size, heads dividing it and a vocabulary";
+    else if (!plan_model_check(m, check_err, sizeof check_err))
+        w = check_err;
     if (w != NULL) {
         if (why)
             *why = w;
@@ -280,80 +379,170 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
     }
 
     struct dtypes d = dtypes_of(j->precision);
-    struct plan_result r;
-    memset(&r, 0, sizeof r);
-    uint64_t P = plan_param_count(m);
-    uint64_t dp = j->data_parallel;
-    uint64_t states = 0;
+    wide P = param_count(m);
+    wide dp = j->data_parallel;
+    wide states = 0;
     switch (j->optimizer) {
     case PLAN_SGD: states = 0; break;
     case PLAN_SGD_MOMENTUM: states = 1; break;
     case PLAN_ADAM:
     case PLAN_ADAMW: states = 2; break;
     }
-    uint64_t W = P * d.weight, G = P * d.weight, O = states * P * d.weight;
+    wide W = P * d.weight, G = P * d.weight, O = states * P * d.weight;
     if (j->zero >= 1) O /= dp;
     if (j->zero >= 2) G /= dp;
     if (j->zero >= 3) W /= dp;
     /* foreach Adam(W) builds one state-sized temporary (the denominator) */
-    uint64_t opt_tmp = states == 2 ? P * d.weight / (j->zero >= 1 ? dp : 1) : 0;
+    wide opt_tmp = states == 2 ? P * d.weight / (j->zero >= 1 ? dp : 1) : 0;
 
-    uint64_t tokens = j->batch / j->accum * j->seq;
-    uint64_t layer = plan_layer_bytes_per_token(m, j->precision, j->attention, j->seq);
-    uint64_t outer = outer_bytes_per_token(m, &d);
-    uint64_t loss = loss_bytes_per_token(m, &d);
-    uint64_t head_params = m->vocab * m->hidden;
-    uint64_t grads_held = j->accum > 1 ? G : 0; /* earlier micro-batches' */
+    wide tokens = (wide)(j->batch / j->accum) * j->seq;
+    wide layer = layer_bytes(m, j->precision, j->attention, j->seq);
+    wide outer = outer_bytes_per_token(m, &d, j->seq);
+    wide loss = loss_bytes_per_token(m, &d);
+    wide head_params = (wide)m->vocab * m->hidden;
+    wide grads_held = j->accum > 1 ? G : 0; /* earlier micro-batches' */
 
     /* Peak A: the loss's backward, every activation still held. */
-    uint64_t acts, cast;
+    wide acts, cast;
     if (j->checkpointing) {
-        acts = tokens * (m->layers * d.res * m->hidden + outer);
+        acts = tokens * ((wide)m->layers * d.res * m->hidden + outer);
         cast = d.autocast ? 2 * head_params : 0;
     } else {
-        acts = tokens * (m->layers * layer + outer);
+        acts = tokens * ((wide)m->layers * layer + outer);
         cast = d.autocast ? 2 * (matmul_params(m) + head_params) : 0;
     }
-    uint64_t tmpA = tokens * loss + cast;
-    uint64_t peakA = W + O + grads_held + acts + tmpA;
+    wide tmpA = tokens * loss + cast;
+    wide peakA = W + O + grads_held + acts + tmpA;
 
     /* Peak B: the optimizer step. */
-    uint64_t peakB = W + G + O + opt_tmp;
+    wide peakB = W + G + O + opt_tmp;
 
     /* Peak C (checkpointing): recomputing the first layer in backward, all
     ** gradients but the first layers' already there. */
-    uint64_t peakC = 0, actsC = 0, tmpC = 0;
+    wide peakC = 0, actsC = 0, tmpC = 0;
     if (j->checkpointing) {
-        actsC = tokens * (m->layers * d.res * m->hidden + layer);
+        actsC = tokens * ((wide)m->layers * d.res * m->hidden + layer);
         tmpC = d.autocast ? 2 * layer_matmul_params(m) : 0;
         peakC = W + O + G + actsC + tmpC;
     }
-
-    r.params = P;
-    r.weights_bytes = W;
-    r.optimizer_bytes = O;
-    if (peakA >= peakB && peakA >= peakC) {
-        r.gradients_bytes = grads_held;
-        r.activations_bytes = acts;
-        r.temporary_bytes = tmpA;
-        r.peak_phase = "backward";
-    } else if (peakB >= peakC) {
-        r.gradients_bytes = G;
-        r.temporary_bytes = opt_tmp;
-        r.peak_phase = "optimizer step";
-    } else {
-        r.gradients_bytes = G;
-        r.activations_bytes = actsC;
-        r.temporary_bytes = tmpC;
-        r.peak_phase = "recompute";
-    }
-    r.tensor_peak_bytes = max_u64(peakA, max_u64(peakB, peakC));
+    wide peak = max_w(peakA, max_w(peakB, peakC));
     /* PyTorch's caching allocator rounds blocks and keeps freed ones: on
     ** the measurements its reserved memory sits 3-10% above the tensor
     ** peak; we allow 8%. */
-    r.allocator_bytes = r.tensor_peak_bytes / 100 * 8;
+    wide total = peak + peak / 100 * 8 + PLAN_CONTEXT_BYTES;
+    if (total > WIDE_MAX64) {
+        if (why)
+            *why = "the sizes overflow 64 bits (no GPU has that much memory)";
+        return false;
+    }
+
+    struct plan_result r;
+    memset(&r, 0, sizeof r);
+    r.params = (uint64_t)P;
+    r.weights_bytes = (uint64_t)W;
+    r.optimizer_bytes = (uint64_t)O;
+    if (peakA >= peakB && peakA >= peakC) {
+        r.gradients_bytes = (uint64_t)grads_held;
+        r.activations_bytes = (uint64_t)acts;
+        r.temporary_bytes = (uint64_t)tmpA;
+        r.peak_phase = "backward";
+    } else if (peakB >= peakC) {
+        r.gradients_bytes = (uint64_t)G;
+        r.temporary_bytes = (uint64_t)opt_tmp;
+        r.peak_phase = "optimizer step";
+    } else {
+        r.gradients_bytes = (uint64_t)G;
+        r.activations_bytes = (uint64_t)actsC;
+        r.temporary_bytes = (uint64_t)tmpC;
+        r.peak_phase = "recompute";
+    }
+    r.tensor_peak_bytes = (uint64_t)peak;
+    r.allocator_bytes = (uint64_t)(peak / 100 * 8);
     r.context_bytes = PLAN_CONTEXT_BYTES;
-    r.total_bytes = r.tensor_peak_bytes + r.allocator_bytes + r.context_bytes;
+    r.total_bytes = (uint64_t)total;
+    *out = r;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Generation with a key/value cache                                    */
+/* ------------------------------------------------------------------ */
+
+bool
+plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
+              struct plan_gen_result *out, const char **why)
+{
+    const char *w = NULL;
+    if (m->arch == PLAN_BERT)
+        w = "bert has no causal language-model head to generate with";
+    else if (j->batch == 0 || j->batch > PLAN_MAX_BATCH)
+        w = "batch must be 1..1073741824";
+    else if (j->prompt == 0 || j->prompt > PLAN_MAX_SEQ)
+        w = "the prompt must be 1..16777216 tokens";
+    else if (j->new_tokens == 0 || j->new_tokens > PLAN_MAX_SEQ)
+        w = "new tokens must be 1..16777216";
+    else if (j->precision != PLAN_FP32 && j->precision != PLAN_FP16 &&
+             j->precision != PLAN_BF16)
+        w = "inference precision is fp32, fp16 or bf16";
+    else if (!plan_model_check(m, check_err, sizeof check_err))
+        w = check_err;
+    if (w != NULL) {
+        if (why)
+            *why = w;
+        return false;
+    }
+    struct widths wd = widths_of(m);
+    wide e = j->precision == PLAN_FP32 ? 4 : 2;
+    wide B = j->batch, L = m->layers;
+    wide kvw = m->arch == PLAN_GPT2 ? wd.h : wd.kv;
+    wide P = param_count(m);
+    wide W = P * e;
+    /* The cache of LEN tokens: keys and values of every layer; a sliding
+    ** window keeps only its last WINDOW tokens. */
+    wide len_pre = j->prompt, len_end = (wide)j->prompt + j->new_tokens - 1;
+    if (m->window) {
+        if (len_pre > m->window) len_pre = m->window;
+        if (len_end > m->window) len_end = m->window;
+    }
+    wide cache_pre = L * 2 * B * len_pre * kvw * e;
+    wide cache_end = L * 2 * B * len_end * kvw * e;
+    /* Prefill: the last layer's MLP on the whole prompt (its input and the
+    ** residual, three MLP-wide tensors at once: activation, up projection
+    ** and their product; GPT-2's gelu_new likewise), q/k/v for attention if
+    ** wider; then the last position's logits and their fp32 copy. */
+    wide T = B * j->prompt;
+    wide mlp = 3 * wd.i + 2 * wd.h;
+    wide att = (m->arch == PLAN_GPT2 ? 3 * wd.h : wd.q + 2 * wd.kv) + 2 * wd.h;
+    wide act_pre = T * max_w(mlp, att) * e + B * m->vocab * (e + 4);
+    /* Decoding: the dynamic cache appends by concatenation, so one layer's
+    ** new key (or value) tensor coexists with the old; one token's
+    ** activations and logits. */
+    wide act_end = B * len_end * kvw * e + B * max_w(mlp, att) * e + B * m->vocab * (e + 4);
+    wide peak_pre = W + cache_pre + act_pre, peak_end = W + cache_end + act_end;
+    wide peak = max_w(peak_pre, peak_end);
+    wide total = peak + peak / 100 * 8 + PLAN_CONTEXT_BYTES;
+    if (total > WIDE_MAX64) {
+        if (why)
+            *why = "the sizes overflow 64 bits (no GPU has that much memory)";
+        return false;
+    }
+    struct plan_gen_result r;
+    memset(&r, 0, sizeof r);
+    r.params = (uint64_t)P;
+    r.weights_bytes = (uint64_t)W;
+    if (peak_pre >= peak_end) {
+        r.kv_cache_bytes = (uint64_t)cache_pre;
+        r.activations_bytes = (uint64_t)act_pre;
+        r.peak_phase = "prefill";
+    } else {
+        r.kv_cache_bytes = (uint64_t)cache_end;
+        r.activations_bytes = (uint64_t)act_end;
+        r.peak_phase = "last decode step";
+    }
+    r.tensor_peak_bytes = (uint64_t)peak;
+    r.allocator_bytes = (uint64_t)(peak / 100 * 8);
+    r.context_bytes = PLAN_CONTEXT_BYTES;
+    r.total_bytes = (uint64_t)total;
     *out = r;
     return true;
 }
@@ -362,65 +551,189 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
 /* config.json                                                          */
 /* ------------------------------------------------------------------ */
 
-/* The first of KEYS present in O as a positive integer, into *OUT. */
-static bool
+/* The first of KEYS present in O: 1 and *OUT set for a positive integer
+** up to 2^62; 0 when none is present (or it is null); -1 when present but
+** not such an integer. */
+static int
 get_uint(struct json_object *o, const char *const *keys, uint64_t *out)
 {
     for (; *keys != NULL; keys++) {
         struct json_object *v;
-        if (json_object_object_get_ex(o, *keys, &v) && json_object_is_type(v, json_type_int)) {
-            int64_t x = json_object_get_int64(v);
-            if (x <= 0)
-                return false;
-            *out = (uint64_t)x;
-            return true;
+        if (!json_object_object_get_ex(o, *keys, &v) || v == NULL)
+            continue;
+        if (!json_object_is_type(v, json_type_int))
+            return -1;
+        errno = 0;
+        int64_t x = json_object_get_int64(v);
+        if (x <= 0 || errno != 0 || x > (INT64_C(1) << 62))
+            return -1;
+        *out = (uint64_t)x;
+        return 1;
+    }
+    return 0;
+}
+
+static int
+get_bool(struct json_object *o, const char *key, bool *out)
+{
+    struct json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || v == NULL)
+        return 0;
+    if (!json_object_is_type(v, json_type_boolean))
+        return -1;
+    *out = json_object_get_boolean(v);
+    return 1;
+}
+
+/* Keys in all objects of the tree under O. */
+static size_t
+count_keys(struct json_object *o)
+{
+    size_t n = 0;
+    if (o == NULL)
+        return 0;
+    if (json_object_is_type(o, json_type_object)) {
+        json_object_object_foreach(o, k, v) {
+            (void)k;
+            n += 1 + count_keys(v);
+        }
+    } else if (json_object_is_type(o, json_type_array)) {
+        size_t len = json_object_array_length(o);
+        for (size_t i = 0; i < len; i++)
+            n += count_keys(json_object_array_get_idx(o, i));
+    }
+    return n;
+}
+
+/* Colons outside strings in N bytes of TEXT: in valid JSON, one per key.
+** json-c keeps the last of duplicate keys, so the parsed tree then holds
+** fewer keys than the text names. */
+static size_t
+count_colons(const char *text, size_t n)
+{
+    size_t c = 0;
+    bool in_str = false;
+    for (size_t k = 0; k < n; k++) {
+        char ch = text[k];
+        if (in_str) {
+            if (ch == '\\')
+                k++;
+            else if (ch == '"')
+                in_str = false;
+        } else if (ch == '"') {
+            in_str = true;
+        } else if (ch == ':') {
+            c++;
         }
     }
-    return false;
+    return c;
+}
+
+struct plan_model
+plan_model_defaults(enum plan_arch a)
+{
+    struct plan_model m;
+    memset(&m, 0, sizeof m);
+    m.arch = a;
+    switch (a) {
+    case PLAN_GPT2:
+        m.tied = true;
+        m.dropout = true;
+        m.positions = 1024;
+        break;
+    case PLAN_BERT:
+        m.tied = true;
+        m.dropout = true;
+        m.positions = 512;
+        m.type_vocab = 2;
+        break;
+    case PLAN_LLAMA:
+        break;
+    case PLAN_MISTRAL:
+        m.window = 4096; /* MistralConfig's default sliding_window */
+        break;
+    case PLAN_QWEN2:
+        m.qkv_bias = true;
+        break;
+    }
+    return m;
 }
 
 bool
 plan_config_parse(const char *text, struct plan_model *out, char *err, size_t len)
 {
+    return plan_config_parse_n(text, strlen(text), out, err, len);
+}
+
+bool
+plan_config_parse_n(const char *text, size_t n, struct plan_model *out, char *err,
+                    size_t len)
+{
+    if (memchr(text, '\0', n) != NULL) {
+        snprintf(err, len, "config contains a NUL byte: not JSON text");
+        return false;
+    }
+    if (n > (1u << 24)) {
+        snprintf(err, len, "config is larger than 16 MiB");
+        return false;
+    }
     struct json_tokener *tok = json_tokener_new();
-    struct json_object *o = tok ? json_tokener_parse_ex(tok, text, (int)strlen(text)) : NULL;
-    bool complete = tok && json_tokener_get_error(tok) == json_tokener_success;
-    if (tok)
-        json_tokener_free(tok);
-    if (o == NULL || !complete || !json_object_is_type(o, json_type_object)) {
+    if (tok == NULL) {
+        snprintf(err, len, "out of memory");
+        return false;
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
+    struct json_object *o = json_tokener_parse_ex(tok, text, (int)n);
+    enum json_tokener_error te = json_tokener_get_error(tok);
+    size_t end = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    bool ok = true;
+    if (o == NULL || te != json_tokener_success) {
+        snprintf(err, len, "config is not valid JSON (%s)",
+                 te == json_tokener_continue ? "it ends too early"
+                                             : json_tokener_error_desc(te));
+        ok = false;
+    } else if (!json_object_is_type(o, json_type_object)) {
         snprintf(err, len, "config is not a JSON object");
+        ok = false;
+    } else {
+        while (end < n && (text[end] == ' ' || text[end] == '\t' || text[end] == '\n' ||
+                           text[end] == '\r'))
+            end++;
+        if (end < n) {
+            snprintf(err, len, "config has data after its JSON object (at byte %zu)", end);
+            ok = false;
+        } else if (count_colons(text, n) != count_keys(o)) {
+            snprintf(err, len, "config names a key twice in one object");
+            ok = false;
+        }
+    }
+    if (!ok) {
         if (o)
             json_object_put(o);
         return false;
     }
-    struct plan_model m;
-    memset(&m, 0, sizeof m);
     struct json_object *v;
     const char *type = NULL;
+    enum plan_arch arch = PLAN_LLAMA;
     if (json_object_object_get_ex(o, "model_type", &v) && json_object_is_type(v, json_type_string))
         type = json_object_get_string(v);
-    bool ok = true;
     if (type == NULL) {
         snprintf(err, len, "config has no model_type");
         ok = false;
-    } else if (strcmp(type, "gpt2") == 0) {
-        m.arch = PLAN_GPT2;
-        m.tied = true;
-        m.dropout = true;
-    } else if (strcmp(type, "bert") == 0) {
-        m.arch = PLAN_BERT;
-        m.tied = true;
-        m.dropout = true;
-        m.type_vocab = 2;
-    } else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 ||
-               strcmp(type, "qwen2") == 0) {
-        m.arch = PLAN_LLAMA;
-        m.tied = false;
-        m.dropout = false;
-    } else {
-        snprintf(err, len, "unsupported model_type '%.40s' (gpt2, bert, llama)", type);
+    } else if (!plan_arch_parse(type, &arch)) {
+        char shown[41]; /* the config's text, one line of printable bytes */
+        size_t k = 0;
+        for (; type[k] != '\0' && k < sizeof shown - 1; k++)
+            shown[k] = (unsigned char)type[k] < 0x20 || type[k] == 0x7f ? '?' : type[k];
+        shown[k] = '\0';
+        snprintf(err, len,
+                 "model_type '%s' is not one the structural model knows (%s); trace the "
+                 "model instead: vram plan --model FILE.py:FUNCTION",
+                 shown, plan_arch_list());
         ok = false;
     }
+    struct plan_model m = plan_model_defaults(arch);
     static const char *const k_layers[] = {"num_hidden_layers", "n_layer", NULL};
     static const char *const k_hidden[] = {"hidden_size", "n_embd", NULL};
     static const char *const k_heads[] = {"num_attention_heads", "n_head", NULL};
@@ -429,26 +742,65 @@ plan_config_parse(const char *text, struct plan_model *out, char *err, size_t le
     static const char *const k_vocab[] = {"vocab_size", NULL};
     static const char *const k_pos[] = {"max_position_embeddings", "n_positions", NULL};
     static const char *const k_type[] = {"type_vocab_size", NULL};
-    if (ok && !(get_uint(o, k_layers, &m.layers) && get_uint(o, k_hidden, &m.hidden) &&
-                get_uint(o, k_heads, &m.heads) && get_uint(o, k_vocab, &m.vocab))) {
-        snprintf(err, len, "config lacks layers, hidden size, heads or vocab_size");
-        ok = false;
+    static const char *const k_hd[] = {"head_dim", NULL};
+    static const char *const k_win[] = {"sliding_window", NULL};
+    int rl = 0, rh = 0, rn = 0, rv = 0;
+    if (ok) {
+        rl = get_uint(o, k_layers, &m.layers);
+        rh = get_uint(o, k_hidden, &m.hidden);
+        rn = get_uint(o, k_heads, &m.heads);
+        rv = get_uint(o, k_vocab, &m.vocab);
+        if (rl < 0 || rh < 0 || rn < 0 || rv < 0) {
+            snprintf(err, len, "config: layers, hidden size, heads and vocab_size must be "
+                               "positive integers");
+            ok = false;
+        } else if (rl == 0 || rh == 0 || rn == 0 || rv == 0) {
+            snprintf(err, len, "config lacks layers, hidden size, heads or vocab_size");
+            ok = false;
+        }
     }
     if (ok) {
-        if (!get_uint(o, k_kv, &m.kv_heads))
-            m.kv_heads = m.heads;
-        if (!get_uint(o, k_inter, &m.intermediate))
-            m.intermediate = 4 * m.hidden; /* GPT-2's n_inner: null */
-        if (!get_uint(o, k_pos, &m.positions))
-            m.positions = m.arch == PLAN_LLAMA ? 0 : 512;
-        if (m.arch == PLAN_BERT)
-            (void)get_uint(o, k_type, &m.type_vocab);
-        if (json_object_object_get_ex(o, "tie_word_embeddings", &v) &&
-            json_object_is_type(v, json_type_boolean))
-            m.tied = json_object_get_boolean(v);
-        if (m.hidden % m.heads != 0 || m.heads % m.kv_heads != 0) {
-            snprintf(err, len, "config: heads must divide hidden size, kv heads the heads");
+        int r1 = get_uint(o, k_kv, &m.kv_heads);
+        int r2 = get_uint(o, k_inter, &m.intermediate);
+        int r3 = get_uint(o, k_pos, &m.positions);
+        int r4 = m.arch == PLAN_BERT ? get_uint(o, k_type, &m.type_vocab) : 0;
+        int r5 = llama_like(m.arch) ? get_uint(o, k_hd, &m.head_dim) : 0;
+        uint64_t win = 0;
+        int r6 = llama_like(m.arch) ? get_uint(o, k_win, &win) : 0;
+        bool use_window = m.arch == PLAN_MISTRAL, b = false;
+        int r7 = 0, r8 = 0, r9 = 0, r10 = 0;
+        if (m.arch == PLAN_QWEN2)
+            r7 = get_bool(o, "use_sliding_window", &use_window);
+        if (m.arch == PLAN_LLAMA) {
+            r8 = get_bool(o, "attention_bias", &b);
+            m.qkv_bias = m.o_bias = b;
+            b = false;
+            r9 = get_bool(o, "mlp_bias", &b);
+            m.mlp_bias = b;
+        }
+        r10 = get_bool(o, "tie_word_embeddings", &m.tied);
+        if (r1 < 0 || r2 < 0 || r3 < 0 || r4 < 0 || r5 < 0 || r6 < 0) {
+            snprintf(err, len, "config: a size is not a positive integer");
             ok = false;
+        } else if (r7 < 0 || r8 < 0 || r9 < 0 || r10 < 0) {
+            snprintf(err, len, "config: a flag is not true or false");
+            ok = false;
+        } else {
+            if (r1 == 0)
+                m.kv_heads = m.heads;
+            if (r2 == 0)
+                m.intermediate = 4 * m.hidden; /* GPT-2's n_inner: null */
+            if (r3 == 0 && llama_like(m.arch))
+                m.positions = 0;
+            /* sliding_window null (Mistral v0.2 on) or absent: none */
+            if (llama_like(m.arch))
+                m.window = use_window && r6 > 0 ? win : 0;
+            ok = plan_model_check(&m, err, len);
+            if (!ok) {
+                char tmp[128];
+                snprintf(tmp, sizeof tmp, "%s", err);
+                snprintf(err, len, "config: %s", tmp);
+            }
         }
     }
     json_object_put(o);
@@ -511,8 +863,28 @@ plan_optimizer_name(enum plan_optimizer o)
     return optimizer_names[o];
 }
 
+static const char *const arch_names[PLAN_N_ARCH] = {"gpt2", "bert", "llama", "mistral",
+                                                    "qwen2"};
+
 const char *
 plan_arch_name(enum plan_arch a)
 {
-    return a == PLAN_GPT2 ? "gpt2" : a == PLAN_BERT ? "bert" : "llama";
+    return (unsigned)a < PLAN_N_ARCH ? arch_names[a] : "?";
+}
+
+bool
+plan_arch_parse(const char *s, enum plan_arch *out)
+{
+    for (size_t k = 0; k < PLAN_N_ARCH; k++)
+        if (strcmp(s, arch_names[k]) == 0) {
+            *out = (enum plan_arch)k;
+            return true;
+        }
+    return false;
+}
+
+const char *
+plan_arch_list(void)
+{
+    return "gpt2, bert, llama, mistral, qwen2";
 }

@@ -14,7 +14,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum plan_arch { PLAN_GPT2, PLAN_BERT, PLAN_LLAMA };
+/* The families whose structure the model knows. Mistral and Qwen2 are
+** LLaMA-shaped (RMSNorm, RoPE, SwiGLU, grouped-query attention) with their
+** own differences: Qwen2's q/k/v projections carry biases; both may use a
+** sliding attention window (Mistral by default, Qwen2 when
+** use_sliding_window is set), which makes the attention mask explicit. */
+enum plan_arch { PLAN_GPT2, PLAN_BERT, PLAN_LLAMA, PLAN_MISTRAL, PLAN_QWEN2 };
+#define PLAN_N_ARCH 5
+
+/* Limits beyond what any model has; larger values are refused. */
+#define PLAN_MAX_LAYERS 4096
+#define PLAN_MAX_HIDDEN (1u << 20)
+#define PLAN_MAX_HEADS 4096
+#define PLAN_MAX_INTERMEDIATE (1u << 22)
+#define PLAN_MAX_VOCAB (1u << 24)
+#define PLAN_MAX_POSITIONS (1u << 24)
+#define PLAN_MAX_BATCH (1u << 30)
+#define PLAN_MAX_SEQ (1u << 24)
+#define PLAN_MAX_RANKS (1u << 20)
 enum plan_precision {
     PLAN_FP32,       /* everything fp32 */
     PLAN_MIXED_FP16, /* fp32 weights, fp16 autocast */
@@ -32,6 +49,11 @@ struct plan_model {
     uint64_t type_vocab; /* BERT token types (2) */
     bool tied;           /* output layer shares the input embedding */
     bool dropout;        /* training dropout > 0 (GPT-2, BERT defaults) */
+    uint64_t head_dim;   /* per-head size; 0: hidden / heads */
+    bool qkv_bias;       /* q, k, v projections have biases (Qwen2, attention_bias) */
+    bool o_bias;         /* the output projection has one (LLaMA attention_bias) */
+    bool mlp_bias;       /* the MLP's projections have biases (LLaMA mlp_bias) */
+    uint64_t window;     /* sliding attention window in tokens; 0: none */
 };
 
 /* The job. batch is per optimizer step per data-parallel rank; each
@@ -79,9 +101,45 @@ bool plan_predict(const struct plan_model *m, const struct plan_job *j,
                   struct plan_result *out, const char **why);
 
 /* Parse a Hugging Face config.json TEXT into *OUT. Returns false with a
-** one-line reason in ERR (LEN bytes) on malformed JSON, an unknown family
-** or missing sizes. */
+** one-line reason in ERR (LEN bytes) on malformed JSON (trailing data,
+** duplicate keys included), an unknown family, missing or absurd sizes. */
 bool plan_config_parse(const char *text, struct plan_model *out, char *err, size_t len);
+/* The same for N bytes at TEXT (which need not end in NUL); a NUL byte
+** inside is refused. */
+bool plan_config_parse_n(const char *text, size_t n, struct plan_model *out, char *err,
+                         size_t len);
+
+/* Is M within the limits above, its heads dividing its sizes? Returns
+** false with a one-line reason in ERR. */
+bool plan_model_check(const struct plan_model *m, char *err, size_t len);
+
+/* Defaults of a family (tied embeddings, dropout, ...), sizes zero. */
+struct plan_model plan_model_defaults(enum plan_arch a);
+
+/* ---- inference: generation with a key/value cache ---- */
+
+/* A generation job: BATCH sequences of PROMPT tokens, NEW_TOKENS generated
+** greedily by Hugging Face's generate() with its dynamic cache; weights,
+** cache and activations all of precision P (fp32, fp16 or bf16). */
+struct plan_gen_job {
+    uint64_t batch, prompt, new_tokens;
+    enum plan_precision precision;
+};
+
+struct plan_gen_result {
+    uint64_t params;
+    uint64_t weights_bytes;      /* the model */
+    uint64_t kv_cache_bytes;     /* the cache at the peak */
+    uint64_t activations_bytes;  /* the peak step's transient tensors */
+    uint64_t tensor_peak_bytes;
+    uint64_t allocator_bytes, context_bytes, total_bytes;
+    const char *peak_phase;      /* "prefill" or "last decode step" */
+};
+
+/* Predict a generation's peak; false (with WHY) for an invalid job or a
+** family without a causal LM (BERT). */
+bool plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
+                   struct plan_gen_result *out, const char **why);
 
 /* Names <-> enums; the parse functions return false on unknown text. */
 bool plan_precision_parse(const char *s, enum plan_precision *out);
@@ -90,5 +148,9 @@ bool plan_attention_parse(const char *s, enum plan_attention *out);
 const char *plan_precision_name(enum plan_precision p);
 const char *plan_optimizer_name(enum plan_optimizer o);
 const char *plan_arch_name(enum plan_arch a);
+/* model_type -> family; false for a model_type the model does not know. */
+bool plan_arch_parse(const char *s, enum plan_arch *out);
+/* "gpt2, bert, llama, mistral, qwen2": every accepted model_type. */
+const char *plan_arch_list(void);
 
 #endif

@@ -124,5 +124,79 @@ expect_usage "bad size" --config "$CONF/gpt2.json" --batch 8 --seq 512 --gpu-mem
 expect_usage "unknown option" --config "$CONF/gpt2.json" --batch 8 --seq 512 --frobnicate
 expect_usage "no model" --batch 8 --seq 512
 
+# --config DIR reads DIR/config.json.
+mkdir -p "$TMP/gpt2dir" && cp "$CONF/gpt2.json" "$TMP/gpt2dir/config.json"
+"$VRAM" plan --config "$TMP/gpt2dir" --batch 8 --seq 512 --json >"$TMP/dir" 2>&1
+if cmp -s "$TMP/dir" "$TMP/conf"; then ok; else bad "--config DIR: $(head -c 200 "$TMP/dir")"; fi
+# Every accepted model_type is listed in --help.
+"$VRAM" plan --help >"$TMP/help"
+for t in gpt2 bert llama mistral qwen2; do
+    if grep -q "model_type accepted.*$t" "$TMP/help"; then ok; else bad "--help lacks $t"; fi
+done
+# Mistral and Qwen2 are their own families, not LLaMA: Qwen2's q/k/v
+# biases add 3 x hidden (q) + 2 x kv width per layer; a sliding window
+# shorter than the sequence keeps an explicit mask.
+llama_cfg='"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 16,
+  "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
+  "tie_word_embeddings": false'
+printf '{"model_type": "llama", %s}' "$llama_cfg" >"$TMP/llama.json"
+printf '{"model_type": "qwen2", %s}' "$llama_cfg" >"$TMP/qwen2.json"
+printf '{"model_type": "mistral", "sliding_window": 256, %s}' "$llama_cfg" >"$TMP/mistral.json"
+for f in llama qwen2 mistral; do
+    "$VRAM" plan --config "$TMP/$f.json" --batch 4 --seq 1024 --precision bf16 --json \
+        >"$TMP/$f.out" 2>&1
+done
+pl=$(jget params "$TMP/llama.out"); pq=$(jget params "$TMP/qwen2.out")
+if [ -n "$pl" ] && [ "$pq" = $((pl + 16 * (1024 + 2 * 256))) ]; then ok; else
+    bad "qwen2 params $pq, llama $pl"; fi
+if grep -q '"arch":"qwen2"' "$TMP/qwen2.out" && grep -q '"arch":"mistral"' "$TMP/mistral.out"
+then ok; else bad "qwen2/mistral reported as another family"; fi
+tl=$(jget tensor_peak_bytes "$TMP/llama.out"); tm=$(jget tensor_peak_bytes "$TMP/mistral.out")
+if [ -n "$tm" ] && [ "$tm" -gt "$tl" ]; then ok; else bad "mistral window: $tm vs llama $tl"; fi
+
+# Generation with a KV cache: the cache grows with the context, the
+# largest batch fits and one more does not.
+"$VRAM" plan --config "$CONF/llama-300m.json" --generate --batch 8 --prompt 1024 \
+    --new-tokens 256 --precision bf16 --gpu-memory 24G --json >"$TMP/g" 2>&1
+"$VRAM" plan --config "$CONF/llama-300m.json" --generate --batch 8 --prompt 2048 \
+    --new-tokens 256 --precision bf16 --json >"$TMP/g2" 2>&1
+k1=$(grep -o '"kv_cache":[0-9]*' "$TMP/g" | cut -d: -f2)
+k2=$(grep -o '"kv_cache":[0-9]*' "$TMP/g2" | cut -d: -f2)
+# 16 layers x K and V x 8 x 1024 tokens x 4 kv heads x 64 x 2 bytes at the prefill
+if [ "$k1" = $((16 * 2 * 8 * 1024 * 256 * 2)) ] || [ "$k1" = $((16 * 2 * 8 * 1279 * 256 * 2)) ]
+then ok; else bad "kv cache $k1"; fi
+if [ -n "$k2" ] && [ "$k2" -gt "$k1" ]; then ok; else bad "kv cache does not grow: $k1 $k2"; fi
+mb=$(jget max_batch "$TMP/g")
+"$VRAM" plan --config "$CONF/llama-300m.json" --generate --batch "$mb" --prompt 1024 \
+    --new-tokens 256 --precision bf16 --gpu-memory 24G --json >"$TMP/ga" 2>&1
+"$VRAM" plan --config "$CONF/llama-300m.json" --generate --batch $((mb + 1)) --prompt 1024 \
+    --new-tokens 256 --precision bf16 --gpu-memory 24G --json >"$TMP/gb" 2>&1
+if grep -q '"fits":true' "$TMP/ga" && grep -q '"fits":false' "$TMP/gb"; then ok; else
+    bad "max_batch $mb does not bound what fits"; fi
+
+# Hostile input: absurd sizes, overflow, trailing data, duplicate keys.
+printf '{"model_type": "gpt2", "n_layer": 100000000000000000000000, "n_embd": 768, "n_head": 12, "vocab_size": 50257}' >"$TMP/huge.json"
+printf '{"model_type": "gpt2", "n_layer": 100000, "n_embd": 768, "n_head": 12, "vocab_size": 50257}' >"$TMP/layers.json"
+printf '{"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257} {}' >"$TMP/trail.json"
+printf '{"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_head": 16, "vocab_size": 50257}' >"$TMP/dup.json"
+printf '{"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "x": {"a": 1, "a": 2}}' >"$TMP/dup2.json"
+printf '{"model_type": "mistral", %s}' "$llama_cfg" >"$TMP/mistral-nowin.json"
+expect_usage "n_layer 10^23" --config "$TMP/huge.json" --batch 8 --seq 512
+expect_usage "100000 layers" --config "$TMP/layers.json" --batch 8 --seq 512
+expect_usage "trailing data" --config "$TMP/trail.json" --batch 8 --seq 512
+expect_usage "duplicate key" --config "$TMP/dup.json" --batch 8 --seq 512
+expect_usage "nested duplicate key" --config "$TMP/dup2.json" --batch 8 --seq 512
+expect_usage "sizes of 10^6" --arch gpt2 --layers 12 --hidden 1000000 --heads 1000 \
+    --vocab 1000000 --batch 1000000 --seq 1000000
+expect_usage "heads 10^6" --arch llama --layers 12 --hidden 1048576 --heads 1048576 \
+    --vocab 1000 --batch 1 --seq 1
+expect_usage "generate bert" --config "$CONF/bert-base.json" --generate --batch 1 --prompt 8 \
+    --new-tokens 8
+expect_usage "generate without prompt" --config "$CONF/gpt2.json" --generate --batch 1
+expect_usage "trace without model" --config "$CONF/gpt2.json" --batch 8 --seq 512 --trace x
+expect_usage "model with batch" --model x.py:f --batch 8
+if "$VRAM" plan --config "$TMP/mistral-nowin.json" --batch 1 --seq 64 >/dev/null 2>&1; then ok
+else bad "mistral without sliding_window refused"; fi
+
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -19,12 +19,16 @@
 #    when the plug-in is past its cap (bench/gpu/plugin_oom.py), and results
 #    across streams and CUDA graphs against PyTorch's allocator
 #    (bench/gpu/stream_checks.py);
-# 6. prints one table last, with PASS/MISS against each target.
+# 6. prints one table last, with PASS/MISS against each target;
+# 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
+#    minutes: torchvision training, HF generation, LoRA; predictions traced
+#    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
+#    $OUT/plan_measure.jsonl (bench/gpu/plan_compare.py).
 #
-# VRAM_GPU_SECTIONS picks sections (a comma list; default all): replay
-# (2), train (3), quota (4), python (5, 5b), streams (5c). The build and the
-# gpu-labelled tests always run. Device time is scarce: pick what a change
-# needs, e.g. VRAM_GPU_SECTIONS=streams bash tests/gpu/run.sh.
+# VRAM_GPU_SECTIONS picks sections (a comma list; default all): ctest (1),
+# replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7).
+# The build always runs. Device time is scarce: pick what a change needs,
+# e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
 # Writes to $OUT (default ./gpu-out): gpu.log (every command and its
 # output), results.json (every figure), table.txt (the table). A step that
@@ -161,7 +165,8 @@ if run_step configure 180 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DVR
         run_step "build (keep going: all that compiles)" 300 cmake --build "$BUILD" \
             -j "$(nproc)" -- $keep_going
     fi
-    (cd "$BUILD" && run_step "ctest -L gpu" 180 ctest -L gpu --no-tests=error --output-on-failure)
+    want ctest &&
+        (cd "$BUILD" && run_step "ctest -L gpu" 180 ctest -L gpu --no-tests=error --output-on-failure)
     [ -x "$BUILD/bin/vram_replay_peers" ] ||
         say "-- vram_replay_peers was not built (no CUDA toolkit found by CMake)"
 fi
@@ -200,15 +205,18 @@ for t in "${TRACES[@]}"; do
         run_step "peers $t cudaMalloc" 150 "$PEERS" --allocator cudaMalloc \
         --repeat 3 "${max[@]}" --json "$f"
 done
-fi
+fi # replay
 
 # ---- 3. training with PyTorch's allocator and with vram ----
-want train && for m in resnet50 gpt2; do
+if want train; then
+for m in resnet50 gpt2; do
     for a in torch vram; do
         run_step "train $m $a" 240 python3 bench/gpu/train.py --model "$m" \
             --allocator "$a" --lib "$LIB" --out "$WORK/train_${m}_${a}.json"
     done
 done
+
+fi # train
 
 # ---- 4. the quota enforcer with real frameworks ----
 if ! want quota; then
@@ -238,6 +246,15 @@ fi
 # ---- 5c. results across streams and CUDA graphs, vram vs PyTorch's allocator ----
 want streams && STEP_OUT=$WORK/streams.json run_step "streams and graphs vs torch" 300 \
     python3 bench/gpu/stream_checks.py --lib "$LIB"
+
+# ---- 7. `vram plan` against measured peaks ----
+if want plan; then
+    run_step "plan: measure and predict" 420 python3 bench/gpu/plan_measure.py \
+        --out "$OUT" --vram "$VRAM" --budget 270
+    STEP_OUT=$OUT/plan.txt run_step "plan: errors per kind" 30 \
+        python3 bench/gpu/plan_compare.py "$OUT/plan_measure.jsonl" --table
+    cat "$OUT/plan.txt" 2>/dev/null | tee -a "$LOG"
+fi
 
 # ---- 6. the table ----
 python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"

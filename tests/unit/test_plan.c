@@ -16,13 +16,13 @@
 #include "plan/plan.h"
 
 static const struct plan_model gpt2_small = {PLAN_GPT2, 12, 768, 12, 12, 3072, 50257, 1024,
-                                             0, true, true};
+                                             0, true, true, 0, false, false, false, 0};
 static const struct plan_model bert_base = {PLAN_BERT, 12, 768, 12, 12, 3072, 30522, 512,
-                                            2, true, true};
+                                            2, true, true, 0, false, false, false, 0};
 static const struct plan_model llama_250m = {PLAN_LLAMA, 16, 1024, 16, 4, 2816, 32000, 4096,
-                                             0, false, false};
+                                             0, false, false, 0, false, false, false, 0};
 /* A toy GPT-2: one layer, h=4, 2 heads, MLP 16, vocabulary 10, 8 positions. */
-static const struct plan_model toy = {PLAN_GPT2, 1, 4, 2, 2, 16, 10, 8, 0, true, true};
+static const struct plan_model toy = {PLAN_GPT2, 1, 4, 2, 2, 16, 10, 8, 0, true, true, 0, false, false, false, 0};
 
 static struct plan_job
 job(uint64_t batch, uint64_t seq, enum plan_precision p)
@@ -221,11 +221,11 @@ test_heldout_sizes(void **state)
 {
     (void)state;
     static const struct plan_model gpt2_medium = {PLAN_GPT2, 24, 1024, 16, 16, 4096, 50257,
-                                                  1024, 0, true, true};
+                                                  1024, 0, true, true, 0, false, false, false, 0};
     static const struct plan_model llama_99m = {PLAN_LLAMA, 8, 768, 12, 4, 2048, 32000, 0,
-                                                0, false, false};
+                                                0, false, false, 0, false, false, false, 0};
     static const struct plan_model bert_large = {PLAN_BERT, 24, 1024, 16, 16, 4096, 30522, 512,
-                                                 2, true, true};
+                                                 2, true, true, 0, false, false, false, 0};
     static const struct {
         const struct plan_model *m;
         uint64_t params, seq;

@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cliopt.h"
 #include "cmd.h"
@@ -23,12 +27,15 @@ enum opt_id {
     OPT_CONFIG, OPT_ARCH, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_KV_HEADS,
     OPT_INTERMEDIATE, OPT_VOCAB, OPT_POSITIONS, OPT_UNTIED,
     OPT_BATCH, OPT_SEQ, OPT_PRECISION, OPT_OPTIMIZER, OPT_ACCUM, OPT_CHECKPOINTING,
-    OPT_ATTENTION, OPT_DATA_PARALLEL, OPT_ZERO, OPT_GPU_MEMORY, OPT_JSON, OPT_HELP
+    OPT_ATTENTION, OPT_DATA_PARALLEL, OPT_ZERO, OPT_GPU_MEMORY, OPT_JSON, OPT_HELP,
+    OPT_GENERATE, OPT_PROMPT, OPT_NEW_TOKENS, OPT_MODEL, OPT_TRACE
 };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_CONFIG, "config", "FILE", "Hugging Face config.json (gpt2, bert or llama family)"},
-    {OPT_ARCH, "arch", "NAME", "without --config: gpt2, bert or llama"},
+    {OPT_MODEL, "model", "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model)"},
+    {OPT_TRACE, "trace", "FILE", "with --model: write the allocations as a vram trace"},
+    {OPT_CONFIG, "config", "FILE|DIR", "Hugging Face config.json, or the model directory"},
+    {OPT_ARCH, "arch", "NAME", "without --config: a model_type listed below"},
     {OPT_LAYERS, "layers", "N", "transformer layers (overrides the config)"},
     {OPT_HIDDEN, "hidden", "N", "hidden size"},
     {OPT_HEADS, "heads", "N", "attention heads"},
@@ -46,6 +53,9 @@ static const struct cli_opt opt_table[] = {
     {OPT_ATTENTION, "attention", "A", "sdpa (default, fused) or eager"},
     {OPT_DATA_PARALLEL, "data-parallel", "N", "data-parallel ranks (default 1)"},
     {OPT_ZERO, "zero", "STAGE", "ZeRO stage 0 (default), 1, 2 or 3"},
+    {OPT_GENERATE, "generate", NULL, "inference: generation with a KV cache (not training)"},
+    {OPT_PROMPT, "prompt", "N", "with --generate: prompt tokens per sequence"},
+    {OPT_NEW_TOKENS, "new-tokens", "N", "with --generate: tokens generated per sequence"},
     {OPT_GPU_MEMORY, "gpu-memory", "SIZE", "the GPU's memory: largest micro-batch, cap"},
     {OPT_JSON, "json", NULL, "print one JSON object (sizes in integer bytes)"},
     {OPT_HELP, "help", NULL, "print this help"},
@@ -60,14 +70,22 @@ static const struct cli_opt opt_table[] = {
 static void
 plan_usage(FILE *out)
 {
-    fprintf(out, "usage: vram plan --config FILE --batch N --seq N [OPTIONS]\n\n"
+    fprintf(out, "usage: vram plan --config FILE|DIR --batch N --seq N [OPTIONS]\n"
+                 "       vram plan --config FILE|DIR --generate --batch N --prompt N "
+                 "--new-tokens N\n"
+                 "       vram plan --model PATH.py:FUNCTION [--json] [--trace FILE]\n\n"
                  "Predict the peak GPU memory of a training step (PyTorch + transformers):\n"
                  "weights, gradients, optimizer states, activations, temporary buffers and\n"
                  "the CUDA context; the largest micro-batch that fits --gpu-memory and the\n"
-                 "cap to give the job. See docs/PLAN.md.\n\nOptions:\n");
+                 "cap to give the job. --generate: inference with a key/value cache, the\n"
+                 "largest batch and prompt that fit. --model: any PyTorch program, traced\n"
+                 "on a fake CUDA device (no GPU; python3 with PyTorch). See docs/PLAN.md.\n\n"
+                 "Options:\n");
     cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out, "\nSizes accept 1073741824, 512M, 80G, 80GiB, 80GB (all 1024-based).\n"
-                 "Exit status: 0 ok, 1 failure, 2 bad usage or bad input.\n");
+    fprintf(out, "\nmodel_type accepted by --config and --arch: %s.\n"
+                 "Sizes accept 1073741824, 512M, 80G, 80GiB, 80GB (all 1024-based).\n"
+                 "Exit status: 0 ok, 1 failure, 2 bad usage or bad input.\n",
+            plan_arch_list());
 }
 
 /* Parse VALUE of --NAME as an integer in [MIN, 2^40]. */
@@ -93,9 +111,10 @@ parse_count(const char *name, const char *value, uint64_t min, uint64_t *out)
     return true;
 }
 
-/* Read the whole of PATH into a NUL-terminated buffer the caller frees. */
+/* Read the whole of PATH into a NUL-terminated buffer the caller frees,
+** its length in *LEN; NULL with errno set on failure. */
 static char *
-slurp(const char *path)
+slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL)
@@ -118,8 +137,15 @@ slurp(const char *path)
             cap *= 2;
         }
     }
-    if (buf != NULL)
+    if (buf != NULL) {
         buf[n] = '\0';
+        *len = n;
+        if (ferror(f)) {
+            free(buf);
+            buf = NULL;
+            errno = EIO;
+        }
+    }
     fclose(f);
     return buf;
 }
@@ -208,6 +234,208 @@ breakdown_json(const struct plan_result *r)
     return b;
 }
 
+#ifndef VRAM_PYTHON_DIR
+#define VRAM_PYTHON_DIR ""
+#endif
+
+/* Does PY run and find PyTorch (without importing it: that takes seconds)? */
+static bool
+python_has_torch(const char *py)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execlp(py, py, "-c",
+               "import importlib.util,sys; sys.exit(importlib.util.find_spec('torch') is None)",
+               (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return false;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* `vram plan --model`: run the tracer (python/vram/plan.py) with the first
+** of $VRAM_PYTHON, python3 and /usr/bin/python3 that has PyTorch, and
+** return its exit status (its output is ours). */
+static int
+plan_traced(const char *spec, const char *trace, bool json, const char *gpu_memory)
+{
+    const char *cands[] = {getenv("VRAM_PYTHON"), "python3", "/usr/bin/python3"};
+    const char *py = NULL;
+    for (size_t k = 0; k < sizeof cands / sizeof cands[0] && py == NULL; k++)
+        if (cands[k] != NULL && cands[k][0] != '\0' && python_has_torch(cands[k]))
+            py = cands[k];
+    if (py == NULL) {
+        cli_error("plan: --model needs python3 with PyTorch (set VRAM_PYTHON to one)");
+        return 1;
+    }
+    /* The package: the checkout's python/ (or VRAM_PYTHONPATH), before
+    ** whatever PYTHONPATH the user has. */
+    const char *dir = getenv("VRAM_PYTHONPATH");
+    if (dir == NULL || dir[0] == '\0')
+        dir = VRAM_PYTHON_DIR;
+    const char *old = getenv("PYTHONPATH");
+    size_t n = strlen(dir) + (old ? strlen(old) : 0) + 2;
+    char *path = malloc(n);
+    if (path == NULL) {
+        cli_error("plan: out of memory");
+        return 1;
+    }
+    snprintf(path, n, "%s%s%s", dir, old && old[0] ? ":" : "", old && old[0] ? old : "");
+    const char *args[12];
+    size_t a = 0;
+    args[a++] = py;
+    args[a++] = "-m";
+    args[a++] = "vram.plan";
+    if (json)
+        args[a++] = "--json";
+    if (trace) {
+        args[a++] = "--trace";
+        args[a++] = trace;
+    }
+    if (gpu_memory) {
+        args[a++] = "--gpu-memory";
+        args[a++] = gpu_memory;
+    }
+    args[a++] = "--";
+    args[a++] = spec;
+    args[a] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        cli_error("plan: cannot start %s: %s", py, strerror(errno));
+        free(path);
+        return 1;
+    }
+    if (pid == 0) {
+        if (dir[0] != '\0')
+            setenv("PYTHONPATH", path, 1);
+        execvp(py, (char *const *)args);
+        fprintf(stderr, "vram: plan: cannot run %s: %s\n", py, strerror(errno));
+        _exit(1);
+    }
+    free(path);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return 1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+/* The largest batch (then prompt) of generation job J whose total fits in
+** LIMIT; 0: none. WHICH 0 searches the batch, 1 the prompt. */
+static uint64_t
+gen_max(const struct plan_model *m, const struct plan_gen_job *j, uint64_t limit, int which)
+{
+    struct plan_gen_job t = *j;
+    struct plan_gen_result r;
+    uint64_t *x = which == 0 ? &t.batch : &t.prompt;
+    uint64_t cap = which == 0 ? PLAN_MAX_BATCH : PLAN_MAX_SEQ;
+    /* The prompt and new tokens within the model's positions, where known. */
+    if (which == 1 && m->positions != 0)
+        cap = m->positions > j->new_tokens ? m->positions - j->new_tokens : 0;
+    if (cap == 0)
+        return 0;
+    uint64_t lo = 0, hi = 1;
+    for (;;) {
+        *x = hi;
+        if (!plan_generate(m, &t, &r, NULL) || r.total_bytes > limit)
+            break;
+        lo = hi;
+        if (hi >= cap)
+            return lo;
+        hi = hi * 2 > cap ? cap : hi * 2;
+    }
+    while (hi - lo > 1) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        *x = mid;
+        if (plan_generate(m, &t, &r, NULL) && r.total_bytes <= limit)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int
+report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64_t gpu_memory,
+                bool json)
+{
+    struct plan_gen_result r;
+    const char *why = NULL;
+    if (!plan_generate(m, j, &r, &why)) {
+        cli_error("plan: %s", why);
+        return 2;
+    }
+    uint64_t mb = gpu_memory ? gen_max(m, j, gpu_memory, 0) : 0;
+    uint64_t mp = gpu_memory ? gen_max(m, j, gpu_memory, 1) : 0;
+    uint64_t recommended = r.total_bytes + r.total_bytes / HEADROOM_DIV;
+    if (json) {
+        struct json_object *root = json_object_new_object();
+        json_object_object_add(root, "task", json_object_new_string("generate"));
+        json_object_object_add(root, "arch", json_object_new_string(plan_arch_name(m->arch)));
+        json_object_object_add(root, "params", json_object_new_uint64(r.params));
+        json_object_object_add(root, "precision",
+                               json_object_new_string(plan_precision_name(j->precision)));
+        json_object_object_add(root, "batch", json_object_new_uint64(j->batch));
+        json_object_object_add(root, "prompt", json_object_new_uint64(j->prompt));
+        json_object_object_add(root, "new_tokens", json_object_new_uint64(j->new_tokens));
+        json_object_object_add(root, "peak_phase", json_object_new_string(r.peak_phase));
+        json_object_object_add(root, "tensor_peak_bytes",
+                               json_object_new_uint64(r.tensor_peak_bytes));
+        json_object_object_add(root, "total_bytes", json_object_new_uint64(r.total_bytes));
+        struct json_object *b = json_object_new_object();
+        json_object_object_add(b, "weights", json_object_new_uint64(r.weights_bytes));
+        json_object_object_add(b, "kv_cache", json_object_new_uint64(r.kv_cache_bytes));
+        json_object_object_add(b, "activations", json_object_new_uint64(r.activations_bytes));
+        json_object_object_add(b, "allocator_overhead", json_object_new_uint64(r.allocator_bytes));
+        json_object_object_add(b, "cuda_context", json_object_new_uint64(r.context_bytes));
+        json_object_object_add(root, "breakdown", b);
+        if (gpu_memory) {
+            json_object_object_add(root, "gpu_memory_bytes", json_object_new_uint64(gpu_memory));
+            json_object_object_add(root, "fits",
+                                   json_object_new_boolean(r.total_bytes <= gpu_memory));
+            json_object_object_add(root, "max_batch", json_object_new_uint64(mb));
+            json_object_object_add(root, "max_prompt", json_object_new_uint64(mp));
+            json_object_object_add(root, "recommended_limit_bytes",
+                                   json_object_new_uint64(recommended));
+        }
+        printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
+        json_object_put(root);
+        return 0;
+    }
+    char a[32];
+    printf("%s, %llu parameters; generate: batch %llu, prompt %llu + %llu new tokens, %s\n",
+           plan_arch_name(m->arch), (unsigned long long)r.params,
+           (unsigned long long)j->batch, (unsigned long long)j->prompt,
+           (unsigned long long)j->new_tokens, plan_precision_name(j->precision));
+    printf("  weights            %12s\n", fmt(r.weights_bytes, a, sizeof a));
+    printf("  KV cache           %12s\n", fmt(r.kv_cache_bytes, a, sizeof a));
+    printf("  activations        %12s\n", fmt(r.activations_bytes, a, sizeof a));
+    printf("  tensor peak        %12s  (max_memory_allocated, at the %s)\n",
+           fmt(r.tensor_peak_bytes, a, sizeof a), r.peak_phase);
+    printf("  allocator overhead %12s\n", fmt(r.allocator_bytes, a, sizeof a));
+    printf("  CUDA context       %12s\n", fmt(r.context_bytes, a, sizeof a));
+    printf("  total              %12s\n", fmt(r.total_bytes, a, sizeof a));
+    if (gpu_memory) {
+        printf("GPU memory %s: %s; largest batch that fits: %llu; largest prompt: %llu\n",
+               fmt(gpu_memory, a, sizeof a), r.total_bytes <= gpu_memory ? "fits" : "does NOT fit",
+               (unsigned long long)mb, (unsigned long long)mp);
+        printf("cap to give the job (12.5%% headroom): %s\n",
+               fmt(recommended, a, sizeof a));
+    }
+    return 0;
+}
+
 int
 cmd_plan(int argc, char **argv)
 {
@@ -217,7 +445,9 @@ cmd_plan(int argc, char **argv)
     const char *config = NULL, *arch = NULL;
     uint64_t ov[OPT_UNTIED] = {0}; /* model overrides by option id; 0: unset */
     bool untied = false, json = false, have_batch = false, have_seq = false;
-    uint64_t gpu_memory = 0, u = 0;
+    bool generate = false;
+    const char *model_spec = NULL, *trace_path = NULL, *gpu_text = NULL;
+    uint64_t gpu_memory = 0, u = 0, prompt = 0, new_tokens = 0;
     struct plan_job job = {.batch = 0, .seq = 0, .accum = 1, .data_parallel = 1, .zero = 0,
                            .precision = PLAN_FP32, .optimizer = PLAN_ADAMW,
                            .attention = PLAN_SDPA, .checkpointing = false};
@@ -298,13 +528,38 @@ cmd_plan(int argc, char **argv)
         case OPT_GPU_MEMORY:
             if (!cli_parse_size(o->name, value, &gpu_memory))
                 return 2;
+            gpu_text = value;
             break;
+        case OPT_GENERATE: generate = true; break;
+        case OPT_PROMPT:
+            if (!parse_count(o->name, value, 1, &prompt))
+                return 2;
+            break;
+        case OPT_NEW_TOKENS:
+            if (!parse_count(o->name, value, 1, &new_tokens))
+                return 2;
+            break;
+        case OPT_MODEL: model_spec = value; break;
+        case OPT_TRACE: trace_path = value; break;
         case OPT_JSON: json = true; break;
         case OPT_HELP: plan_usage(stdout); return 0;
         }
     }
-    if (!have_batch || !have_seq) {
-        cli_error("plan: --batch and --seq are required (try 'vram plan --help')");
+    if (model_spec != NULL) {
+        if (config != NULL || arch != NULL || generate || have_batch || have_seq) {
+            cli_error("plan: --model traces the program as it is: its sizes come from it, "
+                      "not from --config, --arch, --batch or --seq");
+            return 2;
+        }
+        return plan_traced(model_spec, trace_path, json, gpu_text);
+    }
+    if (trace_path != NULL) {
+        cli_error("plan: --trace goes with --model (a traced program)");
+        return 2;
+    }
+    if (generate ? (!have_batch || !prompt || !new_tokens) : (!have_batch || !have_seq)) {
+        cli_error(generate ? "plan: --generate needs --batch, --prompt and --new-tokens"
+                           : "plan: --batch and --seq are required (try 'vram plan --help')");
         return 2;
     }
 
@@ -312,31 +567,38 @@ cmd_plan(int argc, char **argv)
     struct plan_model m;
     memset(&m, 0, sizeof m);
     if (config != NULL) {
-        char *text = slurp(config);
+        /* A model directory: its config.json. */
+        char dirconf[4096];
+        struct stat sb;
+        if (stat(config, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            if ((size_t)snprintf(dirconf, sizeof dirconf, "%s/config.json", config) >=
+                sizeof dirconf) {
+                cli_error("plan: --config: path too long");
+                return 2;
+            }
+            config = dirconf;
+        }
+        size_t len = 0;
+        char *text = slurp(config, &len);
         if (text == NULL) {
             cli_error("plan: cannot read '%.200s': %s", config, strerror(errno));
             return 2;
         }
-        char err[160];
-        bool ok = plan_config_parse(text, &m, err, sizeof err);
+        char err[256];
+        bool ok = plan_config_parse_n(text, len, &m, err, sizeof err);
         free(text);
         if (!ok) {
             cli_error("plan: %.200s: %s", config, err);
             return 2;
         }
     } else if (arch != NULL) {
-        if (strcmp(arch, "gpt2") == 0)
-            m = (struct plan_model){.arch = PLAN_GPT2, .tied = true, .dropout = true,
-                                    .positions = 1024};
-        else if (strcmp(arch, "bert") == 0)
-            m = (struct plan_model){.arch = PLAN_BERT, .tied = true, .dropout = true,
-                                    .positions = 512, .type_vocab = 2};
-        else if (strcmp(arch, "llama") == 0)
-            m = (struct plan_model){.arch = PLAN_LLAMA};
-        else {
-            cli_error("--arch '%.40s': unknown (gpt2, bert, llama)", arch);
+        enum plan_arch a;
+        if (!plan_arch_parse(arch, &a)) {
+            cli_error("--arch '%.40s': unknown (%s; any other model: --model FILE.py:FUNCTION)",
+                      arch, plan_arch_list());
             return 2;
         }
+        m = plan_model_defaults(a);
     } else {
         cli_error("plan: give --config FILE or --arch with the model's sizes");
         return 2;
@@ -352,6 +614,10 @@ cmd_plan(int argc, char **argv)
     if (ov[OPT_POSITIONS]) m.positions = ov[OPT_POSITIONS];
     if (untied) m.tied = false;
 
+    if (generate) {
+        struct plan_gen_job g = {job.batch, prompt, new_tokens, job.precision};
+        return report_generate(&m, &g, gpu_memory, json);
+    }
     struct plan_result r;
     const char *why = NULL;
     if (!plan_predict(&m, &job, &r, &why)) {
