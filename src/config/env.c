@@ -180,7 +180,16 @@ typedef char KIND_TEXT_type[4096];
       "The preload library vram run injects; unset: lib/libvram-preload.so in the "      \
       "parent of the vram binary's directory (bin/vram, lib/libvram-preload.so).")       \
     X(LD_PRELOAD, KIND_TEXT, run.ld_preload, "", "the dynamic loader's list",            \
-      "vram run puts the preload library first and keeps the entries already here.")
+      "vram run puts the preload library first and keeps the entries already here.")   \
+    X(VRAM_PYTHON, KIND_PATH, run.python, "", "a python3 interpreter",                  \
+      "The interpreter vram plan --model runs its tracer with; unset: the first of "    \
+      "python3 and /usr/bin/python3 that can import torch.")                            \
+    X(VRAM_PYTHONPATH, KIND_PATH, run.python_dir, "", "a directory",                     \
+      "Where vram plan --model finds the vram Python package; unset: the one built "    \
+      "into the vram binary.")                                                          \
+    X(PYTHONPATH, KIND_TEXT, run.pythonpath, "", "Python's module path",                \
+      "vram plan --model puts the vram package first and keeps the entries already "    \
+      "here.")
 
 /* Every row's field has its kind's type. */
 #define ENV_CHECK_TYPE(name, kind, field, def, expect, doc)                              \

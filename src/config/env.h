@@ -86,9 +86,13 @@ vram_status env_trace_load(env_getter get, void *user, char *out, size_t len);
 struct env_run {
     char preload_library[512]; /* VRAM_PRELOAD_LIBRARY; "" = unset */
     char ld_preload[4096];     /* LD_PRELOAD as found; "" = unset */
+    char python[512];          /* VRAM_PYTHON; "" = unset */
+    char python_dir[512];      /* VRAM_PYTHONPATH; "" = unset */
+    char pythonpath[4096];     /* PYTHONPATH as found; "" = unset */
 };
 
-/* Read VRAM_PRELOAD_LIBRARY and LD_PRELOAD with GET (NULL = getenv). A
+/* Read the variables of the tools (VRAM_PRELOAD_LIBRARY, LD_PRELOAD,
+** VRAM_PYTHON, VRAM_PYTHONPATH, PYTHONPATH) with GET (NULL = getenv). A
 ** value too long for its field: VRAM_E_CONFIG with one line naming it.
 ** OUT is written only on success. */
 vram_status env_run_load(env_getter get, void *user, struct env_run *out);

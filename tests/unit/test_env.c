@@ -125,6 +125,9 @@ static const char *const other_rows[] = {
     "CUDA_DEVICE_MEMORY_LIMIT_<i>",
     "VRAM_PRELOAD_LIBRARY",
     "LD_PRELOAD",
+    "VRAM_PYTHON",
+    "VRAM_PYTHONPATH",
+    "PYTHONPATH",
 };
 #define N_OTHER (sizeof other_rows / sizeof other_rows[0])
 
@@ -1343,6 +1346,16 @@ test_run_settings(void **state)
         VRAM_OK);
     assert_string_equal(r.preload_library, "/opt/v/lib.so");
     assert_string_equal(r.ld_preload, "/a.so:/b.so");
+    assert_string_equal(r.python, "");
+    assert_int_equal(env_run_load(fake_get,
+                                  (void *)VARS({"VRAM_PYTHON", "/usr/bin/python3"},
+                                               {"VRAM_PYTHONPATH", "/opt/v/python"},
+                                               {"PYTHONPATH", "/a:/b"}),
+                                  &r),
+                     VRAM_OK);
+    assert_string_equal(r.python, "/usr/bin/python3");
+    assert_string_equal(r.python_dir, "/opt/v/python");
+    assert_string_equal(r.pythonpath, "/a:/b");
     assert_int_equal(env_run_load(fake_get, (void *)no_vars, NULL), VRAM_E_INVALID);
 
     /* Too long: an error, R untouched. */

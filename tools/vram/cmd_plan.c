@@ -20,6 +20,7 @@
 
 #include "cliopt.h"
 #include "cmd.h"
+#include "config/env.h"
 #include "plan/plan.h"
 #include "util/size.h"
 
@@ -269,7 +270,12 @@ python_has_torch(const char *py)
 static int
 plan_traced(const char *spec, const char *trace, bool json, const char *gpu_memory)
 {
-    const char *cands[] = {getenv("VRAM_PYTHON"), "python3", "/usr/bin/python3"};
+    struct env_run env;
+    if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
+        cli_error("plan: %s", vram_last_error());
+        return 2;
+    }
+    const char *cands[] = {env.python, "python3", "/usr/bin/python3"};
     const char *py = NULL;
     for (size_t k = 0; k < sizeof cands / sizeof cands[0] && py == NULL; k++)
         if (cands[k] != NULL && cands[k][0] != '\0' && python_has_torch(cands[k]))
@@ -280,10 +286,8 @@ plan_traced(const char *spec, const char *trace, bool json, const char *gpu_memo
     }
     /* The package: the checkout's python/ (or VRAM_PYTHONPATH), before
     ** whatever PYTHONPATH the user has. */
-    const char *dir = getenv("VRAM_PYTHONPATH");
-    if (dir == NULL || dir[0] == '\0')
-        dir = VRAM_PYTHON_DIR;
-    const char *old = getenv("PYTHONPATH");
+    const char *dir = env.python_dir[0] != '\0' ? env.python_dir : VRAM_PYTHON_DIR;
+    const char *old = env.pythonpath;
     size_t n = strlen(dir) + (old ? strlen(old) : 0) + 2;
     char *path = malloc(n);
     if (path == NULL) {
