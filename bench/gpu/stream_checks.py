@@ -147,8 +147,14 @@ def model_and_data(seed, width=1024):
 
 def train_overlap():
     # No synchronize inside the loop: the side stream's statistics of step
-    # k run while step k+1 allocates on the main stream.
+    # k run while step k+1 allocates on the main stream. The side stream's
+    # work (a sleep) is longer than a step's, so the main stream waits for
+    # the side's step k-2 before step k, as a real pipeline bounds its lag:
+    # without that the side would fall further behind every step, and any
+    # allocator would need new memory for the ever longer queue of blocks
+    # still in use there.
     main, side = torch.cuda.current_stream(), torch.cuda.Stream()
+    done = []
     m, xs = model_and_data(30)
     opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
     stats, calls = [], []
@@ -156,6 +162,8 @@ def train_overlap():
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for step in range(steps):
+        if step >= 2:
+            main.wait_event(done[step - 2])
         x = xs[step % len(xs)]
         h = m[1](m[0](x))                          # the activations the side reads
         loss = m[4](m[3](m[2](h))).square().mean()
@@ -167,6 +175,8 @@ def train_overlap():
         with torch.cuda.stream(side):
             torch.cuda._sleep(SLEEP // 2)
             stats.append((act * act).sum(dim=1))
+            done.append(torch.cuda.Event())
+            done[-1].record(side)
         act.record_stream(side)
         del act, h, loss
         if mode.startswith("vram"):

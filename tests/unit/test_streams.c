@@ -120,17 +120,19 @@ static struct {
     struct {
         uint64_t event;
         void *stream;
-    } rec[1024];
+    } rec[4096];
     int n;    /* records */
     int seen; /* records spy_streams has reported */
     void *busy;
+    int busy_from; /* only BUSY's records from this one on stay incomplete */
+    int lag_from;  /* every record from this one on stays incomplete (0: none) */
 } spy;
 
 static vram_status
 spy_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
 {
     vram_status st = spy.real->event_record(b, dev, stream, event);
-    if (st == VRAM_OK && spy.n < 1024) {
+    if (st == VRAM_OK && spy.n < 4096) {
         spy.rec[spy.n].event = *event;
         spy.rec[spy.n].stream = (void *)(uintptr_t)stream;
         spy.n++;
@@ -144,7 +146,8 @@ spy_query(struct backend *b, int dev, uint64_t event, bool *done)
     for (int i = spy.n - 1; i >= 0; i--) {
         if (spy.rec[i].event != event)
             continue; /* the newest record of a handle is the event's */
-        if (spy.busy != NULL && spy.rec[i].stream == spy.busy) {
+        if ((spy.busy != NULL && spy.rec[i].stream == spy.busy && i >= spy.busy_from) ||
+            (spy.lag_from > 0 && i >= spy.lag_from)) {
             *done = false;
             return VRAM_OK;
         }
@@ -249,6 +252,70 @@ run_record(vram_strategy strategy)
     assert_int_equal(held_for_other_streams(dev), 0); /* back in the heap */
     assert_true(vram_check(dev));
     vram_close(ctx);
+}
+
+/*
+** A training loop whose side stream reads each step's activations
+** (record_stream) and runs up to two steps behind the main stream, as an
+** overlapped pipeline does, while the host runs LAG steps ahead of the
+** device (no synchronization in the loop): every event of the last LAG
+** steps is still incomplete. Blocks freed on the main stream are reusable
+** there at once (stream order), so once warm a step must reuse memory: no
+** backend call (each one is a driver call of tens of microseconds).
+*/
+static void
+run_overlap(vram_strategy strategy, int lag)
+{
+    vram_context *ctx;
+    vram_device *dev = open_spied(&ctx, strategy);
+    enum { STEPS = 40, N = 24 };
+#define SIZE(i) ((size_t)(1 + ((i) * 7) % 13) * 256 * 1024)
+    int start[STEPS];
+    uint64_t warm_calls = 0;
+    for (int step = 0; step < STEPS; step++) {
+        start[step] = spy.n;
+        spy.busy = S2;
+        spy.busy_from = step >= 2 ? start[step - 2] : 0; /* two steps behind */
+        spy.lag_from = lag > 0 && step >= lag ? start[step - lag] : lag > 0 ? 1 : 0;
+        /* Forward: activations of many sizes; the side stream reads one.
+        ** Backward: each gradient allocated before its activation is freed;
+        ** then the gradients go. */
+        void *act[N], *grad[N];
+        for (int i = 0; i < N; i++)
+            assert_int_equal(vram_alloc(dev, SIZE(i), S1, &act[i]), VRAM_OK);
+        assert_int_equal(vram_record_stream(dev, act[3], S2), VRAM_OK);
+        for (int i = N - 1; i >= 0; i--) {
+            assert_int_equal(vram_alloc(dev, SIZE(i + 5), S1, &grad[i]), VRAM_OK);
+            assert_int_equal(vram_free(dev, act[i]), VRAM_OK);
+        }
+        for (int i = 0; i < N; i++)
+            assert_int_equal(vram_free(dev, grad[i]), VRAM_OK);
+        if (step == STEPS / 2)
+            warm_calls = stats_of(dev).backend_calls;
+        assert_true(spy.n < 4000);
+    }
+    assert_int_equal(stats_of(dev).backend_calls, warm_calls);
+    assert_true(vram_check(dev));
+    spy.busy = NULL;
+    spy.lag_from = 0;
+    vram_close(ctx);
+#undef SIZE
+}
+
+static void
+test_overlap_growth(void **state)
+{
+    (void)state;
+    run_overlap(VRAM_STRATEGY_GROWTH, 0);
+    run_overlap(VRAM_STRATEGY_GROWTH, 8);
+}
+
+static void
+test_overlap_expandable(void **state)
+{
+    (void)state;
+    run_overlap(VRAM_STRATEGY_EXPANDABLE, 0);
+    run_overlap(VRAM_STRATEGY_EXPANDABLE, 8);
 }
 
 static void
@@ -494,6 +561,8 @@ main(void)
         cmocka_unit_test(test_record_stream_growth),
         cmocka_unit_test(test_record_stream_expandable),
         cmocka_unit_test(test_record_two_streams),
+        cmocka_unit_test(test_overlap_growth),
+        cmocka_unit_test(test_overlap_expandable),
         cmocka_unit_test(test_record_bad_pointer),
         cmocka_unit_test(test_pool_growth),
         cmocka_unit_test(test_pool_expandable),
