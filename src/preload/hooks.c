@@ -51,10 +51,10 @@
 
 #include "config/env.h"
 #include "preload/hooks.h"
-#include "preload/ledger.h"
-#include "preload/quota.h"
+#include "ledger/ledger.h"
+#include "quota/quota.h"
 #include "trace/trace.h"
-#include "util/size.h"
+#include "base/size.h"
 #include "vram.h"
 
 #define PRELOAD_MAX_DEVICES 64 /* CUDA ordinals we keep facts for */
