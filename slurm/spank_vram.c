@@ -43,8 +43,8 @@
 SPANK_PLUGIN(vram, 1)
 #pragma GCC visibility pop
 
-#include "preload/ledger.h"
-#include "util/size.h"
+#include "base/size.h"
+#include "ledger/ledger.h"
 #include "vram.h"
 
 #ifndef VRAM_SPANK_DEFAULT_PRELOAD

@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "analyze/analyze.h"
-#include "core/error.h"
-#include "util/size.h"
+#include "base/error.h"
+#include "base/size.h"
 
 #define MIB (1ULL << 20)
 

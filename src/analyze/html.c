@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "analyze/analyze.h"
-#include "core/error.h"
-#include "util/size.h"
+#include "base/error.h"
+#include "base/size.h"
 
 /* Colours: distinguishable for the common colour-vision deficiencies
 ** (blue against orange), each with a contrast of 4.5:1 or more on white. */

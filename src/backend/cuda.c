@@ -35,9 +35,9 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cuda_api.h"
-#include "core/error.h"
-#include "util/log.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "driver/cuda_api.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "the CUDA backend needs a 64-bit size_t");
 _Static_assert(sizeof(vcu_deviceptr) == sizeof(uint64_t), "CUdeviceptr is 64 bits");

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "core/error.h"
+#include "base/error.h"
 
 struct fault_backend {
     struct backend base;

@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "core/error.h"
-#include "util/zmem.h"
+#include "base/error.h"
+#include "base/zmem.h"
 
 #define SIM_GRANULARITY (2ULL << 20)
 #define SIM_WINDOW (1ULL << 44) /* address window per device: 16 TiB */

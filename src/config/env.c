@@ -7,6 +7,10 @@
 ** Defaults are written as the user would write them and go through the
 ** same parsers as the user's values.
 **
+** The parsers of single values are parse.c's (the allocator's) and
+** src/quota/quota_parse.c's (the quota's grammar); this file holds the
+** table, the loaders and the printing.
+**
 ** The list has three sections, one per reader: the allocator (env_load,
 ** run by vram_open), the quota enforcer (env_quota_load, run by the
 ** preload library) and `vram run` (env_run_load). A reader parses only
@@ -14,7 +18,6 @@
 ** the other way round; `vram env` shows all three.
 */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,10 +25,12 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/error.h"
+#include "base/size.h"
+#include "base/strbuf.h"
 #include "config/env.h"
-#include "core/error.h"
-#include "preload/quota.h"
-#include "util/size.h"
+#include "config/parse.h"
+#include "quota/quota.h"
 
 /* ------------------------------------------------------------------ */
 /* The table                                                            */
@@ -38,6 +43,8 @@
 #define ENV_INDEXED_COUNT 16
 _Static_assert(ENV_INDEXED_COUNT <= QUOTA_MAX_ENTRIES,
                "every HAMi device limit must fit the quota's entries");
+_Static_assert(QUOTA_MAX_ORDINAL == ENV_MAX_DEVICES,
+               "VRAM_LIMIT and VRAM_MEMORY_LIMIT accept the same ordinals");
 
 /*
 ** What the loaders fill: the allocator's public result and the two
@@ -92,7 +99,7 @@ typedef int64_t KIND_MIB_type;
 typedef int KIND_LEVEL_type;
 typedef char KIND_PATH_type[512];
 typedef struct quota_env KIND_QUOTA_type;
-typedef char KIND_GROUP_type[64];
+typedef char KIND_GROUP_type[QUOTA_GROUP_LEN];
 typedef uint64_t KIND_SIZE_INDEXED_type[ENV_INDEXED_COUNT];
 typedef char KIND_TEXT_type[4096];
 
@@ -243,445 +250,6 @@ struct env_load {
 };
 
 /* ------------------------------------------------------------------ */
-/* Parsers. Each writes DST only on success; on failure it puts the     */
-/* reason (without the variable's name) into WHY.                       */
-/* ------------------------------------------------------------------ */
-
-/* A decimal integer in MIN..MAX: digits only, no sign, no space. */
-static bool
-parse_int(const char *text, int64_t min, int64_t max, int64_t *out, char *why, size_t len)
-{
-    int64_t v = 0;
-    const char *p = text;
-    if (*p == '\0') {
-        snprintf(why, len, "not a whole number");
-        return false;
-    }
-    for (; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9') {
-            snprintf(why, len, "not a whole number");
-            return false;
-        }
-        int d = *p - '0';
-        if (v > (INT64_MAX - d) / 10)
-            v = INT64_MAX; /* saturate: it is out of range anyway */
-        else
-            v = v * 10 + d;
-    }
-    if (v < min || v > max) {
-        snprintf(why, len, "out of range %" PRId64 "..%" PRId64, min, max);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-static bool
-parse_backend(const char *text, vram_backend_kind *out, char *why, size_t len)
-{
-    if (strcmp(text, "sim") == 0)
-        *out = VRAM_BACKEND_SIM;
-    else if (strcmp(text, "cuda") == 0)
-        *out = VRAM_BACKEND_CUDA;
-    else {
-        snprintf(why, len, "unknown backend");
-        return false;
-    }
-    return true;
-}
-
-/* A boolean word, case-insensitive; -1 if TEXT is none. */
-static int
-bool_word(const char *text)
-{
-    static const struct {
-        const char *word;
-        int value;
-    } words[] = {{"true", 1}, {"false", 0}, {"1", 1},  {"0", 0},
-                 {"yes", 1},  {"no", 0},    {"on", 1}, {"off", 0}};
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (strcasecmp(text, words[i].word) == 0)
-            return words[i].value;
-    return -1;
-}
-
-/* Copy the thread's last error (a size or fraction parser's reason) into
-** WHY, before anything overwrites it. */
-static void
-take_last_error(char *why, size_t len)
-{
-    snprintf(why, len, "%s", vram_last_error());
-}
-
-/*
-** The caps of one device: sizes above 0 joined by '+', S..S+N (not
-** NUL-terminated: a piece of the whole value).
-*/
-static bool
-parse_caps(const char *s, size_t n, struct env_device_limit *out, char *why, size_t len)
-{
-    struct env_device_limit lim = {0};
-    const char *end = s + n;
-    for (const char *p = s;;) {
-        const char *plus = memchr(p, '+', (size_t)(end - p));
-        const char *stop = plus != NULL ? plus : end;
-        size_t piece = (size_t)(stop - p);
-        char buf[128];
-        if (piece == 0) {
-            snprintf(why, len, "empty size (caps are joined by single '+')");
-            return false;
-        }
-        if (piece >= sizeof buf) {
-            snprintf(why, len, "a size of more than %zu characters", sizeof buf - 1);
-            return false;
-        }
-        if (lim.n == VRAM_MAX_LOGICAL) {
-            snprintf(why, len, "more than %d logical devices on one device",
-                     VRAM_MAX_LOGICAL);
-            return false;
-        }
-        memcpy(buf, p, piece);
-        buf[piece] = '\0';
-        uint64_t bytes;
-        if (size_parse(buf, &bytes) != VRAM_OK) {
-            take_last_error(why, len);
-            return false;
-        }
-        if (bytes == 0) {
-            char shown[TEXT_EXCERPT_LEN];
-            snprintf(why, len, "'%s': a cap must be more than 0",
-                     text_excerpt(buf, shown, sizeof shown));
-            return false;
-        }
-        lim.bytes[lim.n++] = bytes;
-        if (plus == NULL)
-            break;
-        p = plus + 1;
-    }
-    *out = lim;
-    return true;
-}
-
-/*
-** VRAM_MEMORY_LIMIT: either one plain item ("6G", "3G+3G") for every
-** device, or a comma-separated list of keyed items ("0:6G,1:3G+3G").
-** The two are never mixed: a value with any ':' is a keyed list.
-*/
-static bool
-parse_limit(const char *text, struct vram_env *env, char *why, size_t len)
-{
-    struct env_device_limit all = {0};
-    struct env_device_limit per[ENV_MAX_DEVICES];
-    memset(per, 0, sizeof per);
-    bool keyed = strchr(text, ':') != NULL;
-    char shown[TEXT_EXCERPT_LEN];
-
-    for (const char *p = text;;) {
-        const char *comma = strchr(p, ',');
-        const char *end = comma != NULL ? comma : p + strlen(p);
-        size_t n = (size_t)(end - p);
-        if (n == 0) {
-            snprintf(why, len, "empty item in the list");
-            return false;
-        }
-        if (!keyed) {
-            if (comma != NULL) {
-                snprintf(why, len, "a list needs device ordinals (e.g. 0:6G,1:4G)");
-                return false;
-            }
-            if (!parse_caps(p, n, &all, why, len))
-                return false;
-        } else {
-            const char *colon = memchr(p, ':', n);
-            char item[TEXT_EXCERPT_LEN];
-            /* The excerpt of the item alone: stop it at the comma. */
-            size_t show_n = n < sizeof item - 1 ? n : sizeof item - 1;
-            memcpy(item, p, show_n);
-            item[show_n] = '\0';
-            text_excerpt(item, shown, sizeof shown);
-            if (colon == NULL) {
-                snprintf(why, len,
-                         "'%s' has no device ordinal (plain and per-device items "
-                         "cannot be mixed)",
-                         shown);
-                return false;
-            }
-            int ord = 0;
-            if (colon == p) {
-                snprintf(why, len, "'%s': missing device ordinal before ':'", shown);
-                return false;
-            }
-            for (const char *q = p; q < colon; q++) {
-                if (*q < '0' || *q > '9') {
-                    snprintf(why, len, "'%s': device ordinal is not a whole number",
-                             shown);
-                    return false;
-                }
-                ord = ord * 10 + (*q - '0');
-                if (ord >= ENV_MAX_DEVICES) {
-                    snprintf(why, len, "'%s': device ordinal out of range 0..%d", shown,
-                             ENV_MAX_DEVICES - 1);
-                    return false;
-                }
-            }
-            if (per[ord].n != 0) {
-                snprintf(why, len, "device %d given twice", ord);
-                return false;
-            }
-            if (!parse_caps(colon + 1, (size_t)(end - colon - 1), &per[ord], why, len))
-                return false;
-        }
-        if (comma == NULL)
-            break;
-        p = comma + 1;
-    }
-    env->limit_all = all;
-    memcpy(env->limit, per, sizeof per);
-    return true;
-}
-
-/* ------------------------------------------------------------------ */
-/* VRAM_LIMIT and VRAM_GROUP (the preload library's; see quota.h)       */
-/* ------------------------------------------------------------------ */
-
-static bool
-is_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/*
-** One limit, S..S+N: a fraction when it ends in '%' or is digits with a
-** '.' ("50%", "0.5"), else a size above 0 ("6G", "1073741824"). A whole
-** number without a unit is bytes, as everywhere in vram.
-*/
-static bool
-parse_quota_value(const char *s, size_t n, struct quota_value *out, char *why, size_t len)
-{
-    char buf[128];
-    if (n == 0) {
-        snprintf(why, len, "empty limit");
-        return false;
-    }
-    if (n >= sizeof buf) {
-        snprintf(why, len, "a limit of more than %zu characters", sizeof buf - 1);
-        return false;
-    }
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    bool fraction = buf[n - 1] == '%' ||
-                    (memchr(buf, '.', n) != NULL && strspn(buf, "0123456789.") == n);
-    struct quota_value v = {QUOTA_NONE, 0, 0.0};
-    if (fraction) {
-        if (fraction_parse(buf, &v.fraction) != VRAM_OK) {
-            take_last_error(why, len);
-            return false;
-        }
-        v.kind = QUOTA_FRACTION;
-    } else {
-        if (size_parse(buf, &v.bytes) != VRAM_OK) {
-            take_last_error(why, len);
-            return false;
-        }
-        if (v.bytes == 0) {
-            char shown[TEXT_EXCERPT_LEN];
-            snprintf(why, len, "'%s': a limit must be more than 0",
-                     text_excerpt(buf, shown, sizeof shown));
-            return false;
-        }
-        v.kind = QUOTA_BYTES;
-    }
-    *out = v;
-    return true;
-}
-
-/*
-** A GPU UUID or a prefix of one, S..S+N, starting with "GPU-" (any case):
-** after it the layout xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, cut anywhere
-** after the first 8 hex digits. A key that could match no device is an
-** error here, because a typo must not leave a device unlimited.
-*/
-static bool
-parse_uuid_key(const char *s, size_t n, struct quota_entry *e, const char *shown,
-               char *why, size_t len)
-{
-    static const char layout[] = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-    const char *u = s + 4;
-    size_t m = n - 4, hex = 0;
-    if (m > sizeof layout - 1) {
-        snprintf(why, len, "'%s': longer than a GPU UUID (GPU-%s)", shown, layout);
-        return false;
-    }
-    for (size_t j = 0; j < m; j++) {
-        bool ok = layout[j] == '-' ? u[j] == '-' : is_hex(u[j]);
-        if (!ok) {
-            snprintf(why, len, "'%s': not a GPU UUID (GPU-%s)", shown, layout);
-            return false;
-        }
-        hex += layout[j] != '-';
-    }
-    if (hex < 8) {
-        snprintf(why, len,
-                 "'%s': a GPU UUID prefix needs at least 8 hex digits after 'GPU-'",
-                 shown);
-        return false;
-    }
-    e->by_uuid = true;
-    e->ordinal = -1;
-    memcpy(e->uuid, s, n);
-    e->uuid[n] = '\0';
-    return true;
-}
-
-/* The device key of one item, S..S+N: a CUDA ordinal or a GPU UUID. */
-static bool
-parse_quota_key(const char *s, size_t n, struct quota_entry *e, const char *shown,
-                char *why, size_t len)
-{
-    if (n == 0) {
-        snprintf(why, len, "'%s': missing device key before ':'", shown);
-        return false;
-    }
-    if (n >= 4 && strncasecmp(s, "GPU-", 4) == 0)
-        return parse_uuid_key(s, n, e, shown, why, len);
-    int ord = 0;
-    for (size_t j = 0; j < n; j++) {
-        if (s[j] < '0' || s[j] > '9') {
-            snprintf(why, len,
-                     "'%s': device key is neither an ordinal (0..%d) nor a GPU UUID "
-                     "(GPU-...)",
-                     shown, ENV_MAX_DEVICES - 1);
-            return false;
-        }
-        ord = ord * 10 + (s[j] - '0');
-        if (ord >= ENV_MAX_DEVICES) {
-            snprintf(why, len, "'%s': device ordinal out of range 0..%d", shown,
-                     ENV_MAX_DEVICES - 1);
-            return false;
-        }
-    }
-    e->by_uuid = false;
-    e->ordinal = ord;
-    e->uuid[0] = '\0';
-    return true;
-}
-
-/* Whether entries A and B can name the same device: the same ordinal, or
-** one UUID a prefix of the other (case-insensitive). */
-static bool
-same_device_key(const struct quota_entry *a, const struct quota_entry *b)
-{
-    if (a->by_uuid != b->by_uuid)
-        return false; /* an ordinal and a UUID: only the driver knows */
-    if (!a->by_uuid)
-        return a->ordinal == b->ordinal;
-    size_t na = strlen(a->uuid), nb = strlen(b->uuid);
-    return strncasecmp(a->uuid, b->uuid, na < nb ? na : nb) == 0;
-}
-
-/*
-** VRAM_LIMIT: one plain limit for every device, or a comma-separated list
-** of KEY:LIMIT items. Never mixed: a value with any ':' is a list. Fills
-** DST's all, n_entries and entries only (the caller sets the rest).
-*/
-static bool
-parse_quota(const char *text, struct quota_env *dst, char *why, size_t len)
-{
-    struct quota_value all = {QUOTA_NONE, 0, 0.0};
-    struct quota_entry entries[QUOTA_MAX_ENTRIES];
-    int n_entries = 0;
-    bool keyed = strchr(text, ':') != NULL;
-    memset(entries, 0, sizeof entries);
-
-    if (!keyed) {
-        if (strchr(text, ',') != NULL) {
-            snprintf(why, len, "a list needs device keys (e.g. 0:6G,1:4G)");
-            return false;
-        }
-        if (!parse_quota_value(text, strlen(text), &all, why, len))
-            return false;
-    }
-    for (const char *p = text; keyed;) {
-        const char *comma = strchr(p, ',');
-        const char *end = comma != NULL ? comma : p + strlen(p);
-        size_t n = (size_t)(end - p);
-        char item[TEXT_EXCERPT_LEN], shown[TEXT_EXCERPT_LEN];
-        if (n == 0) {
-            snprintf(why, len, "empty item in the list");
-            return false;
-        }
-        /* The excerpt of the item alone: stop it at the comma. */
-        size_t show_n = n < sizeof item - 1 ? n : sizeof item - 1;
-        memcpy(item, p, show_n);
-        item[show_n] = '\0';
-        text_excerpt(item, shown, sizeof shown);
-        const char *colon = memchr(p, ':', n);
-        if (colon == NULL) {
-            snprintf(why, len,
-                     "'%s' has no device key (plain and per-device items cannot be "
-                     "mixed)",
-                     shown);
-            return false;
-        }
-        if (n_entries == QUOTA_MAX_ENTRIES) {
-            snprintf(why, len, "more than %d devices in the list", QUOTA_MAX_ENTRIES);
-            return false;
-        }
-        struct quota_entry *e = &entries[n_entries];
-        if (!parse_quota_key(p, (size_t)(colon - p), e, shown, why, len))
-            return false;
-        for (int k = 0; k < n_entries; k++) {
-            if (!same_device_key(&entries[k], e))
-                continue;
-            if (e->by_uuid)
-                snprintf(why, len, "'%s' and '%s' can name the same device",
-                         entries[k].uuid, e->uuid);
-            else
-                snprintf(why, len, "device %d given twice", e->ordinal);
-            return false;
-        }
-        if (!parse_quota_value(colon + 1, (size_t)(end - colon - 1), &e->value, why, len))
-            return false;
-        n_entries++;
-        if (comma == NULL)
-            break;
-        p = comma + 1;
-    }
-    dst->all = all;
-    dst->n_entries = n_entries;
-    memcpy(dst->entries, entries, sizeof entries);
-    return true;
-}
-
-/* VRAM_GROUP: it names a file in /dev/shm, so a short, plain word. */
-static bool
-parse_group(const char *text, char *dst, size_t cap, char *why, size_t len)
-{
-    size_t n = strlen(text);
-    if (n >= cap) {
-        snprintf(why, len, "more than %zu characters", cap - 1);
-        return false;
-    }
-    for (size_t j = 0; j < n; j++) {
-        char c = text[j];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        if (!ok) {
-            char ch[16];
-            unsigned char u = (unsigned char)c;
-            if (u >= 0x20 && u < 0x7f)
-                snprintf(ch, sizeof ch, "'%c'", c);
-            else
-                snprintf(ch, sizeof ch, "byte 0x%02x", u);
-            snprintf(why, len, "%s is not allowed", ch);
-            return false;
-        }
-    }
-    memcpy(dst, text, n + 1);
-    return true;
-}
-
-/* ------------------------------------------------------------------ */
 /* One value                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -716,12 +284,12 @@ parse_value(struct env_load *L, enum env_id id, int index, const char *text)
 
     switch (v->kind) {
     case KIND_BACKEND:
-        ok = parse_backend(text, dst, why, sizeof why);
+        ok = env_parse_backend(text, dst, why, sizeof why);
         break;
     case KIND_DEVICES:
     case KIND_LEVEL:
         ok =
-            parse_int(text, v->kind == KIND_DEVICES ? 1 : 0,
+            env_parse_int(text, v->kind == KIND_DEVICES ? 1 : 0,
                       v->kind == KIND_DEVICES ? ENV_MAX_DEVICES : 4, &i, why, sizeof why);
         if (ok)
             *(int *)dst = (int)i;
@@ -729,7 +297,7 @@ parse_value(struct env_load *L, enum env_id id, int index, const char *text)
     case KIND_SIZE:
     case KIND_SIZE_INDEXED:
         if (size_parse(text, &u) != VRAM_OK)
-            take_last_error(why, sizeof why);
+            error_take(why, sizeof why);
         else if (u == 0)
             snprintf(why, sizeof why, "must be more than 0");
         else {
@@ -751,7 +319,7 @@ parse_value(struct env_load *L, enum env_id id, int index, const char *text)
     }
     case KIND_TRISTATE:
     case KIND_BOOL: {
-        int b = bool_word(text);
+        int b = env_bool_word(text);
         ok = b >= 0;
         if (!ok)
             snprintf(why, sizeof why, "not a boolean");
@@ -766,14 +334,14 @@ parse_value(struct env_load *L, enum env_id id, int index, const char *text)
         if (ok)
             *(double *)dst = f;
         else
-            take_last_error(why, sizeof why);
+            error_take(why, sizeof why);
         break;
     case KIND_LIMIT:
-        ok = parse_limit(text, dst, why, sizeof why);
+        ok = env_parse_limit(text, dst, why, sizeof why);
         break;
     case KIND_MIB:
         /* Bounded so that the reserve in bytes still fits an int64_t. */
-        ok = parse_int(text, 0, INT64_MAX >> 20, &i, why, sizeof why);
+        ok = env_parse_int(text, 0, INT64_MAX >> 20, &i, why, sizeof why);
         if (ok)
             *(int64_t *)dst = i;
         break;
@@ -791,11 +359,11 @@ parse_value(struct env_load *L, enum env_id id, int index, const char *text)
         break;
     }
     case KIND_QUOTA:
-        ok = parse_quota(text, dst, why, sizeof why);
+        ok = quota_parse(text, dst, why, sizeof why);
         break;
     case KIND_GROUP:
         ok = text[0] != '\0' &&
-             parse_group(text, dst, sizeof(KIND_GROUP_type), why, sizeof why);
+             quota_parse_group(text, dst, sizeof(KIND_GROUP_type), why, sizeof why);
         break;
     }
     if (ok)
@@ -1092,29 +660,12 @@ env_device_limit(const struct vram_env *env, int dev)
 /* Longest value `vram env` prints in the value column (errors excepted). */
 #define VALUE_LEN 640
 
-/* Append to BUF (LEN bytes, holding a string) as snprintf would; once
-** full, the tail is cut, which only shortens a printed value. */
-static void append(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-append(char *buf, size_t len, const char *fmt, ...)
-{
-    size_t used = strlen(buf);
-    if (used + 1 >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, len - used, fmt, ap);
-    va_end(ap);
-}
-
 static void
 format_caps(const struct env_device_limit *lim, char *buf, size_t len)
 {
     char size[32];
     for (int k = 0; k < lim->n; k++)
-        append(buf, len, "%s%s", k > 0 ? " + " : "",
+        strbuf_append(buf, len, "%s%s", k > 0 ? " + " : "",
                size_format(lim->bytes[k], size, sizeof size));
 }
 
@@ -1123,50 +674,19 @@ format_limit(const struct vram_env *env, char *buf, size_t len)
 {
     if (env->limit_all.n > 0) {
         format_caps(&env->limit_all, buf, len);
-        append(buf, len, " on every device");
+        strbuf_append(buf, len, " on every device");
         return;
     }
     bool any = false;
     for (int d = 0; d < ENV_MAX_DEVICES; d++) {
         if (env->limit[d].n == 0)
             continue;
-        append(buf, len, "%sdevice %d: ", any ? ", " : "", d);
+        strbuf_append(buf, len, "%sdevice %d: ", any ? ", " : "", d);
         format_caps(&env->limit[d], buf, len);
         any = true;
     }
     if (!any)
-        append(buf, len, "unset");
-}
-
-/* One quota limit: "6.00 GiB" or "50%". */
-static void
-format_quota_value(const struct quota_value *v, char *buf, size_t len)
-{
-    char size[32];
-    if (v->kind == QUOTA_BYTES)
-        append(buf, len, "%s", size_format(v->bytes, size, sizeof size));
-    else if (v->kind == QUOTA_FRACTION)
-        append(buf, len, "%.4g%% of total", v->fraction * 100.0);
-}
-
-static void
-format_quota(const struct quota_env *q, char *buf, size_t len)
-{
-    if (q->all.kind != QUOTA_NONE) {
-        format_quota_value(&q->all, buf, len);
-        append(buf, len, " on every device");
-        return;
-    }
-    for (int k = 0; k < q->n_entries; k++) {
-        const struct quota_entry *e = &q->entries[k];
-        if (e->by_uuid)
-            append(buf, len, "%s%s: ", k > 0 ? ", " : "", e->uuid);
-        else
-            append(buf, len, "%sdevice %d: ", k > 0 ? ", " : "", e->ordinal);
-        format_quota_value(&e->value, buf, len);
-    }
-    if (q->n_entries == 0)
-        append(buf, len, "unset");
+        strbuf_append(buf, len, "unset");
 }
 
 /* The value of variable ID in L, as `vram env` shows it. */
@@ -1178,38 +698,38 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
     buf[0] = '\0';
     switch (v->kind) {
     case KIND_BACKEND:
-        append(buf, len, "%s",
+        strbuf_append(buf, len, "%s",
                *(const vram_backend_kind *)src == VRAM_BACKEND_SIM ? "sim" : "cuda");
         break;
     case KIND_DEVICES:
     case KIND_LEVEL:
-        append(buf, len, "%d", *(const int *)src);
+        strbuf_append(buf, len, "%d", *(const int *)src);
         break;
     case KIND_SIZE:
         if (*(const uint64_t *)src > 0)
             size_format(*(const uint64_t *)src, buf, len);
         else
-            append(buf, len, "unset"); /* only a row without a default */
+            strbuf_append(buf, len, "unset"); /* only a row without a default */
         break;
     case KIND_STRATEGY: {
         const char *name = vram_strategy_name(*(const vram_strategy *)src);
-        append(buf, len, "%s", name != NULL ? name : "?");
+        strbuf_append(buf, len, "%s", name != NULL ? name : "?");
         break;
     }
     case KIND_TRISTATE: {
         int b = *(const int *)src;
-        append(buf, len, "%s", b < 0 ? "unset" : b ? "true" : "false");
+        strbuf_append(buf, len, "%s", b < 0 ? "unset" : b ? "true" : "false");
         break;
     }
     case KIND_BOOL:
-        append(buf, len, "%s", *(const bool *)src ? "true" : "false");
+        strbuf_append(buf, len, "%s", *(const bool *)src ? "true" : "false");
         break;
     case KIND_FRACTION: {
         double f = *(const double *)src;
         if (f > 0)
-            append(buf, len, "%g", f);
+            strbuf_append(buf, len, "%g", f);
         else
-            append(buf, len, "unset");
+            strbuf_append(buf, len, "unset");
         break;
     }
     case KIND_LIMIT:
@@ -1218,20 +738,20 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
     case KIND_MIB: {
         int64_t mb = *(const int64_t *)src;
         if (mb >= 0)
-            append(buf, len, "%" PRId64 " MiB", mb);
+            strbuf_append(buf, len, "%" PRId64 " MiB", mb);
         else
-            append(buf, len, "unset");
+            strbuf_append(buf, len, "unset");
         break;
     }
     case KIND_PATH:
     case KIND_TEXT:
     case KIND_GROUP: {
         const char *text = src;
-        append(buf, len, "%s", text[0] != '\0' ? text : "unset");
+        strbuf_append(buf, len, "%s", text[0] != '\0' ? text : "unset");
         break;
     }
     case KIND_QUOTA:
-        format_quota(src, buf, len);
+        quota_format(src, buf, len);
         break;
     case KIND_SIZE_INDEXED: {
         const uint64_t *sizes = src;
@@ -1240,12 +760,12 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
         for (int i = 0; i < ENV_INDEXED_COUNT; i++) {
             if (sizes[i] == 0)
                 continue;
-            append(buf, len, "%sdevice %d: %s", any ? ", " : "", i,
+            strbuf_append(buf, len, "%sdevice %d: %s", any ? ", " : "", i,
                    size_format(sizes[i], size, sizeof size));
             any = true;
         }
         if (!any)
-            append(buf, len, "unset");
+            strbuf_append(buf, len, "unset");
         break;
     }
     }
@@ -1274,7 +794,7 @@ env_print(FILE *out, env_getter get, void *user)
                                        ENV_CUDA_DEVICE_MEMORY_LIMIT_};
     for (size_t k = 0; k < sizeof hami / sizeof hami[0]; k++)
         if (!bad[hami[k]] && L.text[hami[k]] != NULL && !hami_applies(&L))
-            append(value[hami[k]], VALUE_LEN, " (ignored: %s is set)",
+            strbuf_append(value[hami[k]], VALUE_LEN, " (ignored: %s is set)",
                    L.text[ENV_VRAM_LIMIT] != NULL ? "VRAM_LIMIT" : "VRAM_GROUP");
 
     /* The strategy row shows the strategy in force, wherever it came from. */
@@ -1286,7 +806,7 @@ env_print(FILE *out, env_getter get, void *user)
             enum env_id id = ENV_VRAM_STRATEGY;
             format_value(&L, id, value[id], VALUE_LEN);
             if (L.text[id] == NULL && L.s.env.strategy_set)
-                append(value[id], VALUE_LEN, " (set by %s)",
+                strbuf_append(value[id], VALUE_LEN, " (set by %s)",
                        L.s.allow_growth >= 0 ? "VRAM_ALLOW_GROWTH"
                                              : "TF_FORCE_GPU_ALLOW_GROWTH");
         }

@@ -68,7 +68,7 @@ const struct env_device_limit *env_device_limit(const struct vram_env *env, int 
 /*
 ** The preload library's settings only (VRAM_LIMIT, VRAM_GROUP and, when
 ** both are unset, HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]); see
-** src/preload/quota.h. A malformed value: VRAM_E_CONFIG with one line
+** src/quota/quota.h. A malformed value: VRAM_E_CONFIG with one line
 ** naming it. OUT is written only on success.
 */
 struct quota_env;

@@ -10,50 +10,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "base/log.h"
+#include "base/size.h"
 #include "config/env.h"
-#include "core/error.h"
+#include "core/core.h"
 #include "core/internal.h"
 #include "trace/trace.h"
-#include "util/log.h"
-#include "util/size.h"
 
 #define MiB (1ULL << 20)
 #define GiB (1ULL << 30)
-
-/* ================================================================== */
-/* Strategies                                                          */
-/* ================================================================== */
-
-const char *
-vram_strategy_name(vram_strategy s)
-{
-    switch (s) {
-#define X(name, num, str)                                                                \
-    case name:                                                                           \
-        return str;
-        VRAM_STRATEGY_LIST(X)
-#undef X
-    }
-    return NULL;
-}
-
-vram_status
-vram_strategy_parse(const char *text, vram_strategy *out)
-{
-    if (text == NULL || out == NULL)
-        return error_set(VRAM_E_INVALID, "vram_strategy_parse: NULL argument");
-#define X(name, num, str)                                                                \
-    if (strcmp(text, str) == 0) {                                                        \
-        *out = name;                                                                     \
-        return VRAM_OK;                                                                  \
-    }
-    VRAM_STRATEGY_LIST(X)
-#undef X
-    return error_set(
-        VRAM_E_INVALID,
-        "unknown strategy '%.64s' (expected preallocate, growth, growth:tf-compat or expandable)",
-        text);
-}
 
 /* ================================================================== */
 /* The contexts that record a trace                                    */
@@ -318,6 +284,13 @@ vram_open(const vram_options *options, vram_context **out)
               ctx->n_physical);
     *out = ctx;
     return VRAM_OK;
+}
+
+void
+context_trace_finish(vram_context *ctx)
+{
+    if (ctx != NULL && ctx->trace != NULL)
+        (void)trace_writer_finish(ctx->trace);
 }
 
 void

@@ -14,11 +14,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/error.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/size.h"
 #include "core/internal.h"
 #include "trace/trace.h"
-#include "util/log.h"
-#include "util/size.h"
 
 /* Requests below this share a region of one granule (2 MiB on CUDA):
 ** small tensors are many and short-lived, and one backend call per

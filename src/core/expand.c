@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/size.h"
+#include "base/zmem.h"
 #include "core/internal.h"
-#include "util/log.h"
-#include "util/size.h"
-#include "util/zmem.h"
 
 /*
 ** Physical memory is mapped in units of this many driver granules (8 MiB

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "core/heap.h"
 
 /* How many blocks a search inspects in one class before moving on: keeps

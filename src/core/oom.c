@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/size.h"
 #include "core/internal.h"
-#include "util/size.h"
 
 /* Width of the occupancy map, as TensorFlow prints it. */
 #define OCCUPANCY_WIDTH 100

@@ -12,7 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/error.h"
+#include "base/error.h"
+#include "driver/nvml_api.h"
 #include "monitor/monitor.h"
 
 /* ------------------------------------------------------------------ */
@@ -89,44 +90,20 @@ metrics_markdown(FILE *out)
 /* NVML through dlopen                                                  */
 /* ------------------------------------------------------------------ */
 
-/* nvml.h's layouts. */
-struct nvml_memory {
-    unsigned long long total, free, used;
-};
-struct nvml_memory_v2 {
-    unsigned int version;
-    unsigned long long total, reserved, free, used;
-};
-struct nvml_process_v1 {
-    unsigned int pid;
-    unsigned long long used;
-};
-struct nvml_process_v2 { /* nvmlProcessInfo_t for the _v2 and _v3 calls */
-    unsigned int pid;
-    unsigned long long used;
-    unsigned int gpu_instance, compute_instance;
-};
-
-typedef int (*nvml_void_fn)(void);
-typedef int (*nvml_count_fn)(unsigned *);
-typedef int (*nvml_handle_fn)(unsigned, void **);
-typedef int (*nvml_uuid_fn)(void *, char *, unsigned);
-typedef int (*nvml_mem_fn)(void *, void *);
-typedef int (*nvml_procs_fn)(void *, unsigned *, void *);
-
 /* The NVML entry points found; NULL where the library lacks one. */
 struct nvml {
     void *lib;
-    nvml_void_fn shutdown;
-    nvml_count_fn count;
-    nvml_handle_fn handle;
-    nvml_uuid_fn uuid;
-    nvml_mem_fn mem_v2, mem;
-    nvml_procs_fn procs;  /* _v3 or _v2: struct nvml_process_v2 */
-    nvml_procs_fn procs1; /* the unversioned: struct nvml_process_v1 */
+    vnvml_pfn_init shutdown;
+    vnvml_pfn_count count;
+    vnvml_pfn_handle handle;
+    vnvml_pfn_get_uuid uuid;
+    vnvml_pfn_memory_info_v2 mem_v2;
+    vnvml_pfn_memory_info mem;
+    vnvml_pfn_processes procs;     /* _v3 or _v2 */
+    vnvml_pfn_processes_v1 procs1; /* the unversioned */
 };
 
-_Static_assert(sizeof(void *) == sizeof(nvml_void_fn), "dlsym's result must fit a function pointer");
+_Static_assert(sizeof(void *) == sizeof(vnvml_pfn_init), "dlsym's result must fit a function pointer");
 
 /* Look NAME up in LIB into the function pointer at FN (NULL if absent).
 ** memcpy: ISO C has no cast from an object pointer to a function pointer. */
@@ -144,7 +121,7 @@ nvml_load(struct nvml *n)
     n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
     if (n->lib == NULL)
         return false;
-    nvml_void_fn init = NULL;
+    vnvml_pfn_init init = NULL;
     load_fn(n->lib, "nvmlInit_v2", &init);
     load_fn(n->lib, "nvmlShutdown", &n->shutdown);
     load_fn(n->lib, "nvmlDeviceGetCount_v2", &n->count);
@@ -259,15 +236,15 @@ sample_nvml(struct monitor *m)
         return;
     v->nvml = true;
     for (unsigned i = 0; i < count && i < MON_MAX_DEVICES; i++) {
-        void *h = NULL;
+        vnvml_device h = NULL;
         char uuid[LEDGER_UUID_LEN];
         if (n->handle(i, &h) != 0 || n->uuid(h, uuid, sizeof uuid) != 0)
             continue;
         struct mon_device *d = device_row(v, uuid);
         if (d == NULL)
             break;
-        struct nvml_memory_v2 m2 = {.version = (unsigned)sizeof m2 | 2u << 24};
-        struct nvml_memory m1;
+        struct vnvml_memory_v2 m2 = {.version = VNVML_MEMORY_V2_VERSION};
+        struct vnvml_memory m1;
         if (n->mem_v2 != NULL && n->mem_v2(h, &m2) == 0) {
             d->total_bytes = m2.total;
             d->used_bytes = m2.used;
@@ -291,12 +268,12 @@ sample_nvml_procs(struct monitor *m)
     if ((n->procs == NULL && n->procs1 == NULL) || n->count(&count) != 0)
         return;
     for (unsigned i = 0; i < count && i < MON_MAX_DEVICES; i++) {
-        void *h = NULL;
+        vnvml_device h = NULL;
         char uuid[LEDGER_UUID_LEN];
         if (n->handle(i, &h) != 0 || n->uuid(h, uuid, sizeof uuid) != 0)
             continue;
-        struct nvml_process_v2 p2[64];
-        struct nvml_process_v1 p1[64];
+        struct vnvml_process_v2 p2[64];
+        struct vnvml_process_v1 p1[64];
         unsigned np = 64;
         bool v2 = n->procs != NULL && n->procs(h, &np, p2) == 0;
         if (!v2) {

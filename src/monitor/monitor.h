@@ -1,7 +1,7 @@
 /*
 ** monitor.h -- the collector behind `vram stat`, `vram top` and
 ** `vram exporter`: one sample of every group ledger of the calling user
-** (src/preload/ledger.h) plus, where libnvidia-ml.so.1 can be loaded,
+** (src/ledger/ledger.h) plus, where libnvidia-ml.so.1 can be loaded,
 ** each GPU's total and used memory and the processes NVML sees that run
 ** outside vram. Between samples it keeps a short history per process, from
 ** which the trend (least squares, bytes per minute) and top's graph come.
@@ -20,8 +20,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "ledger/ledger.h"
 #include "monitor/metrics.h"
-#include "preload/ledger.h"
 #include "vram.h"
 
 #define MON_MAX_DEVICES 64

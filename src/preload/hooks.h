@@ -87,7 +87,8 @@
 
 #include <stdint.h>
 
-#include "backend/cuda_api.h"
+#include "driver/cuda_api.h"
+#include "driver/nvml_api.h"
 
 enum hook_stream { HOOK_ANY, HOOK_LEGACY, HOOK_PTSZ };
 enum hook_lib { HOOK_CUDA, HOOK_NVML };
@@ -99,38 +100,6 @@ enum hook_id {
 #undef X
         HOOK_COUNT
 };
-
-/*
-** The little of NVML that the hooks need, declared by us as cuda_api.h
-** declares the driver (nvml.h is not installed everywhere; the layouts are
-** nvml.h's nvmlMemory_t and nvmlMemory_v2_t, unchanged since they
-** appeared). Every NVML function returns nvmlReturn_t, 0 on success.
-*/
-typedef int vnvml_return;
-typedef struct vnvml_device_st *vnvml_device;
-#define VNVML_SUCCESS 0
-#define VNVML_ERROR_UNINITIALIZED 1
-
-struct vnvml_memory {
-    unsigned long long total; /* bytes, each */
-    unsigned long long free;
-    unsigned long long used;
-};
-
-struct vnvml_memory_v2 {
-    unsigned int version; /* nvmlMemory_v2 = sizeof | 2 << 24, set by the caller */
-    unsigned long long total;
-    unsigned long long reserved; /* for the driver and firmware */
-    unsigned long long free;
-    unsigned long long used;
-};
-
-typedef vnvml_return (*vnvml_pfn_memory_info)(vnvml_device device,
-                                              struct vnvml_memory *m);
-typedef vnvml_return (*vnvml_pfn_memory_info_v2)(vnvml_device device,
-                                                 struct vnvml_memory_v2 *m);
-typedef vnvml_return (*vnvml_pfn_get_uuid)(vnvml_device device, char *uuid,
-                                           unsigned int length);
 
 /* The hooks, each declared with its row's type: a definition that drifts
 ** from the driver's signature does not compile. */

@@ -28,9 +28,8 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "core/error.h"
-#include "core/internal.h"
-#include "trace/trace.h"
+#include "base/error.h"
+#include "core/core.h"
 #include "vram.h"
 
 /* The process's plug-in state. */
@@ -90,8 +89,7 @@ plugin_open(void)
 __attribute__((destructor)) static void
 plugin_fini(void)
 {
-    if (plugin.ctx != NULL && plugin.ctx->trace != NULL)
-        (void)trace_writer_finish(plugin.ctx->trace);
+    context_trace_finish(plugin.ctx);
 }
 
 /*

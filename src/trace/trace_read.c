@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "trace/trace.h"
 
 /* Longest line accepted, not counting its "\n" or "\r\n". Real lines are

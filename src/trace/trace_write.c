@@ -21,7 +21,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "trace/trace.h"
 
 /* The header every writer emits; readers find columns by these names. */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "preload/ledger.h"
+#include "ledger/ledger.h"
 
 static uint64_t
 mib_arg(const char *s)

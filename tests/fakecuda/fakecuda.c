@@ -71,7 +71,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend/cuda_api.h"
+#include "driver/cuda_api.h"
 
 #define FAKE_API __attribute__((visibility("default")))
 

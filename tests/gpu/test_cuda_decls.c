@@ -1,6 +1,7 @@
 /*
-** test_cuda_decls.c -- proof, at compile time, that src/backend/cuda_api.h
-** declares the CUDA driver API exactly as the SDK's cuda.h does: every
+** test_cuda_decls.c -- proof, at compile time, that src/driver/cuda_api.h
+** (and, where nvml.h is installed, src/driver/nvml_api.h) declares the
+** CUDA driver API exactly as the SDK's cuda.h does: every
 ** error code and enum value, every struct's size and field offsets, and
 ** the signature of every entry point of VCU_ENTRY_POINTS and
 ** VCU_EXTRA_ENTRY_POINTS (generated from the lists themselves, with the
@@ -11,7 +12,7 @@
 #include <cudaTypedefs.h>
 #include <stddef.h>
 
-#include "backend/cuda_api.h"
+#include "driver/cuda_api.h"
 
 #define SAME_VALUE(ours, sdk) _Static_assert((long long)(ours) == (long long)(sdk), #ours)
 #define SAME_LAYOUT(ours, sdk)                                                           \
@@ -204,6 +205,47 @@ VCU_ENTRY_POINTS(CHECK_OWN, VCU_OWN_TYPE)
 VCU_EXTRA_ENTRY_POINTS(CHECK_OWN, VCU_OWN_TYPE)
 _Static_assert(sizeof(vcu_pfn_cuGetProcAddress_v1) == sizeof(PFN_cuGetProcAddress_v11030),
                "cuGetProcAddress v1");
+
+/*
+** nvml_api.h against nvml.h, where the SDK ships it (the NVML development
+** headers): values, struct sizes and field offsets. The entry points'
+** signatures differ from nvml.h's only in the handle's pointee type and in
+** nvmlReturn_t being an enum of int's size, checked here.
+*/
+#if __has_include(<nvml.h>)
+#include <nvml.h>
+
+#include "driver/nvml_api.h"
+
+#define SAME_FIELD_AS(ours, of, sdk, sf)                                                 \
+    _Static_assert(offsetof(ours, of) == offsetof(sdk, sf), #ours "." #of);              \
+    _Static_assert(sizeof(((ours *)0)->of) == sizeof(((sdk *)0)->sf), "sizeof " #ours "." #of)
+
+SAME_VALUE(VNVML_SUCCESS, NVML_SUCCESS);
+SAME_VALUE(VNVML_ERROR_UNINITIALIZED, NVML_ERROR_UNINITIALIZED);
+SAME_VALUE(VNVML_MEMORY_V2_VERSION, nvmlMemory_v2);
+_Static_assert(sizeof(vnvml_return) == sizeof(nvmlReturn_t), "nvmlReturn_t");
+_Static_assert(sizeof(vnvml_device) == sizeof(nvmlDevice_t), "nvmlDevice_t");
+SAME_LAYOUT(struct vnvml_memory, nvmlMemory_t);
+SAME_FIELD(struct vnvml_memory, nvmlMemory_t, total);
+SAME_FIELD(struct vnvml_memory, nvmlMemory_t, free);
+SAME_FIELD(struct vnvml_memory, nvmlMemory_t, used);
+SAME_LAYOUT(struct vnvml_memory_v2, nvmlMemory_v2_t);
+SAME_FIELD(struct vnvml_memory_v2, nvmlMemory_v2_t, version);
+SAME_FIELD(struct vnvml_memory_v2, nvmlMemory_v2_t, total);
+SAME_FIELD(struct vnvml_memory_v2, nvmlMemory_v2_t, reserved);
+SAME_FIELD(struct vnvml_memory_v2, nvmlMemory_v2_t, free);
+SAME_FIELD(struct vnvml_memory_v2, nvmlMemory_v2_t, used);
+SAME_LAYOUT(struct vnvml_process_v1, nvmlProcessInfo_v1_t);
+SAME_FIELD(struct vnvml_process_v1, nvmlProcessInfo_v1_t, pid);
+SAME_FIELD_AS(struct vnvml_process_v1, used, nvmlProcessInfo_v1_t, usedGpuMemory);
+SAME_LAYOUT(struct vnvml_process_v2, nvmlProcessInfo_v2_t);
+SAME_FIELD(struct vnvml_process_v2, nvmlProcessInfo_v2_t, pid);
+SAME_FIELD_AS(struct vnvml_process_v2, used, nvmlProcessInfo_v2_t, usedGpuMemory);
+SAME_FIELD_AS(struct vnvml_process_v2, gpu_instance, nvmlProcessInfo_v2_t, gpuInstanceId);
+SAME_FIELD_AS(struct vnvml_process_v2, compute_instance, nvmlProcessInfo_v2_t,
+              computeInstanceId);
+#endif
 
 int
 main(void)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "backend/cuda_api.h"
+#include "driver/cuda_api.h"
 #include "unit/testutil.h"
 
 static struct backend *be; /* opened in main */

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cuda_api.h"
+#include "driver/cuda_api.h"
 
 static void *
 sym(void *lib, const char *name)

@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/cuda_api.h"
+#include "driver/cuda_api.h"
 
 #define MIB ((size_t)1 << 20)
 

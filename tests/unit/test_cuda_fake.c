@@ -20,7 +20,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
-#include "backend/cuda_api.h"
+#include "driver/cuda_api.h"
 #include "testutil.h"
 
 /* The fake's helpers (see the end of fakecuda.c). */

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "config/env.h"
-#include "preload/quota.h"
+#include "quota/quota.h"
 
 #define KiB (1ULL << 10)
 #define MiB (1ULL << 20)

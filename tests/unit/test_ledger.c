@@ -1,5 +1,5 @@
 /*
-** test_ledger.c -- the group ledger (src/preload/ledger.h): quota
+** test_ledger.c -- the group ledger (src/ledger/ledger.h): quota
 ** arithmetic, devices by UUID, processes and threads racing for one
 ** limit, members killed with or without the lock, recycled pids, fork and
 ** exec, file permissions and races at creation, and a full ledger.
@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ledger/ledger.h"
 #include "testutil.h"
-#include "preload/ledger.h"
 
 #define UUID0 "GPU-00000000-1111-2222-3333-444444444444"
 #define UUID1 "GPU-99999999-8888-7777-6666-555555555555"

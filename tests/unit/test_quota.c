@@ -1,5 +1,5 @@
 /*
-** test_quota.c -- quota_for_device (src/preload/quota.c): which setting
+** test_quota.c -- quota_for_device (src/quota/quota.c): which setting
 ** applies to a device (UUID entry, then ordinal entry, then all), UUID
 ** prefixes in any case, fractions of the total, min(limit, total), 0 for
 ** devices that are not limited, and the unknown-total rule. The settings
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "config/env.h"
-#include "preload/quota.h"
+#include "quota/quota.h"
 
 #define MiB (1ULL << 20)
 #define GiB (1ULL << 30)

@@ -1,5 +1,5 @@
 /*
-** test_size.c -- sizes, fractions and their messages (src/util/size.c):
+** test_size.c -- sizes, fractions and their messages (src/base/size.c):
 ** every accepted spelling gives the exact byte count, every rejected one
 ** fails with VRAM_E_PARSE, a one-line message that quotes the text, and
 ** leaves the out-parameter alone.
@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "util/size.h"
+#include "base/size.h"
 
 #define KiB (1ULL << 10)
 #define MiB (1ULL << 20)

@@ -20,7 +20,7 @@
 #include "cliopt.h"
 #include "cmd.h"
 #include "trace/trace.h"
-#include "util/size.h"
+#include "base/size.h"
 #include "vram.h"
 
 enum opt_id {

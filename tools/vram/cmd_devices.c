@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "util/size.h"
+#include "base/size.h"
 #include "vram.h"
 
 #define TF_RULE "free - reserve (TensorFlow's rule)"

@@ -27,7 +27,7 @@
 #include "cmd.h"
 #include "config/env.h"
 #include "trace/trace.h"
-#include "util/size.h"
+#include "base/size.h"
 #include "vram.h"
 
 #define MIB (1ULL << 20)

@@ -22,7 +22,7 @@
 #include "cmd.h"
 #include "config/env.h"
 #include "plan/plan.h"
-#include "util/size.h"
+#include "base/size.h"
 
 enum opt_id {
     OPT_CONFIG, OPT_ARCH, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_KV_HEADS,

@@ -33,7 +33,7 @@
 #include "slots.h"
 #include "cmd.h"
 #include "trace/trace.h"
-#include "util/size.h"
+#include "base/size.h"
 #include "vram.h"
 
 /* ------------------------------------------------------------------ */

@@ -43,9 +43,9 @@
 #include "cliopt.h"
 #include "cmd.h"
 #include "config/env.h"
-#include "preload/ledger.h"
-#include "preload/quota.h"
-#include "util/size.h"
+#include "ledger/ledger.h"
+#include "quota/quota.h"
+#include "base/size.h"
 #include "vram.h"
 
 /* Exit statuses of their own (the others are the command's). */

@@ -14,7 +14,7 @@
 #include "config/env.h"
 #include "monitor/monitor.h"
 #include "monitor/prom.h"
-#include "util/size.h"
+#include "base/size.h"
 
 enum opt_id { OPT_JSON, OPT_PROM, OPT_CONFIG, OPT_MARKDOWN, OPT_NO_NVML };
 

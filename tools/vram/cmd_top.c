@@ -20,7 +20,7 @@
 #include "cliopt.h"
 #include "cmd.h"
 #include "monitor/monitor.h"
-#include "util/size.h"
+#include "base/size.h"
 
 enum opt_id { OPT_INTERVAL, OPT_SORT, OPT_NO_NVML };
 

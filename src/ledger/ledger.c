@@ -34,8 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "preload/ledger.h"
+#include "base/error.h"
+#include "ledger/ledger.h"
 
 /* "VRAMLDG1": stored last, with release order, once the file is ready. */
 #define LEDGER_MAGIC UINT64_C(0x5652414d4c444731)

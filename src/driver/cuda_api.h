@@ -14,8 +14,8 @@
 ** the list's type names to real types: VCU_OWN_TYPE gives ours, and the
 ** declaration test passes a mapping to the SDK's types.
 */
-#ifndef VRAM_BACKEND_CUDA_API_H
-#define VRAM_BACKEND_CUDA_API_H
+#ifndef VRAM_DRIVER_CUDA_API_H
+#define VRAM_DRIVER_CUDA_API_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -23,8 +23,8 @@
 ** the CUDA driver, exits, or prints: errors are statuses with a line in
 ** vram_last_error().
 */
-#ifndef VRAM_PRELOAD_LEDGER_H
-#define VRAM_PRELOAD_LEDGER_H
+#ifndef VRAM_LEDGER_LEDGER_H
+#define VRAM_LEDGER_LEDGER_H
 
 #include <stdbool.h>
 #include <stdint.h>

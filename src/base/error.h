@@ -1,8 +1,10 @@
 /*
 ** error.h -- the thread's last-error line behind vram_last_error().
 */
-#ifndef VRAM_CORE_ERROR_H
-#define VRAM_CORE_ERROR_H
+#ifndef VRAM_BASE_ERROR_H
+#define VRAM_BASE_ERROR_H
+
+#include <stddef.h>
 
 #include "vram.h"
 
@@ -14,5 +16,9 @@ vram_status error_set(vram_status status, const char *fmt, ...)
 /* Clear the calling thread's last-error line (at the start of a public
 ** call). */
 void error_clear(void);
+
+/* Copy the calling thread's last-error line into BUF (LEN bytes), e.g. a
+** parser's reason before anything overwrites it. */
+void error_take(char *buf, size_t len);
 
 #endif

@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "util/size.h"
+#include "base/error.h"
+#include "base/size.h"
 
 /* Characters of the user's text quoted in an error message. */
 #define EXCERPT_CHARS 64

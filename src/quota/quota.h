@@ -1,7 +1,8 @@
 /*
-** quota.h -- the quota settings of the preload library, parsed from the
-** environment by src/config/env.c (the one module that reads it) and
-** resolved per device once the driver has said which GPUs exist.
+** quota.h -- the quota settings of the preload library: their grammar
+** (quota_parse.c), read from the environment by src/config/env.c (the one
+** module that reads it), and resolved per device once the driver has said
+** which GPUs exist (quota.c).
 **
 **   VRAM_LIMIT   "6G" | "50%" | "0.5" (of each device's total memory)
 **                | a per-device list: "0:6G,1:4G", "GPU-1234abcd-...:6G",
@@ -14,15 +15,18 @@
 **   CUDA_DEVICE_MEMORY_LIMIT_<i>   a size for device i (0..15)
 ** A malformed value is an error (never "unlimited").
 */
-#ifndef VRAM_PRELOAD_QUOTA_H
-#define VRAM_PRELOAD_QUOTA_H
+#ifndef VRAM_QUOTA_QUOTA_H
+#define VRAM_QUOTA_QUOTA_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vram.h"
 
 #define QUOTA_MAX_ENTRIES 16
+#define QUOTA_MAX_ORDINAL 64 /* keys are CUDA ordinals 0..63 */
+#define QUOTA_GROUP_LEN 64   /* VRAM_GROUP, with its NUL */
 
 enum quota_kind {
     QUOTA_NONE = 0,
@@ -49,7 +53,7 @@ struct quota_env {
     struct quota_value all;      /* applies to every device not in entries */
     int n_entries;
     struct quota_entry entries[QUOTA_MAX_ENTRIES];
-    char group[64];              /* VRAM_GROUP, or "" (the process alone) */
+    char group[QUOTA_GROUP_LEN]; /* VRAM_GROUP, or "" (the process alone) */
 };
 
 /*
@@ -58,5 +62,23 @@ struct quota_env {
 */
 uint64_t quota_for_device(const struct quota_env *q, int ordinal, const char *uuid,
                           uint64_t total);
+
+/*
+** VRAM_LIMIT: one plain limit for every device ("6G", "50%", "0.5"), or a
+** comma-separated list of KEY:LIMIT items, keys CUDA ordinals or GPU UUID
+** prefixes. Never mixed: a value with any ':' is a list. Fills DST's all,
+** n_entries and entries only (the caller sets the rest). False, with the
+** reason in WHY (LEN bytes), when TEXT is malformed; DST is then untouched.
+*/
+bool quota_parse(const char *text, struct quota_env *dst, char *why, size_t len);
+
+/* VRAM_GROUP into DST (CAP bytes): it names a file in /dev/shm, so a short,
+** plain word (letters, digits, '.', '_', '-'). False, with the reason in
+** WHY, otherwise. */
+bool quota_parse_group(const char *text, char *dst, size_t cap, char *why, size_t len);
+
+/* Append Q's limits as `vram env` shows them ("6.00 GiB on every device",
+** "device 0: 50% of total, ...", "unset") to BUF (LEN bytes, a string). */
+void quota_format(const struct quota_env *q, char *buf, size_t len);
 
 #endif

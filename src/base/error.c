@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 /* The calling thread's last-error line; "" when the last call succeeded
 ** or set none. 512 bytes hold every message vram writes. */
@@ -62,4 +62,10 @@ void
 error_clear(void)
 {
     last_error[0] = '\0';
+}
+
+void
+error_take(char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", last_error);
 }

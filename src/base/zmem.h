@@ -10,8 +10,8 @@
 ** zero pages cost nothing until touched, and a table is touched only
 ** where memory is.
 */
-#ifndef VRAM_UTIL_ZMEM_H
-#define VRAM_UTIL_ZMEM_H
+#ifndef VRAM_BASE_ZMEM_H
+#define VRAM_BASE_ZMEM_H
 
 #include <stddef.h>
 

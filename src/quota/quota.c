@@ -18,7 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "preload/quota.h"
+#include "quota/quota.h"
 
 /* UUID without its "GPU-" (any case), as the driver and the user may
 ** write it with or without. */

@@ -8,8 +8,8 @@
 ** Leading/trailing spaces are rejected; so are signs, empty strings,
 ** overflow past UINT64_MAX and trailing garbage.
 */
-#ifndef VRAM_UTIL_SIZE_H
-#define VRAM_UTIL_SIZE_H
+#ifndef VRAM_BASE_SIZE_H
+#define VRAM_BASE_SIZE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "util/log.h"
+#include "base/log.h"
 
 int log_level_current = LOG_OFF;
 

@@ -1,7 +1,7 @@
 /*
 ** zmem.c -- zeroed arrays: mmap'ed from 64 KiB on, calloc below.
 */
-#include "util/zmem.h"
+#include "base/zmem.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -6,8 +6,8 @@
 **   3  allocations and frees of 1 MiB or more
 **   4  every allocation and free
 */
-#ifndef VRAM_UTIL_LOG_H
-#define VRAM_UTIL_LOG_H
+#ifndef VRAM_BASE_LOG_H
+#define VRAM_BASE_LOG_H
 
 #include <stdio.h>
 

@@ -1,0 +1,108 @@
+/*
+** preload.h -- what the files of the preload library share: the process's
+** state (P), the per-thread hook depth, and the steps every hook family
+** takes (route, reserve, track, give back), all defined in hooks.c. The
+** hook families are hooks_info.c (cuInit and the memory reports, CUDA's
+** and NVML's), hooks_ptr.c (device pointers), hooks_vmm.c (virtual
+** memory) and hooks_array.c (arrays); the table of live allocations is
+** track.c; interpose.c hands out the real functions.
+*/
+#ifndef VRAM_PRELOAD_PRELOAD_H
+#define VRAM_PRELOAD_PRELOAD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "driver/cuda_api.h"
+#include "ledger/ledger.h"
+#include "preload/hooks.h"
+#include "preload/track.h"
+#include "quota/quota.h"
+
+#define PRELOAD_MAX_DEVICES 64 /* CUDA ordinals we keep facts for */
+
+/* What we know of one CUDA ordinal, immutable once READY is set. */
+struct preload_device {
+    int ready;                  /* 1: the fields below are set (atomic) */
+    char uuid[LEDGER_UUID_LEN]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    uint64_t total;             /* bytes, the driver's cuDeviceTotalMem */
+    uint64_t limit;             /* bytes, the quota; 0 = not limited */
+};
+
+/* The process's state (hooks.c). */
+struct preload {
+    int mode;                     /* enum preload_mode, atomic; 0 until initialized */
+    struct quota_env quota;       /* the settings, read once */
+    struct ledger *ledger;        /* the group's ledger (ACTIVE only) */
+    char group[LEDGER_GROUP_LEN]; /* its name */
+    bool private_group;           /* "pid-<pid>-<start>": removed at exit */
+    pid_t creator;                /* the process that created a private group */
+    pthread_mutex_t dev_lock;     /* publishes dev[] */
+    struct preload_device dev[PRELOAD_MAX_DEVICES];
+    long long last_line_ns;     /* CLOCK_MONOTONIC of the last refusal line (atomic) */
+    void *ctx_get_device;       /* the real cuCtxGetDevice (atomic), or NULL */
+    struct trace_writer *trace; /* VRAM_TRACE, or NULL; set before ACTIVE is
+                                   published, dropped in a forked child */
+    uint64_t next_trace_id;     /* the next allocation's trace id (atomic) */
+    int trace_failed;           /* a trace write failed; said once (atomic) */
+};
+extern struct preload P;
+
+/* Hooks running on this thread (initial-exec: no allocation on access).
+** A hook entered while another runs on the same thread forwards. */
+extern _Thread_local int hook_depth __attribute__((tls_model("initial-exec")));
+
+/* Write LINE (without its newline) to stderr in one write. */
+void say(const char *line);
+
+/* The facts of CUDA ordinal ORD, asked from the driver the first time. */
+vcu_result device_get(int ord, struct preload_device **out);
+
+/* The CUDA ordinal of the calling thread's current context. */
+vcu_result current_device(int *ord);
+
+/* The device of UUID among those this process has seen, or -1. */
+int device_by_uuid(const char *uuid);
+
+/* Reserve BYTES on CUDA ordinal ORD (-1: the current context's device)
+** for the call WHAT; on refusal CUDA_ERROR_OUT_OF_MEMORY and a line. */
+vcu_result reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out);
+
+/* Give BYTES reserved on D back. */
+void unreserve(const struct preload_device *d, uint64_t bytes);
+
+/* Give back the entry E of an allocation that the driver freed. */
+void untrack_release(const struct track *e);
+
+/* The real function of hook ID into *FP (a function pointer of SIZE
+** bytes). False if there is none. */
+bool real_of(enum hook_id id, void *fp, size_t size);
+
+/* Record a new allocation (KIND, KEY) of BYTES on D's ordinal ORD, or
+** undo it when the table cannot hold it. Returns the hook's result. */
+vcu_result track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
+                         uint64_t bytes);
+
+/* After an allocation hook: an 'o' trace event when R says memory ran out. */
+vcu_result trace_if_refused(vcu_result r, int ord, uint64_t bytes);
+
+enum route {
+    ROUTE_FAIL,    /* return *fail */
+    ROUTE_FORWARD, /* call the real function and return its result */
+    ROUTE_COUNT    /* do the hook's work */
+};
+
+/* Where a call of hook ID goes; the real function is written to *FP (SIZE
+** bytes) unless ROUTE_FAIL. */
+enum route route(enum hook_id id, void *fp, size_t size, vcu_result *fail);
+
+static inline uint64_t
+min_u64(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+#endif

@@ -1,0 +1,54 @@
+/*
+** track.h -- the preload library's table of this process's live
+** allocations: what each counted pointer, handle or array holds in the
+** ledger, so that its free gives exactly that back. One table per
+** process, guarded by its own lock, which is never held across a driver
+** or ledger call; every function here takes and drops it itself.
+*/
+#ifndef VRAM_PRELOAD_TRACK_H
+#define VRAM_PRELOAD_TRACK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What a tracked key is: the three namespaces may share numbers. */
+enum track_kind { TRACK_PTR = 1, TRACK_HANDLE = 2, TRACK_ARRAY = 3 };
+
+/* One live allocation of this process. */
+struct track {
+    uint64_t key;      /* device pointer, cuMemCreate handle or CUarray */
+    uint64_t bytes;    /* counted in the ledger for it */
+    int kind;          /* enum track_kind */
+    int dev;           /* CUDA ordinal it is counted on */
+    unsigned refs;     /* handles: cuMemRelease calls still due */
+    uint64_t trace_id; /* its id in the trace (when one is recorded) */
+    struct track *next;
+};
+
+/* Add (KIND, KEY) with one reference. False: out of host memory. */
+bool track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t trace_id);
+
+/* Remove (KIND, KEY) into *OUT. False if it is not there. */
+bool track_take(int kind, uint64_t key, struct track *out);
+
+/* What dropping one reference to a handle did (track_unref). */
+enum track_unref {
+    TRACK_UNKNOWN,    /* not a handle of the table */
+    TRACK_STILL_HELD, /* one reference fewer; others remain */
+    TRACK_LAST        /* the last one: removed into *OUT */
+};
+
+/* Drop one reference to HANDLE (a cuMemRelease about to be made). */
+enum track_unref track_unref(uint64_t handle, struct track *out);
+
+/* One more reference to HANDLE, if the table has it
+** (cuMemRetainAllocationHandle, or a cuMemRelease that failed). */
+void track_ref(uint64_t handle);
+
+/* pthread_atfork's three: the child starts with an empty table (its
+** parent's allocations stay the parent's) and a fresh lock. */
+void track_fork_prepare(void);
+void track_fork_parent(void);
+void track_fork_child(void);
+
+#endif
