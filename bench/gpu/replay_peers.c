@@ -61,24 +61,22 @@ enum opt_id {
     OPT_MAX_EVENTS,
     OPT_DEVICE,
     OPT_WARM,
-    OPT_JSON,
-    OPT_HELP
+    OPT_JSON
 };
 
 /* --warm: time a second pass that finds the allocator warm. */
 static bool warm_mode;
 
 static const struct cli_opt opt_table[] = {
-    {OPT_ALLOCATOR, "allocator", "cudaMallocAsync|cudaMalloc|all",
+    {OPT_ALLOCATOR, "allocator", 0, "cudaMallocAsync|cudaMalloc|all",
      "allocators to replay through (default: all)"},
-    {OPT_REPEAT, "repeat", "N",
+    {OPT_REPEAT, "repeat", 0, "N",
      "replay N times (1..1000) and report the median ns/op "
      "(default 3)"},
-    {OPT_MAX_EVENTS, "max-events", "N", "replay only the first N events of each trace"},
-    {OPT_DEVICE, "device", "N", "CUDA device ordinal (default 0)"},
-    {OPT_WARM, "warm", NULL, "time a second pass after an untimed first one"},
-    {OPT_JSON, "json", NULL, "print one JSON object per line (sizes in bytes)"},
-    {OPT_HELP, "help", NULL, "print this help"},
+    {OPT_MAX_EVENTS, "max-events", 0, "N", "replay only the first N events of each trace"},
+    {OPT_DEVICE, "device", 0, "N", "CUDA device ordinal (default 0)"},
+    {OPT_WARM, "warm", 0, NULL, "time a second pass after an untimed first one"},
+    {OPT_JSON, "json", 0, NULL, "print one JSON object per line (sizes in bytes)"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
@@ -119,17 +117,16 @@ fail(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-static void
-usage(FILE *out)
-{
-    fprintf(out, "usage: vram_replay_peers [OPTIONS] TRACE...\n\n"
-                 "Replay allocation traces on the GPU through the CUDA stream-ordered\n"
-                 "pool (cudaMallocAsync, release threshold UINT64_MAX) and through\n"
-                 "cudaMalloc, for comparison with 'vram replay --backend cuda'.\n\n"
-                 "Options:\n");
-    cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out, "\nExit status: 0 ok, 1 failure, 2 bad usage or malformed trace.\n");
-}
+static const struct cli_command peers_cmd = {
+    .prog = "vram_replay_peers",
+    .synopsis = "[OPTIONS] TRACE...",
+    .about = "Replay allocation traces on the GPU through the CUDA stream-ordered\n"
+             "pool (cudaMallocAsync, release threshold UINT64_MAX) and through\n"
+             "cudaMalloc, for comparison with 'vram replay --backend cuda'.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .exit_status = "0 ok, 1 failure, 2 bad usage or malformed trace.",
+};
 
 /* Parse a whole number in [LO, HI] for option NAME. */
 static bool
@@ -414,22 +411,16 @@ parse_args(int argc, char **argv, struct settings *set, const char **paths, int 
     const struct cli_opt *o = NULL;
     const char *value = NULL;
     *n_paths = 0;
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    cliopt_begin(&it, &peers_cmd, argc, argv);
     for (;;) {
         enum cliopt_kind k = cliopt_next(&it, &o, &value);
         if (k == CLIOPT_END)
             break;
+        if (k == CLIOPT_EXIT)
+            return it.status;
         if (k == CLIOPT_OPERAND) {
             paths[(*n_paths)++] = value;
             continue;
-        }
-        if (k == CLIOPT_HELP) {
-            usage(stdout);
-            return 0;
-        }
-        if (k == CLIOPT_ERROR) {
-            fail("%s (try --help)", it.error);
-            return 2;
         }
         uint64_t v = 0;
         switch (o->id) {
@@ -468,15 +459,10 @@ parse_args(int argc, char **argv, struct settings *set, const char **paths, int 
         case OPT_JSON:
             set->json = true;
             break;
-        case OPT_HELP:
-            usage(stdout);
-            return 0;
         }
     }
-    if (*n_paths == 0) {
-        fail("no trace given (usage: vram_replay_peers [OPTIONS] TRACE...)");
-        return 2;
-    }
+    if (*n_paths == 0)
+        return cliopt_usage_error(&peers_cmd, "no trace given");
     return -1;
 }
 

@@ -180,14 +180,14 @@ size_parse(const char *text, uint64_t *out)
                              SIZE_FRACTION_DIGITS_MAX);
     }
 
-    /* Unit: K..P with an optional "B" or "iB", or a lone "B" for bytes. */
+    /* Unit: K..P with an optional "B", "i" or "iB", or a lone "B" for bytes. */
     int shift = unit_shift(*p);
     if (shift > 0) {
         p++;
         if (to_upper(p[0]) == 'B')
             p++;
-        else if (to_upper(p[0]) == 'I' && to_upper(p[1]) == 'B')
-            p += 2;
+        else if (to_upper(p[0]) == 'I') /* "Gi" as Kubernetes writes it, or "GiB" */
+            p += to_upper(p[1]) == 'B' ? 2 : 1;
     } else {
         shift = 0;
         if (to_upper(*p) == 'B')

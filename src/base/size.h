@@ -1,10 +1,12 @@
 /*
 ** size.h -- parsing and printing of byte sizes and fractions, shared by
-** the environment module, the CLI and (later) the preload library.
+** the environment module, the quota grammar, the CLI, the preload library
+** and the Slurm plug-in.
 **
-** Sizes accept "1073741824", "512M", "6G", "6GiB", "6GB", "1.5G", "6144m":
-** a non-negative decimal number with an optional suffix K, M, G, T, P
-** (case-insensitive, optionally followed by "B" or "iB"), all 1024-based.
+** Sizes accept "1073741824", "512M", "6G", "6Gi", "6GiB", "6GB", "1.5G",
+** "6144m": a non-negative decimal number with an optional suffix K, M, G,
+** T, P (case-insensitive, optionally followed by "B", "i" or "iB"), all
+** 1024-based.
 ** Leading/trailing spaces are rejected; so are signs, empty strings,
 ** overflow past UINT64_MAX and trailing garbage.
 */

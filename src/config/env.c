@@ -772,7 +772,7 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
 }
 
 void
-env_print(FILE *out, env_getter get, void *user)
+env_each(env_getter get, void *user, env_row_fn row, void *ctx)
 {
     struct env_load L;
     char value[ENV_COUNT][VALUE_LEN];
@@ -812,26 +812,59 @@ env_print(FILE *out, env_getter get, void *user)
         }
     }
 
-    char names[ENV_COUNT][64];
-    int name_w = (int)strlen("VARIABLE"), value_w = (int)strlen("VALUE");
     for (int id = 0; id < ENV_COUNT; id++) {
-        const char *name = var_name((enum env_id)id, -1, names[id], sizeof names[id]);
-        if (name != names[id])
-            snprintf(names[id], sizeof names[id], "%s", name);
-        int n = (int)strlen(names[id]);
+        char name_buf[64];
+        const char *name = var_name((enum env_id)id, -1, name_buf, sizeof name_buf);
+        row(ctx, name, value[id],
+            bad[id] ? NULL : L.text[id] != NULL ? "environment" : "default");
+    }
+}
+
+/* env_print's rows, gathered to size the columns. */
+struct print_rows {
+    char names[ENV_COUNT][64];
+    char values[ENV_COUNT][VALUE_LEN];
+    const char *sources[ENV_COUNT];
+    int n;
+};
+
+static void
+gather_row(void *ctx, const char *name, const char *value, const char *source)
+{
+    struct print_rows *r = ctx;
+    if (r->n == ENV_COUNT)
+        return;
+    snprintf(r->names[r->n], sizeof r->names[r->n], "%s", name);
+    snprintf(r->values[r->n], sizeof r->values[r->n], "%s", value);
+    r->sources[r->n++] = source;
+}
+
+void
+env_print(FILE *out, env_getter get, void *user)
+{
+    struct print_rows *r = calloc(1, sizeof *r); /* about 20 KiB */
+    if (r == NULL) {
+        fprintf(out, "error: out of memory\n");
+        return;
+    }
+    env_each(get, user, gather_row, r);
+    int name_w = (int)strlen("VARIABLE"), value_w = (int)strlen("VALUE");
+    for (int i = 0; i < r->n; i++) {
+        int n = (int)strlen(r->names[i]);
         name_w = n > name_w ? n : name_w;
-        n = (int)strlen(value[id]);
-        if (!bad[id] && n > value_w)
+        n = (int)strlen(r->values[i]);
+        if (r->sources[i] != NULL && n > value_w)
             value_w = n < 40 ? n : 40; /* a long path should not push every row */
     }
     fprintf(out, "%-*s  %-*s  %s\n", name_w, "VARIABLE", value_w, "VALUE", "SOURCE");
-    for (int id = 0; id < ENV_COUNT; id++) {
-        if (bad[id])
-            fprintf(out, "%-*s  %s\n", name_w, names[id], value[id]);
+    for (int i = 0; i < r->n; i++) {
+        if (r->sources[i] == NULL)
+            fprintf(out, "%-*s  %s\n", name_w, r->names[i], r->values[i]);
         else
-            fprintf(out, "%-*s  %-*s  %s\n", name_w, names[id], value_w, value[id],
-                    L.text[id] != NULL ? "environment" : "default");
+            fprintf(out, "%-*s  %-*s  %s\n", name_w, r->names[i], value_w, r->values[i],
+                    r->sources[i]);
     }
+    free(r);
 }
 
 /* The rows FIRST..END-1 as a Markdown table. */

@@ -102,6 +102,13 @@ vram_status env_run_load(env_getter get, void *user, struct env_run *out);
 ** whose value is malformed are printed with the error instead. */
 void env_print(FILE *out, env_getter get, void *user);
 
+/* The same rows, one call of ROW each, in the table's order: the variable's
+** NAME, its effective VALUE (or "error: why") and SOURCE ("environment",
+** "default", or NULL when the value is malformed). */
+typedef void (*env_row_fn)(void *ctx, const char *name, const char *value,
+                           const char *source);
+void env_each(env_getter get, void *user, env_row_fn row, void *ctx);
+
 /* Print the table as Markdown (docs/ENVIRONMENT.md is this output). */
 void env_markdown(FILE *out);
 

@@ -105,7 +105,7 @@ jget() {
 # ---- the command itself ----
 run
 expect_rc "vram alone is a usage error" 2
-if grep -q '^usage: vram' "$TMP/err"; then pass "vram alone prints the usage to stderr"; else fail "vram alone prints the usage to stderr" "no usage line"; fi
+if grep -qi '^usage: vram' "$TMP/err"; then pass "vram alone prints the usage to stderr"; else fail "vram alone prints the usage to stderr" "no usage line"; fi
 run help
 expect_rc "vram help" 0
 run --version

@@ -114,7 +114,7 @@ expect_error "no command after --" 2 "run: no command given"
 run -- --bogus -- true
 expect_error "unknown option" 2 "run: unknown option '--bogus'"
 run -- $P --limit
-expect_error "--limit without a value" 2 "run: --limit needs a value"
+expect_error "--limit without a value" 2 "run: option '--limit' needs a value"
 
 # ---- settings are checked before anything runs ----
 run -- $P --limit 6X -- touch "$TMP/ran"

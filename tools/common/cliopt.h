@@ -1,52 +1,118 @@
 /*
-** cliopt.h -- long-option parsing for the command-line tools, from one
-** table per command that also generates its --help (curl's habit: each
-** option documented once).
+** cliopt.h -- the command-line layer of every `vram` subcommand (and of
+** the GPU benchmarks), on glibc's getopt_long. One description per
+** command (struct cli_command) gives the parser, the --help text (which
+** the man pages are generated from, so it is complete: usage line,
+** description, every option, notes, exit status) and the messages.
 **
-** Accepted: "--name value", "--name=value", flags "--name", "-h" (help),
-** "--" (everything after it is an operand) and "-" (an operand).
+** Every command accepts, without listing them:
+**   -h, --help      its help on standard output, exit 0
+**   -V, --version   "vram VERSION" on standard output, exit 0
+** and for the others "--name value", "--name=value", "-x value", "-xvalue",
+** unambiguous prefixes of long names (getopt_long's rule), "--" (all
+** that follows is an operand) and "-" (an operand). A bad option is one
+** line on standard error naming the option and the command, then
+** "(try 'vram CMD --help')", and exit status 2.
 */
 #ifndef VRAM_TOOLS_CLIOPT_H
 #define VRAM_TOOLS_CLIOPT_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#include "vram.h"
+
+/* Exit statuses of the layer (the commands document the same ones). */
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_USAGE 2
+
+/* Most options one command may have, the two implicit ones aside. */
+#define CLIOPT_MAX 48
 
 struct cli_opt {
     int id;              /* the command's own option number */
     const char *name;    /* long name without "--" */
+    char short_name;     /* one-letter alias ('d' for -d), or 0 */
     const char *metavar; /* NULL: a flag without a value */
-    const char *help;    /* one line */
+    const char *help;    /* one sentence; wrapped to the terminal's 80 columns */
+};
+
+struct cli_command {
+    const char *prog;     /* "vram stat": messages say "vram: stat: ..." */
+    const char *synopsis; /* what follows PROG on the usage line; more usage
+                             lines after '\n' (each starts with PROG again) */
+    const char *about;    /* what the command does: paragraphs, '\n'-ended */
+    const struct cli_opt *opts;
+    size_t n_opts;
+    void (*notes)(FILE *out); /* text after the options (may be NULL) */
+    const char *exit_status;  /* "0 ok, 1 failure, 2 bad usage." */
+    /* The first operand ends the options: what follows it is a command
+    ** line of its own (vram run), options or not. */
+    bool stop_at_operand;
 };
 
 enum cliopt_kind {
     CLIOPT_OPTION,  /* *opt and, unless a flag, *value are set */
     CLIOPT_OPERAND, /* *value is the operand */
-    CLIOPT_HELP,    /* -h was given */
     CLIOPT_END,     /* no more arguments */
-    CLIOPT_ERROR    /* it->error says what is wrong, in one line */
+    CLIOPT_EXIT     /* help, version or an error was printed: return it->status */
 };
 
 struct cliopt_iter {
+    const struct cli_command *cmd;
     int argc;
     char **argv;
-    int next;           /* index of the next argument */
-    bool only_operands; /* "--" was seen */
-    const struct cli_opt *table;
-    size_t n;
-    char error[192];
+    int next;  /* index of the next argument not yet read */
+    int status; /* with CLIOPT_EXIT: the command's exit status */
+    bool options_done; /* getopt_long said no more options: operands follow */
+    char shortopts[3 + 3 * (CLIOPT_MAX + 2)];
+    struct option longopts[CLIOPT_MAX + 3];
 };
 
-/* Start walking ARGV from argv[1] against TABLE (N entries). */
-void cliopt_begin(struct cliopt_iter *it, int argc, char **argv,
-                  const struct cli_opt *table, size_t n);
+/* Start walking ARGV (argv[0] is the command's name) against CMD. */
+void cliopt_begin(struct cliopt_iter *it, const struct cli_command *cmd, int argc,
+                  char **argv);
 
 /* The next option or operand. */
 enum cliopt_kind cliopt_next(struct cliopt_iter *it, const struct cli_opt **opt,
                              const char **value);
 
-/* One line per option: "  --name METAVAR    help". */
-void cliopt_help(FILE *out, const struct cli_opt *table, size_t n);
+/* As cliopt_next, for a command that takes no operands: an operand is a
+** usage error (CLIOPT_EXIT). */
+enum cliopt_kind cliopt_next_option(struct cliopt_iter *it, const struct cli_opt **opt,
+                                    const char **value);
+
+/* CMD's whole --help text to OUT. */
+void cliopt_help(const struct cli_command *cmd, FILE *out);
+
+/* A usage error of CMD: "vram: CMD: <message> (try 'vram CMD --help')" on
+** standard error; returns CLI_EXIT_USAGE. */
+int cliopt_usage_error(const struct cli_command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Parse TEXT as a size (src/util/size.c: 6G, 6Gi, 6GiB, 512M, 1073741824)
+** for option NAME of CMD into *OUT; a bad one, or 0, is a usage error
+** (false, the line printed). */
+bool cliopt_size(const struct cli_command *cmd, const char *name, const char *text,
+                 uint64_t *out);
+
+/* Parse TEXT as seconds in [MIN, MAX] for option NAME of CMD (false, the
+** usage error printed, otherwise). */
+bool cliopt_seconds(const struct cli_command *cmd, const char *name, const char *text,
+                    double min, double max, double *out);
+
+/* Parse TEXT as a strategy name for --strategy of CMD; an unknown one is
+** a usage error naming every known one (false, the line printed). */
+bool cliopt_strategy(const struct cli_command *cmd, const char *text, vram_strategy *out);
+
+/* Every strategy name to OUT: SEP between them, LAST before the last. */
+void cliopt_strategy_names(FILE *out, const char *sep, const char *last);
+
+/* Write TEXT to OUT, the cursor being at column COL, words wrapped before
+** column 80 onto lines indented by INDENT spaces; then a newline. */
+void cliopt_wrap(FILE *out, int indent, int col, const char *text);
 
 #endif

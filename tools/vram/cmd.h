@@ -39,9 +39,4 @@ int cli_load_trace(const char *path, struct trace **out);
 ** and the exit code (1, or 2 for a bad option) returned. */
 int cli_analyze(const struct trace *t, const struct an_options *o, struct an_result **out);
 
-/* Parse the value of --strategy / of size option --NAME into *OUT; on a
-** bad value print one line and return false. */
-bool cli_parse_strategy(const char *text, vram_strategy *out);
-bool cli_parse_size(const char *name, const char *text, uint64_t *out);
-
 #endif

@@ -29,45 +29,49 @@ enum opt_id {
     OPT_DEVICE_MEMORY,
     OPT_JSON,
     OPT_HTML,
-    OPT_COMPARE,
-    OPT_HELP
+    OPT_COMPARE
 };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_STRATEGY, "strategy", "NAME",
+    {OPT_STRATEGY, "strategy", 0, "NAME",
      "replay under this strategy for reserved bytes and fragmentation (default: growth)"},
-    {OPT_LIMIT, "limit", "SIZE",
+    {OPT_LIMIT, "limit", 0, "SIZE",
      "cap of the replay, and the cap a final OOM is judged against (default: none; "
      "the trace's limit= metadata if it has one)"},
-    {OPT_DEVICE_MEMORY, "device-memory", "SIZE",
+    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
      "memory of the simulated device (default: an H200's 143771 MiB)"},
-    {OPT_JSON, "json", NULL, "print one JSON object (sizes in integer bytes)"},
-    {OPT_HTML, "html", "FILE",
+    {OPT_JSON, "json", 0, NULL, "print one JSON object (sizes in integer bytes)"},
+    {OPT_HTML, "html", 0, "FILE",
      "also write a self-contained HTML report to FILE ('-': to standard output, "
      "instead of the text)"},
-    {OPT_COMPARE, "compare", NULL,
+    {OPT_COMPARE, "compare", 0, NULL,
      "compare two traces A B: peak, per-phase peaks, live set at the peak"},
-    {OPT_HELP, "help", NULL, "print this help"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static void
-analyze_usage(FILE *out)
+analyze_notes(FILE *out)
 {
-    fprintf(out,
-            "usage: vram analyze [OPTIONS] TRACE\n"
-            "       vram analyze --compare [OPTIONS] A B\n\n"
-            "Analyze an allocation trace: the peak and what was live then, the\n"
-            "iterations (from marks, else detected from the repeating events), a leak\n"
-            "verdict (the least live bytes of each iteration rising steadily), the\n"
-            "fragmentation of a replay under a strategy, and why a final OOM happened.\n"
-            "With --compare, the difference of two runs. See docs/ANALYZE.md.\n\n"
-            "Options:\n");
-    cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out, "\nSizes accept 1073741824, 512M, 6G, 6GiB, 6GB (all 1024-based).\n"
-                 "Exit status: 0 ok, 1 failure, 2 bad usage or a malformed trace.\n");
+    fprintf(out, "Strategies: ");
+    cliopt_strategy_names(out, ", ", " and ");
+    fprintf(out, ".\nSizes are 1024-based: 1073741824, 512M, 6G, 6Gi, 6GiB and 6GB alike.\n");
 }
+
+static const struct cli_command analyze_cmd = {
+    .prog = "vram analyze",
+    .synopsis = "[OPTIONS] TRACE\n--compare [OPTIONS] A B",
+    .about = "Analyze an allocation trace: the peak and what was live then, the\n"
+             "iterations (from marks, else detected from the repeating events), a leak\n"
+             "verdict (the least live bytes of each iteration rising steadily), the\n"
+             "fragmentation of a replay under a strategy, and why a final OOM happened.\n"
+             "With --compare, the difference of two runs (as text, --json or --html).\n"
+             "See docs/ANALYZE.md.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .notes = analyze_notes,
+    .exit_status = "0 ok, 1 failure, 2 bad usage or a malformed trace.",
+};
 
 /* ------------------------------------------------------------------ */
 /* Shared with `vram doctor` (cmd.h)                                    */
@@ -99,34 +103,6 @@ cli_analyze(const struct trace *t, const struct an_options *o, struct an_result 
     return s == VRAM_E_INVALID || s == VRAM_E_CONFIG ? 2 : 1;
 }
 
-bool
-cli_parse_strategy(const char *text, vram_strategy *out)
-{
-    if (vram_strategy_parse(text, out) == VRAM_OK)
-        return true;
-    cli_error("--strategy '%s': unknown strategy (expected preallocate, growth, "
-              "growth:tf-compat or expandable)",
-              text);
-    return false;
-}
-
-bool
-cli_parse_size(const char *name, const char *text, uint64_t *out)
-{
-    uint64_t v;
-    if (size_parse(text, &v) != VRAM_OK) {
-        const char *why = vram_last_error();
-        cli_error("--%s: %s", name, why[0] != '\0' ? why : "malformed size");
-        return false;
-    }
-    if (v == 0) {
-        cli_error("--%s '%s': must be more than 0 bytes", name, text);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* ------------------------------------------------------------------ */
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
@@ -146,38 +122,31 @@ parse_args(int argc, char **argv, struct analyze_settings *set)
     struct cliopt_iter it;
     const struct cli_opt *o = NULL;
     const char *value = NULL;
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    cliopt_begin(&it, &analyze_cmd, argc, argv);
     for (;;) {
         enum cliopt_kind k = cliopt_next(&it, &o, &value);
         if (k == CLIOPT_END)
             break;
-        if (k == CLIOPT_HELP) {
-            analyze_usage(stdout);
-            return 0;
-        }
-        if (k == CLIOPT_ERROR) {
-            cli_error("analyze: %s (try 'vram analyze --help')", it.error);
-            return 2;
-        }
+        if (k == CLIOPT_EXIT)
+            return it.status;
         if (k == CLIOPT_OPERAND) {
-            if (set->n_paths == 2) {
-                cli_error("analyze: too many traces (one, or two with --compare)");
-                return 2;
-            }
+            if (set->n_paths == 2)
+                return cliopt_usage_error(&analyze_cmd,
+                                          "too many traces (one, or two with --compare)");
             set->paths[set->n_paths++] = value;
             continue;
         }
         switch (o->id) {
         case OPT_STRATEGY:
-            if (!cli_parse_strategy(value, &set->opts.strategy))
+            if (!cliopt_strategy(&analyze_cmd, value, &set->opts.strategy))
                 return 2;
             break;
         case OPT_LIMIT:
-            if (!cli_parse_size(o->name, value, &set->opts.limit))
+            if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.limit))
                 return 2;
             break;
         case OPT_DEVICE_MEMORY:
-            if (!cli_parse_size(o->name, value, &set->opts.device_memory))
+            if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.device_memory))
                 return 2;
             break;
         case OPT_JSON:
@@ -189,22 +158,15 @@ parse_args(int argc, char **argv, struct analyze_settings *set)
         case OPT_COMPARE:
             set->compare = true;
             break;
-        case OPT_HELP:
-            analyze_usage(stdout);
-            return 0;
         }
     }
-    if (set->compare && set->n_paths != 2) {
-        cli_error(
-            "analyze: --compare needs two traces (usage: vram analyze --compare A B)");
-        return 2;
-    }
-    if (!set->compare && set->n_paths != 1) {
-        cli_error(set->n_paths == 0
-                      ? "analyze: no trace given (usage: vram analyze [OPTIONS] TRACE)"
-                      : "analyze: two traces given: add --compare to compare them");
-        return 2;
-    }
+    if (set->compare && set->n_paths != 2)
+        return cliopt_usage_error(&analyze_cmd, "--compare needs two traces A B");
+    if (!set->compare && set->n_paths != 1)
+        return cliopt_usage_error(&analyze_cmd, set->n_paths == 0
+                                                    ? "no trace given"
+                                                    : "two traces given: add --compare "
+                                                      "to compare them");
     if (set->compare && set->html != NULL) {
         cli_error("analyze: --html describes one trace, not a comparison");
         return 2;

@@ -18,42 +18,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cliopt.h"
 #include "cmd.h"
 #include "base/size.h"
 #include "vram.h"
 
 #define TF_RULE "free - reserve (TensorFlow's rule)"
 
-/* The options, in one table from which both the parser and --help come. */
-enum devices_opt { OPT_JSON, OPT_HELP };
+enum devices_opt { OPT_JSON };
 
-static const struct {
-    const char *name;
-    enum devices_opt id;
-    const char *help;
-} devices_opts[] = {
-    {"--json", OPT_JSON, "print one JSON object with sizes in bytes"},
-    {"--help", OPT_HELP, "print this help"},
+static const struct cli_opt opt_table[] = {
+    {OPT_JSON, "json", 0, NULL, "print one JSON object with sizes in bytes"},
 };
 
-#define N_DEVICES_OPTS (sizeof devices_opts / sizeof devices_opts[0])
-
-static void
-devices_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: vram devices [--json]\n\n"
-            "List the physical devices (index, UUID, name, total and free memory)\n"
-            "and the logical devices that the environment (VRAM_BACKEND,\n"
-            "VRAM_STRATEGY, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION) makes of them.\n"
-            "No device is initialized: a cap that depends on free memory at first\n"
-            "use is shown as TensorFlow's rule.\n\n"
-            "Options:\n");
-    for (size_t i = 0; i < N_DEVICES_OPTS; i++)
-        fprintf(out, "  %-8s %s\n", devices_opts[i].name, devices_opts[i].help);
-    fprintf(out, "\nExit status: 0 ok, 1 no driver, no device or output error, 2 bad\n"
-                 "usage or a malformed environment variable.\n");
-}
+static const struct cli_command devices_cmd = {
+    .prog = "vram devices",
+    .synopsis = "[--json]",
+    .about = "List the physical devices (index, UUID, name, total and free memory)\n"
+             "and the logical devices that the environment (VRAM_BACKEND,\n"
+             "VRAM_STRATEGY, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION) makes of them.\n"
+             "No device is initialized: a cap that depends on free memory at first\n"
+             "use is shown as TensorFlow's rule.\n",
+    .opts = opt_table,
+    .n_opts = sizeof opt_table / sizeof opt_table[0],
+    .exit_status = "0 ok, 1 no driver, no device or output error, 2 bad usage or a "
+                   "malformed environment variable.",
+};
 
 /* One logical device as the configuration describes it. */
 struct logical_row {
@@ -211,33 +201,15 @@ int
 cmd_devices(int argc, char **argv)
 {
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        bool known = false;
-        for (size_t k = 0; k < N_DEVICES_OPTS && !known; k++) {
-            if (strcmp(arg, devices_opts[k].name) != 0)
-                continue;
-            known = true;
-            if (devices_opts[k].id == OPT_HELP) {
-                devices_usage(stdout);
-                return 0;
-            }
-            json = true;
-        }
-        if (!known && strcmp(arg, "-h") == 0) {
-            devices_usage(stdout);
-            return 0;
-        }
-        if (!known) {
-            if (arg[0] == '-')
-                cli_error("devices: unknown option '%s' (try 'vram devices --help')",
-                          arg);
-            else
-                cli_error("devices: unexpected argument '%s' (try 'vram devices --help')",
-                          arg);
-            return 2;
-        }
-    }
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *value = NULL;
+    enum cliopt_kind kind;
+    cliopt_begin(&it, &devices_cmd, argc, argv);
+    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION)
+        json = true; /* the only option */
+    if (kind == CLIOPT_EXIT)
+        return it.status;
 
     vram_context *ctx = NULL;
     vram_status st = vram_open(NULL, &ctx);

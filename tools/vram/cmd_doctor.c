@@ -40,33 +40,30 @@
 /* A GPU whose memory is held by others beyond this share of its total. */
 #define OTHERS_SHARE 0.10
 
-enum opt_id { OPT_STRATEGY, OPT_LIMIT, OPT_JSON, OPT_HELP };
+enum opt_id { OPT_STRATEGY, OPT_LIMIT, OPT_JSON };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_STRATEGY, "strategy", "NAME",
+    {OPT_STRATEGY, "strategy", 0, "NAME",
      "with TRACE: replay under this strategy (default: growth)"},
-    {OPT_LIMIT, "limit", "SIZE",
+    {OPT_LIMIT, "limit", 0, "SIZE",
      "with TRACE: the job's cap (memory_limit), to judge a final OOM against"},
-    {OPT_JSON, "json", NULL, "print one JSON object {\"checks\":[...],...}"},
-    {OPT_HELP, "help", NULL, "print this help"},
+    {OPT_JSON, "json", 0, NULL, "print one JSON object {\"checks\":[...],...}"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
-static void
-doctor_usage(FILE *out)
-{
-    fprintf(out, "usage: vram doctor [OPTIONS] [TRACE]\n\n"
-                 "Check for the usual GPU memory problems, each with its evidence and a\n"
-                 "next step. Without TRACE: the environment and the GPUs. With TRACE:\n"
-                 "preallocation, a leak, an OOM below the cap (fragmentation), an OOM\n"
-                 "above it (the job is too big), uneven use of several GPUs.\n\n"
-                 "Options:\n");
-    cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out,
-            "\nExit status: 0 no problem found (warnings allowed), 1 a problem found\n"
-            "or the checks could not run, 2 bad usage or a malformed trace.\n");
-}
+static const struct cli_command doctor_cmd = {
+    .prog = "vram doctor",
+    .synopsis = "[OPTIONS] [TRACE]",
+    .about = "Check for the usual GPU memory problems, each with its evidence and a\n"
+             "next step. Without TRACE: the environment and the GPUs. With TRACE:\n"
+             "preallocation, a leak, an OOM below the cap (fragmentation), an OOM\n"
+             "above it (the job is too big), uneven use of several GPUs.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .exit_status = "0 no problem found (warnings allowed), 1 a problem found or the "
+                   "checks could not run, 2 bad usage or a malformed trace.",
+};
 
 /* ------------------------------------------------------------------ */
 /* Checks                                                               */
@@ -592,50 +589,36 @@ cmd_doctor(int argc, char **argv)
     const char *value = NULL;
     bool trace_opts = false;
 
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    cliopt_begin(&it, &doctor_cmd, argc, argv);
     for (;;) {
         enum cliopt_kind k = cliopt_next(&it, &o, &value);
         if (k == CLIOPT_END)
             break;
-        if (k == CLIOPT_HELP) {
-            doctor_usage(stdout);
-            return 0;
-        }
-        if (k == CLIOPT_ERROR) {
-            cli_error("doctor: %s (try 'vram doctor --help')", it.error);
-            return 2;
-        }
+        if (k == CLIOPT_EXIT)
+            return it.status;
         if (k == CLIOPT_OPERAND) {
-            if (path != NULL) {
-                cli_error("doctor: one trace at a time (usage: vram doctor [TRACE])");
-                return 2;
-            }
+            if (path != NULL)
+                return cliopt_usage_error(&doctor_cmd, "one trace at a time");
             path = value;
             continue;
         }
         switch (o->id) {
         case OPT_STRATEGY:
-            if (!cli_parse_strategy(value, &opts.strategy))
+            if (!cliopt_strategy(&doctor_cmd, value, &opts.strategy))
                 return 2;
             trace_opts = true;
             break;
         case OPT_LIMIT:
-            if (!cli_parse_size(o->name, value, &opts.limit))
+            if (!cliopt_size(&doctor_cmd, o->name, value, &opts.limit))
                 return 2;
             trace_opts = true;
             break;
         case OPT_JSON:
             json = true;
             break;
-        case OPT_HELP:
-            doctor_usage(stdout);
-            return 0;
         }
     }
-    if (path == NULL && trace_opts) {
-        cli_error("doctor: --strategy and --limit apply to a trace (usage: vram doctor "
-                  "[OPTIONS] TRACE)");
-        return 2;
-    }
+    if (path == NULL && trace_opts)
+        return cliopt_usage_error(&doctor_cmd, "--strategy and --limit apply to a trace");
     return path != NULL ? doctor_trace(path, &opts, json) : doctor_environment(json);
 }

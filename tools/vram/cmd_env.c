@@ -1,47 +1,69 @@
 /*
 ** cmd_env.c -- `vram env`: every setting vram reads from the environment,
-** its effective value and where it came from; `--markdown` prints the
+** its effective value and where it came from (`--json`: as JSON); `--markdown` prints the
 ** documentation (docs/ENVIRONMENT.md is that output) and `--check` only
 ** says, through the exit status, whether vram_open would accept the
 ** environment. All of it comes from the one table in src/config/env.c.
 */
 #include <errno.h>
+#include <json-c/json.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cliopt.h"
 #include "cmd.h"
 #include "config/env.h"
 #include "vram.h"
 
-enum env_mode { MODE_PRINT, MODE_MARKDOWN, MODE_CHECK, MODE_HELP };
+enum env_mode { MODE_PRINT, MODE_JSON, MODE_MARKDOWN, MODE_CHECK };
 
-/* The options, in one table from which both the parser and --help come. */
-static const struct {
-    const char *name; /* with the dashes */
-    enum env_mode mode;
-    const char *help;
-} env_opts[] = {
-    {"--markdown", MODE_MARKDOWN,
+static const struct cli_opt opt_table[] = {
+    {MODE_JSON, "json", 0, NULL,
+     "print one JSON object {\"variables\":[{\"name\",\"value\",\"source\"},...]}; a "
+     "malformed value has \"error\" instead of \"value\" and \"source\""},
+    {MODE_MARKDOWN, "markdown", 0, NULL,
      "print the documentation of every variable as Markdown"},
-    {"--check", MODE_CHECK,
+    {MODE_CHECK, "check", 0, NULL,
      "exit 0 if the environment is valid, else 2 naming the bad value"},
-    {"--help", MODE_HELP, "print this help"},
 };
 
-#define N_ENV_OPTS (sizeof env_opts / sizeof env_opts[0])
+static const struct cli_command env_cmd = {
+    .prog = "vram env",
+    .synopsis = "[--json | --markdown | --check]",
+    .about = "Print every variable vram reads from the environment, its effective\n"
+             "value and its source (default or environment).\n",
+    .opts = opt_table,
+    .n_opts = sizeof opt_table / sizeof opt_table[0],
+    .exit_status = "0 ok, 1 output could not be written, 2 bad usage or (with --check) a "
+                   "malformed variable.",
+};
 
 static void
-env_usage(FILE *out)
+json_row(void *ctx, const char *name, const char *value, const char *source)
 {
-    fprintf(out, "usage: vram env [--markdown | --check]\n\n"
-                 "Print every variable vram reads from the environment, its effective\n"
-                 "value and its source (default or environment).\n\n"
-                 "Options:\n");
-    for (size_t i = 0; i < N_ENV_OPTS; i++)
-        fprintf(out, "  %-12s %s\n", env_opts[i].name, env_opts[i].help);
-    fprintf(out, "\nExit status: 0 ok, 1 output could not be written, 2 bad usage\n"
-                 "or (with --check) a malformed variable.\n");
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "name", json_object_new_string(name));
+    if (source != NULL) {
+        json_object_object_add(o, "value", json_object_new_string(value));
+        json_object_object_add(o, "source", json_object_new_string(source));
+    } else {
+        /* env_each says "error: why"; the key says it is an error. */
+        const char *why = strncmp(value, "error: ", 7) == 0 ? value + 7 : value;
+        json_object_object_add(o, "error", json_object_new_string(why));
+    }
+    json_object_array_add(ctx, o);
+}
+
+static void
+print_json(void)
+{
+    json_object *root = json_object_new_object();
+    json_object *vars = json_object_new_array();
+    env_each(NULL, NULL, json_row, vars);
+    json_object_object_add(root, "variables", vars);
+    puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));
+    json_object_put(root);
 }
 
 int
@@ -49,38 +71,21 @@ cmd_env(int argc, char **argv)
 {
     enum env_mode mode = MODE_PRINT;
     const char *mode_arg = NULL;
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *value = NULL;
+    enum cliopt_kind kind;
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        enum env_mode m = MODE_PRINT;
-        bool known = false;
-        if (strcmp(arg, "-h") == 0) {
-            m = MODE_HELP;
-            known = true;
-        }
-        for (size_t k = 0; k < N_ENV_OPTS && !known; k++)
-            if (strcmp(arg, env_opts[k].name) == 0) {
-                m = env_opts[k].mode;
-                known = true;
-            }
-        if (!known) {
-            if (arg[0] == '-')
-                cli_error("env: unknown option '%s' (try 'vram env --help')", arg);
-            else
-                cli_error("env: unexpected argument '%s' (try 'vram env --help')", arg);
-            return 2;
-        }
-        if (m == MODE_HELP) {
-            env_usage(stdout);
-            return 0;
-        }
-        if (mode_arg != NULL && m != mode) {
-            cli_error("env: %s and %s cannot be combined", mode_arg, arg);
-            return 2;
-        }
-        mode = m;
-        mode_arg = arg;
+    cliopt_begin(&it, &env_cmd, argc, argv);
+    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
+        if (mode_arg != NULL && (enum env_mode)opt->id != mode)
+            return cliopt_usage_error(&env_cmd, "--%s and --%s cannot be combined", mode_arg,
+                                      opt->name);
+        mode = (enum env_mode)opt->id;
+        mode_arg = opt->name;
     }
+    if (kind == CLIOPT_EXIT)
+        return it.status;
 
     switch (mode) {
     case MODE_CHECK: {
@@ -94,8 +99,10 @@ cmd_env(int argc, char **argv)
     case MODE_MARKDOWN:
         env_markdown(stdout);
         break;
+    case MODE_JSON:
+        print_json();
+        break;
     case MODE_PRINT:
-    case MODE_HELP:
         env_print(stdout, NULL, NULL);
         break;
     }

@@ -31,9 +31,9 @@
 enum opt_id { OPT_LISTEN, OPT_INTERVAL, OPT_NO_NVML };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_LISTEN, "listen", "ADDR:PORT", "address to serve on (default 127.0.0.1:9400)"},
-    {OPT_INTERVAL, "interval", "SECONDS", "seconds between samples, 0.1..3600 (default 1)"},
-    {OPT_NO_NVML, "no-nvml", NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+    {OPT_LISTEN, "listen", 0, "ADDR:PORT", "address to serve on (default 127.0.0.1:9400)"},
+    {OPT_INTERVAL, "interval", 0, "SECONDS", "seconds between samples, 0.1..3600 (default 1)"},
+    {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
 };
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
@@ -53,16 +53,19 @@ struct exporter {
     double interval_s;
 };
 
-static void
-exp_usage(FILE *out)
-{
-    fprintf(out, "usage: vram exporter [--listen ADDR:PORT] [--interval SECONDS]\n\n"
-                 "Serve the monitor's metrics (docs/METRICS.md) at http://ADDR:PORT/metrics\n"
-                 "for Prometheus. ADDR is an IPv4 address or [IPv6].\n\nOptions:\n");
-    cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out, "\nExit status: 0 stopped by SIGINT/SIGTERM, 1 failure (e.g. the address\n"
-                 "is in use), 2 bad usage.\n");
-}
+static const struct cli_command exporter_cmd = {
+    .prog = "vram exporter",
+    .synopsis = "[--listen ADDR:PORT] [--interval SECONDS] [--no-nvml]",
+    .about = "Serve the monitor's metrics (docs/METRICS.md) at http://ADDR:PORT/metrics\n"
+             "for Prometheus; GET / answers a short page linking /metrics. ADDR is an\n"
+             "IPv4 address or [IPv6]. Every series carries the gpu (index), UUID and\n"
+             "modelName labels of NVIDIA's dcgm-exporter, and Hostname, so that one query\n"
+             "can join the two exporters.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .exit_status = "0 stopped by SIGINT/SIGTERM, 1 failure (e.g. the address is in use), "
+                   "2 bad usage.",
+};
 
 /* Parse "A.B.C.D:PORT" or "[V6]:PORT" into SS; false with a reason in WHY. */
 static bool
@@ -221,44 +224,24 @@ cmd_exporter(int argc, char **argv)
     const struct cli_opt *opt = NULL;
     const char *value = NULL;
 
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
-    for (bool done = false; !done;) {
-        switch (cliopt_next(&it, &opt, &value)) {
-        case CLIOPT_END:
-            done = true;
-            continue;
-        case CLIOPT_ERROR:
-            cli_error("exporter: %s (try 'vram exporter --help')", it.error);
-            return 2;
-        case CLIOPT_HELP:
-            exp_usage(stdout);
-            return 0;
-        case CLIOPT_OPERAND:
-            cli_error("exporter: unexpected argument '%s' (try 'vram exporter --help')", value);
-            return 2;
-        case CLIOPT_OPTION:
-            break;
-        }
+    cliopt_begin(&it, &exporter_cmd, argc, argv);
+    enum cliopt_kind kind;
+    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
         switch ((enum opt_id)opt->id) {
         case OPT_LISTEN:
             listen = value;
             break;
-        case OPT_INTERVAL: {
-            char *end = NULL;
-            errno = 0;
-            interval = strtod(value, &end);
-            if (errno != 0 || end == value || *end != '\0' || !(interval >= 0.1) ||
-                interval > 3600) {
-                cli_error("exporter: --interval '%s': expected seconds, 0.1..3600", value);
+        case OPT_INTERVAL:
+            if (!cliopt_seconds(&exporter_cmd, opt->name, value, 0.1, 3600, &interval))
                 return 2;
-            }
             break;
-        }
         case OPT_NO_NVML:
             nvml = false;
             break;
         }
     }
+    if (kind == CLIOPT_EXIT)
+        return it.status;
     struct sockaddr_storage addr;
     char why[160];
     if (!parse_listen(listen, &addr, why, sizeof why)) {

@@ -28,38 +28,37 @@ enum opt_id {
     OPT_CONFIG, OPT_ARCH, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_KV_HEADS,
     OPT_INTERMEDIATE, OPT_VOCAB, OPT_POSITIONS, OPT_UNTIED,
     OPT_BATCH, OPT_SEQ, OPT_PRECISION, OPT_OPTIMIZER, OPT_ACCUM, OPT_CHECKPOINTING,
-    OPT_ATTENTION, OPT_DATA_PARALLEL, OPT_ZERO, OPT_GPU_MEMORY, OPT_JSON, OPT_HELP,
+    OPT_ATTENTION, OPT_DATA_PARALLEL, OPT_ZERO, OPT_GPU_MEMORY, OPT_JSON,
     OPT_GENERATE, OPT_PROMPT, OPT_NEW_TOKENS, OPT_MODEL, OPT_TRACE
 };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_MODEL, "model", "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model)"},
-    {OPT_TRACE, "trace", "FILE", "with --model: write the allocations as a vram trace"},
-    {OPT_CONFIG, "config", "FILE|DIR", "Hugging Face config.json, or the model directory"},
-    {OPT_ARCH, "arch", "NAME", "without --config: a model_type listed below"},
-    {OPT_LAYERS, "layers", "N", "transformer layers (overrides the config)"},
-    {OPT_HIDDEN, "hidden", "N", "hidden size"},
-    {OPT_HEADS, "heads", "N", "attention heads"},
-    {OPT_KV_HEADS, "kv-heads", "N", "key/value heads (default: the heads)"},
-    {OPT_INTERMEDIATE, "intermediate", "N", "MLP size (default: 4 x hidden)"},
-    {OPT_VOCAB, "vocab", "N", "vocabulary size"},
-    {OPT_POSITIONS, "positions", "N", "learned positions (gpt2, bert)"},
-    {OPT_UNTIED, "untied", NULL, "the output layer does not share the input embedding"},
-    {OPT_BATCH, "batch", "N", "sequences per optimizer step (per data-parallel rank)"},
-    {OPT_SEQ, "seq", "N", "tokens per sequence"},
-    {OPT_PRECISION, "precision", "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16"},
-    {OPT_OPTIMIZER, "optimizer", "O", "sgd, sgd-momentum, adam, adamw (default)"},
-    {OPT_ACCUM, "accum", "N", "gradient accumulation steps (default 1; divides --batch)"},
-    {OPT_CHECKPOINTING, "checkpointing", NULL, "activation checkpointing on every layer"},
-    {OPT_ATTENTION, "attention", "A", "sdpa (default, fused) or eager"},
-    {OPT_DATA_PARALLEL, "data-parallel", "N", "data-parallel ranks (default 1)"},
-    {OPT_ZERO, "zero", "STAGE", "ZeRO stage 0 (default), 1, 2 or 3"},
-    {OPT_GENERATE, "generate", NULL, "inference: generation with a KV cache (not training)"},
-    {OPT_PROMPT, "prompt", "N", "with --generate: prompt tokens per sequence"},
-    {OPT_NEW_TOKENS, "new-tokens", "N", "with --generate: tokens generated per sequence"},
-    {OPT_GPU_MEMORY, "gpu-memory", "SIZE", "the GPU's memory: largest micro-batch, cap"},
-    {OPT_JSON, "json", NULL, "print one JSON object (sizes in integer bytes)"},
-    {OPT_HELP, "help", NULL, "print this help"},
+    {OPT_MODEL, "model", 0, "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model)"},
+    {OPT_TRACE, "trace", 0, "FILE", "with --model: write the allocations as a vram trace"},
+    {OPT_CONFIG, "config", 0, "FILE|DIR", "Hugging Face config.json, or the model directory"},
+    {OPT_ARCH, "arch", 0, "NAME", "without --config: a model_type listed below"},
+    {OPT_LAYERS, "layers", 0, "N", "transformer layers (overrides the config)"},
+    {OPT_HIDDEN, "hidden", 0, "N", "hidden size"},
+    {OPT_HEADS, "heads", 0, "N", "attention heads"},
+    {OPT_KV_HEADS, "kv-heads", 0, "N", "key/value heads (default: the heads)"},
+    {OPT_INTERMEDIATE, "intermediate", 0, "N", "MLP size (default: 4 x hidden)"},
+    {OPT_VOCAB, "vocab", 0, "N", "vocabulary size"},
+    {OPT_POSITIONS, "positions", 0, "N", "learned positions (gpt2, bert)"},
+    {OPT_UNTIED, "untied", 0, NULL, "the output layer does not share the input embedding"},
+    {OPT_BATCH, "batch", 0, "N", "sequences per optimizer step (per data-parallel rank)"},
+    {OPT_SEQ, "seq", 0, "N", "tokens per sequence"},
+    {OPT_PRECISION, "precision", 0, "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16"},
+    {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)"},
+    {OPT_ACCUM, "accum", 0, "N", "gradient accumulation steps (default 1; divides --batch)"},
+    {OPT_CHECKPOINTING, "checkpointing", 0, NULL, "activation checkpointing on every layer"},
+    {OPT_ATTENTION, "attention", 0, "A", "sdpa (default, fused) or eager"},
+    {OPT_DATA_PARALLEL, "data-parallel", 0, "N", "data-parallel ranks (default 1)"},
+    {OPT_ZERO, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3"},
+    {OPT_GENERATE, "generate", 0, NULL, "inference: generation with a KV cache (not training)"},
+    {OPT_PROMPT, "prompt", 0, "N", "with --generate: prompt tokens per sequence"},
+    {OPT_NEW_TOKENS, "new-tokens", 0, "N", "with --generate: tokens generated per sequence"},
+    {OPT_GPU_MEMORY, "gpu-memory", 0, "SIZE", "the GPU's memory: largest micro-batch, cap"},
+    {OPT_JSON, "json", 0, NULL, "print one JSON object (sizes in integer bytes)"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
@@ -69,25 +68,31 @@ static const struct cli_opt opt_table[] = {
 #define HEADROOM_DIV 8
 
 static void
-plan_usage(FILE *out)
+plan_notes(FILE *out)
 {
-    fprintf(out, "usage: vram plan --config FILE|DIR --batch N --seq N [OPTIONS]\n"
-                 "       vram plan --config FILE|DIR --generate --batch N --prompt N "
-                 "--new-tokens N\n"
-                 "       vram plan --model PATH.py:FUNCTION [--json] [--trace FILE]\n\n"
-                 "Predict the peak GPU memory of a training step (PyTorch + transformers):\n"
-                 "weights, gradients, optimizer states, activations, temporary buffers and\n"
-                 "the CUDA context; the largest micro-batch that fits --gpu-memory and the\n"
-                 "cap to give the job. --generate: inference with a key/value cache, the\n"
-                 "largest batch and prompt that fit. --model: any PyTorch program, traced\n"
-                 "on a fake CUDA device (no GPU; python3 with PyTorch). See docs/PLAN.md.\n\n"
-                 "Options:\n");
-    cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out, "\nmodel_type accepted by --config and --arch: %s.\n"
-                 "Sizes accept 1073741824, 512M, 80G, 80GiB, 80GB (all 1024-based).\n"
-                 "Exit status: 0 ok, 1 failure, 2 bad usage or bad input.\n",
-            plan_arch_list());
+    char types[512];
+    snprintf(types, sizeof types, "model_type accepted by --config and --arch: %s.",
+             plan_arch_list());
+    cliopt_wrap(out, 0, 0, types);
+    fprintf(out, "Sizes are 1024-based: 1073741824, 512M, 80G, 80Gi, 80GiB and 80GB alike.\n");
 }
+
+static const struct cli_command plan_cmd = {
+    .prog = "vram plan",
+    .synopsis = "--config FILE|DIR --batch N --seq N [OPTIONS]\n"
+                "--config FILE|DIR --generate --prompt N --new-tokens N [OPTIONS]\n"
+                "--model PATH.py:FUNCTION [--json] [--trace FILE]",
+    .about = "Predict the peak GPU memory of a training step (PyTorch + transformers):\n"
+             "weights, gradients, optimizer states, activations, temporary buffers and\n"
+             "the CUDA context; the largest micro-batch that fits --gpu-memory and the\n"
+             "cap to give the job. --generate: inference with a key/value cache, the\n"
+             "largest batch and prompt that fit. --model: any PyTorch program, traced\n"
+             "on a fake CUDA device (no GPU; python3 with PyTorch). See docs/PLAN.md.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .notes = plan_notes,
+    .exit_status = "0 ok, 1 failure, 2 bad usage or bad input.",
+};
 
 /* Parse VALUE of --NAME as an integer in [MIN, 2^40]. */
 static bool
@@ -456,22 +461,17 @@ cmd_plan(int argc, char **argv)
                            .precision = PLAN_FP32, .optimizer = PLAN_ADAMW,
                            .attention = PLAN_SDPA, .checkpointing = false};
 
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    cliopt_begin(&it, &plan_cmd, argc, argv);
     for (;;) {
         enum cliopt_kind k = cliopt_next(&it, &o, &value);
         if (k == CLIOPT_END)
             break;
-        if (k == CLIOPT_ERROR) {
-            cli_error("%s", it.error);
-            return 2;
-        }
-        if (k == CLIOPT_HELP) {
-            plan_usage(stdout);
-            return 0;
-        }
+        if (k == CLIOPT_EXIT)
+            return it.status;
         if (k == CLIOPT_OPERAND) {
-            cli_error("plan: unexpected argument '%.40s' (try 'vram plan --help')", value);
-            return 2;
+            char shown[TEXT_EXCERPT_LEN];
+            return cliopt_usage_error(&plan_cmd, "unexpected argument '%s'",
+                                      text_excerpt(value, shown, sizeof shown));
         }
         switch (o->id) {
         case OPT_CONFIG: config = value; break;
@@ -530,7 +530,7 @@ cmd_plan(int argc, char **argv)
             job.zero = (int)u;
             break;
         case OPT_GPU_MEMORY:
-            if (!cli_parse_size(o->name, value, &gpu_memory))
+            if (!cliopt_size(&plan_cmd, o->name, value, &gpu_memory))
                 return 2;
             gpu_text = value;
             break;
@@ -546,7 +546,6 @@ cmd_plan(int argc, char **argv)
         case OPT_MODEL: model_spec = value; break;
         case OPT_TRACE: trace_path = value; break;
         case OPT_JSON: json = true; break;
-        case OPT_HELP: plan_usage(stdout); return 0;
         }
     }
     if (model_spec != NULL) {

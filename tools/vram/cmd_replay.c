@@ -48,30 +48,28 @@ enum opt_id {
     OPT_REPEAT,
     OPT_MIN_LIMIT,
     OPT_WARM,
-    OPT_JSON,
-    OPT_HELP
+    OPT_JSON
 };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_BACKEND, "backend", "sim|cuda",
+    {OPT_BACKEND, "backend", 0, "sim|cuda",
      "replay on the simulated device (default) or on the GPU through the CUDA "
      "driver"},
-    {OPT_STRATEGY, "strategy", "NAME[,NAME...]|all",
+    {OPT_STRATEGY, "strategy", 0, "NAME[,NAME...]|all",
      "strategies to replay under (default: growth)"},
-    {OPT_LIMIT, "limit", "SIZE",
+    {OPT_LIMIT, "limit", 0, "SIZE",
      "cap of each device (memory_limit), e.g. 6G; default: none"},
-    {OPT_DEVICE_MEMORY, "device-memory", "SIZE",
+    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
      "memory of each simulated device (default: an H200's 143771 MiB); "
      "--backend sim only"},
-    {OPT_REPEAT, "repeat", "N", "replay N times (1..1000) and report the median ns/op"},
-    {OPT_MIN_LIMIT, "min-limit", NULL,
+    {OPT_REPEAT, "repeat", 0, "N", "replay N times (1..1000) and report the median ns/op"},
+    {OPT_MIN_LIMIT, "min-limit", 0, NULL,
      "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
      "between peak in use and the device memory"},
-    {OPT_WARM, "warm", NULL,
+    {OPT_WARM, "warm", 0, NULL,
      "time a second pass over the trace on the same allocator, as in a long "
      "training run (the first pass obtains the memory; untimed)"},
-    {OPT_JSON, "json", NULL, "print one JSON object per line (sizes in bytes)"},
-    {OPT_HELP, "help", NULL, "print this help"},
+    {OPT_JSON, "json", 0, NULL, "print one JSON object per line (sizes in bytes)"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
@@ -86,21 +84,25 @@ static const vram_strategy all_strategies[] = {
 #define N_STRATEGIES (sizeof all_strategies / sizeof all_strategies[0])
 
 static void
-replay_usage(FILE *out)
+replay_notes(FILE *out)
 {
-    fprintf(out, "usage: vram replay [OPTIONS] TRACE...\n\n"
-                 "Replay .csv or .csv.gz allocation traces through the allocator on a\n"
-                 "simulated GPU (or the real one: --backend cuda) and report, per trace\n"
-                 "and strategy, what it cost.\n\n"
-                 "Options:\n");
-    cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out, "\nStrategies:");
-    for (size_t i = 0; i < N_STRATEGIES; i++)
-        fprintf(out, " %s", vram_strategy_name(all_strategies[i]));
-    fprintf(out, " (or 'all')\n"
-                 "Sizes accept 1073741824, 512M, 6G, 6GiB, 6GB (all 1024-based).\n"
-                 "Exit status: 0 ok, 1 failure, 2 bad usage or malformed trace.\n");
+    fprintf(out, "Strategies: ");
+    cliopt_strategy_names(out, " ", " ");
+    fprintf(out, " (or 'all').\n"
+                 "Sizes are 1024-based: 1073741824, 512M, 6G, 6Gi, 6GiB and 6GB alike.\n");
 }
+
+static const struct cli_command replay_cmd = {
+    .prog = "vram replay",
+    .synopsis = "[OPTIONS] TRACE...",
+    .about = "Replay .csv or .csv.gz allocation traces through the allocator on a\n"
+             "simulated GPU (or the real one: --backend cuda) and report, per trace\n"
+             "and strategy, what it cost.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .notes = replay_notes,
+    .exit_status = "0 ok, 1 failure, 2 bad usage or a malformed trace.",
+};
 
 /* ------------------------------------------------------------------ */
 /* Settings and results                                                 */
@@ -181,7 +183,8 @@ parse_strategies(const char *text, struct replay_settings *s)
         char name[64];
         vram_strategy st;
         if (len == 0 || len >= sizeof name) {
-            cli_error("--strategy '%s': empty or overlong strategy name", text);
+            cliopt_usage_error(&replay_cmd, "--strategy '%s': empty or overlong strategy name",
+                               text);
             return false;
         }
         memcpy(name, p, len);
@@ -190,18 +193,7 @@ parse_strategies(const char *text, struct replay_settings *s)
             for (size_t i = 0; i < N_STRATEGIES; i++)
                 if (!strategy_listed(s, all_strategies[i]))
                     s->strategies[s->n_strategies++] = all_strategies[i];
-        } else if (vram_strategy_parse(name, &st) != VRAM_OK) {
-            char known[256] = "";
-            size_t used = 0;
-            for (size_t i = 0; i < N_STRATEGIES && used < sizeof known; i++) {
-                int n = snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                                 vram_strategy_name(all_strategies[i]));
-                if (n < 0)
-                    break;
-                used += (size_t)n;
-            }
-            cli_error("--strategy: unknown strategy '%s' (expected %s or all)", name,
-                      known);
+        } else if (!cliopt_strategy(&replay_cmd, name, &st)) {
             return false;
         } else if (!strategy_listed(s, st)) {
             s->strategies[s->n_strategies++] = st;
@@ -212,24 +204,6 @@ parse_strategies(const char *text, struct replay_settings *s)
     }
 }
 
-/* Parse a positive size for option NAME. */
-static bool
-parse_size_option(const char *name, const char *text, uint64_t *out)
-{
-    uint64_t v;
-    if (size_parse(text, &v) != VRAM_OK) {
-        const char *why = vram_last_error();
-        cli_error("--%s: %s", name, why[0] != '\0' ? why : "malformed size");
-        return false;
-    }
-    if (v == 0) {
-        cli_error("--%s '%s': must be more than 0 bytes", name, text);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 static bool
 parse_repeat(const char *text, unsigned *out)
 {
@@ -238,7 +212,8 @@ parse_repeat(const char *text, unsigned *out)
     unsigned long v = strtoul(text, &end, 10);
     if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < 1 ||
         v > 1000) {
-        cli_error("--repeat '%s': expected a whole number from 1 to 1000", text);
+        cliopt_usage_error(&replay_cmd, "--repeat '%s': expected a whole number from 1 to 1000",
+                           text);
         return false;
     }
     *out = (unsigned)v;
@@ -674,22 +649,16 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
     const struct cli_opt *o = NULL;
     const char *value = NULL;
     *n_paths = 0;
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    cliopt_begin(&it, &replay_cmd, argc, argv);
     for (;;) {
         enum cliopt_kind k = cliopt_next(&it, &o, &value);
         if (k == CLIOPT_END)
             break;
+        if (k == CLIOPT_EXIT)
+            return it.status;
         if (k == CLIOPT_OPERAND) {
             paths[(*n_paths)++] = value;
             continue;
-        }
-        if (k == CLIOPT_HELP) {
-            replay_usage(stdout);
-            return 0;
-        }
-        if (k == CLIOPT_ERROR) {
-            cli_error("replay: %s (try 'vram replay --help')", it.error);
-            return 2;
         }
         switch (o->id) {
         case OPT_BACKEND:
@@ -698,8 +667,8 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
             } else if (strcmp(value, "cuda") == 0) {
                 set->backend = VRAM_BACKEND_CUDA;
             } else {
-                cli_error("--backend '%s': expected sim or cuda", value);
-                return 2;
+                return cliopt_usage_error(&replay_cmd, "--backend '%s': expected sim or cuda",
+                                          value);
             }
             break;
         case OPT_STRATEGY:
@@ -707,11 +676,11 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
                 return 2;
             break;
         case OPT_LIMIT:
-            if (!parse_size_option(o->name, value, &set->limit_bytes))
+            if (!cliopt_size(&replay_cmd, o->name, value, &set->limit_bytes))
                 return 2;
             break;
         case OPT_DEVICE_MEMORY:
-            if (!parse_size_option(o->name, value, &set->device_memory))
+            if (!cliopt_size(&replay_cmd, o->name, value, &set->device_memory))
                 return 2;
             set->device_memory_given = true;
             break;
@@ -728,20 +697,13 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
         case OPT_JSON:
             set->json = true;
             break;
-        case OPT_HELP:
-            replay_usage(stdout);
-            return 0;
         }
     }
-    if (*n_paths == 0) {
-        cli_error("replay: no trace given (usage: vram replay [OPTIONS] TRACE...)");
-        return 2;
-    }
-    if (set->backend == VRAM_BACKEND_CUDA && set->device_memory_given) {
-        cli_error("--device-memory applies to the simulated device only "
-                  "(not with --backend cuda)");
-        return 2;
-    }
+    if (*n_paths == 0)
+        return cliopt_usage_error(&replay_cmd, "no trace given");
+    if (set->backend == VRAM_BACKEND_CUDA && set->device_memory_given)
+        return cliopt_usage_error(&replay_cmd, "--device-memory applies to the simulated "
+                                               "device only (not with --backend cuda)");
     return -1;
 }
 
@@ -817,18 +779,7 @@ cmd_replay(int argc, char **argv)
         goto out;
     }
     for (int i = 0; i < n_paths && rc == REPLAY_OK; i++) {
-        vram_status s = trace_load(paths[i], &traces[i]);
-        if (s != VRAM_OK) {
-            /* The last error is "FILE:LINE: reason" for malformed input and
-             * names the file for one that cannot be read. */
-            const char *why = vram_last_error();
-            if (why[0] != '\0')
-                cli_error("%s", why);
-            else
-                cli_error("%s: %s", paths[i], vram_strerror(s));
-            traces[i] = NULL;
-            rc = s == VRAM_E_PARSE || s == VRAM_E_IO ? REPLAY_BAD_INPUT : REPLAY_FAIL;
-        }
+        rc = cli_load_trace(paths[i], &traces[i]);
         trace_display_name(paths[i], names[i], sizeof names[i]);
     }
 

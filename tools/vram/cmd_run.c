@@ -68,42 +68,51 @@ enum {
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
 
-enum opt_id { OPT_LIMIT, OPT_GROUP, OPT_REPORT, OPT_PRELOAD, OPT_HELP };
+enum opt_id { OPT_LIMIT, OPT_GROUP, OPT_REPORT, OPT_PRELOAD };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_LIMIT, "limit", "SPEC",
+    {OPT_LIMIT, "limit", 0, "SPEC",
      "GPU memory quota (sets VRAM_LIMIT): 6G, 50%, 0.5, 0:6G,1:4G, GPU-<uuid>:6G"},
-    {OPT_GROUP, "group", "NAME",
+    {OPT_GROUP, "group", 0, "NAME",
      "share the quota with every process of group NAME (sets VRAM_GROUP); "
      "default: a fresh group for this run"},
-    {OPT_REPORT, "report", NULL,
+    {OPT_REPORT, "report", 0, NULL,
      "wait for the command, then print each device's peak to standard error"},
-    {OPT_PRELOAD, "preload", "PATH",
+    {OPT_PRELOAD, "preload", 0, "PATH",
      "the preload library (default: VRAM_PRELOAD_LIBRARY, else "
      "../lib/" PRELOAD_NAME " from the vram binary's directory)"},
-    {OPT_HELP, "help", NULL, "print this help"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static void
-run_usage(FILE *out)
+run_notes(FILE *out)
 {
-    fprintf(out, "usage: vram run [OPTIONS] [--] COMMAND [ARGS...]\n\n"
-                 "Run COMMAND with the quota enforcer (" PRELOAD_NAME ") preloaded, so\n"
-                 "that COMMAND and every process it starts share one GPU memory quota\n"
-                 "per device. Past the quota an allocation fails as out of memory.\n\n"
-                 "Options:\n");
-    cliopt_help(out, opt_table, N_OPTS);
     fprintf(out,
-            "\nSizes are 1024-based (6G = 6GB = 6GiB); a fraction is of each device's\n"
-            "total memory. Without --limit, VRAM_LIMIT from the environment (or\n"
-            "HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]) applies. docs/QUOTA.md has more.\n\n"
-            "Exit status: the command's; 1 vram could not start it; 2 bad usage or a\n"
-            "malformed setting (nothing was run); 126 COMMAND cannot be executed;\n"
-            "127 COMMAND not found; with --report, 128+N if COMMAND was killed by\n"
-            "signal N.\n");
+            "Sizes are 1024-based: 6G, 6Gi, 6GiB and 6GB are the same; a fraction is of\n"
+            "each device's total memory. Without --limit, VRAM_LIMIT from the\n"
+            "environment (or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]) applies; with no\n"
+            "limit from any source the command runs unlimited, and vram says so.\n"
+            "VRAM_MEMORY_LIMIT is another thing: the cap of the vram allocator inside\n"
+            "one program (libvram), not a quota on the process tree.\n"
+            "The library is put first in LD_PRELOAD, once; the entries already there\n"
+            "follow, in their order. docs/QUOTA.md has more.\n");
 }
+
+static const struct cli_command run_cmd = {
+    .prog = "vram run",
+    .synopsis = "[OPTIONS] [--] COMMAND [ARGS...]",
+    .about = "Run COMMAND with the quota enforcer (" PRELOAD_NAME ") preloaded, so\n"
+             "that COMMAND and every process it starts share one GPU memory quota\n"
+             "per device. Past the quota an allocation fails as out of memory.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .notes = run_notes,
+    .exit_status = "the command's; 1 vram could not start it; 2 bad usage or a malformed "
+                   "setting (nothing was run); 126 COMMAND cannot be executed; 127 COMMAND "
+                   "not found; with --report, 128+N if COMMAND was killed by signal N.",
+    .stop_at_operand = true,
+};
 
 struct run_args {
     const char *limit;   /* --limit, or NULL */
@@ -122,19 +131,13 @@ parse_args(int argc, char **argv, struct run_args *a)
     const char *value = NULL;
 
     memset(a, 0, sizeof *a);
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    cliopt_begin(&it, &run_cmd, argc, argv);
     for (;;) {
         switch (cliopt_next(&it, &opt, &value)) {
         case CLIOPT_END:
-            cli_error("run: no command given (usage: vram run [OPTIONS] -- COMMAND "
-                      "[ARGS...])");
-            return RUN_USAGE;
-        case CLIOPT_ERROR:
-            cli_error("run: %s (try 'vram run --help')", it.error);
-            return RUN_USAGE;
-        case CLIOPT_HELP:
-            run_usage(stdout);
-            return 0;
+            return cliopt_usage_error(&run_cmd, "no command given");
+        case CLIOPT_EXIT:
+            return it.status;
         case CLIOPT_OPERAND:
             /* The command starts at the first operand: what follows are
             ** its own arguments, options or not. */
@@ -156,9 +159,6 @@ parse_args(int argc, char **argv, struct run_args *a)
         case OPT_REPORT:
             a->report = true;
             break;
-        case OPT_HELP:
-            run_usage(stdout);
-            return 0;
         }
     }
 }

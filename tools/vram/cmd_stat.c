@@ -19,23 +19,23 @@
 enum opt_id { OPT_JSON, OPT_PROM, OPT_CONFIG, OPT_MARKDOWN, OPT_NO_NVML };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_JSON, "json", NULL, "print JSON (sizes in integer bytes)"},
-    {OPT_PROM, "prometheus", NULL, "print what the exporter serves at /metrics"},
-    {OPT_CONFIG, "config", NULL, "print every setting vram would use here and its source"},
-    {OPT_MARKDOWN, "metrics-markdown", NULL, "print the metric list (docs/METRICS.md)"},
-    {OPT_NO_NVML, "no-nvml", NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+    {OPT_JSON, "json", 0, NULL, "print JSON (sizes in integer bytes)"},
+    {OPT_PROM, "prometheus", 0, NULL, "print what the exporter serves at /metrics"},
+    {OPT_CONFIG, "config", 0, NULL, "print every setting vram would use here and its source"},
+    {OPT_MARKDOWN, "metrics-markdown", 0, NULL, "print the metric list (docs/METRICS.md)"},
+    {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
 };
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
-static void
-stat_usage(FILE *out)
-{
-    fprintf(out, "usage: vram stat [--json | --prometheus | --config | --metrics-markdown]\n\n"
-                 "GPU memory per device, per group (quota, use, refusals) and per process,\n"
-                 "once, from the vram ledgers of the calling user and NVML.\n\nOptions:\n");
-    cliopt_help(out, opt_table, N_OPTS);
-    fprintf(out, "\nExit status: 0 ok, 1 failure, 2 bad usage.\n");
-}
+static const struct cli_command stat_cmd = {
+    .prog = "vram stat",
+    .synopsis = "[--json | --prometheus] [--no-nvml]\n--config\n--metrics-markdown",
+    .about = "GPU memory per device (index, name, use), per group (quota, use, refusals)\n"
+             "and per process, once, from the vram ledgers of the calling user and NVML.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .exit_status = "0 ok, 1 failure, 2 bad usage.",
+};
 
 /* The value of metric ID in ROW as text for a table. */
 static void
@@ -163,24 +163,9 @@ cmd_stat(int argc, char **argv)
     const struct cli_opt *opt = NULL;
     const char *value = NULL;
 
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
-    for (bool done = false; !done;) {
-        switch (cliopt_next(&it, &opt, &value)) {
-        case CLIOPT_END:
-            done = true;
-            continue;
-        case CLIOPT_ERROR:
-            cli_error("stat: %s (try 'vram stat --help')", it.error);
-            return 2;
-        case CLIOPT_HELP:
-            stat_usage(stdout);
-            return 0;
-        case CLIOPT_OPERAND:
-            cli_error("stat: unexpected argument '%s' (try 'vram stat --help')", value);
-            return 2;
-        case CLIOPT_OPTION:
-            break;
-        }
+    cliopt_begin(&it, &stat_cmd, argc, argv);
+    enum cliopt_kind kind;
+    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
         switch ((enum opt_id)opt->id) {
         case OPT_JSON:
             fmt = FMT_JSON;
@@ -199,6 +184,8 @@ cmd_stat(int argc, char **argv)
             break;
         }
     }
+    if (kind == CLIOPT_EXIT)
+        return it.status;
 
     struct monitor *m = NULL;
     const struct mon_view *v = NULL;

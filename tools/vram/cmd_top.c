@@ -25,11 +25,22 @@
 enum opt_id { OPT_INTERVAL, OPT_SORT, OPT_NO_NVML };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_INTERVAL, "interval", "SECONDS", "seconds between samples, 0.1..3600 (default 1; -d too)"},
-    {OPT_SORT, "sort", "KEY", "used, peak, trend or pid (default used)"},
-    {OPT_NO_NVML, "no-nvml", NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+    {OPT_INTERVAL, "interval", 'd', "SECONDS", "seconds between samples, 0.1..3600 (default 1)"},
+    {OPT_SORT, "sort", 0, "KEY", "used, peak, trend or pid (default used)"},
+    {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
 };
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+static const struct cli_command top_cmd = {
+    .prog = "vram top",
+    .synopsis = "[-d SECONDS] [--sort KEY] [--no-nvml]",
+    .about = "GPU memory per device (index, name), group and process, live in the\n"
+             "terminal. Keys: q quit, s cycle the sort key, u/p/t/i sort by\n"
+             "used/peak/trend/pid, r reverse.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .exit_status = "0 ok, 1 failure (no terminal, no monitor), 2 bad usage.",
+};
 
 enum sort_key { SORT_USED, SORT_PEAK, SORT_TREND, SORT_PID, SORT_COUNT };
 static const char *const sort_names[SORT_COUNT] = {"used", "peak", "trend", "pid"};
@@ -158,84 +169,30 @@ mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static bool
-parse_interval(const char *value, double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double d = strtod(value, &end);
-    if (errno != 0 || end == value || *end != '\0' || !(d >= 0.1) || d > 3600) {
-        cli_error("top: interval '%s': expected seconds, 0.1..3600", value);
-        return false;
-    }
-    *out = d;
-    return true;
-}
-
 int
 cmd_top(int argc, char **argv)
 {
     struct top t = {SORT_USED, false, 1.0};
     bool nvml = true;
-    /* top's habit: -d SECONDS, anywhere. Taken out before cliopt, which
-    ** knows long names only; the others keep their order. */
-    int kept = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0) {
-            while (i < argc)
-                argv[kept++] = argv[i++];
-            break;
-        }
-        if (strcmp(argv[i], "-d") != 0) {
-            argv[kept++] = argv[i];
-            continue;
-        }
-        if (i + 1 == argc) {
-            cli_error("top: -d needs SECONDS (try 'vram top --help')");
-            return 2;
-        }
-        if (!parse_interval(argv[++i], &t.interval_s))
-            return 2;
-    }
-    argc = kept;
     struct cliopt_iter it;
     const struct cli_opt *opt = NULL;
     const char *value = NULL;
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
-    for (bool done = false; !done;) {
-        switch (cliopt_next(&it, &opt, &value)) {
-        case CLIOPT_END:
-            done = true;
-            continue;
-        case CLIOPT_ERROR:
-            cli_error("top: %s (try 'vram top --help')", it.error);
-            return 2;
-        case CLIOPT_HELP:
-            printf("usage: vram top [-d SECONDS] [--interval SECONDS] [--sort KEY]\n\n"
-                   "GPU memory per device, group and process, live. Keys: q quit, s cycle\n"
-                   "the sort key, u/p/t/i sort by used/peak/trend/pid, r reverse.\n\n"
-                   "Options:\n");
-            cliopt_help(stdout, opt_table, N_OPTS);
-            return 0;
-        case CLIOPT_OPERAND:
-            cli_error("top: unexpected argument '%s' (try 'vram top --help')", value);
-            return 2;
-        case CLIOPT_OPTION:
-            break;
-        }
+    cliopt_begin(&it, &top_cmd, argc, argv);
+    enum cliopt_kind kind;
+    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
         switch ((enum opt_id)opt->id) {
         case OPT_INTERVAL:
-            if (!parse_interval(value, &t.interval_s))
+            if (!cliopt_seconds(&top_cmd, opt->name, value, 0.1, 3600, &t.interval_s))
                 return 2;
             break;
         case OPT_SORT: {
             int k = 0;
             while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
                 k++;
-            if (k == SORT_COUNT) {
-                cli_error("top: --sort '%s': expected used, peak, trend or pid", value);
-                return 2;
-            }
+            if (k == SORT_COUNT)
+                return cliopt_usage_error(&top_cmd,
+                                          "--sort '%s': expected used, peak, trend or pid",
+                                          value);
             t.sort = (enum sort_key)k;
             break;
         }
@@ -244,6 +201,8 @@ cmd_top(int argc, char **argv)
             break;
         }
     }
+    if (kind == CLIOPT_EXIT)
+        return it.status;
 
     struct monitor *m = NULL;
     const struct mon_view *sample = NULL;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cliopt.h"
 #include "cmd.h"
 #include "vram.h"
 
@@ -59,36 +60,86 @@ cli_error(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-static void
-usage(FILE *out)
+static const struct command *
+find_command(const char *name)
 {
-    fprintf(out, "usage: vram COMMAND [ARGS...]\n\nCommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(out, "\n'vram COMMAND --help' describes a command. Version %s.\n",
-            VRAM_VERSION);
+        if (strcmp(name, commands[i].name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static void
+commands_notes(FILE *out)
+{
+    fprintf(out, "Commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        fprintf(out, "  %-10s ", commands[i].name);
+        cliopt_wrap(out, 13, 13, commands[i].summary);
+    }
+    fprintf(out, "\n'vram help COMMAND' or 'vram COMMAND --help' describes a command.\n");
+}
+
+static const struct cli_command vram_cmd = {
+    .prog = "vram",
+    .synopsis = "COMMAND [ARGS...]\nhelp [COMMAND]",
+    .about = "GPU memory management for deep learning: replay and analyze allocation\n"
+             "traces, run programs under a GPU memory quota, plan a job's memory, and\n"
+             "monitor the GPUs' memory per device, group and process.\n",
+    .notes = commands_notes,
+    .exit_status = "that of the command; 2 bad usage.",
+    .stop_at_operand = true,
+};
+
+/* `vram help [COMMAND]`: the command's --help, or the list. */
+static int
+help(int argc, char **argv)
+{
+    if (argc < 2) {
+        cliopt_help(&vram_cmd, stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
+    if (argc > 2)
+        return cliopt_usage_error(&vram_cmd, "help takes one command name");
+    const struct command *c = find_command(argv[1]);
+    if (c == NULL)
+        return cliopt_usage_error(&vram_cmd, "help: unknown command '%s'", argv[1]);
+    char *args[] = {argv[1], "--help", NULL};
+    return c->run(2, args);
 }
 
 int
 main(int argc, char **argv)
 {
     if (argc < 2) {
-        usage(stderr);
+        cliopt_help(&vram_cmd, stderr);
         return 2;
     }
-    const char *name = argv[1];
-    if (strcmp(name, "help") == 0 || strcmp(name, "--help") == 0 ||
-        strcmp(name, "-h") == 0) {
-        usage(stdout);
-        return 0;
+    /* Options before the command: --help, --version and nothing else. */
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *name = NULL;
+    cliopt_begin(&it, &vram_cmd, argc, argv);
+    switch (cliopt_next(&it, &opt, &name)) {
+    case CLIOPT_EXIT:
+        return it.status;
+    case CLIOPT_END:
+        cliopt_help(&vram_cmd, stderr);
+        return 2;
+    case CLIOPT_OPTION: /* vram_cmd has no options of its own */
+    case CLIOPT_OPERAND:
+        break;
     }
-    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+    char **args = argv + it.next - 1;
+    int n = argc - (it.next - 1);
+    if (strcmp(name, "help") == 0)
+        return help(n, args);
+    if (strcmp(name, "version") == 0) {
         printf("vram %s\n", VRAM_VERSION);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(name, commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
-    cli_error("unknown command '%s' (try 'vram help')", name);
-    return 2;
+    const struct command *c = find_command(name);
+    if (c != NULL)
+        return c->run(n, args);
+    return cliopt_usage_error(&vram_cmd, "unknown command '%s'", name);
 }
