@@ -80,7 +80,7 @@ plan_notes(FILE *out)
 static const struct cli_command plan_cmd = {
     .prog = "vram plan",
     .synopsis = "--config FILE|DIR --batch N --seq N [OPTIONS]\n"
-                "--config FILE|DIR --generate --prompt N --new-tokens N [OPTIONS]\n"
+                "--config FILE|DIR --generate --prompt N --new-tokens N [...]\n"
                 "--model PATH.py:FUNCTION [--json] [--trace FILE]",
     .about = "Predict the peak GPU memory of a training step (PyTorch + transformers):\n"
              "weights, gradients, optimizer states, activations, temporary buffers and\n"
