@@ -43,6 +43,7 @@
 SPANK_PLUGIN(vram, 1)
 #pragma GCC visibility pop
 
+#include "base/ldpreload.h"
 #include "base/size.h"
 #include "ledger/ledger.h"
 #include "vram.h"
@@ -240,38 +241,6 @@ task_quota(spank_t sp)
     return cap;
 }
 
-/* Write into OUT (LEN bytes) the LD_PRELOAD of a task: LIB first, then
-** the entries of USER ("" for none) other than LIB itself, so that a step
-** started inside a job (srun in an sbatch script) does not list it twice.
-** false if it does not fit. */
-static bool
-build_ld_preload(const char *lib, const char *user, char *out, size_t len)
-{
-    size_t n = strlen(lib);
-    if (n + 1 > len)
-        return false;
-    memcpy(out, lib, n + 1);
-    size_t libn = n;
-    const char *p = user;
-    while (*p != '\0') {
-        size_t skip = strspn(p, ": \t");
-        p += skip;
-        size_t tok = strcspn(p, ": \t");
-        if (tok == 0)
-            break;
-        if (!(tok == libn && strncmp(p, lib, tok) == 0)) {
-            if (n + 1 + tok + 1 > len)
-                return false;
-            out[n++] = ':';
-            memcpy(out + n, p, tok);
-            n += tok;
-            out[n] = '\0';
-        }
-        p += tok;
-    }
-    return true;
-}
-
 /* Set VAR=VALUE in the task, overwriting the user's value. */
 static bool
 task_setenv(spank_t sp, const char *var, const char *value)
@@ -322,7 +291,7 @@ slurm_spank_task_init(spank_t sp, int ac, char **av)
                     SPANK_ENV_LEN - 1);
         return -1;
     }
-    if (!build_ld_preload(g_vram.preload, user, preload, sizeof preload)) {
+    if (!ldpreload_build(g_vram.preload, user, preload, sizeof preload)) {
         slurm_error("vram: LD_PRELOAD would pass %d bytes: task not started",
                     SPANK_ENV_LEN - 1);
         return -1;

@@ -148,6 +148,10 @@ run LD_PRELOAD=$OTHER -- $P --limit 4G -- env
 expect_line "LD_PRELOAD: library first, old entry kept" "LD_PRELOAD=$DUMMY:$OTHER"
 run LD_PRELOAD=$DUMMY:$OTHER -- $P -- env
 expect_line "LD_PRELOAD: no second copy" "LD_PRELOAD=$DUMMY:$OTHER"
+run LD_PRELOAD=$OTHER:$DUMMY -- $P -- env
+expect_line "LD_PRELOAD: already there after another entry, moved first" "LD_PRELOAD=$DUMMY:$OTHER"
+env LD_PRELOAD="$OTHER $DUMMY  $OTHER" "$VRAM" run $P -- env >"$TMP/out" 2>"$TMP/err"
+expect_line "LD_PRELOAD: spaces read as ld.so reads them" "LD_PRELOAD=$DUMMY:$OTHER:$OTHER"
 
 run -- $P --limit 0:6G,GPU-8c6f1e2a:50% --group exp42 -- env
 expect_line "--group" "VRAM_GROUP=exp42"

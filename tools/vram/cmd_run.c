@@ -43,9 +43,10 @@
 #include "cliopt.h"
 #include "cmd.h"
 #include "config/env.h"
+#include "base/ldpreload.h"
+#include "base/size.h"
 #include "ledger/ledger.h"
 #include "quota/quota.h"
-#include "base/size.h"
 #include "vram.h"
 
 /* Exit statuses of their own (the others are the command's). */
@@ -374,24 +375,22 @@ find_library(const struct run_args *a, const struct env_run *env, char *out)
     return -1;
 }
 
-/* LD_PRELOAD = LIB, then the entries already there (unless LIB is already
-** the first). Returns -1 on success, else the exit status. */
+/* LD_PRELOAD = LIB, then the other entries already there (ldpreload.h).
+** Returns -1 on success, else the exit status. */
 static int
 set_ld_preload(const char *lib, const char *old)
 {
-    size_t n = strlen(lib);
-    bool first =
-        strncmp(old, lib, n) == 0 && (old[n] == '\0' || old[n] == ':' || old[n] == ' ');
-    if (old[0] == '\0' || first)
-        return set_var("LD_PRELOAD", old[0] == '\0' ? lib : old);
-    size_t len = n + 1 + strlen(old) + 1;
+    size_t len = strlen(lib) + 1 + strlen(old) + 1; /* the most it can need */
     char *value = malloc(len);
     if (value == NULL) {
         cli_error("run: out of memory");
         return RUN_FAIL;
     }
-    snprintf(value, len, "%s:%s", lib, old);
-    int rc = set_var("LD_PRELOAD", value);
+    int rc = RUN_FAIL;
+    if (!ldpreload_build(lib, old, value, len))
+        cli_error("run: cannot put '%s' in LD_PRELOAD", lib); /* find_library checked it */
+    else
+        rc = set_var("LD_PRELOAD", value);
     free(value);
     return rc;
 }
