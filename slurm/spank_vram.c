@@ -72,7 +72,8 @@ static struct spank_vram g_vram = {.preload = VRAM_SPANK_DEFAULT_PRELOAD};
 
 /* ---- plugstack.conf arguments ---- */
 
-/* Parse SIZE for the argument or option NAME into *OUT; a size of 0 is
+/* Parse SIZE for the argument or option NAME into *OUT (a bare number is
+** MiB, as Slurm's sizes are); a size of 0 is
 ** refused (a quota of nothing is a mistake, not "unlimited"). On error a
 ** message names NAME and the value, and *OUT is untouched. */
 static bool
@@ -80,16 +81,25 @@ parse_quota(const char *name, const char *text, uint64_t *out)
 {
     uint64_t bytes;
     char ex[TEXT_EXCERPT_LEN];
+    /* A bare number is MiB, as in Slurm's --mem=6144: a byte count is
+    ** never what a Slurm user means. */
+    char mib[32];
+    const char *given = text;
+    size_t digits = strspn(text, "0123456789");
+    if (digits > 0 && text[digits] == '\0' && digits + 2 <= sizeof mib) {
+        snprintf(mib, sizeof mib, "%sM", text);
+        text = mib;
+    }
     if (size_parse(text, &bytes) != VRAM_OK) {
         /* size_parse's line quotes the value itself. */
-        slurm_error("vram: %s: %s (expected a size such as 6G, 512M, 6GiB; units are "
-                    "1024-based)",
+        slurm_error("vram: %s: %s (expected a size such as 6G, 6Gi, 6GiB, 512M, or a "
+                    "number of MiB as with --mem; units are 1024-based)",
                     name, vram_last_error());
         return false;
     }
     if (bytes == 0) {
         slurm_error("vram: %s: '%s': a quota of 0 bytes (expected a size such as 6G)",
-                    name, text_excerpt(text, ex, sizeof ex));
+                    name, text_excerpt(given, ex, sizeof ex));
         return false;
     }
     *out = bytes;
@@ -195,7 +205,7 @@ static struct spank_option gpu_mem_spank_option = {
     .name = "gpu-mem",
     .arginfo = "SIZE",
     .usage = "GPU memory quota per GPU, shared by the job's tasks on a node "
-             "(e.g. 6G; 1024-based units) [vram]",
+             "(e.g. 6G, 6GiB; a bare number is MiB, as with --mem) [vram]",
     .has_arg = 1,
     .val = 0,
     .cb = gpu_mem_option,

@@ -290,6 +290,19 @@ if [ $rc -eq 0 ] && grep -q '^info-ok$' "$TMP/out" &&
 else
     fail "srun --gpu-mem=64M: the task sees a 64 MiB GPU and cannot pass it" "exit $rc"
 fi
+# A bare number is MiB, as with Slurm's own --mem (never a byte count).
+job -n1 --gpu-mem=64 "$TASK" info "$W" "$PROBE" 64
+if [ $rc -eq 0 ] && grep -q '^info-ok$' "$TMP/out" && grep -q "VRAM_LIMIT=$MIB64 " "$TMP/out"; then
+    pass "srun --gpu-mem=64 means 64 MiB, as --mem=64 does"
+else
+    fail "srun --gpu-mem=64 means 64 MiB" "exit $rc"
+fi
+job -n1 --gpu-mem=64Mi "$TASK" info "$W" "$PROBE" 64
+if [ $rc -eq 0 ] && grep -q "VRAM_LIMIT=$MIB64 " "$TMP/out"; then
+    pass "srun --gpu-mem=64Mi is 64 MiB"
+else
+    fail "srun --gpu-mem=64Mi" "exit $rc"
+fi
 if [ -n "$J" ] && ledger_gone "$J"; then
     pass "the job's ledger is removed from /dev/shm at its end"
 else
