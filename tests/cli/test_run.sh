@@ -188,7 +188,7 @@ expect_line "command without --" "hello --report"
 DEFAULT=$(cd "$(dirname "$VRAM")/.." && pwd)/lib/libvram-preload.so
 if [ -e "$DEFAULT" ] && [ -n "$SANITIZE" ]; then
     # Found (else exit 1), without loading it into an unsanitized program.
-    run -- -- "$TMP/no-such-command"
+    run -- --limit 4G -- "$TMP/no-such-command"
     expect_error "default library" 127 "run: '$TMP/no-such-command': command not found"
 elif [ -e "$DEFAULT" ]; then
     run -- -- env
@@ -199,19 +199,37 @@ else
 fi
 
 # ---- exit codes ----
-run -- $P -- "$TMP/no-such-command"
+run -- $P --limit 4G -- "$TMP/no-such-command"
 expect_error "missing command" 127 "run: '$TMP/no-such-command': command not found"
-run -- $P -- vram-no-such-command-on-path
+run -- $P --limit 4G -- vram-no-such-command-on-path
 expect_error "command not on PATH" 127 "run: 'vram-no-such-command-on-path': command not found"
 printf 'not a program\n' >"$TMP/noexec"
 chmod 644 "$TMP/noexec"
-run -- $P -- "$TMP/noexec"
+run -- $P --limit 4G -- "$TMP/noexec"
 expect_error "not executable" 126 "run: cannot run '$TMP/noexec': Permission denied"
 run -- $P -- sh -c 'exit 3'
 expect_rc "the command's status" 3
-run -- $P -- true
+run -- $P --limit 4G -- true
 expect_rc "true" 0
 if [ -s "$TMP/err" ]; then fail "nothing on stderr without --report" "stderr"; else pass "nothing on stderr without --report"; fi
+
+# No limit from any source: one line says so, and the command runs.
+run -- $P -- true
+expect_rc "no limit: the command runs" 0
+if [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "^vram: run: no GPU memory limit (no --limit, VRAM_LIMIT or CUDA_DEVICE_MEMORY_LIMIT)" "$TMP/err"; then
+    pass "no limit: one line on stderr"
+else
+    fail "no limit: one line on stderr" "$(wc -l <"$TMP/err") lines"
+fi
+# VRAM_MEMORY_LIMIT (the allocator's cap) is not a quota: a second line.
+run VRAM_MEMORY_LIMIT=1G -- $P -- true
+if [ "$(wc -l <"$TMP/err")" -eq 2 ] && grep -q "^vram: run: VRAM_MEMORY_LIMIT is set, but it only caps the vram allocator" "$TMP/err"; then
+    pass "VRAM_MEMORY_LIMIT without a quota: explained"
+else
+    fail "VRAM_MEMORY_LIMIT without a quota" "$(wc -l <"$TMP/err") lines"
+fi
+run VRAM_MEMORY_LIMIT=1G -- $P --limit 2G -- true
+if [ -s "$TMP/err" ]; then fail "VRAM_MEMORY_LIMIT with a quota: nothing said" "stderr"; else pass "VRAM_MEMORY_LIMIT with a quota: nothing said"; fi
 
 # ---- --report ----
 run -- $P --report -- true
@@ -232,9 +250,9 @@ expect_line "--report: the command's output" "exp-report"
 if grep -q "group 'exp-report'\|^vram: run: GPU-" "$TMP/err"; then pass "--report names the group"; else fail "--report names the group" "$(cat "$TMP/err")"; fi
 run -- $P --report -- sh -c 'kill -TERM $$'
 expect_rc "--report: killed by SIGTERM is 143" 143
-run -- $P --report -- "$TMP/no-such-command"
+run -- $P --limit 4G --report -- "$TMP/no-such-command"
 expect_error "--report: missing command" 127 "run: '$TMP/no-such-command': command not found"
-run -- $P --report -- "$TMP/noexec"
+run -- $P --limit 4G --report -- "$TMP/noexec"
 expect_error "--report: not executable" 126 "run: cannot run '$TMP/noexec'"
 
 # A SIGTERM sent to vram reaches the command.

@@ -245,6 +245,32 @@ hami_as_limit(const struct quota_env *q, char *buf, size_t len)
 }
 
 /*
+** No limit from any source: the user ran `vram run` to limit something, so
+** one line says that nothing is; and when VRAM_MEMORY_LIMIT is set (the
+** vram allocator's cap inside a program), one more says why that is not a
+** quota. The command still runs: its use is counted in the group, which
+** `vram stat` and --report show.
+*/
+static void
+say_unlimited(const char *group)
+{
+    cli_error("run: no GPU memory limit (no --limit, VRAM_LIMIT or "
+              "CUDA_DEVICE_MEMORY_LIMIT): the command runs unlimited, its use counted "
+              "in group '%s'",
+              group);
+    struct vram_env env;
+    if (env_load(NULL, NULL, &env) != VRAM_OK)
+        return; /* a malformed setting: the allocator will say so itself */
+    bool allocator_cap = env.limit_all.n > 0;
+    for (int i = 0; i < ENV_MAX_DEVICES && !allocator_cap; i++)
+        allocator_cap = env.limit[i].n > 0;
+    if (allocator_cap)
+        cli_error("run: VRAM_MEMORY_LIMIT is set, but it only caps the vram allocator "
+                  "inside a program that uses libvram; the quota of vram run is --limit or "
+                  "VRAM_LIMIT");
+}
+
+/*
 ** Put the quota settings into this process's environment, which the
 ** command inherits: VRAM_LIMIT (the flag, else the one inherited, else
 ** HAMi's translated) and VRAM_GROUP, then check the whole as the preload
@@ -279,6 +305,8 @@ set_quota_env(const struct run_args *a, const char *group)
         cli_error("run: %s", vram_last_error()); /* cannot happen: checked above */
         return RUN_USAGE;
     }
+    if (!q.active)
+        say_unlimited(group);
     return -1;
 }
 
@@ -467,6 +495,7 @@ struct seen_proc {
 struct report {
     const char *group;
     struct ledger *ledger;        /* NULL until the group's ledger exists */
+    struct ledger *own;           /* our own entry in the group, or NULL */
     struct ledger_snapshot *snap; /* scratch, heap (about 160 KiB) */
     int n_devices;
     char uuid[LEDGER_MAX_DEVICES][LEDGER_UUID_LEN];
@@ -600,6 +629,17 @@ report_print(const struct report *r)
         if (sum == 0 && r->max_used[d] == 0 && refused == 0 && r->earlier[d])
             continue; /* another run's device of a shared group */
         any = true;
+        if (sum == 0 && r->max_used[d] == 0 && refused > 0) {
+            /* Nothing granted, something refused: a job too big for its
+            ** quota from its first allocation (the ledger keeps the count
+            ** of refusals, not their sizes; the preload library's own line
+            ** above names the size). */
+            fprintf(stderr,
+                    "vram: run: %s: refused %llu allocation%s, none granted, quota %s\n",
+                    r->uuid[d], (unsigned long long)refused, refused == 1 ? "" : "s",
+                    r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none");
+            continue;
+        }
         if (sum == 0 && r->max_used[d] == 0) {
             /* In the ledger, so reserved or refused, but never seen held. */
             fprintf(stderr,
@@ -628,6 +668,11 @@ report_print(const struct report *r)
 static void
 report_free(struct report *r)
 {
+    if (r->own != NULL) {
+        ledger_leave(r->own);
+        ledger_remove_if_unused(r->own);
+        ledger_close(r->own);
+    }
     ledger_close(r->ledger);
     free(r->snap);
     free(r->procs);
@@ -662,6 +707,12 @@ run_with_report(char **command, const char *group)
         cli_error("run: out of memory");
         return RUN_FAIL;
     }
+    /* An entry of our own keeps the group's ledger in /dev/shm until the
+    ** report is made: the last member of the command removes it at its
+    ** exit otherwise, and with it the count of refusals of a command that
+    ** lived less than one sampling interval. */
+    if (ledger_open(group, &r.own) != VRAM_OK)
+        r.own = NULL; /* the report may miss a short command's refusals */
     report_sample(&r, true); /* a shared group may have members already */
 
     int pipefd[2];

@@ -1,0 +1,63 @@
+#!/bin/sh
+# test_run_preload.sh -- `vram run` with the real preload library over the
+# fake driver (tests/fakecuda), where the quota acts: --report on a command
+# whose only allocation is refused (it counts the refusal, not "no GPU
+# memory used"), and the trace a quota'd command records (limit= in its
+# metadata, which `vram analyze` and `vram doctor` judge the OOM against).
+# Usage: test_run_preload.sh VRAM LIBVRAM_PRELOAD.so PROBE_DIR FAKECUDA_DIR
+set -u
+
+if [ $# -ne 4 ]; then
+    echo "usage: test_run_preload.sh VRAM LIBVRAM_PRELOAD PROBE_DIR FAKECUDA_DIR" >&2
+    exit 2
+fi
+VRAM=$1
+PRELOAD=$2
+PROBE=$3/preload_probe
+FAKE=$4
+
+passed=0
+failed=0
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-runp.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|CUDA_VISIBLE_DEVICES\|LD_PRELOAD\)=.*/\1/p'); do
+    unset "$v"
+done
+export LD_LIBRARY_PATH="$FAKE:$3${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL $1: $2"
+    sed 's/^/     err: /' "$TMP/err" | head -n 6
+}
+
+# ---- --report: a command whose only allocation is refused ----
+"$VRAM" run --preload "$PRELOAD" --limit 64M --group "rp$$" --report -- \
+    "$PROBE" alloc 128 0 2 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] &&
+    grep -q "^vram: run: GPU-[0-9a-f-]*: refused 1 allocation, none granted, quota 64.00 MiB\$" "$TMP/err" &&
+    ! grep -q "no GPU memory used" "$TMP/err"; then
+    pass "--report counts the refusal of a command that got nothing"
+else
+    fail "--report counts the refusal" "exit $rc"
+fi
+if ls /dev/shm 2>/dev/null | grep -q "rp$$"; then
+    fail "--report leaves no ledger behind" "$(ls /dev/shm | grep "rp$$")"
+else
+    pass "--report leaves no ledger behind"
+fi
+
+# ---- no limit from any source: one line says so; the command runs ----
+"$VRAM" run --preload "$PRELOAD" -- "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
+    grep -q "^vram: run: no GPU memory limit" "$TMP/err"; then
+    pass "no limit: one line on stderr, the command runs"
+else
+    fail "no limit: one line" "exit $rc"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
