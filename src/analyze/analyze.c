@@ -1696,6 +1696,14 @@ iter_source(const struct an_result *r)
     return "none";
 }
 
+/* An event's number as the text report and the HTML page write it:
+** counted from 1 (event 1 is the trace's first). */
+static struct json_object *
+json_event(uint64_t index)
+{
+    return json_object_new_uint64(index + 1);
+}
+
 static struct json_object *
 json_u64(uint64_t v)
 {
@@ -1774,7 +1782,7 @@ result_json(const struct an_result *r)
         json_u64(t != NULL && t->n_events > 0 && r->peak_time_us >= t->events[0].t_us
                      ? r->peak_time_us - t->events[0].t_us
                      : 0));
-    json_object_object_add(o, "peak_event", json_u64(r->peak_event));
+    json_object_object_add(o, "peak_event", json_event(r->peak_event));
     json_object_object_add(
         o, "peak_iteration",
         r->peak_iter == SIZE_MAX ? NULL : json_u64((uint64_t)r->peak_iter + 1));
@@ -1808,8 +1816,8 @@ result_json(const struct an_result *r)
     for (size_t i = 0; i < r->n_iters; i++) {
         const struct an_iter *it = &r->iters[i];
         struct json_object *j = json_object_new_object();
-        json_object_object_add(j, "first_event", json_u64(it->first_event));
-        json_object_object_add(j, "last_event", json_u64(it->last_event));
+        json_object_object_add(j, "first_event", json_event(it->first_event));
+        json_object_object_add(j, "last_event", json_event(it->last_event));
         json_object_object_add(j, "t_start_us", json_u64(it->t_start_us));
         json_object_object_add(j, "t_end_us", json_u64(it->t_end_us));
         json_object_object_add(j, "min_live_bytes", json_u64(it->min_live));
@@ -1824,8 +1832,8 @@ result_json(const struct an_result *r)
         const struct an_phase *p = &r->phases[i];
         struct json_object *j = json_object_new_object();
         json_object_object_add(j, "label", json_label(t, p->label));
-        json_object_object_add(j, "first_event", json_u64(p->first_event));
-        json_object_object_add(j, "last_event", json_u64(p->last_event));
+        json_object_object_add(j, "first_event", json_event(p->first_event));
+        json_object_object_add(j, "last_event", json_event(p->last_event));
         json_object_object_add(j, "peak_bytes", json_u64(p->peak_live));
         json_object_array_add(phases, j);
     }
@@ -1847,7 +1855,7 @@ result_json(const struct an_result *r)
         json_object_object_add(j, "request_bytes", json_u64(r->oom_request));
         json_object_object_add(j, "live_bytes", json_u64(r->oom_live));
         json_object_object_add(j, "time_us", json_u64(r->oom_time_us));
-        json_object_object_add(j, "event", json_u64(r->oom_event));
+        json_object_object_add(j, "event", json_event(r->oom_event));
         json_object_object_add(j, "device", json_object_new_int(r->oom_device));
         json_object_object_add(j, "cap_bytes",
                                r->oom_cap > 0 ? json_u64(r->oom_cap) : NULL);

@@ -169,7 +169,7 @@ static void fork_child(void);
 static void
 trace_open(void)
 {
-    char path[512], meta[160], line[768];
+    char path[512], meta[200], line[768];
     if (env_trace_load(NULL, NULL, path, sizeof path) != VRAM_OK) {
         snprintf(line, sizeof line, "vram: %s; no trace is recorded", vram_last_error());
         say(line);
@@ -177,8 +177,18 @@ trace_open(void)
     }
     if (path[0] == '\0')
         return;
-    snprintf(meta, sizeof meta, "workload=vram-preload pid=%ld group=%s version=%s",
-             (long)getpid(), P.group, VRAM_VERSION);
+    int n = snprintf(meta, sizeof meta, "workload=vram-preload pid=%ld group=%s version=%s",
+                     (long)getpid(), P.group, VRAM_VERSION);
+    /* The quota, so that `vram analyze` judges an OOM against it: written
+    ** when it is one size in bytes for every device (a fraction becomes
+    ** bytes only once a device's total is known, after this line). */
+    uint64_t limit = P.quota.all.kind == QUOTA_BYTES ? P.quota.all.bytes : 0;
+    for (int i = 0; i < P.quota.n_entries && limit != 0; i++)
+        if (P.quota.entries[i].value.kind != QUOTA_BYTES ||
+            P.quota.entries[i].value.bytes != limit)
+            limit = 0;
+    if (P.quota.active && limit != 0 && n > 0 && (size_t)n < sizeof meta)
+        snprintf(meta + n, sizeof meta - (size_t)n, " limit=%llu", (unsigned long long)limit);
     if (trace_writer_open(path, meta, &P.trace) != VRAM_OK) {
         snprintf(line, sizeof line, "vram: VRAM_TRACE: %s; no trace is recorded",
                  vram_last_error());

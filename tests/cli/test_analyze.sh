@@ -136,6 +136,12 @@ run analyze "$LEAK"
 expect_rc "analyze leak_mlp (text) exits 0" 0
 expect_line "the text gives the verdict and the rate" '^leak +YES: memory grew 12\.00 MiB per iteration'
 expect_line "the text names the peak" '^peak +1\.15 GiB live'
+# The JSON counts events as the text does (from 1).
+text_event=$(sed -n 's/^peak .*(event \([0-9]*\).*/\1/p' "$TMP/out")
+run analyze --json "$LEAK"
+json_check "--json's peak_event is the text's event $text_event" "d['peak_event'] == $text_event"
+json_check "--json's iterations count events from 1" \
+    "d['iteration_list'][0]['first_event'] == 1 and d['iteration_list'][-1]['last_event'] == d['events']"
 
 run analyze --strategy expandable --limit 2G --json "$RESNET"
 expect_rc "analyze --strategy expandable --limit 2G exits 0" 0

@@ -59,5 +59,34 @@ else
     fail "no limit: one line" "exit $rc"
 fi
 
+# ---- the trace of a command under a quota names the quota ----
+VRAM_TRACE=$TMP/t.csv "$VRAM" run --preload "$PRELOAD" --limit 64M -- \
+    "$PROBE" alloc 128 0 2 >"$TMP/out" 2>"$TMP/err"
+if head -n 1 "$TMP/t.csv" | grep -q "^# workload=vram-preload .* limit=67108864\$"; then
+    pass "the trace's metadata carries limit="
+else
+    fail "the trace's metadata carries limit=" "$(head -n 1 "$TMP/t.csv")"
+fi
+"$VRAM" analyze --json "$TMP/t.csv" >"$TMP/out" 2>"$TMP/err"
+if /usr/bin/python3 -c '
+import json, sys
+o = json.load(open(sys.argv[1]))["oom"]
+assert o["cap_bytes"] == 64 << 20 and o["cause"] == "over_cap", o' "$TMP/out"; then
+    pass "vram analyze judges the OOM against the trace's limit"
+else
+    fail "vram analyze judges the OOM against the trace's limit" "$(cat "$TMP/out")"
+fi
+# vram doctor on a trace of one refused allocation: readable sentences.
+"$VRAM" doctor "$TMP/t.csv" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 1 ] &&
+    grep -q "^\[problem\] oom-too-big: the last allocation (128.00 MiB) was refused with nothing else live: it alone exceeds the cap (64.00 MiB)\." "$TMP/out" &&
+    grep -q "^\[ok\] preallocation: no allocation in the trace was granted" "$TMP/out" &&
+    ! grep -q "live then: \.\|0.0x less" "$TMP/out"; then
+    pass "vram doctor on a refused allocation alone"
+else
+    fail "vram doctor on a refused allocation alone" "exit $rc: $(cat "$TMP/out")"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

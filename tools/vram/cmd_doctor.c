@@ -302,6 +302,15 @@ check_preallocation_trace(struct report *rep, const struct an_result *r,
     bool waste = ratio > PREALLOC_WASTE_RATIO;
     enum verdict v = st == VRAM_STRATEGY_PREALLOCATE && !capped && waste ? V_WARN : V_OK;
     struct check *c = add_check(rep, "preallocation", v);
+    if (r->peak_bytes == 0) {
+        /* Nothing was ever granted (a trace of refusals only): there is no
+        ** peak to compare the strategies on. */
+        snprintf(c->evidence, sizeof c->evidence,
+                 "no allocation in the trace was granted, so no strategy held any memory "
+                 "for it");
+        snprintf(c->next, sizeof c->next, "nothing");
+        return;
+    }
     snprintf(
         c->evidence, sizeof c->evidence,
         "preallocate would hold %s from the first allocation for a job whose peak is "
@@ -429,12 +438,20 @@ check_oom(struct report *rep, const struct an_result *r)
     if (big) {
         char parts[400];
         oom_breakdown_text(r, parts, sizeof parts);
-        snprintf(
-            c->evidence, sizeof c->evidence,
-            "the last allocation (%s) failed with %s live: live + request = %s exceeds "
-            "%s (%s); live then: %s",
-            fmt_size(r->oom_request, a, sizeof a), fmt_size(r->oom_live, b, sizeof b),
-            fmt_size(need, c3, sizeof c3), against, fmt_size(bound, d, sizeof d), parts);
+        if (r->oom_live == 0)
+            /* The first allocation already failed: nothing else was live. */
+            snprintf(c->evidence, sizeof c->evidence,
+                     "the last allocation (%s) was refused with nothing else live: it "
+                     "alone exceeds %s (%s)",
+                     fmt_size(r->oom_request, a, sizeof a), against,
+                     fmt_size(bound, d, sizeof d));
+        else
+            snprintf(c->evidence, sizeof c->evidence,
+                     "the last allocation (%s) failed with %s live: live + request = %s "
+                     "exceeds %s (%s); live then: %s",
+                     fmt_size(r->oom_request, a, sizeof a),
+                     fmt_size(r->oom_live, b, sizeof b), fmt_size(need, c3, sizeof c3),
+                     against, fmt_size(bound, d, sizeof d), parts);
         snprintf(
             c->next, sizeof c->next,
             "the job is too big for its memory: `vram plan` sizes it (a smaller batch, "
