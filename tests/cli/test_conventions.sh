@@ -93,7 +93,7 @@ if [ "$rc" -eq 2 ] && grep -q "^vram: stat: option '--json' takes no value (try 
 run top -d
 if [ "$rc" -eq 2 ] && grep -q "^vram: top: option '-d' needs a value" "$TMP/err"; then pass "top -d"; else fail "top -d" "exit $rc"; fi
 
-# Sizes: 6Gi is 6GiB is 6G (one parser, src/util/size.c).
+# Sizes: 6Gi is 6GiB is 6G (one parser, src/base/size.c).
 for s in 6G 6Gi 6GiB 6GB 6gi; do
     run plan --arch gpt2 --layers 2 --hidden 64 --heads 2 --vocab 100 --positions 64 \
         --batch 1 --seq 8 --gpu-memory "$s" --json

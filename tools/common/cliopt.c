@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cliopt.h"
-#include "util/size.h"
+#include "base/size.h"
 #include "vram.h"
 
 /* getopt_long's value of a long option with no one-letter alias: above

@@ -93,7 +93,7 @@ void cliopt_help(const struct cli_command *cmd, FILE *out);
 int cliopt_usage_error(const struct cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Parse TEXT as a size (src/util/size.c: 6G, 6Gi, 6GiB, 512M, 1073741824)
+/* Parse TEXT as a size (src/base/size.c: 6G, 6Gi, 6GiB, 512M, 1073741824)
 ** for option NAME of CMD into *OUT; a bad one, or 0, is a usage error
 ** (false, the line printed). */
 bool cliopt_size(const struct cli_command *cmd, const char *name, const char *text,
