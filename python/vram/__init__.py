@@ -32,7 +32,10 @@ import os
 import sys
 import threading
 
+__version__ = "0.1.0"
+
 __all__ = [
+    "__version__",
     "VramError",
     "get_memory_info",
     "reset_memory_stats",
