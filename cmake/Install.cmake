@@ -61,24 +61,27 @@ install(FILES ${PROJECT_BINARY_DIR}/vram-config.cmake
 # Into Slurm's plug-in directory (PluginDir), so that plugstack.conf can
 # name it without a path: Debian's and Ubuntu's Slurm packages use
 # /usr/lib/<multiarch>/slurm-wlm, Slurm's own default is <libdir>/slurm.
-# VRAM_SLURM_PLUGINDIR overrides (relative: under the prefix).
-if(CMAKE_INSTALL_PREFIX STREQUAL "/usr" AND CMAKE_LIBRARY_ARCHITECTURE)
-  set(_vram_slurm_default ${CMAKE_INSTALL_LIBDIR}/slurm-wlm)
+# VRAM_SLURM_PLUGINDIR overrides (relative: under the prefix); empty, the
+# default follows the prefix at every configure.
+set(VRAM_SLURM_PLUGINDIR "" CACHE PATH
+    "where the Slurm plug-in spank_vram.so is installed (empty: Slurm's plug-in directory)")
+if(VRAM_SLURM_PLUGINDIR)
+  set(VRAM_SLURM_DIR ${VRAM_SLURM_PLUGINDIR})
+elseif(CMAKE_INSTALL_PREFIX STREQUAL "/usr" AND CMAKE_LIBRARY_ARCHITECTURE)
+  set(VRAM_SLURM_DIR ${CMAKE_INSTALL_LIBDIR}/slurm-wlm)
 else()
-  set(_vram_slurm_default ${CMAKE_INSTALL_LIBDIR}/slurm)
+  set(VRAM_SLURM_DIR ${CMAKE_INSTALL_LIBDIR}/slurm)
 endif()
-set(VRAM_SLURM_PLUGINDIR ${_vram_slurm_default} CACHE PATH
-    "where the Slurm plug-in spank_vram.so is installed")
 option(VRAM_REQUIRE_SLURM "fail to configure without the Slurm plug-in (packages need it)" OFF)
 if(TARGET spank_vram)
   # The preload= default: the library this installation puts in place.
   target_compile_definitions(spank_vram PRIVATE
     VRAM_SPANK_DEFAULT_PRELOAD="${VRAM_INSTALLED_PRELOAD}")
-  install(TARGETS spank_vram LIBRARY DESTINATION ${VRAM_SLURM_PLUGINDIR})
-  if(IS_ABSOLUTE ${VRAM_SLURM_PLUGINDIR})
-    set(VRAM_SPANK_INSTALLED ${VRAM_SLURM_PLUGINDIR}/spank_vram.so)
+  install(TARGETS spank_vram LIBRARY DESTINATION ${VRAM_SLURM_DIR})
+  if(IS_ABSOLUTE ${VRAM_SLURM_DIR})
+    set(VRAM_SPANK_INSTALLED ${VRAM_SLURM_DIR}/spank_vram.so)
   else()
-    set(VRAM_SPANK_INSTALLED ${CMAKE_INSTALL_PREFIX}/${VRAM_SLURM_PLUGINDIR}/spank_vram.so)
+    set(VRAM_SPANK_INSTALLED ${CMAKE_INSTALL_PREFIX}/${VRAM_SLURM_DIR}/spank_vram.so)
   endif()
   configure_file(${PROJECT_SOURCE_DIR}/contrib/slurm/plugstack.conf.in
                  ${PROJECT_BINARY_DIR}/contrib/slurm/plugstack.conf @ONLY)
