@@ -65,6 +65,13 @@ enum {
 
 #define PRELOAD_NAME "libvram-preload.so"
 
+/* Where `make install` puts the preload library, relative to the vram
+** binary's directory (set by cmake/Install.cmake from GNUInstallDirs:
+** "../lib/x86_64-linux-gnu" under /usr on Debian, "../lib" elsewhere). */
+#ifndef VRAM_BINDIR_TO_LIBDIR
+#define VRAM_BINDIR_TO_LIBDIR "../lib"
+#endif
+
 /* ------------------------------------------------------------------ */
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
@@ -80,8 +87,8 @@ static const struct cli_opt opt_table[] = {
     {OPT_REPORT, "report", NULL,
      "wait for the command, then print each device's peak to standard error"},
     {OPT_PRELOAD, "preload", "PATH",
-     "the preload library (default: VRAM_PRELOAD_LIBRARY, else "
-     "../lib/" PRELOAD_NAME " from the vram binary's directory)"},
+     "the preload library (default: VRAM_PRELOAD_LIBRARY, else the installed "
+     PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)"},
     {OPT_HELP, "help", NULL, "print this help"},
 };
 
@@ -286,12 +293,6 @@ set_quota_env(const struct run_args *a, const char *group)
 /* The preload library                                                  */
 /* ------------------------------------------------------------------ */
 
-/* Where `make install` puts the preload library, relative to the vram
-** binary's directory (set by cmake/Install.cmake from GNUInstallDirs:
-** "../lib/x86_64-linux-gnu" under /usr on Debian, "../lib" elsewhere). */
-#ifndef VRAM_BINDIR_TO_LIBDIR
-#define VRAM_BINDIR_TO_LIBDIR "../lib"
-#endif
 
 /*
 ** The default library: libvram-preload.so in the installed library
