@@ -17,10 +17,18 @@ mkdir -p "$out"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/vram-man.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-# The commands and their one-line summaries, as `vram help` prints them
-# ("  NAME  SUMMARY" under "Commands:").
-"$vram" help | awk '/^Commands:/ {on = 1; next} on && /^  [a-z]/ {
-    name = $1; sub(/^  [a-z][a-z0-9-]* +/, ""); print name "\t" $0 }' >"$tmp/commands"
+# The commands and their summaries, as `vram help` prints them: "  NAME
+# SUMMARY" lines under "Commands:", a summary possibly continued on more
+# indented lines, up to the first empty line.
+"$vram" help | awk '
+    /^Commands:/ { on = 1; next }
+    on && /^$/ { exit }
+    on && /^  [a-z]/ {
+        if (name != "") print name "\t" sum
+        name = $1; sum = $0; sub(/^  [a-z][a-z0-9-]* +/, "", sum); next
+    }
+    on && /^   +[^ ]/ { line = $0; sub(/^ +/, "", line); sum = sum " " line }
+    END { if (name != "") print name "\t" sum }' >"$tmp/commands"
 if [ ! -s "$tmp/commands" ]; then
     echo "gen-man.sh: '$vram help' lists no commands" >&2
     exit 1

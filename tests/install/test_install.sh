@@ -150,6 +150,17 @@ check "vram run --limit 64M with the stand-in driver" \
     env LD_LIBRARY_PATH="$FAKE" vram run --limit 64M --group "$GROUP" -- "$PROBE" info 0 64 64
 rm -f /dev/shm/vram-*-"$GROUP"-*
 
+# vram plan --model runs its tracer from the installed Python package: a
+# stand-in interpreter (VRAM_PYTHON) prints the PYTHONPATH it is given.
+printf '#!/bin/sh\necho "$PYTHONPATH"\n' >"$TMP/fake-python"
+chmod +x "$TMP/fake-python"
+check "vram plan --model: the installed Python package" \
+    env VRAM_PYTHON="$TMP/fake-python" vram plan --model "$TMP/model.py:f"
+case $(cat "$TMP/out") in
+/usr/*/share/vram/python* | /usr/share/vram/python*) ;;
+*) fail "vram plan --model: the installed Python package" "PYTHONPATH=$(cat "$TMP/out")" ;;
+esac
+
 # ---- the library: the README's C example, with pkg-config ----
 awk '/^```c$/ {on = 1; next} on && /^```$/ {exit} on' "$SRC/README.md" >"$TMP/example.c"
 check "pkg-config --modversion vram" pkg-config --modversion vram
@@ -215,7 +226,7 @@ fi
 
 # ---- man pages, bash completion ----
 check "man -w vram" man -w vram
-for cmd in $(vram help | awk '/^Commands:/ {on = 1; next} on && /^  [a-z]/ {print $1}'); do
+for cmd in $(vram help | awk '/^Commands:/ {on = 1; next} on && /^$/ {exit} on && /^  [a-z]/ {print $1}'); do
     check "man -w vram-$cmd" man -w "vram-$cmd"
 done
 COMPLETION=$(grep '/bash-completion/completions/vram$' "$TMP/files")
