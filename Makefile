@@ -1,21 +1,32 @@
-# The two commands a newcomer needs: `make demo` and `make test`.
-# Both install missing Debian packages first (scripts/install-deps.sh).
+# The two commands a newcomer needs: `make demo` and `make test`. Both
+# install missing Debian packages first (scripts/install-deps.sh); `make
+# demo` only those the build needs.
+#
+#   make install [PREFIX=/usr/local] [DESTDIR=]   build and install (cmake/Install.cmake)
+#   make uninstall                                remove what `make install` installed
+#   make package                                  build-package/packages/vram_<version>_<arch>.deb
 MAKEFLAGS += --no-print-directory
 BUILD  ?= build
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE  ?= cmake
+PREFIX ?= /usr/local
+DESTDIR ?=
 TRACES  = data/traces/resnet50_fp32.trace.csv.gz data/traces/gpt2_bf16_b16.trace.csv.gz \
           data/traces/gpt2m_generate.trace.csv.gz data/traces/leak_mlp.trace.csv.gz
 
-.PHONY: all deps test-deps build demo test test-plain test-asan test-tsan bench format clean
+.PHONY: all deps test-deps package-deps build demo test test-plain test-asan test-tsan \
+        install uninstall package bench format clean
 
 all: build
 
 deps:
 	@sh scripts/install-deps.sh
 
+# The install prefix is compiled into the Slurm plug-in (its default
+# preload=) and decides the library directory, so it is a build setting.
 build: deps
-	@$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@$(CMAKE) --build $(BUILD) -j $(JOBS)
 
 demo: build
@@ -26,7 +37,13 @@ test: test-plain test-asan test-tsan
 test-deps:
 	@sh scripts/install-deps.sh --test
 
-test-plain: test-deps build
+package-deps:
+	@sh scripts/install-deps.sh --package
+
+# Built for /usr, as the Debian package is: the install test (label
+# "install") packages this build and installs the package.
+test-plain: test-deps
+	@$(MAKE) build PREFIX=/usr
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps
@@ -39,6 +56,26 @@ test-tsan: deps
 	@$(CMAKE) --build $(BUILD)-tsan -j $(JOBS)
 	@cd $(BUILD)-tsan && ctest --output-on-failure -j $(JOBS) -L threads
 
+# DESTDIR stages the files elsewhere (for packagers); without it, as root,
+# ldconfig makes the new libvram.so.0 known to the dynamic linker.
+install: build
+	@DESTDIR="$(DESTDIR)" $(CMAKE) --install $(BUILD)
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
+
+uninstall:
+	@test -f $(BUILD)/install_manifest.txt || { echo "vram: nothing installed from $(BUILD)" >&2; exit 1; }
+	@xargs -d '\n' rm -f -- <$(BUILD)/install_manifest.txt
+	@if [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
+
+# A build of its own under /usr, with the man pages and the Slurm plug-in
+# required, so that the package is complete whatever the main build has.
+package: package-deps
+	@$(CMAKE) -S . -B $(BUILD)-package -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCMAKE_INSTALL_PREFIX=/usr -DVRAM_MAN=ON -DVRAM_REQUIRE_SLURM=ON >/dev/null
+	@$(CMAKE) --build $(BUILD)-package -j $(JOBS)
+	@cd $(BUILD)-package && cpack >/dev/null
+	@ls $(BUILD)-package/packages/*.deb
+
 bench: build
 	@sh scripts/bench.sh $(BUILD)/bin/vram $(TRACES)
 
@@ -46,4 +83,4 @@ format:
 	@clang-format -i include/*.h src/*/*.[ch] tools/*/*.[ch] tests/*/*.[ch]
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-package

@@ -42,7 +42,8 @@
 extern "C" {
 #endif
 
-#define VRAM_VERSION "0.1.0"
+/* VRAM_VERSION ("0.1.0"), VRAM_VERSION_MAJOR, _MINOR, _PATCH: from the build. */
+#include "vram_version.h"
 
 #if defined(__GNUC__)
 #define VRAM_API __attribute__((visibility("default")))

@@ -1,27 +1,61 @@
 #!/bin/sh
-# Install the Debian packages vram needs to build and test, and only those
-# missing. Safe to run again; does nothing when everything is present.
-# Usage: scripts/install-deps.sh [--test]   (as root, or with sudo available)
-#   --test  also what only the tests need: python3-torch and python3-torchvision
-#           (`vram plan --model` traces PyTorch programs; its tests run a CNN and a
-#           transformer on PyTorch's fake device). `make demo` does without them.
+# Install the Debian packages vram needs, and only those missing. Safe to
+# run again; does nothing when everything is present. Off Debian (no
+# apt-get), it prints the packages to get instead.
+# Usage: scripts/install-deps.sh [--package | --test]   (as root, or with sudo)
+#   (none)     the build and `make demo`: a C compiler, CMake, pkg-config,
+#              zlib, json-c, cmocka (the build configures the unit tests),
+#              ncurses and libmicrohttpd (`vram top` and `vram exporter`,
+#              built by default; -DVRAM_LIVE_TOOLS=OFF does without them).
+#   --package  also what `make package` needs: help2man (the man pages are
+#              made from the --help texts), libslurm-dev (the Slurm plug-in
+#              needs slurm/spank.h), file and dpkg-dev (CPack's DEB generator
+#              computes the dependencies with dpkg-shlibdeps).
+#   --test     also what only the tests need (`make test`; includes --package,
+#              since one test builds and installs the package):
+#              - chromium, fonts-dejavu-core, python3: the HTML report's test
+#                renders it headless and checks the screenshot; python3 reads
+#                the page and the PNG there. Chromium is large: the first
+#                install takes a while.
+#              - munge, slurmctld, slurmd, slurm-client: the SPANK plug-in's
+#                test on a single-node cluster (tests/slurm/run_slurm_test.sh).
+#              - tmux, curl, prometheus (with promtool): the tests of top and
+#                the exporter (tests/cli/test_top.sh, test_exporter.sh).
+#              - python3-torch, python3-torchvision: `vram plan --model` traces
+#                PyTorch programs; its tests run a CNN and a transformer on
+#                PyTorch's fake device.
+#              - python3-venv, python3-pip, python3-setuptools, python3-wheel,
+#                man-db: the install test (tests/install) installs the Python
+#                package into a virtual environment offline and asks `man -w`.
 set -eu
 
-# chromium and fonts-dejavu-core: the HTML report's test (tests/cli/test_html.sh)
-# renders it headless and checks the screenshot; python3 reads the page and
-# the PNG there. Chromium is large: the first install takes a while.
-# munge, slurmctld, slurmd, slurm-client, libslurm-dev: the SPANK plug-in
-# (slurm/spank_vram.c needs slurm/spank.h) and its test on a single-node
-# cluster (tests/slurm/run_slurm_test.sh).
-# libncurses-dev, libmicrohttpd-dev: `vram top` and `vram exporter`; tmux,
-# curl, prometheus (with promtool): their tests (tests/cli/test_top.sh,
-# test_exporter.sh), which drive top in tmux and let a real Prometheus scrape.
-PKGS="build-essential cmake pkg-config zlib1g-dev libcmocka-dev libjson-c-dev
-      chromium fonts-dejavu-core python3
-      munge slurmctld slurmd slurm-client libslurm-dev
-      libncurses-dev libmicrohttpd-dev tmux curl prometheus"
-if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS python3-torch python3-torchvision"
+PKGS="build-essential cmake pkg-config zlib1g-dev libjson-c-dev libcmocka-dev
+      libncurses-dev libmicrohttpd-dev"
+PACKAGE_PKGS="help2man libslurm-dev file dpkg-dev"
+TEST_PKGS="chromium fonts-dejavu-core python3
+      munge slurmctld slurmd slurm-client
+      tmux curl prometheus
+      python3-torch python3-torchvision
+      python3-venv python3-pip python3-setuptools python3-wheel man-db"
+case "${1:-}" in
+"") ;;
+--package) PKGS="$PKGS $PACKAGE_PKGS" ;;
+--test) PKGS="$PKGS $PACKAGE_PKGS $TEST_PKGS" ;;
+*)
+    echo "usage: scripts/install-deps.sh [--package | --test]" >&2
+    exit 2
+    ;;
+esac
+# shellcheck disable=SC2086
+PKGS=$(echo $PKGS)
+
+if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
+    echo "vram: no apt-get here, so nothing was installed. vram needs these Debian" >&2
+    echo "packages, or your system's equivalents (a C11 compiler, CMake 3.20 or later," >&2
+    echo "pkg-config and the development files of zlib, json-c, cmocka, ncurses and" >&2
+    echo "libmicrohttpd for the build):" >&2
+    echo "  $PKGS" >&2
+    exit 0
 fi
 
 missing=""
@@ -32,7 +66,14 @@ done
 [ -z "$missing" ] && exit 0
 
 SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "vram: missing Debian packages:$missing" >&2
+        echo "vram: run as root: apt-get install$missing" >&2
+        exit 1
+    fi
+    SUDO="sudo"
+fi
 echo "vram: installing Debian packages:$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq

@@ -1,8 +1,8 @@
 """vram -- libvram's memory statistics and phase marks for Python programs.
 
-Pure ctypes over libvram.so, nothing to build or install (docs/PYTHON.md):
+Pure ctypes over libvram.so, nothing to compile (docs/PYTHON.md):
 
-    PYTHONPATH=python python3 train.py
+    pip install ./python                  # or: PYTHONPATH=python python3 train.py
 
     import vram
     vram.get_memory_info(0)        # {"current": bytes, "peak": bytes}
@@ -17,9 +17,10 @@ Otherwise a context of this package, opened on first use from the
 environment (vram_open(NULL): VRAM_BACKEND, VRAM_STRATEGY, VRAM_TRACE, ...),
 and DEVICE is its logical device index.
 
-The library is VRAM_LIBRARY if set, else build/lib/libvram.so of the
-checkout this package sits in, else whatever ctypes.util.find_library("vram")
-finds. With the plug-in, it must be the same file PyTorch was given, so that
+The library is VRAM_LIBRARY if set, else libvram.so beside this file, else
+build/lib/libvram.so of the checkout this package sits in, else the
+installed one (the dynamic linker's search path, then the usual library
+directories); the error names every place looked at. With the plug-in, it must be the same file PyTorch was given, so that
 both share one library (and so one plug-in context).
 
 Every failure raises VramError with libvram's one-line explanation.
@@ -29,10 +30,15 @@ import atexit
 import ctypes
 import ctypes.util
 import os
+import platform
 import sys
+import sysconfig
 import threading
 
+__version__ = "0.1.0"
+
 __all__ = [
+    "__version__",
     "VramError",
     "get_memory_info",
     "reset_memory_stats",
@@ -137,18 +143,63 @@ class _State:
 _state = _State()
 
 
+# The library's file name at run time (its SONAME, set in CMakeLists.txt).
+_SONAME = "libvram.so.0"
+
+
+def _system_libdirs():
+    """Where an installed libvram.so is, in search order: this Python's
+    prefix (a virtual or conda environment vram was installed into), then
+    /usr/local and /usr, multiarch directories (Debian:
+    lib/x86_64-linux-gnu) first."""
+    arch = sysconfig.get_config_var("MULTIARCH") or "%s-linux-gnu" % platform.machine()
+    dirs = [os.path.join(sys.prefix, "lib")]
+    for prefix in ("/usr/local", "/usr"):
+        dirs += [os.path.join(prefix, "lib", arch), os.path.join(prefix, "lib64"),
+                 os.path.join(prefix, "lib")]
+    seen = []
+    for d in dirs:
+        if d not in seen:
+            seen.append(d)
+    return seen
+
+
 def _library_path():
+    """The path of libvram.so to load: VRAM_LIBRARY if set; else the first
+    that exists of the package's own directory (a copy of the library beside
+    __init__.py), the checkout's build/lib, the dynamic linker's search path
+    (ctypes.util.find_library) and the usual installed library directories.
+    Raises VramError naming every place looked at when there is none."""
     path = os.environ.get("VRAM_LIBRARY", "")
     if path:
         return path
-    if os.path.exists(_CHECKOUT_LIBRARY):
-        return _CHECKOUT_LIBRARY
+    looked = ["VRAM_LIBRARY (unset)"]
+    candidates = [os.path.join(_HERE, _SONAME), os.path.join(_HERE, "libvram.so")]
+    if os.path.exists(os.path.join(_HERE, "..", "..", "CMakeLists.txt")):  # a checkout
+        candidates.append(_CHECKOUT_LIBRARY)
+    for path in candidates:
+        if os.path.exists(path):
+            return path
+        looked.append(path)
+    libdirs = _system_libdirs()
     found = ctypes.util.find_library("vram")
     if found:
+        # A full path where one exists: PyTorch's plug-in and messages need one.
+        for d in libdirs:
+            if os.path.exists(os.path.join(d, found)):
+                return os.path.join(d, found)
         return found
+    looked.append("the dynamic linker's search path (ldconfig -p)")
+    for d in libdirs:
+        for name in (_SONAME, "libvram.so"):
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                return path
+        looked.append(os.path.join(d, _SONAME))
     raise VramError(
-        "libvram not found: set VRAM_LIBRARY to the path of libvram.so "
-        "(built at build/lib/libvram.so)"
+        "libvram not found; looked at: %s. Install vram (the Debian package, or "
+        "'make install'), or set VRAM_LIBRARY to the path of libvram.so"
+        % ", ".join(looked)
     )
 
 

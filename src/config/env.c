@@ -184,16 +184,17 @@ typedef char KIND_TEXT_type[4096];
 
 #define VRAM_ENV_RUN(X)                                                                  \
     X(VRAM_PRELOAD_LIBRARY, KIND_PATH, run.preload_library, "", "a file path",           \
-      "The preload library vram run injects; unset: lib/libvram-preload.so in the "      \
-      "parent of the vram binary's directory (bin/vram, lib/libvram-preload.so).")       \
+      "The preload library vram run injects; unset: the installed libvram-preload.so "  \
+      "beside the vram binary (/usr/bin/vram: /usr/lib/<multiarch>/), else "             \
+      "../lib/libvram-preload.so from its directory (the build tree).")                  \
     X(LD_PRELOAD, KIND_TEXT, run.ld_preload, "", "the dynamic loader's list",            \
       "vram run puts the preload library first and keeps the entries already here.")   \
     X(VRAM_PYTHON, KIND_PATH, run.python, "", "a python3 interpreter",                  \
       "The interpreter vram plan --model runs its tracer with; unset: the first of "    \
       "python3 and /usr/bin/python3 that can import torch.")                            \
     X(VRAM_PYTHONPATH, KIND_PATH, run.python_dir, "", "a directory",                     \
-      "Where vram plan --model finds the vram Python package; unset: the one built "    \
-      "into the vram binary.")                                                          \
+      "Where vram plan --model finds the vram Python package; unset: the installed "    \
+      "one (share/vram/python beside the vram binary), else the checkout's python/.")   \
     X(PYTHONPATH, KIND_TEXT, run.pythonpath, "", "Python's module path",                \
       "vram plan --model puts the vram package first and keeps the entries already "    \
       "here.")

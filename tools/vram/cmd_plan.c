@@ -8,6 +8,7 @@
 */
 #include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "cliopt.h"
 #include "cmd.h"
 #include "config/env.h"
+#include "installdirs.h"
 #include "plan/plan.h"
 #include "base/size.h"
 
@@ -240,6 +242,12 @@ breakdown_json(const struct plan_result *r)
     return b;
 }
 
+/* The vram Python package: where `make install` puts it, relative to the
+** vram binary's directory (cmake/Install.cmake), else the checkout's
+** python/ (VRAM_PYTHON_DIR, for the build tree). */
+#ifndef VRAM_BINDIR_TO_PYTHONDIR
+#define VRAM_BINDIR_TO_PYTHONDIR "../share/vram/python"
+#endif
 #ifndef VRAM_PYTHON_DIR
 #define VRAM_PYTHON_DIR ""
 #endif
@@ -289,9 +297,14 @@ plan_traced(const char *spec, const char *trace, bool json, const char *gpu_memo
         cli_error("plan: --model needs python3 with PyTorch (set VRAM_PYTHON to one)");
         return 1;
     }
-    /* The package: the checkout's python/ (or VRAM_PYTHONPATH), before
-    ** whatever PYTHONPATH the user has. */
-    const char *dir = env.python_dir[0] != '\0' ? env.python_dir : VRAM_PYTHON_DIR;
+    /* The package: VRAM_PYTHONPATH, else the installed one, else the
+    ** checkout's python/; before whatever PYTHONPATH the user has. */
+    char installed[PATH_MAX];
+    const char *dir = env.python_dir;
+    if (dir[0] == '\0')
+        dir = installed_path(VRAM_BINDIR_TO_PYTHONDIR, installed, sizeof installed)
+                  ? installed
+                  : VRAM_PYTHON_DIR;
     const char *old = env.pythonpath;
     size_t n = strlen(dir) + (old ? strlen(old) : 0) + 2;
     char *path = malloc(n);

@@ -45,6 +45,7 @@
 #include "config/env.h"
 #include "base/ldpreload.h"
 #include "base/size.h"
+#include "installdirs.h"
 #include "ledger/ledger.h"
 #include "quota/quota.h"
 #include "vram.h"
@@ -65,6 +66,13 @@ enum {
 
 #define PRELOAD_NAME "libvram-preload.so"
 
+/* Where `make install` puts the preload library, relative to the vram
+** binary's directory (set by cmake/Install.cmake from GNUInstallDirs:
+** "../lib/x86_64-linux-gnu" under /usr on Debian, "../lib" elsewhere). */
+#ifndef VRAM_BINDIR_TO_LIBDIR
+#define VRAM_BINDIR_TO_LIBDIR "../lib"
+#endif
+
 /* ------------------------------------------------------------------ */
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
@@ -80,8 +88,8 @@ static const struct cli_opt opt_table[] = {
     {OPT_REPORT, "report", 0, NULL,
      "wait for the command, then print each device's peak to standard error"},
     {OPT_PRELOAD, "preload", 0, "PATH",
-     "the preload library (default: VRAM_PRELOAD_LIBRARY, else "
-     "../lib/" PRELOAD_NAME " from the vram binary's directory)"},
+     "the preload library (default: VRAM_PRELOAD_LIBRARY, else the installed "
+     PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
@@ -314,33 +322,27 @@ set_quota_env(const struct run_args *a, const char *group)
 /* The preload library                                                  */
 /* ------------------------------------------------------------------ */
 
+
 /*
-** The default library: ../lib/libvram-preload.so from the directory of
-** the running vram binary (build/bin/vram -> build/lib/, or
-** /usr/local/bin/vram -> /usr/local/lib/). Into BUF; false if there is
-** none (BUF then holds the path tried, or "").
+** The default library: libvram-preload.so in the installed library
+** directory relative to the running vram binary (/usr/bin/vram ->
+** /usr/lib/x86_64-linux-gnu/), else in ../lib (the build tree:
+** build/bin/vram -> build/lib/). Into BUF; false if there is none (BUF
+** then holds the first path tried, or "").
 */
 static bool
 default_library(char *buf, size_t len)
 {
-    char exe[PATH_MAX];
-    buf[0] = '\0';
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return false;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/'); /* .../bin/vram -> .../bin */
-    if (slash == NULL)
-        return false;
-    *slash = '\0';
-    slash = strrchr(exe, '/'); /* .../bin -> ... */
-    if (slash == NULL)
-        return false;
-    *slash = '\0';
-    int w = snprintf(buf, len, "%s/lib/%s", exe, PRELOAD_NAME);
-    if (w < 0 || (size_t)w >= len)
-        return false;
-    return access(buf, R_OK) == 0;
+    const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" PRELOAD_NAME, "../lib/" PRELOAD_NAME};
+    char first[PATH_MAX] = "";
+    for (size_t i = 0; i < sizeof rels / sizeof rels[0]; i++) {
+        if (installed_path(rels[i], buf, len))
+            return true;
+        if (first[0] == '\0' && strlen(buf) < sizeof first)
+            memcpy(first, buf, strlen(buf) + 1);
+    }
+    snprintf(buf, len, "%s", first);
+    return false;
 }
 
 /*

@@ -1,0 +1,105 @@
+# Install.cmake -- what `cmake --install` (and `make install`, and the
+# Debian package) puts where, with GNUInstallDirs' directories:
+#
+#   bin/vram                              the command
+#   lib*/libvram.so.X.Y.Z, .so.0, .so     the library (SONAME libvram.so.0)
+#   lib*/libvram.a                        the static library
+#   lib*/libvram-preload.so               the quota enforcer (LD_PRELOAD)
+#   lib*/pkgconfig/vram.pc                pkg-config
+#   lib*/cmake/vram/                      find_package(vram): vram::vram
+#   include/vram.h, vram_version.h        the API
+#   <Slurm plug-in dir>/spank_vram.so     srun/sbatch --gpu-mem
+#   share/vram/python/vram/               the Python package (vram plan --model)
+#   share/vram/contrib/                   Grafana dashboard, alert rules, plugstack.conf line
+#   share/doc/vram/                       README, BENCHMARKS, docs/, LICENSE
+#   share/man/man1/, bash-completion      see cmake/Man.cmake
+#
+# Included at the end of CMakeLists.txt, once every target exists. The
+# installed vram binary finds its preload library and Python package
+# relative to its own directory (tools/common/installdirs.c), so a tree
+# installed under DESTDIR or unpacked from the package works where it is.
+
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+# ---- paths compiled into the binaries ----
+file(RELATIVE_PATH VRAM_BINDIR_TO_LIBDIR ${CMAKE_INSTALL_FULL_BINDIR}
+     ${CMAKE_INSTALL_FULL_LIBDIR})
+file(RELATIVE_PATH VRAM_BINDIR_TO_PYTHONDIR ${CMAKE_INSTALL_FULL_BINDIR}
+     ${CMAKE_INSTALL_FULL_DATADIR}/vram/python)
+target_sources(vram_cli PRIVATE ${PROJECT_SOURCE_DIR}/tools/common/installdirs.c)
+target_compile_definitions(vram_cli PRIVATE
+  VRAM_BINDIR_TO_LIBDIR="${VRAM_BINDIR_TO_LIBDIR}"
+  VRAM_BINDIR_TO_PYTHONDIR="${VRAM_BINDIR_TO_PYTHONDIR}")
+set(VRAM_INSTALLED_PRELOAD ${CMAKE_INSTALL_FULL_LIBDIR}/libvram-preload.so)
+
+# ---- libraries, the command, the header ----
+install(TARGETS vram vram_static vram_preload vram_cli
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/vram.h ${PROJECT_BINARY_DIR}/include/vram_version.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+# ---- pkg-config and the CMake package ----
+configure_file(${CMAKE_CURRENT_LIST_DIR}/vram.pc.in ${PROJECT_BINARY_DIR}/vram.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/vram.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+get_target_property(VRAM_SOVERSION vram SOVERSION)
+set(VRAM_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/vram)
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/vram-config.cmake.in
+  ${PROJECT_BINARY_DIR}/vram-config.cmake INSTALL_DESTINATION ${VRAM_CMAKEDIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR CMAKE_INSTALL_LIBDIR)
+# 0.x: a new minor version may change the API, so only the same X.Y matches.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/vram-config-version.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/vram-config.cmake
+              ${PROJECT_BINARY_DIR}/vram-config-version.cmake
+        DESTINATION ${VRAM_CMAKEDIR})
+
+# ---- the Slurm plug-in ----
+# Into Slurm's plug-in directory (PluginDir), so that plugstack.conf can
+# name it without a path: Debian's and Ubuntu's Slurm packages use
+# /usr/lib/<multiarch>/slurm-wlm, Slurm's own default is <libdir>/slurm.
+# VRAM_SLURM_PLUGINDIR overrides (relative: under the prefix); empty, the
+# default follows the prefix at every configure.
+set(VRAM_SLURM_PLUGINDIR "" CACHE PATH
+    "where the Slurm plug-in spank_vram.so is installed (empty: Slurm's plug-in directory)")
+if(VRAM_SLURM_PLUGINDIR)
+  set(VRAM_SLURM_DIR ${VRAM_SLURM_PLUGINDIR})
+elseif(CMAKE_INSTALL_PREFIX STREQUAL "/usr" AND CMAKE_LIBRARY_ARCHITECTURE)
+  set(VRAM_SLURM_DIR ${CMAKE_INSTALL_LIBDIR}/slurm-wlm)
+else()
+  set(VRAM_SLURM_DIR ${CMAKE_INSTALL_LIBDIR}/slurm)
+endif()
+option(VRAM_REQUIRE_SLURM "fail to configure without the Slurm plug-in (packages need it)" OFF)
+if(TARGET spank_vram)
+  # The preload= default: the library this installation puts in place.
+  target_compile_definitions(spank_vram PRIVATE
+    VRAM_SPANK_DEFAULT_PRELOAD="${VRAM_INSTALLED_PRELOAD}")
+  install(TARGETS spank_vram LIBRARY DESTINATION ${VRAM_SLURM_DIR})
+  if(IS_ABSOLUTE ${VRAM_SLURM_DIR})
+    set(VRAM_SPANK_INSTALLED ${VRAM_SLURM_DIR}/spank_vram.so)
+  else()
+    set(VRAM_SPANK_INSTALLED ${CMAKE_INSTALL_PREFIX}/${VRAM_SLURM_DIR}/spank_vram.so)
+  endif()
+  configure_file(${PROJECT_SOURCE_DIR}/contrib/slurm/plugstack.conf.in
+                 ${PROJECT_BINARY_DIR}/contrib/slurm/plugstack.conf @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/contrib/slurm/plugstack.conf
+          DESTINATION ${CMAKE_INSTALL_DATADIR}/vram/contrib/slurm)
+elseif(VRAM_REQUIRE_SLURM)
+  message(FATAL_ERROR "VRAM_REQUIRE_SLURM: slurm/spank.h not found (Debian: libslurm-dev)")
+endif()
+
+# ---- the Python package, contrib files, documents ----
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/vram
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/vram/python
+        PATTERN __pycache__ EXCLUDE PATTERN "*.pyc" EXCLUDE)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/contrib/grafana ${PROJECT_SOURCE_DIR}/contrib/prometheus
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/vram/contrib)
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/BENCHMARKS.md
+              ${PROJECT_SOURCE_DIR}/LICENSE
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs)
+
+include(${CMAKE_CURRENT_LIST_DIR}/Man.cmake)

@@ -1,0 +1,259 @@
+#!/bin/sh
+# test_install.sh -- vram as a user or an administrator gets it: the build
+# is packaged (CPack, the Debian package `make package` makes), the package
+# is installed with apt-get, and then, from the installed paths only
+# (nothing of the build or the checkout, no LD_LIBRARY_PATH, no MANPATH):
+#   - vram --version, vram run with the stand-in CUDA driver (the installed
+#     vram finds the installed libvram-preload.so by itself);
+#   - the README's C example, compiled with pkg-config and run; a CMake
+#     project with find_package(vram) linking vram::vram and vram::vram_static;
+#   - the Slurm plug-in in Slurm's plug-in directory, its default preload=
+#     naming the installed library;
+#   - man -w for vram and every subcommand, the bash completion;
+#   - pip install of the Python package into a virtual environment (offline:
+#     --no-build-isolation), then import vram and statistics of the
+#     simulated device, with the installed libvram.so found by the package.
+#
+# Where it installs: on this machine, inside a private mount namespace
+# (unshare -m) in which /usr, /etc and /var are overlays whose changes go
+# to a tmpfs. So apt-get and dpkg really install the package (its
+# dependencies checked against the system, its ldconfig and man-db
+# triggers run, the files at their real paths, as on a user's machine),
+# and when the namespace ends nothing is left: the machine's own /usr,
+# /etc/ld.so.cache and dpkg database are never written. An unpacked tree
+# (dpkg -x) would need LD_LIBRARY_PATH, PKG_CONFIG_SYSROOT_DIR and MANPATH,
+# which is what this test must show a user does not need.
+#
+# Exit 77 (skipped) without root, unshare or overlayfs, or when the build
+# lacks the man pages (help2man) or the Slurm plug-in (libslurm-dev):
+# scripts/install-deps.sh --test installs both. The last line is "N passed,
+# M failed"; the exit status is 1 if anything failed.
+# Usage: test_install.sh BUILD_DIR SOURCE_DIR PROBE FAKECUDA_DIR PYTHON3
+set -u
+
+if [ "${1:-}" != "--inside" ]; then
+    if [ $# -ne 5 ]; then
+        echo "usage: test_install.sh BUILD_DIR SOURCE_DIR PROBE FAKECUDA_DIR PYTHON3" >&2
+        exit 2
+    fi
+    BUILD=$1
+    SRC=$2
+    skip() { echo "skipped: $1"; exit 77; }
+    [ "$(id -u)" -eq 0 ] || skip "needs root (apt-get inside unshare -m)"
+    for t in unshare cpack apt-get dpkg-deb pkg-config man; do
+        command -v $t >/dev/null 2>&1 || skip "no $t"
+    done
+    grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null ||
+        skip "no overlayfs"
+    [ -f "$BUILD/man/stamp" ] || skip "the build made no man pages (help2man: scripts/install-deps.sh --test)"
+    [ -f "$BUILD/lib/spank_vram.so" ] || skip "the build has no Slurm plug-in (libslurm-dev: scripts/install-deps.sh --test)"
+
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-install.XXXXXX") || exit 1
+    trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-*-install$$-*' EXIT INT TERM
+
+    # ---- the package ----
+    start=$(date +%s)
+    if ! cpack --config "$BUILD/CPackConfig.cmake" -G DEB -B "$TMP/cpack" \
+        -D CPACK_OUTPUT_FILE_PREFIX="$TMP/pkg" >"$TMP/cpack.log" 2>&1; then
+        echo "FAIL package: cpack failed"
+        tail -n 20 "$TMP/cpack.log"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    DEB=$(ls "$TMP"/pkg/vram_*.deb)
+    echo "ok   package: $(basename "$DEB") ($(($(date +%s) - start)) s)"
+    unshare -m --propagation private sh "$0" --inside "$TMP" "$DEB" "$@"
+    exit $?
+fi
+
+# ---- inside the private mount namespace ----
+shift
+TMP=$1
+DEB=$2
+BUILD=$3
+SRC=$4
+PROBE=$5
+FAKE=$6
+PYTHON3=$7
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL $1: $2"
+    if [ -s "$TMP/err" ]; then sed 's/^/     err: /' "$TMP/err" | head -n 8; fi
+}
+# check NAME COMMAND...: pass if COMMAND succeeds (output in $TMP/out, $TMP/err).
+check() {
+    name=$1
+    shift
+    if "$@" >"$TMP/out" 2>"$TMP/err"; then pass "$name"; else fail "$name" "exit $?: $*"; fi
+}
+
+mkdir -p "$TMP/ovl"
+mount -t tmpfs tmpfs "$TMP/ovl" || { echo "FAIL mount: tmpfs"; exit 1; }
+for d in usr etc var; do
+    mkdir -p "$TMP/ovl/$d.up" "$TMP/ovl/$d.work"
+    if ! mount -t overlay overlay \
+        -o "lowerdir=/$d,upperdir=$TMP/ovl/$d.up,workdir=$TMP/ovl/$d.work" "/$d"; then
+        echo "FAIL mount: overlay on /$d"
+        exit 1
+    fi
+done
+
+# Nothing of the caller's settings or of the build may help.
+for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_VISIBLE_DEVICES\|LD_LIBRARY_PATH\|LD_PRELOAD\|PKG_CONFIG_[A-Z_]*\|CMAKE_PREFIX_PATH\|MANPATH\|PYTHONPATH\)=.*/\1/p'); do
+    unset "$v"
+done
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+VERSION=$(dpkg-deb -f "$DEB" Version)
+
+# ---- install: apt resolves the package's dependencies from the system ----
+# man-db's trigger rebuilds the whole manual index (10 of the 14 s of dpkg -i
+# here); man -w does not need the index, so it is off in this namespace, as
+# in Debian's container images.
+rm -f /var/lib/man-db/auto-update
+start=$(date +%s)
+if DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    "$DEB" >"$TMP/out" 2>"$TMP/err"; then
+    pass "apt-get install ./$(basename "$DEB") ($(($(date +%s) - start)) s)"
+else
+    fail "apt-get install" "exit $?"
+    sed 's/^/     out: /' "$TMP/out" | tail -n 8
+    echo "$passed passed, $failed failed"
+    exit 1
+fi
+dpkg -L vram >"$TMP/files"
+# Its dependencies come from what the binaries link (dpkg-shlibdeps).
+depends=$(dpkg-deb -f "$DEB" Depends)
+for lib in libc6 libjson-c5 zlib1g; do
+    case ", $depends" in
+    *", $lib "* | *", $lib,"*) ;;
+    *) fail "Depends has $lib" "Depends: $depends" ;;
+    esac
+done
+
+# ---- the command ----
+check "vram on PATH" sh -c 'command -v vram'
+VRAM=$(cat "$TMP/out")
+case $VRAM in
+"$BUILD"* | "$SRC"*) fail "vram on PATH" "$VRAM is the build's" ;;
+esac
+check "vram --version" vram --version
+[ "$(cat "$TMP/out")" = "vram $VERSION" ] || fail "vram --version" "'$(cat "$TMP/out")', expected 'vram $VERSION'"
+
+# vram run injects the installed preload library; the stand-in driver
+# (libcuda.so.1 of the build's tests) then reports the quota as its total.
+GROUP=install$$
+check "vram run --limit 64M with the stand-in driver" \
+    env LD_LIBRARY_PATH="$FAKE" vram run --limit 64M --group "$GROUP" -- "$PROBE" info 0 64 64
+rm -f /dev/shm/vram-*-"$GROUP"-*
+
+# vram plan --model runs its tracer from the installed Python package: a
+# stand-in interpreter (VRAM_PYTHON) prints the PYTHONPATH it is given.
+printf '#!/bin/sh\necho "$PYTHONPATH"\n' >"$TMP/fake-python"
+chmod +x "$TMP/fake-python"
+check "vram plan --model: the installed Python package" \
+    env VRAM_PYTHON="$TMP/fake-python" vram plan --model "$TMP/model.py:f"
+case $(cat "$TMP/out") in
+/usr/*/share/vram/python* | /usr/share/vram/python*) ;;
+*) fail "vram plan --model: the installed Python package" "PYTHONPATH=$(cat "$TMP/out")" ;;
+esac
+
+# ---- the library: the README's C example, with pkg-config ----
+awk '/^```c$/ {on = 1; next} on && /^```$/ {exit} on' "$SRC/README.md" >"$TMP/example.c"
+check "pkg-config --modversion vram" pkg-config --modversion vram
+[ "$(cat "$TMP/out")" = "$VERSION" ] || fail "pkg-config --modversion vram" "$(cat "$TMP/out")"
+check "README's C example: cc \$(pkg-config --cflags --libs vram)" \
+    sh -c "cc -std=c11 -Wall -Werror \"$TMP/example.c\" \$(pkg-config --cflags --libs vram) -o \"$TMP/example\""
+check "README's C example runs (VRAM_BACKEND=sim), no LD_LIBRARY_PATH" \
+    env VRAM_BACKEND=sim "$TMP/example"
+grep -q "^in use 1048576 bytes" "$TMP/out" || fail "README's C example output" "$(cat "$TMP/out")"
+PRELOAD=$(pkg-config --variable=preload vram)
+check "pkg-config --variable=preload vram exists" test -f "$PRELOAD"
+
+# ---- the library: a CMake project with find_package(vram) ----
+mkdir -p "$TMP/cmake-app"
+cp "$TMP/example.c" "$TMP/cmake-app/example.c"
+cat >"$TMP/cmake-app/CMakeLists.txt" <<EOF2
+cmake_minimum_required(VERSION 3.20)
+project(app LANGUAGES C)
+find_package(vram $VERSION REQUIRED)
+add_executable(app example.c)
+target_link_libraries(app PRIVATE vram::vram)
+add_executable(app_static example.c)
+target_link_libraries(app_static PRIVATE vram::vram_static)
+EOF2
+check "find_package(vram): configure" cmake -S "$TMP/cmake-app" -B "$TMP/cmake-app/build"
+check "find_package(vram): build vram::vram and vram::vram_static" \
+    cmake --build "$TMP/cmake-app/build"
+check "find_package(vram): vram::vram runs" env VRAM_BACKEND=sim "$TMP/cmake-app/build/app"
+check "find_package(vram): vram::vram_static runs" \
+    env VRAM_BACKEND=sim "$TMP/cmake-app/build/app_static"
+# 0.x: another minor version is another API (SameMinorVersion).
+mkdir -p "$TMP/cmake-other"
+next=$(echo "$VERSION" | awk -F. '{print $1 "." $2 + 1}')
+cat >"$TMP/cmake-other/CMakeLists.txt" <<EOF2
+cmake_minimum_required(VERSION 3.20)
+project(other NONE)
+find_package(vram $next QUIET)
+if(vram_FOUND)
+  message(FATAL_ERROR "find_package(vram $next) accepted vram $VERSION")
+endif()
+EOF2
+check "find_package(vram $next) refuses $VERSION" cmake -S "$TMP/cmake-other" -B "$TMP/cmake-other/build"
+
+# ---- the Slurm plug-in ----
+SPANK=$(grep '/spank_vram\.so$' "$TMP/files")
+if [ -z "$SPANK" ]; then
+    fail "Slurm plug-in installed" "spank_vram.so is not in the package"
+else
+    pass "Slurm plug-in installed: $SPANK"
+    # Debian's Slurm packages load plug-ins from /usr/lib/<multiarch>/slurm-wlm.
+    slurmdir=$(dpkg -L slurm-wlm-basic-plugins 2>/dev/null | grep '/slurm-wlm/[a-z_]*\.so$' | head -n 1)
+    if [ -n "$slurmdir" ] && [ "$(dirname "$SPANK")" != "$(dirname "$slurmdir")" ] &&
+        [ "$(dirname "$(dirname "$(dirname "$SPANK")")")" = /usr ]; then
+        fail "Slurm plug-in in Slurm's plug-in directory" "$SPANK, Slurm's are in $(dirname "$slurmdir")"
+    fi
+    default=$(tr -c '[:print:]' '\n' <"$SPANK" | grep '^/.*/libvram-preload\.so$' | head -n 1)
+    if [ -n "$default" ] && [ -f "$default" ] && [ "$default" = "$PRELOAD" ]; then
+        pass "Slurm plug-in's default preload= is installed: $default"
+    else
+        fail "Slurm plug-in's default preload=" "'$default' (installed: $PRELOAD)"
+    fi
+fi
+
+# ---- man pages, bash completion ----
+check "man -w vram" man -w vram
+for cmd in $(vram help | awk '/^Commands:/ {on = 1; next} on && /^$/ {exit} on && /^  [a-z]/ {print $1}'); do
+    check "man -w vram-$cmd" man -w "vram-$cmd"
+done
+COMPLETION=$(grep '/bash-completion/completions/vram$' "$TMP/files")
+check "bash completion of 'vram r'" bash -c ". '$COMPLETION'; COMP_WORDS=(vram r); COMP_CWORD=1; _vram; echo \${COMPREPLY[*]}"
+[ "$(cat "$TMP/out")" = "replay run" ] || fail "bash completion of 'vram r'" "'$(cat "$TMP/out")'"
+
+# ---- Python: pip into a virtual environment, offline ----
+# --system-site-packages: Debian's setuptools and wheel build the package
+# (no PyPI); --without-pip: the system's pip installs into the environment.
+cp -r "$SRC/python" "$TMP/python"
+rm -rf "$TMP/python/build" "$TMP/python"/*.egg-info
+check "python3 -m venv" "$PYTHON3" -m venv --without-pip --system-site-packages "$TMP/venv"
+check "pip install --no-build-isolation ./python" \
+    "$TMP/venv/bin/python" -m pip install -q --no-build-isolation --no-index "$TMP/python"
+cd / || exit 1
+check "import vram; statistics of the simulated device" env VRAM_BACKEND=sim \
+    "$TMP/venv/bin/python" -c "
+import vram
+assert vram.__file__.startswith('$TMP/venv/'), vram.__file__
+assert vram.__version__ == '$VERSION', vram.__version__
+path = vram._library_path()
+assert path.startswith('/usr/') and '$BUILD' not in path, path
+s = vram.stats(0)
+assert s['bytes_limit'] > 0 and s['num_allocs'] == 0, s
+print(path, vram.get_memory_info(0))
+"
+sed 's/^/     /' "$TMP/out"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
