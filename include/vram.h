@@ -400,6 +400,31 @@ VRAM_API vram_status vram_block_base(vram_device *dev, const void *ptr, void **b
 */
 VRAM_API vram_status vram_set_limit(vram_device *dev, uint64_t bytes);
 
+/*
+** Give DEV's idle memory back to the driver (what torch.cuda.empty_cache()
+** does for PyTorch's own allocator), so that other processes, or other
+** allocators of this one, can use it:
+**
+**   expandable   physical units no live block uses are unmapped from every
+**                address they are mapped at and released (cuMemUnmap,
+**                cuMemRelease), after one device synchronize: kernels
+**                queued before the frees may still use those addresses;
+**   growth,      wholly free regions are given back (cuMemFree);
+**   growth:tf-compat
+**   preallocate  nothing: its one region is the cap, held until close.
+**
+** Blocks freed while work on another stream may still use them (see
+** vram_record_stream) are given back only once that work has completed:
+** their events are queried first, and those not done keep their memory.
+** Live blocks are never touched, and the cap is unchanged: memory given
+** back is obtained again on demand. *RELEASED (if not NULL) receives the
+** bytes given back; bytes_reserved in vram_get_stats drops by as much.
+** VRAM_E_UNSUPPORTED while a CUDA graph is captured (vram_pool_begin):
+** capture forbids freeing memory. VRAM_E_BACKEND when the driver refused
+** some calls: what it refused stays held and usable. Thread-safe.
+*/
+VRAM_API vram_status vram_release_idle(vram_device *dev, uint64_t *released);
+
 /* ------------------------------------------------------------------ */
 /* Statistics                                                           */
 /* ------------------------------------------------------------------ */
@@ -607,6 +632,13 @@ VRAM_API void vram_torch_end_allocate_to_pool(int device, uint64_t pool_first,
                                               uint64_t pool_second);
 VRAM_API void vram_torch_release_pool(int device, uint64_t pool_first,
                                       uint64_t pool_second);
+
+/*
+** torch.cuda.empty_cache() with vram plugged in (PyTorch's allocator
+** object: set_reset_fn(vram_torch_empty_cache)): vram_release_idle on every
+** device the plug-in has opened. Failures write one "vram: ..." line.
+*/
+VRAM_API void vram_torch_empty_cache(void);
 
 /* ------------------------------------------------------------------ */
 /* Phase marks                                                          */
