@@ -4,7 +4,9 @@
 # Usage: scripts/install-deps.sh [--test]   (as root, or with sudo available)
 #   --test  also what only the tests need: python3-torch and python3-torchvision
 #           (`vram plan --model` traces PyTorch programs; its tests run a CNN and a
-#           transformer on PyTorch's fake device). `make demo` does without them.
+#           transformer on PyTorch's fake device) and libtorch-dev (PyTorch's C++
+#           headers: tests/python/test_torch_use.py builds the OOM shim of
+#           python/vram/torch.py against them). `make demo` does without them.
 set -eu
 
 # chromium and fonts-dejavu-core: the HTML report's test (tests/cli/test_html.sh)
@@ -21,7 +23,7 @@ PKGS="build-essential cmake pkg-config zlib1g-dev libcmocka-dev libjson-c-dev
       munge slurmctld slurmd slurm-client libslurm-dev
       libncurses-dev libmicrohttpd-dev tmux curl prometheus"
 if [ "${1:-}" = "--test" ]; then
-    PKGS="$PKGS python3-torch python3-torchvision"
+    PKGS="$PKGS python3-torch python3-torchvision libtorch-dev"
 fi
 
 missing=""
