@@ -217,6 +217,7 @@ def use(strategy=None, limit=None, library=None, raise_oom=True):
                 stacklevel=2,
             )
     allocator = pluggable(alloc_path, alloc_fn, free_fn)
+    allocator._vram_alloc_fn = alloc_fn  # which one PyTorch calls, for reports
     native = allocator.allocator()
     missing_graph = []
     for setter, symbol, required in HOOKS:
