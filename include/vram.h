@@ -163,6 +163,12 @@ typedef struct vram_sim_options {
                                 0: no events, work completes at once */
     void *capture_stream;    /* non-NULL: this stream is capturing a CUDA
                                 graph (to test graph pools, vram_pool_begin) */
+    const char *driver_costs; /* "h200": count for each call what the CUDA
+                                 driver's costs on an H200, as measured
+                                 (docs/ALLOCATOR.md, "Driver cost model"),
+                                 device synchronizes included, in the
+                                 statistic modelled_driver_ns; NULL or "":
+                                 no model */
 } vram_sim_options;
 
 typedef struct vram_options {
@@ -465,7 +471,10 @@ VRAM_API vram_status vram_get_memory_info(vram_device *dev, vram_memory_info *ou
       "peak_bytes_reserved / peak_bytes_in_use (1.0 is ideal; 0 if unused)")             \
     X(uint64_t, maps, "calls", "expandable: units of address space mapped to memory")    \
     X(uint64_t, unmaps, "calls",                                                         \
-      "expandable: units unmapped because another unit had taken their memory")
+      "expandable: units unmapped because another unit had taken their memory")         \
+    X(uint64_t, modelled_driver_ns, "ns",                                                \
+      "simulated device with a driver cost model: time the real driver would have "      \
+      "spent in this physical device's calls so far; 0 otherwise")
 
 typedef struct vram_stats {
 #define VRAM_X_(type, name, unit, doc) type name;

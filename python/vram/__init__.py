@@ -69,6 +69,7 @@ STATS_FIELDS = (
     ("fragmentation", ctypes.c_double),
     ("maps", ctypes.c_uint64),
     ("unmaps", ctypes.c_uint64),
+    ("modelled_driver_ns", ctypes.c_uint64),
 )
 
 

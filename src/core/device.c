@@ -718,6 +718,9 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     s.maps = dev->ex.maps;
     s.unmaps = dev->ex.unmaps;
     device_unlock(dev);
+    struct backend *be = dev->ctx->backend;
+    if (be->ops->modelled_ns != NULL)
+        s.modelled_driver_ns = be->ops->modelled_ns(be, dev->physical);
     s.fragmentation = s.peak_bytes_in_use
                           ? (double)s.peak_bytes_reserved / (double)s.peak_bytes_in_use
                           : 0.0;
