@@ -271,7 +271,16 @@ if want torchperf; then
         STEP_OUT=$WORK/tp_warm_${t}_pool.jsonl run_step "torchperf: $t pool warm" 90 \
             "$PEERS" --allocator cudaMallocAsync --repeat 3 --warm --json "$f"
     done
-    cat "$WORK"/torchperf.json "$WORK"/tp_*.jsonl 2>/dev/null | grep '^{' >"$OUT/torchperf.jsonl"
+    # The preload's cost per hooked call over the bare driver: 20 interleaved
+    # run pairs, 95 % confidence interval (tests/preload/hook_cost.py).
+    if [ -x "$BUILD/tests/preload/hook_cost" ] && [ -f "$BUILD/lib/libvram-preload.so" ]; then
+        STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (interleaved, 95% CI)" 150 \
+            python3 tests/preload/hook_cost.py --bin "$BUILD/tests/preload/hook_cost" \
+            --preload "$BUILD/lib/libvram-preload.so" --runs 20 --batches 200 \
+            --env VRAM_LIMIT=100G --json
+    fi
+    cat "$WORK"/torchperf.json "$WORK"/hook_cost.json "$WORK"/tp_*.jsonl 2>/dev/null |
+        grep '^{' >"$OUT/torchperf.jsonl"
 fi
 
 # ---- 7. `vram plan` against measured peaks ----
@@ -574,7 +583,7 @@ try:
 except (OSError, ValueError):
     tperf = None
 tp_cold, tp_warm = jsonl("tp_cold_*.jsonl"), jsonl("tp_warm_*.jsonl")
-if tperf is not None or tp_cold or tp_warm:
+if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost.json")):
     lines.append("torchperf: vram inside PyTorch (vram.torch.use, cap 6 GiB)")
     what = {"oom_raised": "past the cap: torch.OutOfMemoryError raised",
             "oom_message": "  its message carries vram's line",
@@ -627,6 +636,18 @@ if tperf is not None or tp_cold or tp_warm:
             "-" if frag is None else "%.3f" % frag, f1(ns(ew)), f1(ns(pw)),
             "-" if warm is None else "%.1fx" % warm))
     lines.append("  (host ns/op, median of 3; cold = whole trace from an empty allocator)")
+    hc = load(os.path.join(work, "hook_cost.json"))
+    if hc is not None and hc.get("kinds"):
+        lines.append("  preload hook cost over the bare driver (%d interleaved run pairs, 95%% CI):"
+                     % hc.get("runs", 0))
+        for what, k in sorted(hc["kinds"].items()):
+            targets.append(("torchperf hook cost %s: CI upper end <= %.0f ns" % (what, k["limit_ns"]),
+                            verdict(k.get("pass"))))
+            lines.append("    %-28s bare %.1f ns, hooked %.1f ns: +%.1f ns [%.1f, %.1f]  %s" % (
+                what, k["bare_median_ns"], k["hooked_median_ns"], k["diff_mean_ns"],
+                k["ci95"][0], k["ci95"][1], verdict(k.get("pass"))))
+    elif hc is not None:
+        lines.append("  hook cost: %s" % hc.get("error"))
     lines.append("")
 
 failed = [s["step"] for s in steps if s["status"] != "ok"]
