@@ -164,6 +164,12 @@ typedef struct vram_sim_options {
                                 0: no events, work completes at once */
     void *capture_stream;    /* non-NULL: this stream is capturing a CUDA
                                 graph (to test graph pools, vram_pool_begin) */
+    const char *driver_costs; /* "h200": count for each call what the CUDA
+                                 driver's costs on an H200, as measured
+                                 (docs/ALLOCATOR.md, "Driver cost model"),
+                                 device synchronizes included, in the
+                                 statistic modelled_driver_ns; NULL or "":
+                                 no model */
 } vram_sim_options;
 
 typedef struct vram_options {
@@ -401,6 +407,31 @@ VRAM_API vram_status vram_block_base(vram_device *dev, const void *ptr, void **b
 */
 VRAM_API vram_status vram_set_limit(vram_device *dev, uint64_t bytes);
 
+/*
+** Give DEV's idle memory back to the driver (what torch.cuda.empty_cache()
+** does for PyTorch's own allocator), so that other processes, or other
+** allocators of this one, can use it:
+**
+**   expandable   physical units no live block uses are unmapped from every
+**                address they are mapped at and released (cuMemUnmap,
+**                cuMemRelease), after one device synchronize: kernels
+**                queued before the frees may still use those addresses;
+**   growth,      wholly free regions are given back (cuMemFree);
+**   growth:tf-compat
+**   preallocate  nothing: its one region is the cap, held until close.
+**
+** Blocks freed while work on another stream may still use them (see
+** vram_record_stream) are given back only once that work has completed:
+** their events are queried first, and those not done keep their memory.
+** Live blocks are never touched, and the cap is unchanged: memory given
+** back is obtained again on demand. *RELEASED (if not NULL) receives the
+** bytes given back; bytes_reserved in vram_get_stats drops by as much.
+** VRAM_E_UNSUPPORTED while a CUDA graph is captured (vram_pool_begin):
+** capture forbids freeing memory. VRAM_E_BACKEND when the driver refused
+** some calls: what it refused stays held and usable. Thread-safe.
+*/
+VRAM_API vram_status vram_release_idle(vram_device *dev, uint64_t *released);
+
 /* ------------------------------------------------------------------ */
 /* Statistics                                                           */
 /* ------------------------------------------------------------------ */
@@ -441,7 +472,10 @@ VRAM_API vram_status vram_get_memory_info(vram_device *dev, vram_memory_info *ou
       "peak_bytes_reserved / peak_bytes_in_use (1.0 is ideal; 0 if unused)")             \
     X(uint64_t, maps, "calls", "expandable: units of address space mapped to memory")    \
     X(uint64_t, unmaps, "calls",                                                         \
-      "expandable: units unmapped because another unit had taken their memory")
+      "expandable: units unmapped because another unit had taken their memory")         \
+    X(uint64_t, modelled_driver_ns, "ns",                                                \
+      "simulated device with a driver cost model: time the real driver would have "      \
+      "spent in this physical device's calls so far; 0 otherwise")
 
 typedef struct vram_stats {
 #define VRAM_X_(type, name, unit, doc) type name;
@@ -608,6 +642,13 @@ VRAM_API void vram_torch_end_allocate_to_pool(int device, uint64_t pool_first,
                                               uint64_t pool_second);
 VRAM_API void vram_torch_release_pool(int device, uint64_t pool_first,
                                       uint64_t pool_second);
+
+/*
+** torch.cuda.empty_cache() with vram plugged in (PyTorch's allocator
+** object: set_reset_fn(vram_torch_empty_cache)): vram_release_idle on every
+** device the plug-in has opened. Failures write one "vram: ..." line.
+*/
+VRAM_API void vram_torch_empty_cache(void);
 
 /* ------------------------------------------------------------------ */
 /* Phase marks                                                          */

@@ -23,7 +23,9 @@
 #                the exporter (tests/cli/test_top.sh, test_exporter.sh).
 #              - python3-torch, python3-torchvision: `vram plan --model` traces
 #                PyTorch programs; its tests run a CNN and a transformer on
-#                PyTorch's fake device.
+#                PyTorch's fake device. libtorch-dev: PyTorch's C++ headers,
+#                against which tests/python/test_torch_use.py builds the OOM
+#                shim of python/vram/torch.py.
 #              - python3-venv, python3-pip, python3-setuptools, python3-wheel,
 #                man-db: the install test (tests/install) installs the Python
 #                package into a virtual environment offline and asks `man -w`.
@@ -35,7 +37,7 @@ PACKAGE_PKGS="help2man libslurm-dev file dpkg-dev"
 TEST_PKGS="chromium fonts-dejavu-core python3
       munge slurmctld slurmd slurm-client
       tmux curl prometheus
-      python3-torch python3-torchvision
+      python3-torch python3-torchvision libtorch-dev
       python3-venv python3-pip python3-setuptools python3-wheel man-db"
 case "${1:-}" in
 "") ;;

@@ -42,6 +42,7 @@ __all__ = [
     "VramError",
     "get_memory_info",
     "reset_memory_stats",
+    "release_idle",
     "mark",
     "stats",
     "close",
@@ -74,6 +75,7 @@ STATS_FIELDS = (
     ("fragmentation", ctypes.c_double),
     ("maps", ctypes.c_uint64),
     ("unmaps", ctypes.c_uint64),
+    ("modelled_driver_ns", ctypes.c_uint64),
 )
 
 
@@ -124,6 +126,7 @@ _PROTOTYPES = {
     "vram_get_stats": (_S, [_P, ctypes.POINTER(_Stats)]),
     "vram_stats_size": (ctypes.c_size_t, []),
     "vram_reset_peak": (_S, [_P]),
+    "vram_release_idle": (_S, [_P, ctypes.POINTER(ctypes.c_uint64)]),
     "vram_mark": (_S, [ctypes.c_char_p]),
     "vram_torch_device": (_S, [ctypes.c_int, _PP]),
 }
@@ -334,6 +337,20 @@ def reset_memory_stats(device=0):
     """Set DEVICE's peaks (in use and reserved) to their current values."""
     lib = library()
     _check(lib, lib.vram_reset_peak(device_handle(device)), "vram_reset_peak")
+
+
+def release_idle(device=0):
+    """Give DEVICE's idle memory back to the driver (vram_release_idle; what
+    torch.cuda.empty_cache() does for PyTorch's own allocator) and return the
+    bytes given back: expandable unmaps and releases the physical units no
+    live block uses, growth gives wholly free regions back, preallocate keeps
+    its one region (0). Memory still used by work queued on another stream
+    is kept until that work is done."""
+    lib = library()
+    n = ctypes.c_uint64(0)
+    _check(lib, lib.vram_release_idle(device_handle(device), ctypes.byref(n)),
+           "vram_release_idle")
+    return int(n.value)
 
 
 def stats(device=0):

@@ -23,15 +23,30 @@ allocator, installs on PyTorch's allocator object every hook vram needs:
 A PyTorch without set_record_stream_fn is refused (results would be silently
 wrong with side streams); one without the graph-pool hooks gets a warning
 that CUDA graphs must not be captured.
+
+Past the cap, PyTorch raises torch.OutOfMemoryError carrying vram's one-line
+explanation. CUDAPluggableAllocator does not check the pointer its
+allocation function returns (a NULL becomes a tensor at address 0, and the
+first kernel to touch it kills the CUDA context), so the allocation function
+PyTorch is given is vram_torch_malloc_raising, from a small C++ shim
+(oom_shim.cpp) that throws c10::OutOfMemoryError as PyTorch's own caching
+allocator does. use() compiles it once against the PyTorch in use and
+libvram.so (a C++ compiler is needed; the result is cached next to
+libvram.so, else in ~/.cache/vram); without a compiler it warns and plugs
+vram_torch_malloc in as before.
 """
 
 import ctypes
+import hashlib
 import os
+import shutil
+import subprocess
+import tempfile
 import warnings
 
 from . import VramError, _library_path
 
-__all__ = ["use", "HOOKS"]
+__all__ = ["use", "HOOKS", "oom_shim", "empty_cache"]
 
 # (setter on PyTorch's allocator object, vram's entry point, required)
 HOOKS = (
@@ -60,7 +75,91 @@ def _address(lib, symbol):
     return ctypes.cast(fn, ctypes.c_void_p).value
 
 
-def use(strategy=None, limit=None, library=None):
+_SHIM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oom_shim.cpp")
+
+
+def _shim_dirs(lib_path):
+    """Where a compiled shim may be cached, most preferred first."""
+    dirs = []
+    if os.path.isabs(lib_path):
+        dirs.append(os.path.join(os.path.dirname(lib_path), "vram-torch-shim"))
+    dirs.append(os.path.join(os.path.expanduser("~"), ".cache", "vram"))
+    return dirs
+
+
+def oom_shim(torch, lib_path, compiler=None):
+    """The path of the OOM shim (oom_shim.cpp) built for TORCH and LIB_PATH
+    (libvram.so), compiling it on first use. Raises VramError saying why
+    when it cannot be built (no C++ compiler, no PyTorch headers)."""
+    root = os.path.dirname(os.path.abspath(getattr(torch, "__file__", "") or "."))
+    include = os.path.join(root, "include")
+    libdir = os.path.join(root, "lib")
+    if not os.path.isdir(os.path.join(include, "c10")):
+        raise VramError("no PyTorch C++ headers under %s" % include)
+    cxx = compiler or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        raise VramError("no C++ compiler (c++, g++, clang++) on PATH")
+    with open(_SHIM_SOURCE, "rb") as f:
+        source = f.read()
+    abi = int(bool(getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", True)))
+    try:
+        stamp = os.stat(lib_path).st_mtime_ns if os.path.isabs(lib_path) else 0
+    except OSError:
+        stamp = 0
+    key = hashlib.sha256(repr((source, torch.__version__, root, abi, lib_path, stamp,
+                               cxx)).encode()).hexdigest()[:16]
+    name = "libvram_torch_oom-%s.so" % key
+    for d in _shim_dirs(lib_path):
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name)
+    if os.path.isabs(lib_path):
+        link = [lib_path, "-Wl,-rpath," + os.path.dirname(lib_path)]
+    else:
+        link = ["-l:" + lib_path]
+    errors = []
+    for d in _shim_dirs(lib_path):
+        try:
+            os.makedirs(d, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=d)
+            os.close(fd)
+        except OSError as e:
+            errors.append("%s: %s" % (d, e))
+            continue
+        cmd = [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-w",
+               "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, "-I", include, _SHIM_SOURCE,
+               "-o", tmp] + link + ["-L", libdir, "-lc10", "-Wl,-rpath," + libdir]
+        try:
+            run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 universal_newlines=True, timeout=300)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            os.unlink(tmp)
+            raise VramError("compiling %s failed: %s" % (_SHIM_SOURCE, e)) from None
+        if run.returncode != 0:
+            os.unlink(tmp)
+            lines = run.stdout.strip().splitlines()
+            raise VramError("compiling %s failed: %s" % (
+                _SHIM_SOURCE, lines[-1] if lines else "exit %d" % run.returncode))
+        final = os.path.join(d, name)
+        os.replace(tmp, final)  # atomic: ranks compiling at once agree
+        return final
+    raise VramError("no writable directory for the shim: " + "; ".join(errors))
+
+
+def empty_cache():
+    """torch.cuda.empty_cache() for vram, callable directly: give idle memory
+    back to the driver on every device the plug-in has opened
+    (vram_torch_empty_cache; vram.release_idle(device) does one device and
+    returns the bytes). PyTorch's own torch.cuda.empty_cache() calls the same
+    through set_reset_fn."""
+    import vram
+
+    fn = vram.library().vram_torch_empty_cache
+    fn.restype = None
+    fn.argtypes = []
+    fn()
+
+
+def use(strategy=None, limit=None, library=None, raise_oom=True):
     """Make vram PyTorch's CUDA allocator, with every hook it needs.
 
     STRATEGY ("expandable", "growth", ...) and LIMIT (a size such as "6G",
@@ -68,6 +167,10 @@ def use(strategy=None, limit=None, library=None):
     the plug-in, which reads them once, at its first allocation; None keeps
     the environment's. LIBRARY is libvram.so's path (default: as the vram
     package finds it: VRAM_LIBRARY, the checkout's build, the installed one).
+
+    RAISE_OOM (default): past the cap, PyTorch raises torch.OutOfMemoryError
+    with vram's one line in its message (the shim, see the module's text);
+    False plugs in vram_torch_malloc, whose NULL PyTorch does not check.
 
     Must run before PyTorch's first CUDA allocation. Returns the
     CUDAPluggableAllocator. Raises VramError when PyTorch lacks what vram
@@ -91,7 +194,30 @@ def use(strategy=None, limit=None, library=None):
     if limit is not None:
         os.environ["VRAM_MEMORY_LIMIT"] = str(limit)
     lib = ctypes.CDLL(path)
-    allocator = pluggable(path, "vram_torch_malloc", "vram_torch_free")
+    alloc_path, alloc_fn, free_fn = path, "vram_torch_malloc", "vram_torch_free"
+    probe = pluggable(path, alloc_fn, free_fn).allocator()
+    for setter, symbol, required in HOOKS:
+        if required and (getattr(probe, setter, None) is None or _address(lib, symbol) is None):
+            raise VramError(
+                "this PyTorch (%s) has no %s on its allocator object: without it "
+                "vram cannot keep memory a side stream still reads (record_stream) "
+                "from being reused, and results would be silently wrong; use "
+                "PyTorch 2.2 or later" % (torch.__version__, setter)
+            )
+    if raise_oom:
+        try:
+            alloc_path = oom_shim(torch, path)
+            alloc_fn, free_fn = "vram_torch_malloc_raising", "vram_torch_free_raising"
+        except VramError as e:
+            warnings.warn(
+                "vram: cannot build the shim that makes PyTorch raise OutOfMemoryError "
+                "past the cap (%s): past it, PyTorch %s will get a tensor at address 0 "
+                "(vram writes its one line on stderr)" % (e, torch.__version__),
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    allocator = pluggable(alloc_path, alloc_fn, free_fn)
+    allocator._vram_alloc_fn = alloc_fn  # which one PyTorch calls, for reports
     native = allocator.allocator()
     missing_graph = []
     for setter, symbol, required in HOOKS:

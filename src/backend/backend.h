@@ -89,6 +89,11 @@ struct backend_ops {
     ** test names a capturing stream). */
     vram_status (*stream_capturing)(struct backend *b, int dev, uint64_t stream,
                                     bool *active);
+
+    /* The simulator with a driver cost model (vram_sim_options.driver_costs):
+    ** ns the real driver would have spent in DEV's calls so far. NULL
+    ** otherwise. */
+    uint64_t (*modelled_ns)(struct backend *b, int dev);
 };
 
 struct backend {

@@ -15,9 +15,11 @@
 */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -77,6 +79,8 @@ struct sim_backend {
     pthread_mutex_t lock; /* guards every device's bookkeeping */
     vram_sim_options opt; /* with defaults filled in */
     struct sim_device dev[SIM_MAX_DEVICES];
+    const struct driver_costs *costs; /* NULL: calls cost nothing more */
+    _Atomic uint64_t dev_ns[SIM_MAX_DEVICES]; /* modelled driver time, per device */
 };
 
 static inline struct sim_backend *
@@ -605,6 +609,118 @@ sim_close(struct backend *b)
     free(s);
 }
 
+/* ---- the driver cost model (vram_sim_options.driver_costs) ---- */
+
+/*
+** What each call costs on the real driver, in ns: a constant plus a part
+** per MiB of the call's size. "h200": one NVIDIA H200, driver 580, CUDA 13,
+** measured by `vram_vmm_costs` in the run that also mapped 8 GiB in units of
+** 2 to 512 MiB (BENCHMARKS.md, "On the GPU", run A): create 12.0 us, map
+** 1.0, set access 27.7 (the sim's map is cuMemMap + cuMemSetAccess), unmap
+** 18.3, release 18.5 for 8 MiB, idle cuCtxSynchronize 1.0; mapping 8 GiB
+** took 45.7 ms in 8 MiB units and 1.5 ms in 512 MiB ones, i.e. 44.6 and
+** 94 us per mapping: 0.098 us more per MiB, split here between create and
+** set access. cuMemAlloc + cuMemFree: 40.7 us a pair (facts measured the
+** same day), split evenly. Reserving address space: not measured; taken as
+** a create.
+*/
+struct driver_costs {
+    const char *name;
+    uint64_t alloc, free_, reserve, create, release, map, unmap, sync; /* ns */
+    uint64_t create_per_mib, map_per_mib;                                 /* ns */
+};
+
+static const struct driver_costs cost_models[] = {
+    {"h200", 20350, 20350, 12000, 12000, 18500, 28700, 18300, 1000, 49, 49},
+};
+
+static const struct driver_costs *
+sim_costs(struct backend *b)
+{
+    return sim_of(b)->costs;
+}
+
+/* The driver of device DEV would have spent NS more: counted, not waited
+** (a busy-wait on a loaded machine overshoots by whole time slices). */
+static void
+charge(struct backend *b, int dev, uint64_t ns)
+{
+    struct sim_backend *s = sim_of(b);
+    if (dev >= 0 && dev < s->opt.devices)
+        atomic_fetch_add_explicit(&s->dev_ns[dev], ns, memory_order_relaxed);
+}
+
+static uint64_t
+sim_modelled_ns(struct backend *b, int dev)
+{
+    struct sim_backend *s = sim_of(b);
+    if (dev < 0 || dev >= s->opt.devices)
+        return 0;
+    return atomic_load_explicit(&s->dev_ns[dev], memory_order_relaxed);
+}
+
+static vram_status
+costed_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+{
+    charge(b, dev, sim_costs(b)->alloc);
+    return sim_mem_alloc(b, dev, size, addr);
+}
+
+static vram_status
+costed_mem_free(struct backend *b, int dev, uint64_t addr)
+{
+    charge(b, dev, sim_costs(b)->free_);
+    return sim_mem_free(b, dev, addr);
+}
+
+static vram_status
+costed_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
+{
+    charge(b, dev, sim_costs(b)->reserve);
+    return sim_va_reserve(b, dev, size, addr);
+}
+
+static vram_status
+costed_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
+{
+    const struct driver_costs *c = sim_costs(b);
+    charge(b, dev, c->create + c->create_per_mib * (size >> 20));
+    return sim_phys_create(b, dev, size, handle);
+}
+
+static vram_status
+costed_phys_release(struct backend *b, int dev, uint64_t handle)
+{
+    charge(b, dev, sim_costs(b)->release);
+    return sim_phys_release(b, dev, handle);
+}
+
+static vram_status
+costed_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handle)
+{
+    const struct driver_costs *c = sim_costs(b);
+    charge(b, dev, c->map + c->map_per_mib * (size >> 20));
+    return sim_map(b, dev, addr, size, handle);
+}
+
+static vram_status
+costed_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
+{
+    charge(b, dev, sim_costs(b)->unmap);
+    return sim_unmap(b, dev, addr, size);
+}
+
+/* The simulator's work completes at once: a synchronize costs the idle
+** call. */
+static vram_status
+costed_synchronize(struct backend *b, int dev)
+{
+    vram_status st = sim_check_dev(sim_of(b), dev);
+    if (st == VRAM_OK)
+        charge(b, dev, sim_costs(b)->sync);
+    return st;
+}
+
 static const struct backend_ops sim_ops = {
     .name = "sim",
     .close = sim_close,
@@ -669,6 +785,27 @@ backend_sim_open(const vram_sim_options *options, struct backend **out)
     }
     if (o.capture_stream != NULL)
         s->ops.stream_capturing = sim_stream_capturing;
+    if (o.driver_costs != NULL && o.driver_costs[0] != '\0') {
+        for (size_t i = 0; i < sizeof cost_models / sizeof cost_models[0]; i++)
+            if (strcmp(o.driver_costs, cost_models[i].name) == 0)
+                s->costs = &cost_models[i];
+        if (s->costs == NULL) {
+            free(s);
+            return error_set(VRAM_E_INVALID,
+                             "sim: unknown driver cost model '%s' (known: h200)",
+                             o.driver_costs);
+        }
+        s->ops.mem_alloc = costed_mem_alloc;
+        s->ops.mem_free = costed_mem_free;
+        s->ops.va_reserve = costed_va_reserve;
+        s->ops.phys_create = costed_phys_create;
+        s->ops.phys_release = costed_phys_release;
+        s->ops.map = costed_map;
+        s->ops.unmap = costed_unmap;
+        s->ops.synchronize = costed_synchronize;
+        s->ops.modelled_ns = sim_modelled_ns;
+        o.driver_costs = NULL; /* the caller's string need not outlive the open */
+    }
     s->base.ops = &s->ops;
     pthread_mutex_init(&s->lock, NULL);
     s->opt = o;

@@ -186,10 +186,11 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
 /*
 ** Give every wholly free region back to the backend, so that its memory
 ** can be obtained again in the shape the current request needs. Returns
-** the number of regions given back. Drops and retakes the lock.
+** the number of regions given back, and adds their bytes to *BYTES when
+** not NULL. Drops and retakes the lock.
 */
 static uint64_t
-release_free_regions_locked(struct vram_device *dev)
+release_free_regions_bytes_locked(struct vram_device *dev, uint64_t *bytes)
 {
     uint64_t n = 0;
     for (struct region *r = dev->heap.regions; r != NULL; r = r->next)
@@ -228,6 +229,8 @@ release_free_regions_locked(struct vram_device *dev)
         dev->releasing -= list[k].size;
         if (res != NULL && res[k] == VRAM_OK) {
             released++;
+            if (bytes != NULL)
+                *bytes += list[k].size;
             continue;
         }
         /* The backend kept it: the region is still ours and still usable. */
@@ -242,6 +245,12 @@ release_free_regions_locked(struct vram_device *dev)
     free(res);
     free(list);
     return released;
+}
+
+static uint64_t
+release_free_regions_locked(struct vram_device *dev)
+{
+    return release_free_regions_bytes_locked(dev, NULL);
 }
 
 /* Bytes in wholly free regions. O(regions): only on the growth path. */
@@ -562,6 +571,49 @@ vram_free(vram_device *dev, void *ptr)
 }
 
 vram_status
+vram_release_idle(vram_device *dev, uint64_t *released)
+{
+    if (dev == NULL)
+        return error_set(VRAM_E_INVALID, "vram_release_idle: NULL device");
+    uint64_t bytes = 0;
+    vram_status st = VRAM_OK;
+    device_lock(dev);
+    if (dev->pools_open > 0) {
+        device_unlock(dev);
+        return error_set(VRAM_E_UNSUPPORTED,
+                         "GPU:%d: idle memory cannot be given back while a CUDA graph is "
+                         "captured (capture forbids freeing device memory); call it "
+                         "after the capture",
+                         dev->index);
+    }
+    /* Blocks freed with work still queued on other streams stay allocated
+    ** until their events complete: only those done come back (and become
+    ** idle) here; the others keep their memory. */
+    streams_poll_locked(dev, UINT64_MAX);
+    switch (dev->strategy) {
+    case VRAM_STRATEGY_PREALLOCATE:
+        break; /* its one region is the cap, held for the process's life */
+    case VRAM_STRATEGY_EXPANDABLE:
+        st = expand_release_idle_locked(dev, &bytes);
+        break;
+    case VRAM_STRATEGY_GROWTH:
+    case VRAM_STRATEGY_GROWTH_TF:
+    default:
+        (void)release_free_regions_bytes_locked(dev, &bytes);
+        break;
+    }
+    device_unlock(dev);
+    if (bytes > 0 && log_enabled(LOG_REGION)) {
+        char a[32];
+        log_write(LOG_REGION, "GPU:%d: gave %s of idle memory back", dev->index,
+                  size_format(bytes, a, sizeof a));
+    }
+    if (released != NULL)
+        *released = bytes;
+    return st;
+}
+
+vram_status
 vram_block_info(vram_device *dev, const void *ptr, uint64_t *size, void **stream)
 {
     if (dev == NULL)
@@ -666,6 +718,9 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     s.maps = dev->ex.maps;
     s.unmaps = dev->ex.unmaps;
     device_unlock(dev);
+    struct backend *be = dev->ctx->backend;
+    if (be->ops->modelled_ns != NULL)
+        s.modelled_driver_ns = be->ops->modelled_ns(be, dev->physical);
     s.fragmentation = s.peak_bytes_in_use
                           ? (double)s.peak_bytes_reserved / (double)s.peak_bytes_in_use
                           : 0.0;

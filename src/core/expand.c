@@ -129,9 +129,11 @@ free_arrays(struct expand *e)
     zmem_free(e->g, e->n, sizeof *e->g);
     zmem_free(e->p, e->cap_p, sizeof *e->p);
     zmem_free(e->idle, e->idle_cap, sizeof *e->idle);
+    zmem_free(e->holes, e->cap_p, sizeof *e->holes);
     e->g = NULL;
     e->p = NULL;
     e->idle = NULL;
+    e->holes = NULL;
     e->n = e->cap_p = e->idle_cap = 0;
 }
 
@@ -170,12 +172,13 @@ expand_setup_locked(struct vram_device *dev)
     e->g = zmem_alloc(n, sizeof *e->g);
     e->p = zmem_alloc(cap_p, sizeof *e->p);
     e->idle = zmem_alloc(ring, sizeof *e->idle);
-    if (e->g == NULL || e->p == NULL || e->idle == NULL) {
+    e->holes = zmem_alloc(cap_p, sizeof *e->holes);
+    if (e->g == NULL || e->p == NULL || e->idle == NULL || e->holes == NULL) {
         free_arrays(e);
         return error_set(VRAM_E_HOST_MEMORY,
                          "out of host memory for %" PRIu64 " granules", n);
     }
-    e->n_p = e->creating = 0;
+    e->n_p = e->creating = e->n_holes = 0;
     e->idle_head = e->idle_len = e->n_idle = 0;
     e->idle_tick = 0;
 
@@ -297,7 +300,7 @@ obtain_unit_locked(struct vram_device *dev, uint64_t g, bool conflict, uint64_t 
 {
     struct expand *e = &dev->ex;
     struct backend *be = dev->ctx->backend;
-    uint64_t next = (e->n_p + e->creating + 1) * e->gran;
+    uint64_t next = expand_phys_bytes(e) + e->gran;
     uint64_t peak = dev->peak_in_use > dev->heap.bytes_in_use ? dev->peak_in_use
                                                               : dev->heap.bytes_in_use;
     bool fresh = conflict && next <= peak + peak / SLACK_DIVISOR && next <= dev->limit;
@@ -318,12 +321,15 @@ obtain_unit_locked(struct vram_device *dev, uint64_t g, bool conflict, uint64_t 
     e->creating--;
     if (st != VRAM_OK)
         return st; /* the device is full (other processes, other logical devices) */
-    assert(e->n_p < e->cap_p);
-    struct physunit *u = &e->p[e->n_p];
+    /* A slot given back by vram_release_idle first: the table never grows
+    ** past the cap in units (E4). */
+    uint64_t slot = e->n_holes > 0 ? e->holes[--e->n_holes] : e->n_p++;
+    assert(slot < e->cap_p);
+    struct physunit *u = &e->p[slot];
     u->handle = h;
     u->owner = (uint32_t)(g + 1);
     u->maps = 0;
-    *out = e->n_p++;
+    *out = slot;
     return VRAM_OK;
 }
 
@@ -418,7 +424,144 @@ expand_unback_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
 uint64_t
 expand_phys_bytes(const struct expand *e)
 {
-    return (e->n_p + e->creating) * e->gran;
+    return (e->n_p - e->n_holes + e->creating) * e->gran;
+}
+
+/* ---- giving idle memory back (vram_release_idle) ---- */
+
+/* The backend calls of one release, made without the lock. */
+struct release_job {
+    uint64_t *gran;      /* address units to unmap */
+    uint32_t *gunit;     /* the physical unit mapped at each */
+    vram_status *gst;    /* their results */
+    bool *bad;           /* per physical unit: one of its unmaps failed */
+    uint32_t *unit;      /* physical units to release */
+    uint64_t *handle;    /* their handles */
+    vram_status *ust;    /* their results; VRAM_E_BACKEND when not tried */
+    uint64_t n_g, n_u;
+};
+
+static void
+release_job_free(struct release_job *j)
+{
+    free(j->gran);
+    free(j->gunit);
+    free(j->gst);
+    free(j->bad);
+    free(j->unit);
+    free(j->handle);
+    free(j->ust);
+}
+
+/* Unmap, then release the units none of whose mappings failed. Without
+** the lock. Returns the backend calls made. */
+static uint64_t
+release_job_run(struct vram_device *dev, struct release_job *j)
+{
+    struct expand *e = &dev->ex;
+    struct backend *be = dev->ctx->backend;
+    uint64_t calls = 0;
+    vram_status st = VRAM_OK;
+    /* Kernels queued before the frees may still use these addresses: one
+    ** synchronize for the whole release (as before a conflict's unmap). */
+    if (be->ops->synchronize != NULL) {
+        st = be->ops->synchronize(be, dev->physical);
+        calls++;
+    }
+    for (uint64_t k = 0; k < j->n_g; k++) {
+        j->gst[k] = st != VRAM_OK ? st
+                                  : be->ops->unmap(be, dev->physical,
+                                                   addr_of(e, j->gran[k]), e->gran);
+        calls += st == VRAM_OK;
+        if (j->gst[k] != VRAM_OK)
+            j->bad[j->gunit[k]] = true;
+    }
+    for (uint64_t k = 0; k < j->n_u; k++) {
+        j->ust[k] = VRAM_E_BACKEND;
+        if (st == VRAM_OK && !j->bad[j->unit[k]]) {
+            j->ust[k] = be->ops->phys_release(be, dev->physical, j->handle[k]);
+            calls++;
+        }
+    }
+    return calls;
+}
+
+vram_status
+expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
+{
+    struct expand *e = &dev->ex;
+    *released = 0;
+    while (e->releasing_idle)
+        pthread_cond_wait(&e->changed, &dev->lock);
+    if (!e->ready || e->n_idle == 0)
+        return VRAM_OK;
+    /* Take every idle unit out of use (their ring entries turn stale), and
+    ** mark the address units mapped to them: other threads wait for those. */
+    struct release_job j = {0};
+    uint64_t n_g = 0;
+    for (uint64_t g = 0; g < e->n; g++)
+        n_g += e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0;
+    j.unit = malloc(e->n_idle * sizeof *j.unit);
+    j.handle = malloc(e->n_idle * sizeof *j.handle);
+    j.ust = malloc(e->n_idle * sizeof *j.ust);
+    j.gran = malloc((n_g + 1) * sizeof *j.gran);
+    j.gunit = malloc((n_g + 1) * sizeof *j.gunit);
+    j.gst = malloc((n_g + 1) * sizeof *j.gst);
+    j.bad = calloc(e->n_p, sizeof *j.bad);
+    if (j.unit == NULL || j.handle == NULL || j.ust == NULL || j.gran == NULL ||
+        j.gunit == NULL || j.gst == NULL || j.bad == NULL) {
+        release_job_free(&j);
+        return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the release");
+    }
+    for (uint64_t g = 0; g < e->n; g++)
+        if (e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0) {
+            e->g[g].state = G_UNMAPPING;
+            j.gunit[j.n_g] = e->g[g].phys - 1;
+            j.gran[j.n_g++] = g;
+        }
+    for (uint64_t p = 0; p < e->n_p; p++)
+        if (e->p[p].owner == 0) {
+            e->p[p].owner = PHYS_HOLE; /* still held: counted until released */
+            e->n_idle--;
+            j.unit[j.n_u] = (uint32_t)p;
+            j.handle[j.n_u++] = e->p[p].handle;
+        }
+    e->releasing_idle = true;
+    device_unlock(dev);
+    uint64_t calls = release_job_run(dev, &j);
+    device_lock(dev);
+    dev->backend_calls += calls;
+    for (uint64_t k = 0; k < j.n_g; k++) {
+        struct granule *gr = &e->g[j.gran[k]];
+        if (j.gst[k] == VRAM_OK) {
+            e->p[gr->phys - 1].maps--;
+            gr->phys = 0;
+            gr->state = G_UNMAPPED;
+        } else {
+            gr->state = G_MAPPED;
+        }
+    }
+    vram_status st = VRAM_OK;
+    for (uint64_t k = 0; k < j.n_u; k++) {
+        uint32_t p = j.unit[k];
+        if (j.ust[k] == VRAM_OK) {
+            assert(e->p[p].maps == 0);
+            e->p[p].handle = 0;
+            e->holes[e->n_holes++] = p;
+            *released += e->gran;
+        } else {
+            st = VRAM_E_BACKEND; /* kept, idle again: still usable */
+            idle_push(e, p);
+        }
+    }
+    e->releasing_idle = false;
+    pthread_cond_broadcast(&e->changed);
+    release_job_free(&j);
+    if (st != VRAM_OK)
+        return error_set(st, "GPU:%d: giving idle memory back failed for some units "
+                             "(they stay held and usable): %s",
+                         dev->index, vram_last_error());
+    return VRAM_OK;
 }
 
 void
@@ -438,8 +581,8 @@ expand_destroy(struct vram_device *dev)
             e->p[e->g[g].phys - 1].maps--;
         }
         for (uint64_t p = 0; p < e->n_p; p++) {
-            if (e->p[p].maps != 0)
-                continue; /* still mapped: releasing it would fail */
+            if (e->p[p].maps != 0 || e->p[p].owner == PHYS_HOLE)
+                continue; /* still mapped: releasing it would fail; or given back */
             if (be->ops->phys_release(be, dev->physical, e->p[p].handle) != VRAM_OK)
                 log_write(LOG_CONFIG, "GPU:%d: release at close failed: %s", dev->index,
                           vram_last_error());
@@ -511,6 +654,8 @@ expand_check_locked(const struct vram_device *dev)
         where = p;
         if (u->maps != maps[p])
             why = "E3: map count differs from the granules mapped to the unit";
+        else if (u->owner == PHYS_HOLE)
+            ; /* given back, or being given back (vram_release_idle) */
         else if (u->owner > e->n)
             why = "E3: owner out of range";
         else if (u->owner != 0 && (e->g[u->owner - 1].phys != p + 1 ||
@@ -530,6 +675,10 @@ expand_check_locked(const struct vram_device *dev)
         in_ring += ring_current(e, k);
     if (in_ring != idle)
         return broken("E3: the ring's current entries are not the idle units", in_ring);
+    for (uint64_t k = 0; k < e->n_holes; k++)
+        if (e->holes[k] >= e->n_p || e->p[e->holes[k]].owner != PHYS_HOLE ||
+            e->p[e->holes[k]].maps != 0)
+            return broken("E3: a hole of the unit table is a unit in use", e->holes[k]);
     /* E4: physical bytes held never exceed the cap (I8). */
     if (expand_phys_bytes(e) > dev->limit)
         return broken("I8: physical bytes above the cap", e->n_p);

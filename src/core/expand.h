@@ -54,6 +54,10 @@ struct granule {
     uint8_t state; /* enum granule_state */
 };
 
+/* A physical unit's owner while it is being given back, and after: a hole
+** in the table (expand.h, holes). */
+#define PHYS_HOLE UINT32_MAX
+
 /* One unit of physical memory. */
 struct physunit {
     uint64_t handle; /* the backend's handle */
@@ -84,6 +88,12 @@ struct expand {
     uint32_t idle_tick;                     /* number of the entry at idle_head */
     uint64_t n_idle;                        /* idle physical units: the exact count */
     uint64_t creating;                      /* physical units being created */
+    /* Slots of the physical table whose unit was given back to the driver
+    ** (vram_release_idle), reused before the table grows: unit indices stay
+    ** stable while other threads hold them across a backend call. */
+    uint32_t *holes;
+    uint64_t n_holes;
+    bool releasing_idle; /* a thread is in vram_release_idle; others wait */
     uint64_t maps, unmaps;                  /* backend map / unmap calls that succeeded */
 };
 
@@ -104,6 +114,12 @@ void expand_unback_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
 
 /* Physical memory held (created or being created), bytes. */
 uint64_t expand_phys_bytes(const struct expand *e);
+
+/* Give idle physical units back to the driver: synchronize the device once
+** (kernels queued before the frees may still use the addresses), unmap
+** every address unit mapped to them, release them. Sets *RELEASED to the
+** bytes given back. Drops the lock around the backend calls. */
+vram_status expand_release_idle_locked(struct vram_device *dev, uint64_t *released);
 
 /* Give everything back (at close): unmap, release, free the range. */
 void expand_destroy(struct vram_device *dev);

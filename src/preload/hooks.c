@@ -408,10 +408,28 @@ device_get(int ord, struct preload_device **out)
     return VCU_SUCCESS;
 }
 
-/* The CUDA ordinal of the calling thread's current context. */
+/*
+** The CUDA ordinal of the calling thread's current context.
+**
+** With one visible device every context is on ordinal 0, so once the
+** driver has answered once (a context exists, so cuInit ran) and counted
+** one device, the driver is not asked again: the count cannot change in a
+** process (CUDA_VISIBLE_DEVICES is read at cuInit). cuCtxGetDevice is a
+** driver call on every hooked call otherwise. With several devices it is
+** still asked every time: contexts change through calls vram does not
+** see (the runtime's private entry points), so a per-thread cache could
+** not be invalidated safely. A call made without a current context then
+** reaches the driver, which refuses it, and the hooks give back what they
+** reserved for it.
+*/
 vcu_result
 current_device(int *ord)
 {
+    int n = __atomic_load_n(&P.n_visible, __ATOMIC_ACQUIRE);
+    if (n == 1) {
+        *ord = 0;
+        return VCU_SUCCESS;
+    }
     void *p = __atomic_load_n(&P.ctx_get_device, __ATOMIC_ACQUIRE);
     if (p == NULL) {
         p = interpose_lib_sym(HOOK_CUDA, "cuCtxGetDevice");
@@ -423,9 +441,20 @@ current_device(int *ord)
     memcpy(&get, &p, sizeof p);
     vcu_device dev = -1;
     vcu_result r = get(&dev);
-    if (r == VCU_SUCCESS)
-        *ord = dev;
-    return r;
+    if (r != VCU_SUCCESS)
+        return r;
+    *ord = dev;
+    if (n == 0) {
+        /* First success: count the devices once (-1: unknown, keep asking). */
+        void *c = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetCount");
+        int count = -1;
+        vcu_pfn_cuDeviceGetCount get_count;
+        memcpy(&get_count, &c, sizeof c);
+        if (c == NULL || get_count(&count) != VCU_SUCCESS)
+            count = -1;
+        __atomic_store_n(&P.n_visible, count == 1 ? 1 : -1, __ATOMIC_RELEASE);
+    }
+    return VCU_SUCCESS;
 }
 
 /* The device of UUID among those this process has seen, or -1. */

@@ -44,6 +44,9 @@ struct preload {
     struct preload_device dev[PRELOAD_MAX_DEVICES];
     long long last_line_ns;     /* CLOCK_MONOTONIC of the last refusal line (atomic) */
     void *ctx_get_device;       /* the real cuCtxGetDevice (atomic), or NULL */
+    int n_visible;              /* 1: one visible device (current_device answers
+                                   0 without asking); -1: several or unknown;
+                                   0: not counted yet. Atomic */
     struct trace_writer *trace; /* VRAM_TRACE, or NULL; set before ACTIVE is
                                    published, dropped in a forked child */
     uint64_t next_trace_id;     /* the next allocation's trace id (atomic) */

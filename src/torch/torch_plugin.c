@@ -329,3 +329,19 @@ vram_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_second)
     if (st != VRAM_OK)
         report(st);
 }
+
+void
+vram_torch_empty_cache(void)
+{
+    pthread_once(&plugin.once, plugin_open);
+    if (plugin.ctx == NULL)
+        return; /* nothing opened, nothing held */
+    for (int d = 0; d < plugin.n_physical; d++) {
+        vram_device *dev = atomic_load_explicit(&plugin.devs[d], memory_order_acquire);
+        if (dev == NULL)
+            continue;
+        vram_status st = vram_release_idle(dev, NULL);
+        if (st != VRAM_OK)
+            report(st);
+    }
+}

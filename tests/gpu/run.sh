@@ -20,13 +20,22 @@
 #    across streams and CUDA graphs against PyTorch's allocator
 #    (bench/gpu/stream_checks.py);
 # 6. prints one table last, with PASS/MISS against each target;
+# 8. torchperf: vram inside PyTorch (bench/gpu/torchperf.py): past the cap
+#    PyTorch raises torch.OutOfMemoryError with vram's line and training goes
+#    on with the same losses; torch.cuda.empty_cache() gives idle memory back
+#    (bytes_reserved, cudaMemGetInfo and `vram stat` show the drop; a side
+#    stream's data stays right); then every trace cold and warm through
+#    expandable and the cudaMallocAsync pool (whole cold trace no slower than
+#    the pool's, fragmentation <= 1.02, steady state >= 10x the pool).
+#    JSON lines in $OUT/torchperf.jsonl.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
 #    $OUT/plan_measure.jsonl (bench/gpu/plan_compare.py).
 #
 # VRAM_GPU_SECTIONS picks sections (a comma list; default all): ctest (1),
-# replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7).
+# replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
+# torchperf (8).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -246,6 +255,33 @@ fi
 # ---- 5c. results across streams and CUDA graphs, vram vs PyTorch's allocator ----
 want streams && STEP_OUT=$WORK/streams.json run_step "streams and graphs vs torch" 300 \
     python3 bench/gpu/stream_checks.py --lib "$LIB"
+
+# ---- 8. torchperf: OOM exception, empty_cache, cold start ----
+if want torchperf; then
+    STEP_OUT=$WORK/torchperf.json run_step "torchperf: OOM and empty_cache in PyTorch" 240 \
+        python3 bench/gpu/torchperf.py --lib "$LIB" --vram "$VRAM"
+    for f in data/traces/*.trace.csv.gz; do
+        t=$(basename "$f" .trace.csv.gz)
+        STEP_OUT=$WORK/tp_cold_${t}_expandable.jsonl run_step "torchperf: $t expandable cold" 90 \
+            "$VRAM" replay --backend cuda --strategy expandable --repeat 3 --json "$f"
+        STEP_OUT=$WORK/tp_cold_${t}_pool.jsonl run_step "torchperf: $t pool cold" 90 \
+            "$PEERS" --allocator cudaMallocAsync --repeat 3 --json "$f"
+        STEP_OUT=$WORK/tp_warm_${t}_expandable.jsonl run_step "torchperf: $t expandable warm" 90 \
+            "$VRAM" replay --backend cuda --strategy expandable --repeat 3 --warm --json "$f"
+        STEP_OUT=$WORK/tp_warm_${t}_pool.jsonl run_step "torchperf: $t pool warm" 90 \
+            "$PEERS" --allocator cudaMallocAsync --repeat 3 --warm --json "$f"
+    done
+    # The preload's cost per hooked call over the bare driver: 20 interleaved
+    # run pairs, 95 % confidence interval (tests/preload/hook_cost.py).
+    if [ -x "$BUILD/tests/preload/hook_cost" ] && [ -f "$BUILD/lib/libvram-preload.so" ]; then
+        STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (interleaved, 95% CI)" 150 \
+            python3 tests/preload/hook_cost.py --bin "$BUILD/tests/preload/hook_cost" \
+            --preload "$BUILD/lib/libvram-preload.so" --runs 20 --batches 200 \
+            --env VRAM_LIMIT=100G --json
+    fi
+    cat "$WORK"/torchperf.json "$WORK"/hook_cost.json "$WORK"/tp_*.jsonl 2>/dev/null |
+        grep '^{' >"$OUT/torchperf.jsonl"
+fi
 
 # ---- 7. `vram plan` against measured peaks ----
 if want plan; then
@@ -538,6 +574,82 @@ if streams is not None:
         lines.append("  %s: %s" % (m, e))
     lines.append("")
 
+tperf = None
+try:
+    with open(os.path.join(work, "torchperf.json")) as f:
+        for line in f:
+            if line.strip().startswith("{"):
+                tperf = json.loads(line)
+except (OSError, ValueError):
+    tperf = None
+tp_cold, tp_warm = jsonl("tp_cold_*.jsonl"), jsonl("tp_warm_*.jsonl")
+if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost.json")):
+    lines.append("torchperf: vram inside PyTorch (vram.torch.use, cap 6 GiB)")
+    what = {"oom_raised": "past the cap: torch.OutOfMemoryError raised",
+            "oom_message": "  its message carries vram's line",
+            "oom_survives": "  the process trains on",
+            "oom_losses": "  losses = the run without the OOM",
+            "release_drop": "empty_cache: reserved and cudaMemGetInfo drop",
+            "release_stat": "  `vram stat` (NVML) shows the drop",
+            "release_stream": "  side stream's data intact",
+            "release_losses": "  losses = the run without empty_cache"}
+    for strat, checks in sorted(((tperf or {}).get("checks") or {}).items()):
+        fig = ((tperf or {}).get("figures") or {}).get(strat) or {}
+        for k, label in what.items():
+            v = checks.get(k)
+            targets.append(("torchperf %s: %s" % (strat, label.strip()), verdict(v)))
+            detail = ""
+            if k == "oom_message":
+                detail = (fig.get("oom_message") or "")[:100]
+            if k == "release_drop":
+                detail = "reserved -%.2f GiB, device free +%.2f GiB, %.3f s" % (
+                    (fig.get("reserved_drop_bytes") or 0) / GiB,
+                    (fig.get("device_free_rise_bytes") or 0) / GiB,
+                    fig.get("empty_cache_seconds") or 0)
+            if k == "release_stat":
+                detail = "NVML used -%.2f GiB" % ((fig.get("stat_used_drop_bytes") or 0) / GiB)
+            lines.append("  %-10s %-46s %-6s %s" % (strat, label, verdict(v), detail))
+    for r in ((tperf or {}).get("runs") or {}).values():
+        if isinstance(r, dict) and (r.get("error") or r.get("stderr_tail")):
+            lines.append("  child: %s" % (r.get("error") or r.get("stderr_tail")))
+    lines.append("  %-15s %13s %13s %8s %8s %13s %13s %8s" % (
+        "trace", "exp cold", "pool cold", "pool/exp", "frag", "exp warm", "pool warm", "pool/exp"))
+    for t in sorted({r.get("trace") for r in tp_cold + tp_warm if r.get("trace")}):
+        ec = row(tp_cold, t, "strategy", "expandable")
+        pc = row(tp_cold, t, "allocator", "cudaMallocAsync")
+        ew = row(tp_warm, t, "strategy", "expandable")
+        pw = row(tp_warm, t, "allocator", "cudaMallocAsync")
+        def ns(r):
+            return None if r is None else r["ns_per_op"]
+        cold = None if ec is None or pc is None or ec["ns_per_op"] <= 0 else pc["ns_per_op"] / ec["ns_per_op"]
+        warm = None if ew is None or pw is None or ew["ns_per_op"] <= 0 else pw["ns_per_op"] / ew["ns_per_op"]
+        frag = None if ec is None else ec["fragmentation"]
+        targets.append(("torchperf %s: expandable cold no slower than the pool" % t,
+                        verdict(None if cold is None else cold >= 1.0)))
+        targets.append(("torchperf %s: expandable fragmentation <= 1.02" % t,
+                        verdict(None if frag is None else frag <= 1.02)))
+        targets.append(("torchperf %s: expandable steady state >= 10x the pool" % t,
+                        verdict(None if warm is None else warm >= 10.0)))
+        f1 = lambda v: "FAILED" if v is None else "%.1f" % v
+        lines.append("  %-15s %13s %13s %8s %8s %13s %13s %8s" % (
+            t, f1(ns(ec)), f1(ns(pc)), "-" if cold is None else "%.2fx" % cold,
+            "-" if frag is None else "%.3f" % frag, f1(ns(ew)), f1(ns(pw)),
+            "-" if warm is None else "%.1fx" % warm))
+    lines.append("  (host ns/op, median of 3; cold = whole trace from an empty allocator)")
+    hc = load(os.path.join(work, "hook_cost.json"))
+    if hc is not None and hc.get("kinds"):
+        lines.append("  preload hook cost over the bare driver (%d interleaved run pairs, 95%% CI):"
+                     % hc.get("runs", 0))
+        for what, k in sorted(hc["kinds"].items()):
+            targets.append(("torchperf hook cost %s: CI upper end <= %.0f ns" % (what, k["limit_ns"]),
+                            verdict(k.get("pass"))))
+            lines.append("    %-28s bare %.1f ns, hooked %.1f ns: +%.1f ns [%.1f, %.1f]  %s" % (
+                what, k["bare_median_ns"], k["hooked_median_ns"], k["diff_mean_ns"],
+                k["ci95"][0], k["ci95"][1], verdict(k.get("pass"))))
+    elif hc is not None:
+        lines.append("  hook cost: %s" % hc.get("error"))
+    lines.append("")
+
 failed = [s["step"] for s in steps if s["status"] != "ok"]
 n_pass = sum(1 for _, v in targets if v == "PASS")
 lines.append("steps: %d ok, %d not ok%s" % (len(steps) - len(failed), len(failed),
@@ -553,7 +665,8 @@ results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": pe
            "replay_vram_warm": warm, "replay_peers_warm": warmpeers, "quota": quota,
            "python": pyres,
            "train": train, "train_summary": train_summary, "vmm_costs": vmm,
-           "plugin_oom": poom, "streams": streams,
+           "plugin_oom": poom, "streams": streams, "torchperf": tperf,
+           "torchperf_cold": tp_cold, "torchperf_warm": tp_warm,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)

@@ -519,6 +519,26 @@ check_info(int dev, uint64_t total, uint64_t free_mib)
     ctx_pop(dev);
 }
 
+/* With one visible device the hooks stop asking the driver for the current
+** context's device after its first answer: cuCtxGetDevice then fails
+** (FAKECUDA_FAIL) and cuMemGetInfo_v2 still shows the quota, TOTAL MiB. With
+** several devices they keep asking, and with the call failing they leave
+** the driver's figures alone: TOTAL is then the device's own. */
+static void
+scenario_ctxdevice(uint64_t total)
+{
+    init_or_die();
+    ctx_push(0);
+    size_t f = 0, t = 0;
+    CHECK_RC(api.cuMemGetInfo(&f, &t), VCU_SUCCESS);
+    setenv("FAKECUDA_FAIL", "cuCtxGetDevice", 1);
+    CHECK_RC(api.cuMemGetInfo(&f, &t), VCU_SUCCESS);
+    unsetenv("FAKECUDA_FAIL");
+    CHECK(t == total * MIB, "cuMemGetInfo total %zu MiB with cuCtxGetDevice failing, "
+          "expected %llu", t / MIB, (unsigned long long)total);
+    ctx_pop(0);
+}
+
 /* ------------------------------------------------------------------ */
 /* The race                                                             */
 /* ------------------------------------------------------------------ */
@@ -879,7 +899,8 @@ usage(void)
         "usage: probe [--via direct|dlsym|gpa11030|gpa12000] [--ptsz] SCENARIO...\n"
         "  paths | vmm | routes [real] | versions [real] | malformed | fork | nvml\n"
         "  info DEV TOTAL FREE | alloc MIB DEV WANT [WITHIN_MS] | hold MIB DEV STOPFILE\n"
-        "  race THREADS ITERATIONS | peak MAX_MIB | ledger-file active|passive\n");
+        "  race THREADS ITERATIONS | peak MAX_MIB | ledger-file active|passive\n"
+        "  ctxdevice TOTAL\n");
     exit(2);
 }
 
@@ -916,6 +937,8 @@ main(int argc, char **argv)
         scenario_fork();
     else if (strcmp(s, "nvml") == 0)
         scenario_nvml();
+    else if (strcmp(s, "ctxdevice") == 0 && n == 1)
+        scenario_ctxdevice((uint64_t)num(a[0]));
     else if (strcmp(s, "info") == 0 && n == 3) {
         init_or_die();
         check_info((int)num(a[0]), (uint64_t)num(a[1]), (uint64_t)num(a[2]));

@@ -141,6 +141,12 @@ expect "cuGetProcAddress, passive: the driver's answers untouched"
 # ---- reports ----
 run $Q -- "$PROBE" info 0 64 64
 expect "cuMemGetInfo and cuDeviceTotalMem report the quota"
+# One visible device: after the first answer the hooks no longer ask the
+# driver which device the context is on; with two they do, every call.
+run $Q FAKECUDA_DEVICES=1 -- "$PROBE" ctxdevice 64
+expect "one device: the current device is not asked again"
+run $Q -- "$PROBE" ctxdevice 1024
+expect "two devices: the current device is asked on every call"
 run VRAM_LIMIT=0:64M -- "$PROBE" --via gpa12000 info 1 1024 1024
 expect "a device without a limit reports its physical figures"
 run VRAM_LIMIT=25% -- "$PROBE" --via gpa11030 info 0 256 256

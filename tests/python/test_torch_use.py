@@ -7,6 +7,11 @@ allocator() object with the set_*_fn setters, change_current_allocator)
 records what use() does. The hooks themselves are tested in C
 (tests/unit/test_streams.c, test_torch_streams.c) and with real PyTorch on a
 GPU (bench/gpu/stream_checks.py).
+
+The OOM shim (python/vram/oom_shim.cpp) is built for real against the
+PyTorch importable here (Debian's 1.13 with libtorch-dev's headers) and
+driven on the simulated device: past the cap it must throw
+c10::OutOfMemoryError carrying vram's line.
 """
 
 import ctypes
@@ -107,6 +112,83 @@ class UseTest(unittest.TestCase):
         # Every setter PyTorch offers is either installed or deliberately not:
         # init needs nothing (the plug-in opens lazily).
         self.assertNotIn("set_init_fn", calls["installed"])
+
+    def test_shim_is_the_allocation_function(self):
+        torch, calls = fake_torch()
+        sys.modules["torch"] = torch
+        saved = vtorch.oom_shim
+        vtorch.oom_shim = lambda t, path: "/some/libvram_torch_oom.so"
+        try:
+            vtorch.use()
+        finally:
+            vtorch.oom_shim = saved
+        self.assertEqual(calls["created"], ("/some/libvram_torch_oom.so",
+                                            "vram_torch_malloc_raising",
+                                            "vram_torch_free_raising"))
+        # empty_cache goes to vram's release path.
+        self.assertEqual(calls["installed"].get("set_reset_fn"),
+                         self.address("vram_torch_empty_cache"))
+
+    def test_without_a_shim_warns_and_plugs_the_plain_function(self):
+        torch, calls = fake_torch()  # no headers: the shim cannot be built
+        sys.modules["torch"] = torch
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            vtorch.use()
+        self.assertTrue(any("OutOfMemoryError" in str(w.message) for w in seen))
+        self.assertEqual(calls["created"][1], "vram_torch_malloc")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            vtorch.use(raise_oom=False)
+        self.assertFalse(any("OutOfMemoryError" in str(w.message) for w in seen))
+
+    def test_shim_raises_pytorchs_oom_error(self):
+        # PyTorch may be importable only from the system's interpreter.
+        pythons = [sys.executable] + [p for p in ("/usr/bin/python3",) if os.path.exists(p)]
+        env = dict(os.environ, VRAM_BACKEND="sim", VRAM_STRATEGY="expandable",
+                   VRAM_MEMORY_LIMIT="64M", PYTHONPATH=os.path.join(ROOT, "python"))
+        # A child: the plug-in reads its settings once per process.
+        code = r"""
+import ctypes, os, sys
+try:
+    import torch
+except ImportError:
+    print("SKIP PyTorch is not importable by " + sys.executable)
+    sys.exit(0)
+import vram, vram.torch
+try:
+    path = vram.torch.oom_shim(torch, os.environ["VRAM_LIBRARY"])
+except vram.VramError as e:
+    print("SKIP the shim cannot be built here: %s" % e)
+    sys.exit(0)
+assert vram.torch.oom_shim(torch, os.environ["VRAM_LIBRARY"]) == path  # cached
+ctypes.CDLL(os.environ["VRAM_LIBRARY"])
+shim = ctypes.CDLL(path)
+f = shim.vram_torch_oom_selftest
+f.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+buf = ctypes.create_string_buffer(1024)
+for size, dev in ((1 << 20, 0), (1 << 30, 0), (1 << 20, 0), (1 << 20, 7)):
+    kind = f(size, dev, buf, len(buf))
+    print(kind, buf.value.decode())
+"""
+        import subprocess
+
+        for python in pythons:
+            run = subprocess.run([python, "-c", code], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            if not run.stdout.startswith("SKIP"):
+                break
+        if run.stdout.startswith("SKIP"):
+            self.skipTest(run.stdout.strip())
+        lines = run.stdout.splitlines()
+        self.assertEqual(lines[0], "0 ")  # fits
+        self.assertTrue(lines[1].startswith("1 CUDA out of memory (vram): out of memory on GPU:0"),
+                        lines[1])  # c10::OutOfMemoryError with vram's line
+        self.assertIn("cap 64.00 MiB", lines[1])
+        self.assertEqual(lines[2], "0 ")  # and the process goes on
+        self.assertTrue(lines[3].startswith("2 vram could not allocate"), lines[3])
+        self.assertEqual(run.stderr, "")  # the line is in the exception, not on stderr
 
     def test_refuses_without_record_stream(self):
         torch, calls = fake_torch([s for s in ALL_SETTERS if s != "set_record_stream_fn"])

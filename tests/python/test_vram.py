@@ -130,6 +130,18 @@ class TestMemoryInfo(VramTestCase):
         self.assertIsInstance(s["fragmentation"], float)
         self.assertGreaterEqual(s["fragmentation"], 1.0)
 
+    def test_release_idle(self):
+        os.environ["VRAM_STRATEGY"] = "expandable"
+        keep = self.alloc(8 * MiB)
+        gone = self.alloc(16 * MiB)
+        self.assertEqual(vram.stats(0)["bytes_reserved"], 24 * MiB)
+        self.free(gone)
+        self.assertEqual(vram.release_idle(0), 16 * MiB)
+        self.assertEqual(vram.stats(0)["bytes_reserved"], 8 * MiB)
+        self.assertEqual(vram.release_idle(0), 0)
+        self.assertEqual(vram.get_memory_info(0)["current"], 8 * MiB)
+        self.free(keep)
+
     def test_devices_of_the_environment(self):
         os.environ["VRAM_SIM_DEVICES"] = "2"
         self.addCleanup(os.environ.pop, "VRAM_SIM_DEVICES", None)

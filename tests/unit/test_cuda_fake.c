@@ -678,6 +678,55 @@ test_end_to_end_growth(void **state)
     assert_int_equal(fk.used(0), 0);
 }
 
+
+/* vram_release_idle over the driver: the memory given back is free per
+** cuMemGetInfo, and a block freed while another stream may still use it
+** is not given back until its event has completed (the fake's events
+** complete after two queries; each release queries once). */
+static void
+test_end_to_end_release_idle(void **state)
+{
+    (void)state;
+    const uint64_t U = 8 * MiB;
+    vram_context *ctx = open_cuda_context();
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 256 * MiB);
+    void *s1 = (void *)0x1000, *s2 = (void *)0x2000; /* two streams */
+    void *a, *b, *c;
+    assert_int_equal(vram_alloc(dev, U, s1, &a), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, U, s2, &b), VRAM_OK); /* a second stream */
+    assert_int_equal(vram_alloc(dev, U, s1, &c), VRAM_OK);
+    assert_int_equal(fk.used(0), 3 * U);
+    vram_physical_info info;
+    assert_int_equal(vram_physical_info_get(ctx, 0, &info), VRAM_OK);
+    assert_int_equal(info.free_bytes, GiB - 3 * U);
+    /* A's free waits for an event on s1; C's too. Both stay held. */
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    assert_int_equal(vram_free(dev, c), VRAM_OK);
+    uint64_t released = 1;
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 0); /* first query: still running */
+    assert_int_equal(fk.used(0), 3 * U);
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 0); /* second query: still running */
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 2 * U); /* done: given back */
+    assert_int_equal(fk.used(0), U);
+    assert_int_equal(vram_physical_info_get(ctx, 0, &info), VRAM_OK);
+    assert_int_equal(info.free_bytes, GiB - U);
+    assert_int_equal(stats_of(dev).bytes_reserved, U);
+    assert_true(vram_check(dev));
+    /* Work goes on: new memory where needed, then everything back. */
+    for (int step = 0; step < 3; step++)
+        loss_step(dev, U);
+    assert_int_equal(vram_free(dev, b), VRAM_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(fk.used(0), 0);
+    assert_int_equal(stats_of(dev).bytes_reserved, 0);
+    assert_true(vram_check(dev));
+    vram_close(ctx);
+}
+
 /* A cap above what the device has: the driver's OOM surfaces as VRAM_E_OOM. */
 static void
 test_end_to_end_device_full(void **state)
@@ -729,6 +778,7 @@ main(void)
         cmocka_unit_test_teardown(test_context_preserved, teardown),
         cmocka_unit_test_teardown(test_threads, teardown),
         cmocka_unit_test_teardown(test_end_to_end_growth, teardown),
+        cmocka_unit_test_teardown(test_end_to_end_release_idle, teardown),
         cmocka_unit_test_teardown(test_end_to_end_device_full, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

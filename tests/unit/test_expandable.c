@@ -5,7 +5,8 @@
 ** new memory is created, a unit whose memory was taken unmapped and mapped
 ** anew, a steady loop making no driver call, the cap on physical memory,
 ** and host-backed writes through mapped memory (a write to an unmapped
-** unit would fault).
+** unit would fault); vram_release_idle giving idle units back, aliases
+** included, for every strategy.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +165,135 @@ test_expandable_device_full(void **state)
     vram_close(ctx);
 }
 
+
+/* Free bytes of the simulated device now (its cuMemGetInfo). */
+static uint64_t
+device_free(vram_context *ctx)
+{
+    vram_physical_info info;
+    assert_int_equal(vram_physical_info_get(ctx, 0, &info), VRAM_OK);
+    return info.free_bytes;
+}
+
+/* Idle units are unmapped and released: the device's free memory comes
+** back, live blocks keep theirs (and their contents), and the next
+** allocations map memory again (host-backed: a write to an unmapped unit
+** would fault). */
+static void
+test_release_idle_expandable(void **state)
+{
+    (void)state;
+    const uint64_t U = 8 * MiB;
+    vram_context *ctx = sim_open(1, 1 * GiB, true);
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 256 * MiB);
+    uint64_t free0 = device_free(ctx);
+    void *p[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(vram_alloc(dev, U, NULL, &p[i]), VRAM_OK);
+        memset(p[i], 0x10 + i, U);
+    }
+    assert_int_equal(device_free(ctx), free0 - 4 * U);
+    assert_int_equal(vram_free(dev, p[0]), VRAM_OK);
+    assert_int_equal(vram_free(dev, p[2]), VRAM_OK);
+    uint64_t released = 0;
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 2 * U);
+    assert_int_equal(device_free(ctx), free0 - 2 * U);
+    vram_stats st = stats_of(dev);
+    assert_int_equal(st.bytes_reserved, 2 * U);
+    assert_int_equal(st.peak_bytes_reserved, 4 * U);
+    assert_true(vram_check(dev));
+    assert_int_equal(((unsigned char *)p[1])[U - 1], 0x11);
+    assert_int_equal(((unsigned char *)p[3])[0], 0x13);
+    /* Nothing idle: nothing to do. */
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 0);
+    /* The released slots are reused; memory comes back where needed. */
+    void *q[3];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(vram_alloc(dev, U, NULL, &q[i]), VRAM_OK);
+        memset(q[i], 0x20 + i, U);
+    }
+    assert_int_equal(stats_of(dev).bytes_reserved, 5 * U);
+    assert_int_equal(device_free(ctx), free0 - 5 * U);
+    assert_true(vram_check(dev));
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(vram_free(dev, q[i]), VRAM_OK);
+    assert_int_equal(vram_free(dev, p[1]), VRAM_OK);
+    assert_int_equal(vram_free(dev, p[3]), VRAM_OK);
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 5 * U);
+    assert_int_equal(device_free(ctx), free0);
+    assert_int_equal(stats_of(dev).bytes_reserved, 0);
+    assert_true(vram_check(dev));
+    /* A training loop afterwards: as before, and steady again. */
+    for (int step = 0; step < 4; step++)
+        loss_step(dev, U);
+    assert_true(vram_check(dev));
+    vram_close(ctx);
+}
+
+/* An idle unit mapped at two addresses (an alias) is unmapped at both
+** before it is released. */
+static void
+test_release_idle_aliases(void **state)
+{
+    (void)state;
+    const uint64_t U = 8 * MiB;
+    vram_context *ctx = sim_open(1, 1 * GiB, true);
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 64 * MiB);
+    uint64_t free0 = device_free(ctx);
+    void *p[8], *big;
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(vram_alloc(dev, U, NULL, &p[i]), VRAM_OK);
+    for (int i = 0; i < 8; i += 2)
+        assert_int_equal(vram_free(dev, p[i]), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 4 * U, NULL, &big), VRAM_OK); /* aliases */
+    assert_int_equal(stats_of(dev).maps, 12);
+    assert_int_equal(vram_free(dev, big), VRAM_OK);
+    uint64_t released = 0;
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 4 * U);
+    assert_int_equal(device_free(ctx), free0 - 4 * U);
+    assert_true(vram_check(dev));
+    assert_int_equal(vram_alloc(dev, 4 * U, NULL, &big), VRAM_OK);
+    memset(big, 0x5a, 4 * U);
+    assert_true(vram_check(dev));
+    vram_close(ctx);
+}
+
+/* growth gives wholly free regions back; preallocate keeps its one region. */
+static void
+test_release_idle_other_strategies(void **state)
+{
+    (void)state;
+    vram_context *ctx = sim_open(1, 1 * GiB, false);
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_GROWTH, 256 * MiB);
+    uint64_t free0 = device_free(ctx);
+    void *a, *b;
+    assert_int_equal(vram_alloc(dev, 10 * MiB, NULL, &a), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 20 * MiB, NULL, &b), VRAM_OK);
+    assert_int_equal(vram_free(dev, b), VRAM_OK);
+    uint64_t released = 0;
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 20 * MiB);
+    assert_int_equal(device_free(ctx), free0 - 10 * MiB);
+    assert_int_equal(stats_of(dev).bytes_reserved, 10 * MiB);
+    assert_true(vram_check(dev));
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    vram_close(ctx);
+
+    ctx = sim_open(1, 1 * GiB, false);
+    dev = sim_device(ctx, VRAM_STRATEGY_PREALLOCATE, 256 * MiB);
+    assert_int_equal(vram_alloc(dev, 10 * MiB, NULL, &a), VRAM_OK);
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(released, 0);
+    assert_int_equal(stats_of(dev).bytes_reserved, 256 * MiB);
+    assert_int_equal(vram_release_idle(NULL, &released), VRAM_E_INVALID);
+    vram_close(ctx);
+}
+
 int
 main(void)
 {
@@ -173,6 +303,9 @@ main(void)
         cmocka_unit_test(test_expandable_taken_unit_remapped),
         cmocka_unit_test(test_expandable_steady_loop),
         cmocka_unit_test(test_expandable_device_full),
+        cmocka_unit_test(test_release_idle_expandable),
+        cmocka_unit_test(test_release_idle_aliases),
+        cmocka_unit_test(test_release_idle_other_strategies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@ enum opt_id {
     OPT_REPEAT,
     OPT_MIN_LIMIT,
     OPT_WARM,
+    OPT_DRIVER_COSTS,
     OPT_JSON
 };
 
@@ -69,6 +70,10 @@ static const struct cli_opt opt_table[] = {
     {OPT_WARM, "warm", 0, NULL,
      "time a second pass over the trace on the same allocator, as in a long "
      "training run (the first pass obtains the memory; untimed)"},
+    {OPT_DRIVER_COSTS, "driver-costs", 0, "MODEL",
+     "--backend sim only: every backend call takes what the CUDA driver's costs "
+     "on MODEL (h200: measured on an NVIDIA H200), so that ns/op models the "
+     "GPU's whole time, driver calls included"},
     {OPT_JSON, "json", 0, NULL, "print one JSON object per line (sizes in bytes)"},
 };
 
@@ -122,6 +127,10 @@ struct replay_settings {
     bool json;
 };
 
+/* --driver-costs MODEL, or NULL: the simulated device's driver cost model
+** (vram_sim_options.driver_costs). One per process, as the settings. */
+static const char *replay_driver_costs;
+
 /* What one replay of one trace under one strategy measured. */
 struct replay_result {
     uint64_t ops;                 /* events replayed */
@@ -135,6 +144,8 @@ struct replay_result {
     uint64_t metadata_bytes;      /* allocator bookkeeping at the end, summed over
                                      devices; its slabs and tables never shrink,
                                      so this is their high-water mark */
+    double driver_ns_per_op;      /* --driver-costs: the modelled driver time of
+                                     the timed pass, per event */
 };
 
 /* One row of the report. */
@@ -230,6 +241,20 @@ elapsed_ns(const struct timespec *a, const struct timespec *b)
     return (double)(b->tv_sec - a->tv_sec) * 1e9 + (double)(b->tv_nsec - a->tv_nsec);
 }
 
+/* The modelled driver time of the simulated devices so far (their
+** physical devices, each counted once: here one logical device each). */
+static uint64_t
+modelled_driver_ns(vram_device **devs, int n_dev)
+{
+    uint64_t ns = 0;
+    for (int d = 0; d < n_dev; d++) {
+        vram_stats st;
+        if (vram_get_stats(devs[d], &st) == VRAM_OK)
+            ns += st.modelled_driver_ns;
+    }
+    return ns;
+}
+
 /*
 ** Replay T once under strategy ST with cap LIMIT (0 = none) on BACKEND:
 ** simulated devices of DEVICE_MEMORY bytes, or the GPUs. Into OUT.
@@ -249,6 +274,7 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
     if (!cuda) {
         opts.sim.devices = n_dev;
         opts.sim.memory_bytes = device_memory;
+        opts.sim.driver_costs = replay_driver_costs;
     }
     opts.ignore_environment = true;
 
@@ -284,7 +310,7 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
     }
 
     memset(sl->live, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *sl->live);
-    uint64_t in_use = 0, peak = 0, ooms = 0, live = 0, peak_live = 0;
+    uint64_t in_use = 0, peak = 0, ooms = 0, live = 0, peak_live = 0, driver_ns0 = 0;
     int rc = REPLAY_OK;
     struct timespec t0, t1;
 
@@ -311,6 +337,7 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
             if (rc != REPLAY_OK)
                 break;
         }
+        driver_ns0 = modelled_driver_ns(devs, n_dev);
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (uint64_t i = 0; i < t->n_events; i++) {
             const struct trace_event *ev = &t->events[i];
@@ -363,6 +390,10 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
         memset(&r, 0, sizeof r);
         r.ops = t->n_events;
         r.ns_per_op = t->n_events > 0 ? elapsed_ns(&t0, &t1) / (double)t->n_events : 0.0;
+        r.driver_ns_per_op =
+            t->n_events > 0
+                ? (double)(modelled_driver_ns(devs, n_dev) - driver_ns0) / (double)t->n_events
+                : 0.0;
         r.peak_in_use_bytes = peak;
         r.peak_live_blocks = peak_live;
         r.warm = warm;
@@ -531,6 +562,13 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
     json_object_object_add(o, "fragmentation", json_object_new_double_s(frag, num));
     json_object_object_add(o, "ooms", json_object_new_uint64(row->r.ooms));
     json_object_object_add(o, "warm", json_object_new_boolean(row->r.warm));
+    if (replay_driver_costs != NULL) {
+        json_object_object_add(o, "driver_costs",
+                               json_object_new_string(replay_driver_costs));
+        snprintf(num, sizeof num, "%.1f", row->r.driver_ns_per_op);
+        json_object_object_add(o, "driver_ns_per_op",
+                               json_object_new_double_s(row->r.driver_ns_per_op, num));
+    }
     json_object_object_add(o, "backend_calls",
                            json_object_new_uint64(row->r.backend_calls));
     json_object_object_add(o, "metadata_bytes_per_live_block",
@@ -694,6 +732,13 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
         case OPT_WARM:
             set->warm = true;
             break;
+        case OPT_DRIVER_COSTS:
+            if (strcmp(value, "h200") != 0)
+                return cliopt_usage_error(&replay_cmd,
+                                          "--driver-costs '%s': the known model is h200",
+                                          value);
+            replay_driver_costs = "h200";
+            break;
         case OPT_JSON:
             set->json = true;
             break;
@@ -701,6 +746,9 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
     }
     if (*n_paths == 0)
         return cliopt_usage_error(&replay_cmd, "no trace given");
+    if (set->backend == VRAM_BACKEND_CUDA && replay_driver_costs != NULL)
+        return cliopt_usage_error(&replay_cmd, "--driver-costs models the driver on the "
+                                               "simulated device only (not with --backend cuda)");
     if (set->backend == VRAM_BACKEND_CUDA && set->device_memory_given)
         return cliopt_usage_error(&replay_cmd, "--device-memory applies to the simulated "
                                                "device only (not with --backend cuda)");
