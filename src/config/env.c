@@ -104,7 +104,7 @@ typedef uint64_t KIND_SIZE_INDEXED_type[ENV_INDEXED_COUNT];
 typedef char KIND_TEXT_type[4096];
 
 /* VRAM_LIMIT's accepted values, for its messages and its doc. */
-#define ENV_QUOTA_EXPECT "e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G"
+#define ENV_QUOTA_EXPECT QUOTA_EXPECT
 
 #define ENV_BOOL_WORDS "true or false; also 1/0, yes/no, on/off"
 

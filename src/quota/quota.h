@@ -72,6 +72,9 @@ uint64_t quota_for_device(const struct quota_env *q, int ordinal, const char *uu
 */
 bool quota_parse(const char *text, struct quota_env *dst, char *why, size_t len);
 
+/* What quota_parse accepts, in words, for the messages of its callers. */
+#define QUOTA_EXPECT "e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G"
+
 /* VRAM_GROUP into DST (CAP bytes): it names a file in /dev/shm, so a short,
 ** plain word (letters, digits, '.', '_', '-'). False, with the reason in
 ** WHY, otherwise. */

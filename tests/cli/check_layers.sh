@@ -22,6 +22,7 @@ torch      src/torch      core
 analyze    src/analyze    core trace
 plan       src/plan       base
 ledger     src/ledger     base
+policy     src/policy     base quota
 preload    src/preload    base quota config trace driver ledger
 monitor    src/monitor    base driver ledger
 common     tools/common   base trace
