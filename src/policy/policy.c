@@ -270,6 +270,12 @@ policy_parse(const char *path, const char *text, size_t n, struct policy *out)
     return VRAM_OK;
 }
 
+const char *
+policy_path(void)
+{
+    return VRAM_POLICY_PATH;
+}
+
 void
 policy_free(struct policy *p)
 {

@@ -120,6 +120,9 @@ vram_status policy_parse(const char *path, const char *text, size_t n, struct po
 */
 vram_status policy_load(const char *path, struct policy *out, bool *present);
 
+/* The host's policy file as this build reads it (VRAM_POLICY_PATH). */
+const char *policy_path(void);
+
 /* Free what a successful policy_parse or policy_load made. NULL is fine. */
 void policy_free(struct policy *p);
 

@@ -54,6 +54,8 @@ struct quota_env {
     int n_entries;
     struct quota_entry entries[QUOTA_MAX_ENTRIES];
     char group[QUOTA_GROUP_LEN]; /* VRAM_GROUP, or "" (the process alone) */
+    char origin[QUOTA_GROUP_LEN]; /* VRAM_LIMIT_SOURCE with VRAM_LIMIT: "vram-run",
+                                     "slurm", "hami", or "" (a label for messages) */
 };
 
 /*

@@ -255,6 +255,9 @@ set_quota_env(const struct run_args *a, const char *group)
     int rc;
     if (a->limit != NULL && (rc = set_var("VRAM_LIMIT", a->limit)) >= 0)
         return rc;
+    /* A label for the refusal line ("refused by vram run --limit"). */
+    if (a->limit != NULL && (rc = set_var("VRAM_LIMIT_SOURCE", "vram-run")) >= 0)
+        return rc;
     /* Our group replaces any inherited one; without it in the way the
     ** load below says whether HAMi's variables were in force. */
     if (unsetenv("VRAM_GROUP") != 0) {
@@ -269,7 +272,8 @@ set_quota_env(const struct run_args *a, const char *group)
     if (q.active && q.source != NULL && strcmp(q.source, "VRAM_LIMIT") != 0) {
         char spec[16 * 32];
         hami_as_limit(&q, spec, sizeof spec);
-        if ((rc = set_var("VRAM_LIMIT", spec)) >= 0)
+        if ((rc = set_var("VRAM_LIMIT", spec)) >= 0 ||
+            (rc = set_var("VRAM_LIMIT_SOURCE", "hami")) >= 0)
             return rc;
     }
     if ((rc = set_var("VRAM_GROUP", group)) >= 0)
