@@ -134,6 +134,7 @@ parse_limit_word(const struct parse *s, const char *who, const char *word,
     memset(&r->limit, 0, sizeof r->limit);
     if (quota_parse(word, &r->limit, why, sizeof why)) {
         r->limit.active = true;
+        snprintf(r->text, sizeof r->text, "%s", word);
         return VRAM_OK;
     }
     return parse_error(s, "%s: %s (expected %s)", who, why, QUOTA_EXPECT);

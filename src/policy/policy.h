@@ -75,6 +75,7 @@ struct policy_rule {
     int line;                   /* 1-based line in the file */
     char name[POLICY_NAME_LEN]; /* a name, or a numeric id as digits */
     struct quota_env limit;     /* POLICY_USER, POLICY_GROUP, POLICY_DEFAULT */
+    char text[128];             /* the limit as written (cut at 127 characters) */
 };
 
 /* A parsed policy. Owns RULES: free with policy_free. */

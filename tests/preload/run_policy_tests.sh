@@ -92,7 +92,62 @@ chmod 666 "$SHARED"
 LIBPATH="$FAKE:$BIN"
 mkdir -p /etc/vram
 chmod 755 /etc/vram
-echo "$PRELOAD" >/etc/ld.so.preload
+
+# ---- vram admin: /etc/ld.so.preload ----
+ZLIB=$(ls /usr/lib/*/libz.so.1 /lib/*/libz.so.1 2>/dev/null | head -n 1)
+printf '%s\n' "$ZLIB" >/etc/ld.so.preload
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(cat /etc/ld.so.preload)" = "$(printf '%s\n%s' "$(readlink -f "$PRELOAD")" "$ZLIB")" ]; then
+    pass "admin enable: the library first, the file's other line kept"
+else
+    fail "admin enable: the library first, the file's other line kept" "exit $rc"
+fi
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && grep -q "nothing to do" "$TMP/out"; then
+    pass "admin enable twice: nothing to do"
+else
+    fail "admin enable twice: nothing to do" "$(cat "$TMP/out")"
+fi
+cp /etc/ld.so.preload "$TMP/preload.before"
+"$VRAM" admin enable --preload "$ZLIB" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "is not vram's preload library" "$TMP/err" &&
+    cmp -s /etc/ld.so.preload "$TMP/preload.before"; then
+    pass "admin enable refuses a library that is not vram's, writes nothing"
+else
+    fail "admin enable refuses a library that is not vram's" "exit $rc"
+fi
+mkdir -m 755 "$TMP/userlib"
+cp "$PRELOAD" "$TMP/userlib/libvram-preload.so"
+chown "$UA" "$TMP/userlib"
+"$VRAM" admin enable --preload "$TMP/userlib/libvram-preload.so" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "$TMP/userlib is owned by uid $UIDA, not root" "$TMP/err" &&
+    cmp -s /etc/ld.so.preload "$TMP/preload.before"; then
+    pass "admin enable refuses a library that a user could replace"
+else
+    fail "admin enable refuses a library that a user could replace" "exit $rc"
+fi
+printf 'default 32M\nuser %s 64Q\n' "$UA" >/etc/vram/policy.conf
+"$VRAM" admin disable >"$TMP/out" 2>"$TMP/err"
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "^vram: /etc/vram/policy.conf:2: user $UA: '64Q': unknown unit 'Q'" "$TMP/err" &&
+    [ "$(cat /etc/ld.so.preload)" = "$ZLIB" ]; then
+    pass "admin enable refuses while the policy does not pass, writes nothing"
+else
+    fail "admin enable refuses while the policy does not pass" "exit $rc"
+fi
+"$VRAM" admin check >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; then
+    pass "admin check: a malformed policy is exit 2 and one line"
+else
+    fail "admin check: a malformed policy is exit 2 and one line" "exit $rc"
+fi
+rm /etc/vram/policy.conf
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err" || fail "admin enable" "$(cat "$TMP/err")"
 
 policy() {
     printf '%s\n' "$@" >/etc/vram/policy.conf
@@ -233,6 +288,50 @@ as "$UA" CUDA_VISIBLE_DEVICES=$UUID0 -- "$PROBE" alloc 32 0 $OOM
 expect_run "CUDA_VISIBLE_DEVICES by UUID: the smallest ordinal limit applies" \
     "quota 16.00 MiB, user $UA"
 
+# ---- vram admin check and status ----
+policy "default 32M" "user $UA 0:64M,1:16M" "group $GROUP_ML 48M" "reader group $GROUP_ML"
+env LD_LIBRARY_PATH="$LIBPATH" "$VRAM" admin check --user "$UA" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^/etc/vram/policy.conf: ok: default 32M, 1 user, 1 group, 0 exempt, 1 reader rules$" "$TMP/out" &&
+    grep -q "^user $UA (uid $UIDA; groups users, $GROUP_ML): reader$" "$TMP/out" &&
+    grep -q "^  rule: user $UA (line 2): 0:64M,1:16M$" "$TMP/out" &&
+    grep -q "^  GPU 0 $UUID0 (1.00 GiB): 64.00 MiB$" "$TMP/out" &&
+    grep -q "^  GPU 1 GPU-facecda0-0001-4000-8000-000000000001 (1.00 GiB): 16.00 MiB$" "$TMP/out"; then
+    pass "admin check --user: the rules and each GPU's limit"
+else
+    fail "admin check --user: the rules and each GPU's limit" "exit $rc"
+fi
+"$VRAM" admin check --user "$UB" >"$TMP/out" 2>"$TMP/err"
+if grep -q "^  rule: default (line 1): 32M$" "$TMP/out"; then
+    pass "admin check --user: the default for a user without a rule"
+else
+    fail "admin check --user: the default for a user without a rule" "$(cat "$TMP/out")"
+fi
+mkdir -p "$TMP/cg/sys/fs/cgroup"
+echo "cpuset cpu io memory pids dmem" >"$TMP/cg/sys/fs/cgroup/cgroup.controllers"
+printf 'drm/0000:18:00.0/vram0 150754820096\ndrm/0000:2a:00.0/vram0 150754820096\n' \
+    >"$TMP/cg/sys/fs/cgroup/dmem.capacity"
+"$VRAM" admin status --root "$TMP/cg" >"$TMP/out" 2>"$TMP/err"
+if grep -q "^dmem: *cgroup v2 dmem controller present; dmem.capacity lists drm/0000:18:00.0/vram0 140.40 GiB, drm/0000:2a:00.0/vram0 140.40 GiB$" "$TMP/out"; then
+    pass "admin status: the dmem controller and the GPUs dmem.capacity lists"
+else
+    fail "admin status: the dmem controller" "$(cat "$TMP/out")"
+fi
+echo "cpuset cpu io memory pids" >"$TMP/cg/sys/fs/cgroup/cgroup.controllers"
+"$VRAM" admin status --root "$TMP/cg" >"$TMP/out" 2>"$TMP/err"
+if grep -q "^dmem: *no cgroup v2 dmem controller" "$TMP/out"; then
+    pass "admin status: no dmem controller"
+else
+    fail "admin status: no dmem controller" "$(cat "$TMP/out")"
+fi
+"$VRAM" admin status >"$TMP/out" 2>"$TMP/err"
+if grep -q "^ld.so.preload: /etc/ld.so.preload names $(readlink -f "$PRELOAD"): enabled$" "$TMP/out" &&
+    grep -q "^library: .* loads$" "$TMP/out" && grep -q "^policy: *$PC: 3 rules, default 32M$" "$TMP/out"; then
+    pass "admin status: enabled, the library loads, the policy"
+else
+    fail "admin status" "$(cat "$TMP/out")"
+fi
+
 # ---- fail closed ----
 # expect_closed NAME LINE: the last run stopped at cuInit (exit 1) and
 # printed exactly LINE.
@@ -277,6 +376,14 @@ chmod 755 /etc/vram
 rm -f $PC
 as "$UA" -- "$PROBE" alloc 80 0 0
 expect_run "no policy file: no policy" ""
+
+# ---- disable keeps the other lines ----
+"$VRAM" admin disable >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && [ "$(cat /etc/ld.so.preload)" = "$ZLIB" ]; then
+    pass "admin disable: only vram's line goes"
+else
+    fail "admin disable: only vram's line goes" "$(cat /etc/ld.so.preload)"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

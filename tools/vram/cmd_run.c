@@ -295,8 +295,8 @@ set_quota_env(const struct run_args *a, const char *group)
 ** /usr/local/bin/vram -> /usr/local/lib/). Into BUF; false if there is
 ** none (BUF then holds the path tried, or "").
 */
-static bool
-default_library(char *buf, size_t len)
+bool
+cli_default_preload(char *buf, size_t len)
 {
     char exe[PATH_MAX];
     buf[0] = '\0';
@@ -337,7 +337,7 @@ find_library(const struct run_args *a, const struct env_run *env, char *out)
     bool user_given = given != NULL; /* else a wrong install, not bad input */
     char path[PATH_MAX];
     if (given == NULL) {
-        if (!default_library(path, sizeof path)) {
+        if (!cli_default_preload(path, sizeof path)) {
             cli_error("run: no preload library%s%s%s (build the vram_preload target, or "
                       "give --preload PATH or VRAM_PRELOAD_LIBRARY)",
                       path[0] != '\0' ? " at " : "", path,
