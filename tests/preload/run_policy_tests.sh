@@ -350,6 +350,23 @@ expect_closed "a malformed policy fails closed with PATH:LINE" \
 as root -- "$PROBE" alloc 16 0 0
 expect_closed "... for root too" \
     "vram: $PC:2: user $UA: '64X': unknown unit 'X' (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G); CUDA is disabled in this process"
+# A program that never touches the driver does nothing of vram's, even
+# with a broken policy: no line, no open of the policy file.
+as "$UA" -- /bin/sh -c 'echo hello'
+if [ "$rc" -eq 0 ] && [ ! -s "$TMP/err" ] && [ "$(cat "$TMP/out")" = hello ]; then
+    pass "a non-CUDA program runs quietly under a broken policy"
+else
+    fail "a non-CUDA program runs quietly under a broken policy" "exit $rc"
+fi
+if command -v strace >/dev/null; then
+    strace -f -e trace=open,openat,stat,newfstatat,statx -o "$TMP/strace" /bin/true
+    if grep -q libvram-preload "$TMP/strace" && ! grep -q "policy.conf\|/dev/shm" "$TMP/strace"; then
+        pass "a preloaded /bin/true never looks at the policy file or the ledgers"
+    else
+        failed=$((failed + 1))
+        echo "FAIL a preloaded /bin/true looks at the policy file or the ledgers"
+    fi
+fi
 policy "default 32M"
 chmod 666 $PC
 as "$UA" -- "$PROBE" alloc 16 0 0
