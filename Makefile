@@ -78,6 +78,8 @@ package: package-deps
 
 bench: build
 	@sh scripts/bench.sh $(BUILD)/bin/vram $(TRACES)
+	@$(BUILD)/tests/preload/bench_startup $(BUILD)/lib/libvram-preload.so \
+	    $$(ls /usr/lib/*/libz.so.1 | head -n 1) 2000
 
 format:
 	@clang-format -i include/*.h src/*/*.[ch] tools/*/*.[ch] tests/*/*.[ch]

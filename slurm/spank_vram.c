@@ -306,8 +306,8 @@ slurm_spank_task_init(spank_t sp, int ac, char **av)
                     SPANK_ENV_LEN - 1);
         return -1;
     }
-    if (!task_setenv(sp, "VRAM_LIMIT", limit) || !task_setenv(sp, "VRAM_GROUP", group) ||
-        !task_setenv(sp, "LD_PRELOAD", preload))
+    if (!task_setenv(sp, "VRAM_LIMIT", limit) || !task_setenv(sp, "VRAM_LIMIT_SOURCE", "slurm") ||
+        !task_setenv(sp, "VRAM_GROUP", group) || !task_setenv(sp, "LD_PRELOAD", preload))
         return -1;
     return 0;
 }

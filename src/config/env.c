@@ -61,6 +61,7 @@ struct env_state {
     uint64_t hami_dev[ENV_INDEXED_COUNT]; /* CUDA_DEVICE_MEMORY_LIMIT_<i>, bytes;
                                               0 = unset */
     struct env_run run;                   /* VRAM_PRELOAD_LIBRARY, LD_PRELOAD */
+    char visible[4096];                   /* CUDA_VISIBLE_DEVICES; "" = unset */
 };
 
 /*
@@ -104,7 +105,7 @@ typedef uint64_t KIND_SIZE_INDEXED_type[ENV_INDEXED_COUNT];
 typedef char KIND_TEXT_type[4096];
 
 /* VRAM_LIMIT's accepted values, for its messages and its doc. */
-#define ENV_QUOTA_EXPECT "e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G"
+#define ENV_QUOTA_EXPECT QUOTA_EXPECT
 
 #define ENV_BOOL_WORDS "true or false; also 1/0, yes/no, on/off"
 
@@ -180,7 +181,13 @@ typedef char KIND_TEXT_type[4096];
     X(CUDA_DEVICE_MEMORY_LIMIT_, KIND_SIZE_INDEXED, hami_dev, "",                        \
       "a size above 0, e.g. 6144m",                                                      \
       "HAMi's limit of CUDA device i (0..15), ahead of CUDA_DEVICE_MEMORY_LIMIT; read "  \
-      "only when VRAM_LIMIT and VRAM_GROUP are both unset.")
+      "only when VRAM_LIMIT and VRAM_GROUP are both unset.")                            \
+    X(VRAM_LIMIT_SOURCE, KIND_GROUP, quota.origin, "", "vram-run, slurm or hami",       \
+      "Who set VRAM_LIMIT, named in the refusal line (vram run and the Slurm plug-in "   \
+      "set it); a label only, never a limit.")                                           \
+    X(CUDA_VISIBLE_DEVICES, KIND_TEXT, visible, "", "the CUDA driver's list of GPUs",    \
+      "Read by the preload library only to map the process's CUDA ordinals to the "     \
+      "host's, for the ordinal keys of the host's policy file.")
 
 #define VRAM_ENV_RUN(X)                                                                  \
     X(VRAM_PRELOAD_LIBRARY, KIND_PATH, run.preload_library, "", "a file path",           \
@@ -550,6 +557,7 @@ quota_assemble(const struct env_load *L, struct quota_env *q)
     if (L->text[ENV_VRAM_LIMIT] != NULL) {
         q->active = true;
         q->source = "VRAM_LIMIT";
+        memcpy(q->origin, L->s.quota.origin, sizeof q->origin);
         q->all = L->s.quota.all;
         q->n_entries = L->s.quota.n_entries;
         memcpy(q->entries, L->s.quota.entries, sizeof q->entries);
@@ -601,7 +609,34 @@ env_quota_load(env_getter get, void *user, struct quota_env *out)
         if (st != VRAM_OK)
             return st;
     }
+    /* VRAM_LIMIT_SOURCE is a label: a malformed one is dropped, never an
+    ** error that could stop a job. */
+    load_read(&L, ENV_VRAM_LIMIT_SOURCE, ENV_VRAM_LIMIT_SOURCE + 1);
+    if (load_var(&L, ENV_VRAM_LIMIT_SOURCE) != VRAM_OK)
+        L.s.quota.origin[0] = '\0';
     quota_assemble(&L, out);
+    return VRAM_OK;
+}
+
+vram_status
+env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set)
+{
+    if (out == NULL || len == 0 || set == NULL)
+        return error_set(VRAM_E_INVALID, "env_visible_load: NULL argument");
+    struct env_load L;
+    load_begin(&L, get, user);
+    /* load_read drops an empty value; the driver reads "" as no GPU. */
+    const char *raw = L.get("CUDA_VISIBLE_DEVICES", L.user);
+    load_read(&L, ENV_CUDA_VISIBLE_DEVICES, ENV_CUDA_VISIBLE_DEVICES + 1);
+    vram_status st = load_var(&L, ENV_CUDA_VISIBLE_DEVICES);
+    if (st != VRAM_OK)
+        return st;
+    size_t n = strlen(L.s.visible);
+    if (n >= len)
+        return error_set(VRAM_E_CONFIG, "CUDA_VISIBLE_DEVICES: longer than %zu bytes",
+                         len - 1);
+    memcpy(out, L.s.visible, n + 1);
+    *set = raw != NULL;
     return VRAM_OK;
 }
 

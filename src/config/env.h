@@ -75,6 +75,14 @@ struct quota_env;
 vram_status env_quota_load(env_getter get, void *user, struct quota_env *out);
 
 /*
+** CUDA_VISIBLE_DEVICES as the process has it, into OUT (LEN bytes); *SET
+** says whether it is set at all (set and empty: no GPU). Used only to map
+** CUDA ordinals to the host's for the policy file. A value longer than
+** LEN: VRAM_E_CONFIG. OUT is written only on success.
+*/
+vram_status env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set);
+
+/*
 ** VRAM_TRACE alone, for the preload library (which reads no other setting
 ** of the allocator's section): into OUT (LEN bytes), "" when unset. A
 ** malformed value (too long): VRAM_E_CONFIG with one line naming it. OUT

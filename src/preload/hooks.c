@@ -54,6 +54,7 @@
 #include "base/size.h"
 #include "config/env.h"
 #include "ledger/ledger.h"
+#include "policy/policy.h"
 #include "preload/hooks.h"
 #include "preload/preload.h"
 #include "preload/track.h"
@@ -165,6 +166,14 @@ static void fork_child(void);
 /* The trace                                                            */
 /* ------------------------------------------------------------------ */
 
+/* The group that names this process in traces and lines: the job's,
+** else the user's. */
+static const char *
+main_group(void)
+{
+    return P.acct[ACCT_JOB].ledger != NULL ? P.acct[ACCT_JOB].group : P.acct[ACCT_USER].group;
+}
+
 /* Open VRAM_TRACE, if set, into P.trace. Run by preload_init only. */
 static void
 trace_open(void)
@@ -178,7 +187,7 @@ trace_open(void)
     if (path[0] == '\0')
         return;
     int n = snprintf(meta, sizeof meta, "workload=vram-preload pid=%ld group=%s version=%s",
-                     (long)getpid(), P.group, VRAM_VERSION);
+                     (long)getpid(), main_group(), VRAM_VERSION);
     /* The quota, so that `vram analyze` judges an OOM against it: written
     ** when it is one size in bytes for every device (a fraction becomes
     ** bytes only once a device's total is known, after this line). */
@@ -241,6 +250,39 @@ trace_if_refused(vcu_result r, int ord, uint64_t bytes)
     return r;
 }
 
+/*
+** The host's policy: which account of the user's this process joins, if
+** any. False when the process must fail closed (the line is said).
+*/
+static bool
+policy_init(void)
+{
+    bool present = false;
+    if (policy_load(policy_path(), &P.policy, &present) != VRAM_OK) {
+        disable(vram_last_error());
+        return false;
+    }
+    if (!present)
+        return true;
+    struct policy_who w;
+    if (policy_who_current(&w) != VRAM_OK) {
+        char why[640];
+        snprintf(why, sizeof why, "%s: %s", policy_path(), vram_last_error());
+        disable(why);
+        return false;
+    }
+    policy_resolve(&P.policy, &w, &P.verdict);
+    if (P.verdict.exempt)
+        return true;
+    if (w.user[0] != '\0')
+        snprintf(P.user, sizeof P.user, "%s", w.user);
+    else
+        snprintf(P.user, sizeof P.user, "%lu", (unsigned long)w.uid);
+    snprintf(P.acct[ACCT_USER].group, sizeof P.acct[ACCT_USER].group, "user-%lu",
+             (unsigned long)w.uid);
+    return true;
+}
+
 static void
 preload_init(void)
 {
@@ -250,24 +292,44 @@ preload_init(void)
         disable(vram_last_error());
         return;
     }
-    if (!q.active && q.group[0] == '\0') {
+    if (env_visible_load(NULL, NULL, P.visible, sizeof P.visible, &P.visible_set) !=
+        VRAM_OK) {
+        /* A list this long names GPUs that no host ordinal maps. */
+        P.visible_set = true;
+        snprintf(P.visible, sizeof P.visible, "?");
+    }
+    if (!policy_init())
+        return;
+    struct preload_account *user = &P.acct[ACCT_USER], *job = &P.acct[ACCT_JOB];
+    if (!q.active && q.group[0] == '\0' && user->group[0] == '\0') {
         __atomic_store_n(&P.mode, PRELOAD_PASSIVE, __ATOMIC_RELEASE);
         return;
     }
     P.quota = q;
     if (q.group[0] != '\0') {
-        snprintf(P.group, sizeof P.group, "%s", q.group);
-    } else {
-        P.private_group = true;
-        P.creator = getpid();
-        snprintf(P.group, sizeof P.group, "pid-%ld-%llu", (long)P.creator, start_time());
+        snprintf(job->group, sizeof job->group, "%s", q.group);
+    } else if (q.active) {
+        snprintf(job->group, sizeof job->group, "pid-%ld-%llu", (long)getpid(),
+                 start_time());
     }
-    if (ledger_open(P.group, &P.ledger) != VRAM_OK) {
+    if (job->group[0] != '\0' && strcmp(job->group, user->group) == 0) {
         char why[640];
-        snprintf(why, sizeof why, "cannot open the ledger of group %s: %s", P.group,
-                 vram_last_error());
+        snprintf(why, sizeof why,
+                 "VRAM_GROUP=%s: that name is the user's account under %s, not a job's",
+                 job->group, policy_path());
         disable(why);
         return;
+    }
+    for (int a = 0; a < ACCT_COUNT; a++) {
+        if (P.acct[a].group[0] == '\0')
+            continue;
+        if (ledger_open(P.acct[a].group, &P.acct[a].ledger) != VRAM_OK) {
+            char why[640];
+            snprintf(why, sizeof why, "cannot open the ledger of group %s: %s",
+                     P.acct[a].group, vram_last_error());
+            disable(why);
+            return;
+        }
     }
     trace_open();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
@@ -303,10 +365,12 @@ preload_fini(void)
         snprintf(line, sizeof line, "vram: trace: %s", vram_last_error());
         say(line);
     }
-    if (P.ledger == NULL)
-        return;
-    ledger_leave(P.ledger);
-    ledger_remove_if_unused(P.ledger);
+    for (int a = 0; a < ACCT_COUNT; a++) {
+        if (P.acct[a].ledger == NULL)
+            continue;
+        ledger_leave(P.acct[a].ledger);
+        ledger_remove_if_unused(P.acct[a].ledger);
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -340,11 +404,14 @@ fork_child(void)
     P.trace = NULL;
     pthread_mutex_init(&P.dev_lock, NULL);
     track_fork_child();
-    if (ledger_after_fork(P.ledger) != VRAM_OK) {
+    for (int a = 0; a < ACCT_COUNT; a++) {
+        if (P.acct[a].ledger == NULL || ledger_after_fork(P.acct[a].ledger) == VRAM_OK)
+            continue;
         char why[640];
         snprintf(why, sizeof why, "cannot join the ledger of group %s after fork: %s",
-                 P.group, vram_last_error());
+                 P.acct[a].group, vram_last_error());
         disable(why);
+        return;
     }
 }
 
@@ -360,6 +427,52 @@ uuid_format(const vcu_uuid *u, char *out, size_t len)
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
              b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
              b[12], b[13], b[14], b[15]);
+}
+
+/*
+** Each account's limit of the GPU UUID of TOTAL bytes, CUDA ordinal ORD
+** (-1: not known), into LIMIT; *RULE: the policy rule behind the user's.
+*/
+void
+device_limits(int ord, const char *uuid, uint64_t total, uint64_t limit[ACCT_COUNT],
+              const struct policy_rule **rule)
+{
+    limit[ACCT_JOB] = quota_for_device(&P.quota, ord, uuid, total);
+    limit[ACCT_USER] = 0;
+    *rule = NULL;
+    if (P.acct[ACCT_USER].ledger != NULL) {
+        int host = policy_host_ordinal(P.visible_set ? P.visible : NULL, ord);
+        limit[ACCT_USER] = policy_limit(&P.verdict, host, uuid, total, rule);
+    }
+}
+
+/* The smallest of LIMIT's non-zero entries: what the process may hold at
+** most; 0 when no account limits the GPU. */
+uint64_t
+effective_limit(const uint64_t limit[ACCT_COUNT])
+{
+    uint64_t e = 0;
+    for (int a = 0; a < ACCT_COUNT; a++)
+        if (limit[a] != 0 && (e == 0 || limit[a] < e))
+            e = limit[a];
+    return e;
+}
+
+/* How much more the process may take on UUID under LIMIT: the least room
+** left in any limited account (UINT64_MAX when none limits it). */
+uint64_t
+room_left(const char *uuid, const uint64_t limit[ACCT_COUNT])
+{
+    uint64_t room = UINT64_MAX;
+    for (int a = 0; a < ACCT_COUNT; a++) {
+        if (P.acct[a].ledger == NULL || limit[a] == 0)
+            continue;
+        uint64_t used = ledger_group_used(P.acct[a].ledger, uuid);
+        uint64_t r = limit[a] > used ? limit[a] - used : 0;
+        if (r < room)
+            room = r;
+    }
+    return room;
 }
 
 /* The facts of CUDA ordinal ORD, asked from the driver the first time
@@ -395,12 +508,13 @@ device_get(int ord, struct preload_device **out)
     memset(&f, 0, sizeof f);
     uuid_format(&u, f.uuid, sizeof f.uuid);
     f.total = total;
-    f.limit = quota_for_device(&P.quota, ord, f.uuid, total);
+    device_limits(ord, f.uuid, total, f.limit, &f.rule);
     pthread_mutex_lock(&P.dev_lock);
     if (!__atomic_load_n(&d->ready, __ATOMIC_ACQUIRE)) {
         memcpy(d->uuid, f.uuid, sizeof d->uuid);
         d->total = f.total;
-        d->limit = f.limit;
+        memcpy(d->limit, f.limit, sizeof d->limit);
+        d->rule = f.rule;
         __atomic_store_n(&d->ready, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&P.dev_lock);
@@ -476,12 +590,12 @@ device_by_uuid(const char *uuid)
 ** BUF (LEN bytes, holding a string). Best effort: nothing if the
 ** snapshot cannot be taken. */
 static void
-biggest_users(const char *uuid, char *buf, size_t len)
+biggest_users(struct ledger *l, const char *uuid, char *buf, size_t len)
 {
     struct ledger_snapshot *s = malloc(sizeof *s);
     if (s == NULL)
         return;
-    if (ledger_snapshot(P.ledger, s) != VRAM_OK) {
+    if (ledger_snapshot(l, s) != VRAM_OK) {
         free(s);
         return;
     }
@@ -523,30 +637,63 @@ biggest_users(const char *uuid, char *buf, size_t len)
     free(s);
 }
 
-/* The refusal line (see the top of the file for its form). */
+/* What set account A's limit of D, for the refusal line, into BUF. */
 static void
-refusal_line(const char *what, const struct preload_device *d, uint64_t bytes,
+limit_source(int a, const struct preload_device *d, char *buf, size_t len)
+{
+    if (a == ACCT_USER) {
+        char rule[96];
+        snprintf(buf, len, "the policy %s, %s", policy_path(),
+                 policy_rule_describe(d->rule, rule, sizeof rule));
+    } else if ((P.quota.source != NULL && strcmp(P.quota.source, "VRAM_LIMIT") != 0) ||
+               strcmp(P.quota.origin, "hami") == 0) {
+        snprintf(buf, len, "HAMi's CUDA_DEVICE_MEMORY_LIMIT");
+    } else if (strcmp(P.quota.origin, "vram-run") == 0) {
+        snprintf(buf, len, "vram run --limit");
+    } else if (strcmp(P.quota.origin, "slurm") == 0) {
+        snprintf(buf, len, "Slurm --gpu-mem");
+    } else {
+        snprintf(buf, len, "VRAM_LIMIT");
+    }
+}
+
+/* The refusal line (see the top of the file for its form): account A
+** refused. */
+static void
+refusal_line(const char *what, const struct preload_device *d, int a, uint64_t bytes,
              uint64_t group_used)
 {
     if (!line_allowed())
         return;
-    char req[32], quota[32], used[32], line[1024];
+    char req[32], quota[32], used[32], source[256], line[1024];
     size_format(bytes, req, sizeof req);
-    size_format(d->limit, quota, sizeof quota);
+    size_format(d->limit[a], quota, sizeof quota);
     size_format(group_used, used, sizeof used);
+    limit_source(a, d, source, sizeof source);
     snprintf(line, sizeof line,
-             "vram: out of GPU memory quota on %s: %s of %s refused; quota %s, group %s "
-             "uses %s",
-             d->uuid, what, req, quota, P.group, used);
-    biggest_users(d->uuid, line, sizeof line);
+             "vram: out of GPU memory quota on %s: %s of %s refused by %s; quota %s, "
+             "%s %.63s uses %s",
+             d->uuid, what, req, source, quota, a == ACCT_USER ? "user" : "group",
+             a == ACCT_USER ? P.user : P.acct[a].group, used);
+    biggest_users(P.acct[a].ledger, d->uuid, line, sizeof line);
     say(line);
+}
+
+/* Give BYTES on D back to every account of accounts 0..N-1. */
+static void
+release_accounts(const struct preload_device *d, uint64_t bytes, int n)
+{
+    for (int a = 0; a < n; a++)
+        if (P.acct[a].ledger != NULL)
+            ledger_release(P.acct[a].ledger, d->uuid, bytes);
 }
 
 /*
 ** Reserve BYTES on CUDA ordinal ORD (-1: the current context's device)
-** for the call WHAT. On success *OUT is the device, to give back to. On
-** refusal CUDA_ERROR_OUT_OF_MEMORY and a line; the driver's own error when
-** it cannot say which device (no context: the call would fail anyway).
+** for the call WHAT, in every account (the user's first). On success *OUT
+** is the device, to give back to. On refusal CUDA_ERROR_OUT_OF_MEMORY and
+** a line naming the account that refused; the driver's own error when it
+** cannot say which device (no context: the call would fail anyway).
 */
 vcu_result
 reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
@@ -559,15 +706,19 @@ reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
         r = device_get(ord, &d);
     if (r != VCU_SUCCESS)
         return r;
-    uint64_t group_used = 0;
-    vram_status st = ledger_reserve(P.ledger, d->uuid, bytes, d->limit, &group_used);
-    if (st == VRAM_E_OOM) {
-        refusal_line(what, d, bytes, group_used);
-        return VCU_ERROR_OUT_OF_MEMORY;
-    }
-    if (st != VRAM_OK) {
-        /* The ledger is unusable: refuse rather than let memory go uncounted. */
-        if (line_allowed()) {
+    for (int a = 0; a < ACCT_COUNT; a++) {
+        if (P.acct[a].ledger == NULL)
+            continue;
+        uint64_t group_used = 0;
+        vram_status st =
+            ledger_reserve(P.acct[a].ledger, d->uuid, bytes, d->limit[a], &group_used);
+        if (st == VRAM_OK)
+            continue;
+        release_accounts(d, bytes, a);
+        if (st == VRAM_E_OOM) {
+            refusal_line(what, d, a, bytes, group_used);
+        } else if (line_allowed()) {
+            /* The ledger is unusable: refuse rather than let memory go uncounted. */
             char line[768];
             snprintf(line, sizeof line, "vram: %s refused: %s", what, vram_last_error());
             say(line);
@@ -582,7 +733,7 @@ void
 unreserve(const struct preload_device *d, uint64_t bytes)
 {
     if (bytes > 0)
-        ledger_release(P.ledger, d->uuid, bytes);
+        release_accounts(d, bytes, ACCT_COUNT);
 }
 
 /* Give back the entry E of an allocation that the driver freed. */

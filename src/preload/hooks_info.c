@@ -54,10 +54,9 @@ cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
     struct preload_device *d;
     if (r == VCU_SUCCESS && free_bytes != NULL && total_bytes != NULL &&
         current_device(&ord) == VCU_SUCCESS && device_get(ord, &d) == VCU_SUCCESS &&
-        d->limit != 0) {
-        uint64_t used = ledger_group_used(P.ledger, d->uuid);
-        uint64_t total = min_u64(d->limit, *total_bytes);
-        uint64_t room = d->limit > used ? d->limit - used : 0;
+        effective_limit(d->limit) != 0) {
+        uint64_t total = min_u64(effective_limit(d->limit), *total_bytes);
+        uint64_t room = room_left(d->uuid, d->limit);
         *total_bytes = (size_t)total;
         *free_bytes = (size_t)min_u64(min_u64(*free_bytes, room), total);
     }
@@ -82,8 +81,8 @@ cuDeviceTotalMem_v2(size_t *bytes, vcu_device dev)
     r = real(bytes, dev);
     struct preload_device *d;
     if (r == VCU_SUCCESS && bytes != NULL && device_get(dev, &d) == VCU_SUCCESS &&
-        d->limit != 0)
-        *bytes = (size_t)min_u64(d->limit, *bytes);
+        effective_limit(d->limit) != 0)
+        *bytes = (size_t)min_u64(effective_limit(d->limit), *bytes);
     hook_depth--;
     return r;
 }
@@ -101,7 +100,8 @@ cuDeviceTotalMem_v2(size_t *bytes, vcu_device dev)
 ** refused in DISABLED mode: they only report.
 */
 static bool
-nvml_limit(vnvml_device device, uint64_t total, char *uuid, size_t len, uint64_t *limit)
+nvml_limit(vnvml_device device, uint64_t total, char *uuid, size_t len,
+           uint64_t limit[ACCT_COUNT])
 {
     void *p = interpose_lib_sym(HOOK_NVML, "nvmlDeviceGetUUID");
     if (p == NULL)
@@ -111,8 +111,9 @@ nvml_limit(vnvml_device device, uint64_t total, char *uuid, size_t len, uint64_t
     if (get_uuid(device, uuid, (unsigned)len) != VNVML_SUCCESS)
         return false;
     uuid[len - 1] = '\0';
-    *limit = quota_for_device(&P.quota, device_by_uuid(uuid), uuid, total);
-    return *limit != 0;
+    const struct policy_rule *rule;
+    device_limits(device_by_uuid(uuid), uuid, total, limit, &rule);
+    return effective_limit(limit) != 0;
 }
 
 vnvml_return
@@ -126,12 +127,12 @@ nvmlDeviceGetMemoryInfo(vnvml_device device, struct vnvml_memory *m)
     hook_depth++;
     vnvml_return r = real(device, m);
     char uuid[LEDGER_UUID_LEN];
-    uint64_t limit;
+    uint64_t limit[ACCT_COUNT];
     if (r == VNVML_SUCCESS && m != NULL &&
-        nvml_limit(device, m->total, uuid, sizeof uuid, &limit)) {
-        uint64_t used = ledger_group_used(P.ledger, uuid);
-        m->total = min_u64(limit, m->total);
-        m->used = min_u64(used, m->total);
+        nvml_limit(device, m->total, uuid, sizeof uuid, limit)) {
+        m->total = min_u64(effective_limit(limit), m->total);
+        uint64_t room = room_left(uuid, limit);
+        m->used = m->total - min_u64(room, m->total);
         m->free = m->total - m->used;
     }
     hook_depth--;
@@ -149,12 +150,12 @@ nvmlDeviceGetMemoryInfo_v2(vnvml_device device, struct vnvml_memory_v2 *m)
     hook_depth++;
     vnvml_return r = real(device, m);
     char uuid[LEDGER_UUID_LEN];
-    uint64_t limit;
+    uint64_t limit[ACCT_COUNT];
     if (r == VNVML_SUCCESS && m != NULL &&
-        nvml_limit(device, m->total, uuid, sizeof uuid, &limit)) {
-        uint64_t used = ledger_group_used(P.ledger, uuid);
-        m->total = min_u64(limit, m->total);
-        m->used = min_u64(used, m->total);
+        nvml_limit(device, m->total, uuid, sizeof uuid, limit)) {
+        m->total = min_u64(effective_limit(limit), m->total);
+        uint64_t room = room_left(uuid, limit);
+        m->used = m->total - min_u64(room, m->total);
         /* total = reserved + used + free, as NVML keeps it. */
         uint64_t taken = min_u64(m->total, m->used + m->reserved);
         m->free = m->total - taken;

@@ -18,28 +18,51 @@
 
 #include "driver/cuda_api.h"
 #include "ledger/ledger.h"
+#include "policy/policy.h"
 #include "preload/hooks.h"
 #include "preload/track.h"
 #include "quota/quota.h"
 
 #define PRELOAD_MAX_DEVICES 64 /* CUDA ordinals we keep facts for */
 
+/*
+** The accounts an allocation is counted in, each a ledger with its own
+** limit; an allocation must fit every account the process has, so the
+** effective limit is the smallest, and a job's settings can lower the
+** host's policy but never raise it:
+**   ACCT_USER  the user's account under the host's policy file: one group
+**              "user-<uid>" that every process of the user joins, whatever
+**              started it (none without a policy, or for exempt users);
+**   ACCT_JOB   the job's: VRAM_GROUP, or the process alone, limited by
+**              VRAM_LIMIT (vram run --limit, Slurm's --gpu-mem) or HAMi's
+**              variables (none when neither a limit nor a group is set).
+*/
+enum { ACCT_USER = 0, ACCT_JOB = 1, ACCT_COUNT = 2 };
+
+struct preload_account {
+    struct ledger *ledger;        /* NULL: the process has no such account */
+    char group[LEDGER_GROUP_LEN]; /* its ledger's group name */
+};
+
 /* What we know of one CUDA ordinal, immutable once READY is set. */
 struct preload_device {
     int ready;                  /* 1: the fields below are set (atomic) */
     char uuid[LEDGER_UUID_LEN]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
     uint64_t total;             /* bytes, the driver's cuDeviceTotalMem */
-    uint64_t limit;             /* bytes, the quota; 0 = not limited */
+    uint64_t limit[ACCT_COUNT]; /* bytes, each account's quota; 0 = not limited */
+    const struct policy_rule *rule; /* the policy rule behind limit[ACCT_USER] */
 };
 
 /* The process's state (hooks.c). */
 struct preload {
     int mode;                     /* enum preload_mode, atomic; 0 until initialized */
     struct quota_env quota;       /* the settings, read once */
-    struct ledger *ledger;        /* the group's ledger (ACTIVE only) */
-    char group[LEDGER_GROUP_LEN]; /* its name */
-    bool private_group;           /* "pid-<pid>-<start>": removed at exit */
-    pid_t creator;                /* the process that created a private group */
+    struct preload_account acct[ACCT_COUNT]; /* ACTIVE: at least one has a ledger */
+    struct policy policy;         /* the host's policy file, if there is one */
+    struct policy_verdict verdict; /* what it says of this process's user */
+    char user[POLICY_NAME_LEN];   /* this process's user name, for messages */
+    char visible[256];            /* CUDA_VISIBLE_DEVICES, for host ordinals */
+    bool visible_set;
     pthread_mutex_t dev_lock;     /* publishes dev[] */
     struct preload_device dev[PRELOAD_MAX_DEVICES];
     long long last_line_ns;     /* CLOCK_MONOTONIC of the last refusal line (atomic) */
@@ -69,6 +92,19 @@ vcu_result current_device(int *ord);
 
 /* The device of UUID among those this process has seen, or -1. */
 int device_by_uuid(const char *uuid);
+
+/* Each account's limit of the GPU UUID of TOTAL bytes, CUDA ordinal ORD
+** (-1: not known), into LIMIT; *RULE: the policy rule behind the user's. */
+void device_limits(int ord, const char *uuid, uint64_t total, uint64_t limit[ACCT_COUNT],
+                   const struct policy_rule **rule);
+
+/* The smallest of LIMIT's non-zero entries: what the process may hold at
+** most; 0 when no account limits the GPU. */
+uint64_t effective_limit(const uint64_t limit[ACCT_COUNT]);
+
+/* How much more the process may take on UUID under LIMIT: the least room
+** left in any limited account (UINT64_MAX when none limits it). */
+uint64_t room_left(const char *uuid, const uint64_t limit[ACCT_COUNT]);
 
 /* Reserve BYTES on CUDA ordinal ORD (-1: the current context's device)
 ** for the call WHAT; on refusal CUDA_ERROR_OUT_OF_MEMORY and a line. */

@@ -54,6 +54,8 @@ struct quota_env {
     int n_entries;
     struct quota_entry entries[QUOTA_MAX_ENTRIES];
     char group[QUOTA_GROUP_LEN]; /* VRAM_GROUP, or "" (the process alone) */
+    char origin[QUOTA_GROUP_LEN]; /* VRAM_LIMIT_SOURCE with VRAM_LIMIT: "vram-run",
+                                     "slurm", "hami", or "" (a label for messages) */
 };
 
 /*
@@ -71,6 +73,9 @@ uint64_t quota_for_device(const struct quota_env *q, int ordinal, const char *uu
 ** reason in WHY (LEN bytes), when TEXT is malformed; DST is then untouched.
 */
 bool quota_parse(const char *text, struct quota_env *dst, char *why, size_t len);
+
+/* What quota_parse accepts, in words, for the messages of its callers. */
+#define QUOTA_EXPECT "e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G"
 
 /* VRAM_GROUP into DST (CAP bytes): it names a file in /dev/shm, so a short,
 ** plain word (letters, digits, '.', '_', '-'). False, with the reason in

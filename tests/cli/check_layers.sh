@@ -22,7 +22,8 @@ torch      src/torch      core
 analyze    src/analyze    core trace
 plan       src/plan       base
 ledger     src/ledger     base
-preload    src/preload    base quota config trace driver ledger
+policy     src/policy     base quota
+preload    src/preload    base quota config trace driver ledger policy
 monitor    src/monitor    base driver ledger
 common     tools/common   base trace
 tools      tools/vram     common torch analyze plan preload monitor

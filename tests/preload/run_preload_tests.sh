@@ -100,7 +100,7 @@ wait_for() {
 Q="VRAM_LIMIT=64M"
 UUID0=GPU-facecda0-0001-4000-8000-000000000000
 UUID1=GPU-facecda0-0001-4000-8000-000000000001
-REFUSED="^vram: out of GPU memory quota on $UUID0: [A-Za-z0-9_]+ of [0-9.]+ MiB refused; quota 64.00 MiB, group [a-z0-9-]+ uses [0-9.]+ MiB \(pid [0-9]+ preload_probe[_a-z]* [0-9.]+ MiB\)$"
+REFUSED="^vram: out of GPU memory quota on $UUID0: [A-Za-z0-9_]+ of [0-9.]+ MiB refused by VRAM_LIMIT; quota 64.00 MiB, group [a-z0-9-]+ uses [0-9.]+ MiB \(pid [0-9]+ preload_probe[_a-z]* [0-9.]+ MiB\)$"
 
 # ---- every path, every way of reaching the driver ----
 for via in "direct" "direct --ptsz" "dlsym" "dlsym --ptsz" "gpa11030" "gpa12000" \
@@ -110,7 +110,7 @@ for via in "direct" "direct --ptsz" "dlsym" "dlsym --ptsz" "gpa11030" "gpa12000"
     expect_lines "paths via $via: quota refuses, frees give back" "$REFUSED" 1 15
 done
 run $Q -- "$PROBE" --via gpa12000 paths
-if head -n 1 "$TMP/err" | grep -q -E "^vram: out of GPU memory quota on $UUID0: cuMemAlloc_v2 of 32.00 MiB refused; quota 64.00 MiB, group pid-[0-9]+-[0-9]+ uses 48.00 MiB \(pid [0-9]+ preload_probe 48.00 MiB\)$"; then
+if head -n 1 "$TMP/err" | grep -q -E "^vram: out of GPU memory quota on $UUID0: cuMemAlloc_v2 of 32.00 MiB refused by VRAM_LIMIT; quota 64.00 MiB, group pid-[0-9]+-[0-9]+ uses 48.00 MiB \(pid [0-9]+ preload_probe 48.00 MiB\)$"; then
     pass "the refusal line names the call, sizes, group and biggest users"
 else
     fail "the refusal line names the call, sizes, group and biggest users" "$(head -n 1 "$TMP/err")"

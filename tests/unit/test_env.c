@@ -123,6 +123,8 @@ static const char *const other_rows[] = {
     "VRAM_GROUP",
     "CUDA_DEVICE_MEMORY_LIMIT",
     "CUDA_DEVICE_MEMORY_LIMIT_<i>",
+    "VRAM_LIMIT_SOURCE",
+    "CUDA_VISIBLE_DEVICES",
     "VRAM_PRELOAD_LIBRARY",
     "LD_PRELOAD",
     "VRAM_PYTHON",
@@ -1265,7 +1267,7 @@ test_quota_hami(void **state)
 }
 
 struct quota_record {
-    int limit, group, hami_all, hami_dev[17], others;
+    int limit, group, hami_all, hami_dev[17], source, others;
 };
 
 static const char *
@@ -1277,6 +1279,8 @@ quota_recording_get(const char *name, void *user)
         r->limit++;
     else if (strcmp(name, "VRAM_GROUP") == 0)
         r->group++;
+    else if (strcmp(name, "VRAM_LIMIT_SOURCE") == 0)
+        r->source++;
     else if (strcmp(name, "CUDA_DEVICE_MEMORY_LIMIT") == 0)
         r->hami_all++;
     else if (strncmp(name, prefix, strlen(prefix)) == 0) {
@@ -1307,12 +1311,64 @@ test_quota_reads(void **state)
     for (int i = 0; i < 16; i++)
         assert_int_equal(r.hami_dev[i], 1);
     assert_int_equal(r.hami_dev[16], 0);
+    assert_int_equal(r.source, 1);
     assert_int_equal(r.others, 0);
 
     memset(&r, 0, sizeof r);
     struct vram_env e;
     assert_int_equal(env_load(quota_recording_get, &r, &e), VRAM_OK);
     assert_int_equal(r.limit + r.group + r.hami_all + r.hami_dev[0], 0);
+}
+
+/* VRAM_LIMIT_SOURCE names who set VRAM_LIMIT; a malformed one is dropped
+** (a label never stops a job), and without VRAM_LIMIT it says nothing. */
+static void
+test_quota_origin(void **state)
+{
+    (void)state;
+    struct quota_env q;
+    assert_int_equal(env_quota_load(fake_get,
+                                    (void *)VARS({"VRAM_LIMIT", "4G"}, {"VRAM_LIMIT_SOURCE", "slurm"}),
+                                    &q),
+                     VRAM_OK);
+    assert_string_equal(q.origin, "slurm");
+    assert_int_equal(env_quota_load(fake_get,
+                                    (void *)VARS({"VRAM_LIMIT", "4G"}, {"VRAM_LIMIT_SOURCE", "a b"}),
+                                    &q),
+                     VRAM_OK);
+    assert_string_equal(q.origin, "");
+    assert_true(q.active);
+    assert_int_equal(
+        env_quota_load(fake_get, (void *)VARS({"VRAM_LIMIT_SOURCE", "vram-run"}), &q), VRAM_OK);
+    assert_string_equal(q.origin, "");
+    assert_false(q.active);
+}
+
+/* CUDA_VISIBLE_DEVICES: set, set and empty, unset. */
+static void
+test_visible_load(void **state)
+{
+    (void)state;
+    char buf[64];
+    bool set = false;
+    assert_int_equal(env_visible_load(fake_get, (void *)VARS({"CUDA_VISIBLE_DEVICES", "2,0"}), buf,
+                                      sizeof buf, &set),
+                     VRAM_OK);
+    assert_true(set);
+    assert_string_equal(buf, "2,0");
+    assert_int_equal(env_visible_load(fake_get, (void *)VARS({"CUDA_VISIBLE_DEVICES", ""}), buf,
+                                      sizeof buf, &set),
+                     VRAM_OK);
+    assert_true(set);
+    assert_string_equal(buf, "");
+    assert_int_equal(env_visible_load(fake_get, (void *)VARS({"VRAM_LIMIT", "1G"}), buf, sizeof buf,
+                                      &set),
+                     VRAM_OK);
+    assert_false(set);
+    char small[4];
+    assert_int_equal(env_visible_load(fake_get, (void *)VARS({"CUDA_VISIBLE_DEVICES", "0,1,2"}),
+                                      small, sizeof small, &set),
+                     VRAM_E_CONFIG);
 }
 
 /* env_load (vram_open) is not stopped by the preload library's or vram
@@ -1461,6 +1517,8 @@ main(void)
         cmocka_unit_test(test_quota_group),
         cmocka_unit_test(test_quota_hami),
         cmocka_unit_test(test_quota_reads),
+        cmocka_unit_test(test_quota_origin),
+        cmocka_unit_test(test_visible_load),
         cmocka_unit_test(test_env_load_ignores_quota),
         cmocka_unit_test(test_run_settings),
         cmocka_unit_test(test_print_quota),

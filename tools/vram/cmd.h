@@ -21,6 +21,12 @@ int cmd_plan(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_top(int argc, char **argv);
 int cmd_exporter(int argc, char **argv);
+int cmd_admin(int argc, char **argv);
+
+/* The preload library installed beside this binary (../lib/libvram-preload.so
+** from the directory of bin/vram) into BUF; false if there is none (BUF
+** then holds the path tried, or ""). */
+bool cli_default_preload(char *buf, size_t len);
 
 /* Print "vram: " + the formatted message + newline to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

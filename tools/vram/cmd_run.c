@@ -290,6 +290,9 @@ set_quota_env(const struct run_args *a, const char *group)
     int rc;
     if (a->limit != NULL && (rc = set_var("VRAM_LIMIT", a->limit)) >= 0)
         return rc;
+    /* A label for the refusal line ("refused by vram run --limit"). */
+    if (a->limit != NULL && (rc = set_var("VRAM_LIMIT_SOURCE", "vram-run")) >= 0)
+        return rc;
     /* Our group replaces any inherited one; without it in the way the
     ** load below says whether HAMi's variables were in force. */
     if (unsetenv("VRAM_GROUP") != 0) {
@@ -304,7 +307,8 @@ set_quota_env(const struct run_args *a, const char *group)
     if (q.active && q.source != NULL && strcmp(q.source, "VRAM_LIMIT") != 0) {
         char spec[16 * 32];
         hami_as_limit(&q, spec, sizeof spec);
-        if ((rc = set_var("VRAM_LIMIT", spec)) >= 0)
+        if ((rc = set_var("VRAM_LIMIT", spec)) >= 0 ||
+            (rc = set_var("VRAM_LIMIT_SOURCE", "hami")) >= 0)
             return rc;
     }
     if ((rc = set_var("VRAM_GROUP", group)) >= 0)
@@ -330,8 +334,8 @@ set_quota_env(const struct run_args *a, const char *group)
 ** build/bin/vram -> build/lib/). Into BUF; false if there is none (BUF
 ** then holds the first path tried, or "").
 */
-static bool
-default_library(char *buf, size_t len)
+bool
+cli_default_preload(char *buf, size_t len)
 {
     const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" PRELOAD_NAME, "../lib/" PRELOAD_NAME};
     char first[PATH_MAX] = "";
@@ -364,7 +368,7 @@ find_library(const struct run_args *a, const struct env_run *env, char *out)
     bool user_given = given != NULL; /* else a wrong install, not bad input */
     char path[PATH_MAX];
     if (given == NULL) {
-        if (!default_library(path, sizeof path)) {
+        if (!cli_default_preload(path, sizeof path)) {
             cli_error("run: no preload library%s%s%s (build the vram_preload target, or "
                       "give --preload PATH or VRAM_PRELOAD_LIBRARY)",
                       path[0] != '\0' ? " at " : "", path,

@@ -47,6 +47,8 @@ static const struct command commands[] = {
     {"stat", cmd_stat, "GPU memory per device, group and process, once (--json, --config)"},
     {"top", cmd_top, "GPU memory per device, group and process, live in the terminal"},
     {"exporter", cmd_exporter, "serve the monitoring metrics to Prometheus at /metrics"},
+    {"admin", cmd_admin,
+     "manage the host's policy: /etc/ld.so.preload, the policy file, dmem (root)"},
 };
 
 void

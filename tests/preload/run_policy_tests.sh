@@ -1,0 +1,406 @@
+#!/bin/sh
+# run_policy_tests.sh -- the host's policy file (/etc/vram/policy.conf)
+# applied to every process through /etc/ld.so.preload, with two Unix users
+# whose processes reach the fake CUDA driver (probe.c).
+#
+# Nothing on the machine changes: the script re-runs itself in a private
+# mount namespace (unshare -m) where a copy of /etc is bound over /etc
+# (so /etc/ld.so.preload, /etc/vram/policy.conf and the two users exist
+# only there) and a fresh tmpfs is mounted on /dev/shm (so no ledger is
+# left behind). The users are removed again at the end all the same, and
+# every process started is killed.
+#
+# It covers: per-user quotas shared by many processes of a user, whatever
+# their group; the effective limit is the smallest (VRAM_LIMIT, vram run
+# --limit lower it, never raise it) and the refusal line names which one
+# refused; root exempt; host ordinals through CUDA_VISIBLE_DEVICES; a user
+# cannot read, change or join another user's accounting; a malformed,
+# writable or symlinked policy fails closed with one line; `vram admin`;
+# root's `vram stat --json` sees both users.
+# The last line is "N passed, M failed"; exit 1 if anything failed, 77
+# (skipped) without root or unshare.
+# Usage: run_policy_tests.sh LIBVRAM_PRELOAD.so PROBE_DIR FAKECUDA_DIR VRAM
+set -u
+
+if [ $# -ne 4 ]; then
+    echo "usage: run_policy_tests.sh LIBVRAM_PRELOAD PROBE_DIR FAKECUDA_DIR VRAM" >&2
+    exit 2
+fi
+PRELOAD=$1
+BIN=$2
+FAKE=$3
+VRAM=$4
+PROBE=$BIN/preload_probe
+SELF=$(readlink -f "$0")
+
+if [ "$(id -u)" -ne 0 ] || ! command -v unshare >/dev/null || ! command -v useradd >/dev/null ||
+    ! command -v setpriv >/dev/null; then
+    echo "skipped: needs root, unshare, useradd and setpriv"
+    exit 77
+fi
+
+# ---- outside: enter the private namespace ----
+if [ "${VRAM_POLICY_TEST_INSIDE:-}" != 1 ]; then
+    ROOTDIR=$(mktemp -d /tmp/vram-policy-ns.XXXXXX) || exit 1
+    chmod 755 "$ROOTDIR"
+    trap 'rm -rf "$ROOTDIR"' EXIT INT TERM
+    VRAM_POLICY_TEST_INSIDE=1 VRAM_POLICY_TEST_ROOT=$ROOTDIR \
+        unshare -m --propagation private sh "$SELF" "$@"
+    exit $?
+fi
+
+# ---- inside ----
+ROOTDIR=$VRAM_POLICY_TEST_ROOT
+cp -a /etc "$ROOTDIR/etc" || exit 1
+mount --bind "$ROOTDIR/etc" /etc || exit 1
+mount -t tmpfs -o mode=1777 vram-test-shm /dev/shm || exit 1
+TMP=$ROOTDIR/tmp
+mkdir -m 755 "$TMP"
+
+UA=vrampa$$
+UB=vrampb$$
+GROUP_ML=vrampml$$
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null; done
+    userdel "$UA" 2>/dev/null
+    userdel "$UB" 2>/dev/null
+    groupdel "$GROUP_ML" 2>/dev/null
+}
+trap cleanup EXIT INT TERM
+
+groupadd "$GROUP_ML" || exit 1
+useradd -M -N -g users -G "$GROUP_ML" -s /bin/sh "$UA" || exit 1
+useradd -M -N -g users -s /bin/sh "$UB" || exit 1
+UIDA=$(id -u "$UA")
+UIDB=$(id -u "$UB")
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL $1: $2"
+    sed 's/^/     out: /' "$TMP/out" | head -n 8
+    sed 's/^/     err: /' "$TMP/err" | head -n 5
+}
+
+# The fake's shared counts, so that processes of both users see one device.
+SHARED=$TMP/fake.counts
+: >"$SHARED"
+chmod 666 "$SHARED"
+LIBPATH="$FAKE:$BIN"
+mkdir -p /etc/vram
+chmod 755 /etc/vram
+
+# ---- vram admin: /etc/ld.so.preload ----
+ZLIB=$(ls /usr/lib/*/libz.so.1 /lib/*/libz.so.1 2>/dev/null | head -n 1)
+printf '%s\n' "$ZLIB" >/etc/ld.so.preload
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(cat /etc/ld.so.preload)" = "$(printf '%s\n%s' "$(readlink -f "$PRELOAD")" "$ZLIB")" ]; then
+    pass "admin enable: the library first, the file's other line kept"
+else
+    fail "admin enable: the library first, the file's other line kept" "exit $rc"
+fi
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && grep -q "nothing to do" "$TMP/out"; then
+    pass "admin enable twice: nothing to do"
+else
+    fail "admin enable twice: nothing to do" "$(cat "$TMP/out")"
+fi
+cp /etc/ld.so.preload "$TMP/preload.before"
+"$VRAM" admin enable --preload "$ZLIB" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "is not vram's preload library" "$TMP/err" &&
+    cmp -s /etc/ld.so.preload "$TMP/preload.before"; then
+    pass "admin enable refuses a library that is not vram's, writes nothing"
+else
+    fail "admin enable refuses a library that is not vram's" "exit $rc"
+fi
+mkdir -m 755 "$TMP/userlib"
+cp "$PRELOAD" "$TMP/userlib/libvram-preload.so"
+chown "$UA" "$TMP/userlib"
+"$VRAM" admin enable --preload "$TMP/userlib/libvram-preload.so" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "$TMP/userlib is owned by uid $UIDA, not root" "$TMP/err" &&
+    cmp -s /etc/ld.so.preload "$TMP/preload.before"; then
+    pass "admin enable refuses a library that a user could replace"
+else
+    fail "admin enable refuses a library that a user could replace" "exit $rc"
+fi
+printf 'default 32M\nuser %s 64Q\n' "$UA" >/etc/vram/policy.conf
+"$VRAM" admin disable >"$TMP/out" 2>"$TMP/err"
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "^vram: /etc/vram/policy.conf:2: user $UA: '64Q': unknown unit 'Q'" "$TMP/err" &&
+    [ "$(cat /etc/ld.so.preload)" = "$ZLIB" ]; then
+    pass "admin enable refuses while the policy does not pass, writes nothing"
+else
+    fail "admin enable refuses while the policy does not pass" "exit $rc"
+fi
+"$VRAM" admin check >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; then
+    pass "admin check: a malformed policy is exit 2 and one line"
+else
+    fail "admin check: a malformed policy is exit 2 and one line" "exit $rc"
+fi
+rm /etc/vram/policy.conf
+"$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err" || fail "admin enable" "$(cat "$TMP/err")"
+
+policy() {
+    printf '%s\n' "$@" >/etc/vram/policy.conf
+    chmod 644 /etc/vram/policy.conf
+}
+
+# as USER VAR=VALUE... -- PROGRAM ARGS: run as USER (or root) with a clean
+# environment plus those variables; stdout/stderr in $TMP/out, err.
+as() {
+    who=$1
+    shift
+    vars=""
+    while [ "$1" != "--" ]; do
+        vars="$vars $1"
+        shift
+    done
+    shift
+    if [ "$who" = root ]; then
+        # shellcheck disable=SC2086
+        env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$LIBPATH" FAKECUDA_SHARED="$SHARED" \
+            $vars timeout 60 "$@" >"$TMP/out" 2>"$TMP/err"
+    else
+        # shellcheck disable=SC2086
+        env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$LIBPATH" FAKECUDA_SHARED="$SHARED" \
+            $vars timeout 60 setpriv --reuid="$who" --regid=users --init-groups \
+            "$@" >"$TMP/out" 2>"$TMP/err"
+    fi
+    rc=$?
+}
+
+# hold USER MIB DEV STOP VAR...: a process of USER holding MIB on DEV
+# until the file STOP exists; waits until it holds (or was refused).
+hold() {
+    who=$1 mib=$2 dev=$3 stop=$4
+    shift 4
+    out=$TMP/hold.$$.$mib.$(date +%s%N)
+    # shellcheck disable=SC2086
+    env -i PATH=/usr/bin:/bin LD_LIBRARY_PATH="$LIBPATH" FAKECUDA_SHARED="$SHARED" "$@" \
+        setpriv --reuid="$who" --regid=users --init-groups \
+        "$PROBE" hold "$mib" "$dev" "$stop" >"$out" 2>&1 &
+    PIDS="$PIDS $!"
+    i=0
+    while ! grep -q "held\|refused\|FAIL" "$out" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt 100 ] && break
+        sleep 0.1
+    done
+    HELD=$(head -n 1 "$out")
+}
+
+# expect_alloc NAME RC ERR_REGEX: the last `as` ran probe alloc ...
+# expecting it to succeed, and its stderr is empty (ERR_REGEX "") or one
+# line matching ERR_REGEX.
+expect_run() {
+    if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc"; return; fi
+    if [ -z "$2" ]; then
+        if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
+    else
+        n=$(wc -l <"$TMP/err")
+        if [ "$n" -ne 1 ] || ! grep -q -E -- "$2" "$TMP/err"; then
+            fail "$1" "stderr is not one line matching $2"
+            return
+        fi
+    fi
+    pass "$1"
+}
+
+OOM=2
+UUID0=GPU-facecda0-0001-4000-8000-000000000000
+PC=/etc/vram/policy.conf
+BY_POLICY_A="^vram: out of GPU memory quota on $UUID0: cuMemAlloc_v2 of [0-9.]+ MiB refused by the policy $PC, user $UA \(line 2\); quota 64.00 MiB, user $UA uses [0-9.]+ [A-Za-z]+"
+
+# ---- per-user quotas ----
+policy "default 32M" "user $UA 64M" "group $GROUP_ML 48M"
+as "$UA" -- "$PROBE" alloc 48 0 0
+expect_run "$UA's own rule (64M) over the default and the group: 48 MiB granted" ""
+as "$UA" -- "$PROBE" alloc 80 0 $OOM
+expect_run "$UA: 80 MiB past 64M refused, the line names the policy rule" "$BY_POLICY_A"
+as "$UB" -- "$PROBE" alloc 48 0 $OOM
+expect_run "$UB gets the default (32M): 48 MiB refused" \
+    "refused by the policy $PC, default \(line 1\); quota 32.00 MiB, user $UB uses 0 B"
+as root -- "$PROBE" alloc 80 0 0
+expect_run "root is exempt: 80 MiB granted" ""
+
+# Many processes of one user share the user's quota, whatever their group.
+STOP1=$TMP/stop1
+hold "$UA" 16 0 "$STOP1"
+h1=$HELD
+hold "$UA" 16 0 "$STOP1" VRAM_GROUP=job1
+h2=$HELD
+hold "$UA" 16 0 "$STOP1" VRAM_LIMIT=1G
+h3=$HELD
+if [ "$h1 $h2 $h3" = "held held held" ]; then
+    pass "three processes of $UA (no group, group job1, VRAM_LIMIT=1G) hold 16 MiB each"
+else
+    fail "three processes of $UA hold 16 MiB each" "$h1 / $h2 / $h3"
+fi
+as "$UA" VRAM_GROUP=other -- "$PROBE" alloc 32 0 $OOM
+expect_run "a fourth process of $UA in another group: 32 MiB more refused (48 of 64 held)" \
+    "$BY_POLICY_A"
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_run "a fifth: 16 MiB (up to 64) granted" ""
+as "$UB" -- "$PROBE" alloc 32 0 0
+expect_run "$UB's quota is not $UA's: 32 MiB granted" ""
+touch "$STOP1"
+sleep 0.3
+
+# Lower, never raise.
+as "$UA" VRAM_LIMIT=1G -- "$PROBE" alloc 80 0 $OOM
+expect_run "VRAM_LIMIT=1G does not raise $UA's 64M" "$BY_POLICY_A"
+as "$UA" VRAM_LIMIT=16M -- "$PROBE" alloc 32 0 $OOM
+expect_run "VRAM_LIMIT=16M lowers it, and the line says so" \
+    "refused by VRAM_LIMIT; quota 16.00 MiB, group pid-"
+as "$UA" -- "$VRAM" run --limit 1G -- "$PROBE" alloc 80 0 $OOM
+expect_run "vram run --limit 1G does not raise it" "$BY_POLICY_A"
+as "$UA" -- "$VRAM" run --limit 16M -- "$PROBE" alloc 32 0 $OOM
+expect_run "vram run --limit 16M lowers it, and the line says so" \
+    "refused by vram run --limit; quota 16.00 MiB, group run-"
+as "$UA" CUDA_DEVICE_MEMORY_LIMIT=16m -- "$PROBE" alloc 32 0 $OOM
+expect_run "HAMi's CUDA_DEVICE_MEMORY_LIMIT lowers it" \
+    "refused by HAMi's CUDA_DEVICE_MEMORY_LIMIT; quota 16.00 MiB"
+as "$UA" VRAM_GROUP=user-$UIDA -- "$PROBE" alloc 16 0 0
+if [ "$rc" -ne 0 ] && grep -q "^vram: VRAM_GROUP=user-$UIDA: that name is the user's account under $PC, not a job's; CUDA is disabled in this process$" "$TMP/err"; then
+    pass "VRAM_GROUP=user-<uid> (the user's own account) fails closed"
+else
+    fail "VRAM_GROUP=user-<uid> fails closed" "exit $rc"
+fi
+
+# Host ordinals: the policy's GPU 1 is the host's, whatever
+# CUDA_VISIBLE_DEVICES calls it.
+policy "default 32M" "user $UA 0:64M,1:16M"
+as "$UA" CUDA_VISIBLE_DEVICES=1 -- "$PROBE" alloc 32 0 $OOM
+expect_run "CUDA_VISIBLE_DEVICES=1: its ordinal 0 is the host's GPU 1 (16M)" \
+    "quota 16.00 MiB, user $UA"
+as "$UA" CUDA_VISIBLE_DEVICES=1,0 -- "$PROBE" alloc 48 1 0
+expect_run "CUDA_VISIBLE_DEVICES=1,0: its ordinal 1 is the host's GPU 0 (64M)" ""
+as "$UA" CUDA_VISIBLE_DEVICES=$UUID0 -- "$PROBE" alloc 32 0 $OOM
+expect_run "CUDA_VISIBLE_DEVICES by UUID: the smallest ordinal limit applies" \
+    "quota 16.00 MiB, user $UA"
+
+# ---- vram admin check and status ----
+policy "default 32M" "user $UA 0:64M,1:16M" "group $GROUP_ML 48M" "reader group $GROUP_ML"
+env LD_LIBRARY_PATH="$LIBPATH" "$VRAM" admin check --user "$UA" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^/etc/vram/policy.conf: ok: default 32M, 1 user, 1 group, 0 exempt, 1 reader rules$" "$TMP/out" &&
+    grep -q "^user $UA (uid $UIDA; groups users, $GROUP_ML): reader$" "$TMP/out" &&
+    grep -q "^  rule: user $UA (line 2): 0:64M,1:16M$" "$TMP/out" &&
+    grep -q "^  GPU 0 $UUID0 (1.00 GiB): 64.00 MiB$" "$TMP/out" &&
+    grep -q "^  GPU 1 GPU-facecda0-0001-4000-8000-000000000001 (1.00 GiB): 16.00 MiB$" "$TMP/out"; then
+    pass "admin check --user: the rules and each GPU's limit"
+else
+    fail "admin check --user: the rules and each GPU's limit" "exit $rc"
+fi
+"$VRAM" admin check --user "$UB" >"$TMP/out" 2>"$TMP/err"
+if grep -q "^  rule: default (line 1): 32M$" "$TMP/out"; then
+    pass "admin check --user: the default for a user without a rule"
+else
+    fail "admin check --user: the default for a user without a rule" "$(cat "$TMP/out")"
+fi
+mkdir -p "$TMP/cg/sys/fs/cgroup"
+echo "cpuset cpu io memory pids dmem" >"$TMP/cg/sys/fs/cgroup/cgroup.controllers"
+printf 'drm/0000:18:00.0/vram0 150754820096\ndrm/0000:2a:00.0/vram0 150754820096\n' \
+    >"$TMP/cg/sys/fs/cgroup/dmem.capacity"
+"$VRAM" admin status --root "$TMP/cg" >"$TMP/out" 2>"$TMP/err"
+if grep -q "^dmem: *cgroup v2 dmem controller present; dmem.capacity lists drm/0000:18:00.0/vram0 140.40 GiB, drm/0000:2a:00.0/vram0 140.40 GiB$" "$TMP/out"; then
+    pass "admin status: the dmem controller and the GPUs dmem.capacity lists"
+else
+    fail "admin status: the dmem controller" "$(cat "$TMP/out")"
+fi
+echo "cpuset cpu io memory pids" >"$TMP/cg/sys/fs/cgroup/cgroup.controllers"
+"$VRAM" admin status --root "$TMP/cg" >"$TMP/out" 2>"$TMP/err"
+if grep -q "^dmem: *no cgroup v2 dmem controller" "$TMP/out"; then
+    pass "admin status: no dmem controller"
+else
+    fail "admin status: no dmem controller" "$(cat "$TMP/out")"
+fi
+"$VRAM" admin status >"$TMP/out" 2>"$TMP/err"
+if grep -q "^ld.so.preload: /etc/ld.so.preload names $(readlink -f "$PRELOAD"): enabled$" "$TMP/out" &&
+    grep -q "^library: .* loads$" "$TMP/out" && grep -q "^policy: *$PC: 3 rules, default 32M$" "$TMP/out"; then
+    pass "admin status: enabled, the library loads, the policy"
+else
+    fail "admin status" "$(cat "$TMP/out")"
+fi
+
+# ---- fail closed ----
+# expect_closed NAME LINE: the last run stopped at cuInit (exit 1) and
+# printed exactly LINE.
+expect_closed() {
+    if [ "$rc" -eq 1 ] && [ "$(cat "$TMP/err")" = "$2" ] &&
+        grep -q "FAIL cuInit returned 3" "$TMP/out"; then
+        pass "$1"
+    else
+        fail "$1" "exit $rc"
+    fi
+}
+policy "default 32M" "user $UA 64X"
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_closed "a malformed policy fails closed with PATH:LINE" \
+    "vram: $PC:2: user $UA: '64X': unknown unit 'X' (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G); CUDA is disabled in this process"
+as root -- "$PROBE" alloc 16 0 0
+expect_closed "... for root too" \
+    "vram: $PC:2: user $UA: '64X': unknown unit 'X' (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G); CUDA is disabled in this process"
+# A program that never touches the driver does nothing of vram's, even
+# with a broken policy: no line, no open of the policy file.
+as "$UA" -- /bin/sh -c 'echo hello'
+if [ "$rc" -eq 0 ] && [ ! -s "$TMP/err" ] && [ "$(cat "$TMP/out")" = hello ]; then
+    pass "a non-CUDA program runs quietly under a broken policy"
+else
+    fail "a non-CUDA program runs quietly under a broken policy" "exit $rc"
+fi
+if command -v strace >/dev/null; then
+    strace -f -e trace=open,openat,stat,newfstatat,statx -o "$TMP/strace" /bin/true
+    if grep -q libvram-preload "$TMP/strace" && ! grep -q "policy.conf\|/dev/shm" "$TMP/strace"; then
+        pass "a preloaded /bin/true never looks at the policy file or the ledgers"
+    else
+        failed=$((failed + 1))
+        echo "FAIL a preloaded /bin/true looks at the policy file or the ledgers"
+    fi
+fi
+policy "default 32M"
+chmod 666 $PC
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_closed "a policy writable by others fails closed" \
+    "vram: $PC: writable by others (mode 0666; expected e.g. 0644); CUDA is disabled in this process"
+chmod 644 $PC
+chown "$UA" $PC
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_closed "a policy owned by a user fails closed" \
+    "vram: $PC: owned by uid $UIDA, not root; CUDA is disabled in this process"
+chown root $PC
+mv $PC /etc/vram/real.conf
+ln -s /etc/vram/real.conf $PC
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_closed "a symbolic link fails closed" \
+    "vram: $PC: is a symbolic link (it must be the file itself); CUDA is disabled in this process"
+rm -f $PC /etc/vram/real.conf
+chmod 777 /etc/vram
+policy "default 32M"
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_closed "a directory writable by others fails closed" \
+    "vram: $PC: its directory /etc/vram is writable by others (mode 0777); CUDA is disabled in this process"
+chmod 755 /etc/vram
+rm -f $PC
+as "$UA" -- "$PROBE" alloc 80 0 0
+expect_run "no policy file: no policy" ""
+
+# ---- disable keeps the other lines ----
+"$VRAM" admin disable >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && [ "$(cat /etc/ld.so.preload)" = "$ZLIB" ]; then
+    pass "admin disable: only vram's line goes"
+else
+    fail "admin disable: only vram's line goes" "$(cat /etc/ld.so.preload)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
