@@ -54,10 +54,18 @@
 #define FLOOR_SHORT_DIVISOR 8
 
 /* The leak rule (docs/ANALYZE.md). */
-#define LEAK_SLOPE_MIN MIB
-#define LEAK_SLOPE_SHARE 0.001
+/* Least rise of the minima over the fitted iterations: below it, what the
+** quietest point holds moves by a few small tensors from one iteration to
+** the next in real training (a scalar, an RNG state: 512-byte blocks), and
+** a whole run's rise that small is no leak to act upon. */
+#define LEAK_RISE_MIN MIB
+/* A line, not a step or a sawtooth. */
 #define LEAK_R2_MIN 0.8
 #define LEAK_ITERS_MIN 3
+/* The rise lasts: medians of quarters of the fit, each above the last by at
+** least half of what the slope predicts. */
+#define LEAK_SEGMENTS 4
+#define LEAK_SEGMENT_SHARE 0.5
 
 /* Size classes: [0, 1) and [2^k, 2^(k+1)) for k = 0..63. */
 #define N_CLASSES 65
@@ -179,6 +187,8 @@ struct work {
     bool *alive;          /* per slot, reused by the live-set passes */
     bool last_partial;    /* the last iteration was cut off by the end of
                              the recording (its quiet point not reached) */
+    uint64_t device_memory; /* the device's bytes (the simulated one's when
+                               not given), for the leak's projection */
 };
 
 /* ------------------------------------------------------------------ */
@@ -843,11 +853,23 @@ phase_label_of(const struct an_result *r, uint64_t i)
 /* ------------------------------------------------------------------ */
 
 /*
+** The leak rule, all in this function (docs/ANALYZE.md, "The leak rule").
 ** Least squares over the per-iteration minima, leaving out the first
 ** iteration (a warm-up: weights, optimizer state, workspaces) and a last
 ** one the recording cut off: detected iterations know (w->last_partial);
 ** from marks, a last one shorter than half the median is taken as cut.
 ** The fit covers iterations 1 .. leak_iters_used (indexes).
+**
+** A leak is a sustained rise, whatever its rate: the line fits (R^2), the
+** whole rise is at least LEAK_RISE_MIN, and the rise lasts: the fitted
+** minima, cut into LEAK_SEGMENTS consecutive segments, have medians that
+** climb from each segment to the next by at least LEAK_SEGMENT_SHARE of
+** what the slope predicts. A bounded cache filling up and then flat, and a
+** one-time jump (optimizer state, a loss scaler), leave at least one pair
+** of neighbouring segments level; batches of varying length move single
+** minima, which medians and R^2 ignore. There is no floor on the rate
+** itself: over K fitted iterations the least rate found is
+** LEAK_RISE_MIN / (K - 1).
 */
 static void
 leak_fit(const struct work *w, struct an_result *r)
@@ -856,6 +878,8 @@ leak_fit(const struct work *w, struct an_result *r)
     r->leak_bytes_per_iter = 0.0;
     r->leak_r2 = 0.0;
     r->leak_iters_used = 0;
+    r->leak_iters_to_full = 0.0;
+    r->leak_capacity = 0;
     if (r->n_iters < 3)
         return;
     size_t first = 1, last = r->n_iters - 1;
@@ -895,21 +919,47 @@ leak_fit(const struct work *w, struct an_result *r)
     r->leak_bytes_per_iter = slope;
     r->leak_r2 = r2;
     r->leak_iters_used = k;
+    if (k < LEAK_ITERS_MIN || slope <= 0 || r2 <= LEAK_R2_MIN ||
+        slope * (double)(k - 1) < (double)LEAK_RISE_MIN)
+        return;
 
-    /* Rise over the whole range: the last third's minima above the first
-     * third's by at least half of what the slope predicts. */
-    size_t third = k / 3 > 0 ? k / 3 : 1;
-    double head = 0, tail = 0;
-    for (size_t i = 0; i < third; i++) {
-        head += (double)r->iters[first + i].min_live;
-        tail += (double)r->iters[last - i].min_live;
+    /* The rise lasts: segment medians climb from each segment to the
+     * next. Quarters, thirds below 2 x 4 iterations (at least one
+     * iteration a segment). */
+    size_t segs = k >= 2 * LEAK_SEGMENTS ? LEAK_SEGMENTS : 3;
+    uint64_t buf[64];
+    uint64_t *vals = k <= 64 ? buf : malloc(k * sizeof *vals);
+    if (vals == NULL)
+        return; /* no verdict without the memory to check it */
+    double prev_median = 0, prev_center = 0;
+    bool lasts = true;
+    for (size_t s = 0; s < segs && lasts; s++) {
+        size_t lo = first + s * k / segs, hi = first + (s + 1) * k / segs; /* [lo, hi) */
+        size_t m = hi - lo;
+        for (size_t i = lo; i < hi; i++)
+            vals[i - lo] = r->iters[i].min_live;
+        qsort(vals, m, sizeof *vals, cmp_u64);
+        double median = m % 2 ? (double)vals[m / 2]
+                              : 0.5 * ((double)vals[m / 2 - 1] + (double)vals[m / 2]);
+        double center = 0.5 * (double)(lo + hi - 1);
+        double predicted = slope * (center - prev_center);
+        if (s > 0 && median - prev_median < LEAK_SEGMENT_SHARE * predicted)
+            lasts = false;
+        prev_median = median;
+        prev_center = center;
     }
-    head /= (double)third;
-    tail /= (double)third;
-    double span = (double)(k - third);
-    double threshold = fmax((double)LEAK_SLOPE_MIN, LEAK_SLOPE_SHARE * my);
-    r->leak = k >= LEAK_ITERS_MIN && slope > threshold && r2 > LEAK_R2_MIN &&
-              tail - head >= 0.5 * slope * span;
+    if (vals != buf)
+        free(vals);
+    r->leak = lasts;
+    if (!r->leak)
+        return;
+
+    /* The projection: iterations until the peak, growing at the slope,
+     * reaches the cap, else the device (given, else the simulated one). */
+    r->leak_capacity = r->oom_cap > 0 ? r->oom_cap : w->device_memory;
+    r->leak_capacity_is_cap = r->oom_cap > 0;
+    if (r->leak_capacity > r->peak_bytes)
+        r->leak_iters_to_full = (double)(r->leak_capacity - r->peak_bytes) / slope;
 }
 
 /*
@@ -1273,7 +1323,10 @@ analyze_trace(const struct trace *t, const struct an_options *options,
                          (int)o.strategy);
 
     struct an_result *r = calloc(1, sizeof *r);
-    struct work w = {.t = t, .n = t->n_events};
+    struct work w = {.t = t,
+                     .n = t->n_events,
+                     .device_memory = o.device_memory > 0 ? o.device_memory
+                                                          : VRAM_SIM_DEFAULT_MEMORY};
     size_t n_slots = t->n_slots > 0 ? t->n_slots : 1;
     w.live = malloc((w.n > 0 ? w.n : 1) * sizeof *w.live);
     w.born_event = calloc(n_slots, sizeof *w.born_event);
@@ -1433,6 +1486,38 @@ print_phases(FILE *out, const struct an_result *r)
         fprintf(out, "    and %zu more labels\n", groups - shown);
 }
 
+/* "at this rate the 80.00 GiB device is full after about 310,000 more
+** iterations": two significant digits, with thousands separators. */
+static void
+print_leak_projection(FILE *out, const struct an_result *r)
+{
+    char a[32];
+    fmt_size(r->leak_capacity, a, sizeof a);
+    const char *what = r->leak_capacity_is_cap ? "cap" : "device";
+    if (r->leak_iters_to_full < 1.0) {
+        fprintf(out, "  at this rate the %s %s is full within the next iteration\n", a, what);
+        return;
+    }
+    double n = r->leak_iters_to_full;
+    double mag = pow(10.0, floor(log10(n)) - 1.0);
+    if (mag < 1.0)
+        mag = 1.0;
+    double rounded = floor(n / mag + 0.5) * mag;
+    char digits[32], grouped[48];
+    snprintf(digits, sizeof digits, "%.0f", rounded);
+    size_t len = strlen(digits), j = 0;
+    for (size_t i = 0; i < len && j + 2 < sizeof grouped; i++) {
+        if (i > 0 && (len - i) % 3 == 0)
+            grouped[j++] = ',';
+        grouped[j++] = digits[i];
+    }
+    grouped[j] = '\0';
+    bool simulated = !r->leak_capacity_is_cap && r->leak_capacity == VRAM_SIM_DEFAULT_MEMORY;
+    fprintf(out, "  at this rate the %s %s%s is full after about %s more iterations\n", a,
+            what, simulated ? " (a simulated H200; --device-memory or --limit for yours)" : "",
+            grouped);
+}
+
 static void
 print_leak(FILE *out, const struct an_result *r)
 {
@@ -1460,6 +1545,7 @@ print_leak(FILE *out, const struct an_result *r)
             fmt_size((uint64_t)llround(r->leak_bytes_per_iter *
                                        (double)(r->leak_iters_used - 1)),
                      b, sizeof b));
+    print_leak_projection(out, r);
     if (r->n_suspects == 0) {
         fprintf(out, "  no allocation outlived its iteration to the end of the trace\n");
         return;
@@ -1809,6 +1895,11 @@ result_json(const struct an_result *r)
         json_object_new_int64((int64_t)llround(r->leak_bytes_per_iter)));
     json_object_object_add(o, "leak_r2", json_num(r->leak_r2, 4));
     json_object_object_add(o, "leak_iterations_fitted", json_u64(r->leak_iters_used));
+    json_object_object_add(o, "leak_capacity_bytes",
+                           r->leak ? json_u64(r->leak_capacity) : NULL);
+    json_object_object_add(o, "leak_iterations_to_full",
+                           r->leak ? json_u64((uint64_t)llround(r->leak_iters_to_full))
+                                   : NULL);
     json_object_object_add(o, "suspect_bytes", json_u64(r->suspect_bytes));
     json_object_object_add(o, "suspects", json_allocs(r->suspects, r->n_suspects));
 

@@ -142,6 +142,14 @@ struct an_result {
                                       indexes 1 .. leak_iters_used (the first,
                                       a warm-up, and a last one cut off by the
                                       end of the recording are left out) */
+    uint64_t leak_capacity;        /* with a leak: the cap, else the device's
+                                      bytes (an_options.device_memory, else the
+                                      simulated H200's) */
+    bool leak_capacity_is_cap;     /* leak_capacity is the cap (limit) */
+    double leak_iters_to_full;     /* with a leak: iterations after the trace
+                                      until the peak, growing at the rate,
+                                      reaches leak_capacity (0: no leak, or
+                                      already there) */
     uint64_t oom_event;            /* index of the final 'o' event */
     int32_t oom_device;            /* the device that refused it */
     uint64_t oom_time_us;

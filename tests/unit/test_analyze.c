@@ -707,6 +707,205 @@ test_empty_trace(void **state)
     an_compare_free(NULL);
 }
 
+/* ------------------------------------------------------------------ */
+/* Leaks of any size, and what is not a leak                            */
+/* ------------------------------------------------------------------ */
+
+/*
+** A training step, repeated: the batch the loader prefetched (alive at the
+** quietest point: its length varies when batch_noise > 0), four 16 MiB
+** activations made and freed, then `leak` bytes kept forever (a metric's
+** logits, a per-step cache), `cache` bytes kept during the first
+** `cache_steps` steps only (a bounded cache filling up), and `jump` bytes
+** once at step `jump_step` (optimizer state, a loss scaler).
+*/
+struct loop_spec {
+    const char *meta;
+    int steps;
+    bool marks;           /* a "step" mark opens each step */
+    uint64_t leak;        /* bytes kept every step */
+    uint64_t cache;       /* bytes kept in each of the first cache_steps */
+    int cache_steps;
+    uint64_t jump;        /* bytes kept once, at jump_step */
+    int jump_step;
+    uint64_t batch_noise; /* the batch is 8 MiB + up to this many bytes */
+};
+
+static struct trace *
+loop_trace(const struct loop_spec *p)
+{
+    struct synth s;
+    synth_open(&s, p->meta != NULL ? p->meta : "workload=synthetic", false);
+    synth_alloc(&s, 256 * MIB); /* weights */
+    uint32_t rng = 12345;
+    uint64_t batch_size = 8 * MIB;
+    uint64_t batch = synth_alloc(&s, batch_size);
+    for (int step = 0; step < p->steps; step++) {
+        if (p->marks)
+            synth_mark(&s, "step");
+        uint64_t acts[4];
+        for (int k = 0; k < 4; k++)
+            acts[k] = synth_alloc(&s, 16 * MIB);
+        for (int k = 0; k < 4; k++)
+            synth_free(&s, acts[k], 16 * MIB);
+        if (p->leak > 0)
+            synth_alloc(&s, p->leak);
+        if (step < p->cache_steps)
+            synth_alloc(&s, p->cache);
+        if (p->jump > 0 && step == p->jump_step)
+            synth_alloc(&s, p->jump);
+        /* The next batch, then the end of this one. */
+        uint64_t next_size = 8 * MIB;
+        if (p->batch_noise > 0) {
+            rng = rng * 1103515245u + 12345u;
+            next_size += ((uint64_t)(rng >> 8) % (p->batch_noise / 4096 + 1)) * 4096;
+        }
+        uint64_t next = synth_alloc(&s, next_size);
+        synth_free(&s, batch, batch_size);
+        batch = next;
+        batch_size = next_size;
+    }
+    return synth_load(&s);
+}
+
+static struct an_result *
+loop_analysis(const struct loop_spec *p, struct trace **t_out)
+{
+    struct trace *t = loop_trace(p);
+    struct an_result *r = analyze_or_fail(t, NULL);
+    print_message("%d steps (%s): leak %s, %.0f bytes/iteration, R^2 %.3f, %zu fitted\n",
+                  p->steps, p->marks ? "marks" : "detected", r->leak ? "yes" : "no",
+                  r->leak_bytes_per_iter, r->leak_r2, r->leak_iters_used);
+    *t_out = t;
+    return r;
+}
+
+/* 250 KB and 1 MiB a step over 30-40 steps are leaks at their own rate,
+** with marks and with iterations detected from the event stream. */
+static void
+test_small_leaks_are_found(void **state)
+{
+    (void)state;
+    const uint64_t rates[] = {250000, MIB};
+    const int steps[] = {32, 40};
+    for (int i = 0; i < 2; i++) {
+        for (int marks = 0; marks < 2; marks++) {
+            struct loop_spec p = {.steps = steps[i], .marks = marks, .leak = rates[i]};
+            struct trace *t;
+            struct an_result *r = loop_analysis(&p, &t);
+            assert_true(r->leak);
+            assert_true(fabs(r->leak_bytes_per_iter - (double)rates[i]) <
+                        0.01 * (double)rates[i]);
+            assert_true(r->n_suspects > 0);
+            assert_int_equal(r->suspects[0].size, rates[i]);
+            an_result_free(r);
+            trace_free(t);
+        }
+    }
+    /* With batches of varying length at the quietest point (up to 2 MiB). */
+    struct loop_spec p = {.steps = 40, .marks = true, .leak = MIB, .batch_noise = 2 * MIB};
+    struct trace *t;
+    struct an_result *r = loop_analysis(&p, &t);
+    assert_true(r->leak);
+    assert_true(fabs(r->leak_bytes_per_iter - (double)MIB) < 0.05 * (double)MIB);
+    an_result_free(r);
+    trace_free(t);
+}
+
+/* Not leaks: a bounded cache that fills and stays flat, batches of varying
+** length, a one-time jump early or in the middle. */
+static void
+test_what_is_not_a_leak(void **state)
+{
+    (void)state;
+    const struct loop_spec cases[] = {
+        /* a cache filling over the first 5 steps, then flat */
+        {.steps = 35, .marks = true, .cache = 8 * MIB, .cache_steps = 5},
+        /* ... over the first half, then flat */
+        {.steps = 36, .marks = true, .cache = 4 * MIB, .cache_steps = 18},
+        /* ... over the first two thirds, no marks */
+        {.steps = 36, .marks = false, .cache = 2 * MIB, .cache_steps = 24},
+        /* batches of 8..72 MiB */
+        {.steps = 40, .marks = true, .batch_noise = 64 * MIB},
+        /* optimizer state made lazily in the third step */
+        {.steps = 35, .marks = true, .jump = 512 * MIB, .jump_step = 2},
+        /* a loss scaler's state in the middle of the run */
+        {.steps = 35, .marks = true, .jump = 64 * MIB, .jump_step = 17},
+        /* ... at a third */
+        {.steps = 30, .marks = false, .jump = 32 * MIB, .jump_step = 10},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct trace *t;
+        struct an_result *r = loop_analysis(&cases[i], &t);
+        if (r->leak)
+            fail_msg("case %zu: a leak of %.0f bytes per iteration was reported", i,
+                     r->leak_bytes_per_iter);
+        an_result_free(r);
+        trace_free(t);
+    }
+}
+
+/* The least rate found over K fitted iterations is 1 MiB / (K - 1). */
+static void
+test_least_rate_found(void **state)
+{
+    (void)state;
+    /* 31 steps: the first is left out, 30 fitted, 1 MiB / 29 = 36158 B. */
+    const double least = (double)MIB / 29.0;
+    struct loop_spec above = {.steps = 31, .marks = true, .leak = (uint64_t)(1.02 * least)};
+    struct loop_spec below = {.steps = 31, .marks = true, .leak = (uint64_t)(0.98 * least)};
+    struct trace *t;
+    struct an_result *r = loop_analysis(&above, &t);
+    assert_int_equal(r->leak_iters_used, 30);
+    assert_true(r->leak);
+    an_result_free(r);
+    trace_free(t);
+    r = loop_analysis(&below, &t);
+    assert_false(r->leak);
+    assert_true(r->leak_r2 > 0.99); /* a line, but too little of it */
+    an_result_free(r);
+    trace_free(t);
+}
+
+/* "At this rate the 80 GiB card is full after about N iterations", from
+** the trace's cap, else the device. */
+static void
+test_leak_projection(void **state)
+{
+    (void)state;
+    struct loop_spec p = {.meta = "workload=synthetic limit=80G", .steps = 35,
+                          .marks = true, .leak = 250000};
+    struct trace *t;
+    struct an_result *r = loop_analysis(&p, &t);
+    assert_true(r->leak);
+    assert_true(r->leak_capacity_is_cap);
+    assert_int_equal(r->leak_capacity, 80ULL << 30);
+    double expect = (double)((80ULL << 30) - r->peak_bytes) / r->leak_bytes_per_iter;
+    assert_true(fabs(r->leak_iters_to_full - expect) < 1.0);
+    assert_true(r->leak_iters_to_full > 340000 && r->leak_iters_to_full < 345000);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    an_print_text(f, r);
+    fclose(f);
+    print_message("%s", text);
+    assert_non_null(strstr(text, "at this rate the 80.00 GiB cap is full after about"));
+    free(text);
+    an_result_free(r);
+    trace_free(t);
+
+    /* No cap: the device given to the analysis. */
+    p.meta = NULL;
+    t = loop_trace(&p);
+    struct an_options o = {.strategy = VRAM_STRATEGY_GROWTH, .device_memory = 40ULL << 30};
+    r = analyze_or_fail(t, &o);
+    assert_true(r->leak);
+    assert_false(r->leak_capacity_is_cap);
+    assert_int_equal(r->leak_capacity, 40ULL << 30);
+    an_result_free(r);
+    trace_free(t);
+}
+
 int
 main(void)
 {
@@ -725,6 +924,10 @@ main(void)
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_json_keys),
         cmocka_unit_test(test_empty_trace),
+        cmocka_unit_test(test_small_leaks_are_found),
+        cmocka_unit_test(test_what_is_not_a_leak),
+        cmocka_unit_test(test_least_rate_found),
+        cmocka_unit_test(test_leak_projection),
     };
     int failed =
         cmocka_run_group_tests_name("real traces", real_tests, real_setup, real_teardown);
