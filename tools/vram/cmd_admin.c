@@ -39,32 +39,31 @@
 #define CGROUP_DIR "/sys/fs/cgroup"
 #define MAX_PRELOAD_FILE (64 * 1024) /* a larger /etc/ld.so.preload is refused */
 
-enum opt_id { OPT_USER, OPT_ROOT, OPT_PRELOAD, OPT_HELP };
+enum opt_id { OPT_USER, OPT_ROOT, OPT_PRELOAD };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_USER, "user", "NAME", "check: also print NAME's limit on each GPU"},
-    {OPT_ROOT, "root", "DIR",
+    {OPT_USER, "user", 0, "NAME", "check: also print NAME's limit on each GPU"},
+    {OPT_ROOT, "root", 0, "DIR",
      "work on DIR/etc/ld.so.preload, DIR/etc/vram/policy.conf and DIR/sys/fs/cgroup"},
-    {OPT_PRELOAD, "preload", "PATH",
+    {OPT_PRELOAD, "preload", 0, "PATH",
      "enable: the library to preload (default: lib/libvram-preload.so beside bin/vram)"},
-    {OPT_HELP, "help", NULL, "print this help"},
 };
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
-static void
-admin_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: vram admin enable|disable|status|check [OPTIONS]\n"
-            "  enable   put the quota enforcer in /etc/ld.so.preload (after checking that it\n"
-            "           loads and that the policy is valid), keeping the file's other lines\n"
-            "  disable  take it out again\n"
-            "  status   the preload line, the library, the policy, and whether the kernel\n"
-            "           has the cgroup v2 dmem controller (GPU memory limits of its own)\n"
-            "  check    validate the policy file; with --user, that user's limits\n"
-            "Exit status: 0 ok, 1 failure, 2 bad usage or a policy that does not pass.\n");
-    cliopt_help(out, opt_table, N_OPTS);
-}
+static const struct cli_command admin_cmd = {
+    .prog = "vram admin",
+    .synopsis = "enable|disable|status|check [OPTIONS]",
+    .about = "Manage the host's quota policy:\n"
+             "  enable   put the quota enforcer in /etc/ld.so.preload (after checking that\n"
+             "           it loads and that the policy is valid), keeping the file's other\n"
+             "           lines\n"
+             "  disable  take it out again\n"
+             "  status   the preload line, the library, the policy, and whether the kernel\n"
+             "           has the cgroup v2 dmem controller (GPU memory limits of its own)\n"
+             "  check    validate the policy file; with --user, that user's limits\n",
+    .opts = opt_table,
+    .n_opts = sizeof opt_table / sizeof opt_table[0],
+    .exit_status = "0 ok, 1 failure, 2 bad usage or a policy that does not pass.",
+};
 
 struct admin {
     const char *root;    /* "" or DIR */
@@ -718,26 +717,18 @@ cmd_admin(int argc, char **argv)
     a.root = "";
     const char *verb = NULL;
     struct cliopt_iter it;
-    cliopt_begin(&it, argc, argv, opt_table, N_OPTS);
+    cliopt_begin(&it, &admin_cmd, argc, argv);
     const struct cli_opt *opt;
     const char *value;
     for (;;) {
         enum cliopt_kind k = cliopt_next(&it, &opt, &value);
         if (k == CLIOPT_END)
             break;
-        if (k == CLIOPT_ERROR) {
-            cli_error("admin: %s (try 'vram admin --help')", it.error);
-            return 2;
-        }
-        if (k == CLIOPT_HELP || (k == CLIOPT_OPTION && opt->id == OPT_HELP)) {
-            admin_usage(stdout);
-            return 0;
-        }
+        if (k == CLIOPT_EXIT)
+            return it.status;
         if (k == CLIOPT_OPERAND) {
-            if (verb != NULL) {
-                cli_error("admin: unexpected argument '%s' (try 'vram admin --help')", value);
-                return 2;
-            }
+            if (verb != NULL)
+                return cliopt_usage_error(&admin_cmd, "unexpected argument '%s'", value);
             verb = value;
             continue;
         }
@@ -748,13 +739,11 @@ cmd_admin(int argc, char **argv)
         else if (opt->id == OPT_PRELOAD)
             a.preload = value;
     }
-    if (verb == NULL) {
-        admin_usage(stderr);
-        return 2;
-    }
+    if (verb == NULL)
+        return cliopt_usage_error(&admin_cmd, "no action given (enable, disable, status or "
+                                              "check)");
     if (a.root[0] != '\0' && a.root[0] != '/') {
-        cli_error("admin: --root: '%s' is not an absolute path", a.root);
-        return 2;
+        return cliopt_usage_error(&admin_cmd, "--root: '%s' is not an absolute path", a.root);
     }
     const char *root = strcmp(a.root, "/") == 0 ? "" : a.root;
     a.root = root;
@@ -763,8 +752,7 @@ cmd_admin(int argc, char **argv)
     snprintf(a.cgroup_dir, sizeof a.cgroup_dir, "%s%s", root, CGROUP_DIR);
     bool writes = strcmp(verb, "enable") == 0 || strcmp(verb, "disable") == 0;
     if (a.user != NULL && strcmp(verb, "check") != 0) {
-        cli_error("admin: --user is for check only");
-        return 2;
+        return cliopt_usage_error(&admin_cmd, "--user is for check only");
     }
     if (writes && geteuid() != 0) {
         cli_error("admin: %s: only root may change %s", verb, a.preload_file);
@@ -778,6 +766,7 @@ cmd_admin(int argc, char **argv)
         return do_status(&a);
     if (strcmp(verb, "check") == 0)
         return do_check(&a);
-    cli_error("admin: unknown action '%s' (expected enable, disable, status or check)", verb);
-    return 2;
+    return cliopt_usage_error(&admin_cmd,
+                              "unknown action '%s' (expected enable, disable, status or check)",
+                              verb);
 }
