@@ -281,10 +281,10 @@ VRAM_API vram_status vram_device_count(vram_context *ctx, int *out);
 VRAM_API vram_status vram_device_get(vram_context *ctx, int index, vram_device **out);
 
 typedef struct vram_device_info {
-    int index;    /* logical index */
-    int physical; /* physical device index */
-    vram_strategy strategy;
-    uint64_t limit_bytes; /* the cap of this logical device */
+    int index;              /* logical index */
+    int physical;           /* physical device index */
+    vram_strategy strategy; /* how it obtains memory */
+    uint64_t limit_bytes;   /* the cap of this logical device, bytes */
 } vram_device_info;
 
 VRAM_API vram_status vram_device_info_get(vram_device *dev, vram_device_info *out);

@@ -1,6 +1,6 @@
 /*
 ** backend.h -- the contract between the allocator and a source of device
-** memory: the CUDA driver (issue 3) or the simulated device (sim.c).
+** memory: the CUDA driver (cuda.c) or the simulated device (sim.c).
 **
 ** A backend is a struct whose first member is `struct backend`; the ops
 ** table holds its functions. Every function returns a vram_status and

@@ -37,6 +37,7 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/uuid.h"
 #include "driver/cuda_api.h"
 
 _Static_assert(SIZE_MAX >= UINT64_MAX, "the CUDA backend needs a 64-bit size_t");
@@ -341,17 +342,6 @@ cuda_device_info(struct backend *b, int dev, vram_physical_info *out)
     return VRAM_OK;
 }
 
-/* "GPU-" and the 16 bytes as nvidia-smi prints them, 8-4-4-4-12. */
-static void
-uuid_format(const vcu_uuid *u, char *buf, size_t len)
-{
-    const unsigned char *x = (const unsigned char *)u->bytes;
-    snprintf(buf, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11],
-             x[12], x[13], x[14], x[15]);
-}
-
 /*
 ** The VM granularity of D, and whether the VM calls work on it: only with
 ** the entry points, the device attribute, and a granularity the driver
@@ -405,7 +395,7 @@ probe_device(struct cuda_backend *c, int ordinal, struct cuda_device *d)
         st = cuda_check(c, VCU_ENTRY_cuDeviceGetUuid,
                         c->api.cuDeviceGetUuid(&u, d->handle));
     if (st == VRAM_OK)
-        uuid_format(&u, d->uuid, sizeof d->uuid);
+        uuid_format((const unsigned char *)u.bytes, d->uuid, sizeof d->uuid);
     size_t total = 0;
     if (st == VRAM_OK)
         st = cuda_check(c, VCU_ENTRY_cuDeviceTotalMem,
@@ -461,6 +451,20 @@ capture_restore(struct cuda_backend *c, vcu_stream_capture_mode mode)
         (void)c->api.cuThreadExchangeStreamCaptureMode(&mode);
 }
 
+/* After a call that obtained address P under the relaxed capture MODE with
+** status ST: restore the mode, leave the device, and write *ADDR on
+** success. */
+static vram_status
+leave_with_address(struct cuda_backend *c, vcu_stream_capture_mode mode, vram_status st,
+                   vcu_deviceptr p, uint64_t *addr)
+{
+    capture_restore(c, mode);
+    st = cuda_leave(c, st);
+    if (st == VRAM_OK)
+        *addr = p;
+    return st;
+}
+
 static vram_status
 cuda_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 {
@@ -473,12 +477,7 @@ cuda_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     vcu_deviceptr p = 0;
     vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemAlloc, c->api.cuMemAlloc(&p, (size_t)size));
-    capture_restore(c, mode);
-    st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *addr = p;
-    return VRAM_OK;
+    return leave_with_address(c, mode, st, p, addr);
 }
 
 static vram_status
@@ -529,12 +528,7 @@ cuda_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     st = cuda_check(c, VCU_ENTRY_cuMemAddressReserve,
                     c->api.cuMemAddressReserve(&p, (size_t)size,
                                                (size_t)c->dev[dev].granularity, 0, 0));
-    capture_restore(c, mode);
-    st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *addr = p;
-    return VRAM_OK;
+    return leave_with_address(c, mode, st, p, addr);
 }
 
 static vram_status

@@ -98,6 +98,19 @@ sim_check_dev(struct sim_backend *s, int dev)
     return VRAM_OK;
 }
 
+/* Check DEV, take the simulator's lock and point *D at the device: the
+** opening of every call on one device. On success the caller unlocks. */
+static vram_status
+sim_lock_dev(struct sim_backend *s, int dev, struct sim_device **d)
+{
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    pthread_mutex_lock(&s->lock);
+    *d = &s->dev[dev];
+    return VRAM_OK;
+}
+
 static vram_status
 sim_device_count(struct backend *b, int *out)
 {
@@ -225,11 +238,10 @@ static vram_status
 sim_mem_free(struct backend *b, int dev, uint64_t addr)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    struct sim_device *d;
+    vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    pthread_mutex_lock(&s->lock);
-    struct sim_device *d = &s->dev[dev];
     /* Linear: the allocator holds few regions, and this is never on the
     ** hot path. */
     for (size_t i = 0; i < d->n_allocs; i++) {
@@ -318,11 +330,10 @@ static vram_status
 sim_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    struct sim_device *d;
+    vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    pthread_mutex_lock(&s->lock);
-    struct sim_device *d = &s->dev[dev];
     for (size_t i = 0; i < d->n_ranges; i++) {
         struct sim_range *r = &d->ranges[i];
         if (r->addr != addr || r->size != size)
@@ -407,11 +418,10 @@ static vram_status
 sim_phys_release(struct backend *b, int dev, uint64_t handle)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    struct sim_device *d;
+    vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    pthread_mutex_lock(&s->lock);
-    struct sim_device *d = &s->dev[dev];
     if (handle == 0 || handle > d->n_phys || d->phys[handle - 1].size == 0) {
         pthread_mutex_unlock(&s->lock);
         return error_set(VRAM_E_INVALID, "sim: phys_release(%" PRIu64 "): no such handle",
@@ -446,11 +456,10 @@ static vram_status
 sim_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handle)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    struct sim_device *d;
+    vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    pthread_mutex_lock(&s->lock);
-    struct sim_device *d = &s->dev[dev];
     struct sim_range *r = find_range_locked(d, addr, size);
     const char *why = NULL;
     uint64_t g0 = 0, g1 = 0;
@@ -489,11 +498,10 @@ static vram_status
 sim_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    struct sim_device *d;
+    vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    pthread_mutex_lock(&s->lock);
-    struct sim_device *d = &s->dev[dev];
     struct sim_range *r = find_range_locked(d, addr, size);
     bool ok = r != NULL && size > 0 && (addr - r->addr) % SIM_GRANULARITY == 0 &&
               size % SIM_GRANULARITY == 0;

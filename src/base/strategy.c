@@ -33,8 +33,8 @@ vram_strategy_parse(const char *text, vram_strategy *out)
     }
     VRAM_STRATEGY_LIST(X)
 #undef X
-    return error_set(
-        VRAM_E_INVALID,
-        "unknown strategy '%.64s' (expected preallocate, growth, growth:tf-compat or expandable)",
-        text);
+    return error_set(VRAM_E_INVALID,
+                     "unknown strategy '%.64s' (expected preallocate, growth, "
+                     "growth:tf-compat or expandable)",
+                     text);
 }

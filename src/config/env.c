@@ -453,6 +453,19 @@ load_var(struct env_load *L, enum env_id id)
     return VRAM_OK;
 }
 
+/* Read and parse rows FIRST..END-1; the first malformed one's status. */
+static vram_status
+load_rows(struct env_load *L, int first, int end)
+{
+    load_read(L, first, end);
+    for (int id = first; id < end; id++) {
+        vram_status st = load_var(L, (enum env_id)id);
+        if (st != VRAM_OK)
+            return st;
+    }
+    return VRAM_OK;
+}
+
 /* Write "NAME='value'" for each growth switch that is set into BUF,
 ** joined by " and ", so that a conflict message names them all. */
 static void
@@ -523,13 +536,10 @@ env_load(env_getter get, void *user, struct vram_env *out)
     /* About 10 KiB: on the heap would need a failure path of its own. */
     struct env_load L;
     load_begin(&L, get, user);
-    load_read(&L, 0, ENV_QUOTA_FIRST);
-    for (int id = 0; id < ENV_QUOTA_FIRST; id++) {
-        vram_status st = load_var(&L, (enum env_id)id);
-        if (st != VRAM_OK)
-            return st;
-    }
-    vram_status st = resolve_strategy(&L);
+    vram_status st = load_rows(&L, 0, ENV_QUOTA_FIRST);
+    if (st != VRAM_OK)
+        return st;
+    st = resolve_strategy(&L);
     if (st != VRAM_OK)
         return st;
     *out = L.s.env;
@@ -666,12 +676,9 @@ env_run_load(env_getter get, void *user, struct env_run *out)
         return error_set(VRAM_E_INVALID, "env_run_load: OUT is NULL");
     struct env_load L;
     load_begin(&L, get, user);
-    load_read(&L, ENV_RUN_FIRST, ENV_COUNT);
-    for (int id = ENV_RUN_FIRST; id < ENV_COUNT; id++) {
-        vram_status st = load_var(&L, (enum env_id)id);
-        if (st != VRAM_OK)
-            return st;
-    }
+    vram_status st = load_rows(&L, ENV_RUN_FIRST, ENV_COUNT);
+    if (st != VRAM_OK)
+        return st;
     *out = L.s.run;
     return VRAM_OK;
 }

@@ -18,7 +18,8 @@
 
 /* A decimal integer in MIN..MAX: digits only, no sign, no space. */
 bool
-env_parse_int(const char *text, int64_t min, int64_t max, int64_t *out, char *why, size_t len)
+env_parse_int(const char *text, int64_t min, int64_t max, int64_t *out, char *why,
+              size_t len)
 {
     int64_t v = 0;
     const char *p = text;
@@ -200,4 +201,3 @@ env_parse_limit(const char *text, struct vram_env *env, char *why, size_t len)
     memcpy(env->limit, per, sizeof per);
     return true;
 }
-

@@ -7,9 +7,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/size.h"
@@ -75,22 +75,13 @@ traced_remove(vram_context *ctx)
     pthread_mutex_unlock(&traced.lock);
 }
 
-/* Wall-clock microseconds, as the trace's t_us column (device.c too). */
-static uint64_t
-mark_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 vram_status
 vram_mark(const char *label)
 {
     if (label == NULL || label[0] == '\0')
         return error_set(VRAM_E_INVALID, "vram_mark: the label is %s",
                          label == NULL ? "NULL" : "empty");
-    uint64_t t = mark_now_us();
+    uint64_t t = now_wall_us();
     char why[512] = "";
     pthread_mutex_lock(&traced.lock);
     for (size_t i = 0; i < traced.n; i++) {

@@ -2,18 +2,21 @@
 ** device.c -- a logical device: its cap, its strategy's growth policy and
 ** the allocate/free paths around the heap.
 **
-** Lock rule (STYLE.md 11): dev->lock guards the heap and the counters; it
-** is never held across a backend call. Growing is "reserve, call, then
-** commit or undo": the bytes being obtained are counted in dev->pending
-** while the lock is dropped, so concurrent growers never pass the cap
-** together (invariant I8 in docs/ALLOCATOR.md).
+** What differs by strategy is data: the policy table below, read through
+** dev->policy, instead of tests of the strategy in the allocation paths.
+**
+** Lock rule (docs/STYLE.md, habit 11): dev->lock guards the heap and the
+** counters; it is never held across a backend call. Growing is "reserve,
+** call, then commit or undo": the bytes being obtained are counted in
+** dev->pending while the lock is dropped, so concurrent growers never pass
+** the cap together (invariant I8 in docs/ALLOCATOR.md).
 */
 #include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/size.h"
@@ -31,6 +34,28 @@ round_up(uint64_t x, uint64_t to)
     return (x + to - 1) / to * to;
 }
 
+/* ================================================================== */
+/* Strategies                                                          */
+/* ================================================================== */
+
+static const struct strategy_policy policies[] = {
+    [VRAM_STRATEGY_PREALLOCATE] = {.split_tf = true, .sizing = SIZE_ALL, .keeps_regions = true},
+    [VRAM_STRATEGY_GROWTH] = {.sizing = SIZE_EXACT, .recycle_first = true},
+    [VRAM_STRATEGY_GROWTH_TF] = {.split_tf = true, .sizing = SIZE_DOUBLING},
+    [VRAM_STRATEGY_EXPANDABLE] = {.virtual_range = true},
+};
+
+#define COUNT_STRATEGY(name, num, str) +1
+_Static_assert(sizeof policies / sizeof policies[0] == 0 VRAM_STRATEGY_LIST(COUNT_STRATEGY),
+               "one policy per strategy");
+#undef COUNT_STRATEGY
+
+const struct strategy_policy *
+strategy_policy(vram_strategy s)
+{
+    return &policies[s];
+}
+
 /* Bytes the cap still allows the device to obtain (I8). */
 static inline uint64_t
 headroom_locked(const struct vram_device *dev)
@@ -44,8 +69,8 @@ device_init(struct vram_device *dev, struct vram_context *ctx, int index, int ph
             int slot, vram_strategy strategy, uint64_t limit, uint64_t granularity)
 {
     memset(dev, 0, sizeof *dev);
-    vram_status st = heap_init(&dev->heap, strategy == VRAM_STRATEGY_GROWTH_TF ||
-                                               strategy == VRAM_STRATEGY_PREALLOCATE);
+    const struct strategy_policy *policy = strategy_policy(strategy);
+    vram_status st = heap_init(&dev->heap, policy->split_tf);
     if (st != VRAM_OK)
         return st;
     pthread_mutex_init(&dev->lock, NULL);
@@ -56,6 +81,7 @@ device_init(struct vram_device *dev, struct vram_context *ctx, int index, int ph
     dev->physical = physical;
     dev->slot = slot;
     dev->strategy = strategy;
+    dev->policy = policy;
     dev->limit = limit;
     dev->limit_max = limit;
     dev->granularity = granularity ? granularity : (2ULL << 20);
@@ -78,7 +104,7 @@ device_destroy(struct vram_device *dev)
                 block_ext_free(b);
     /* Expandable's one region is address space, given back by
     ** expand_destroy; the others' regions are backend allocations. */
-    bool expandable = dev->strategy == VRAM_STRATEGY_EXPANDABLE;
+    bool expandable = dev->policy->virtual_range;
     expand_destroy(dev);
     for (struct region *r = dev->heap.regions; r != NULL && !expandable; r = r->next) {
         if (be->ops->mem_free(be, dev->physical, r->handle) != VRAM_OK)
@@ -107,17 +133,17 @@ region_size_locked(const struct vram_device *dev, uint64_t size, bool *forced)
     if (size > room)
         return 0;
     uint64_t want;
-    switch (dev->strategy) {
-    case VRAM_STRATEGY_PREALLOCATE:
+    switch (dev->policy->sizing) {
+    case SIZE_ALL:
         return room; /* everything the cap allows, in one piece */
-    case VRAM_STRATEGY_GROWTH_TF:
+    case SIZE_DOUBLING:
         want = dev->tf_region;
         while (want < size) {
             want *= 2;
             *forced = true;
         }
         break;
-    case VRAM_STRATEGY_GROWTH:
+    case SIZE_EXACT:
     default:
         /* Exactly what is needed, in whole granules: a region's unused
         ** tail is less than one granule, and small requests share one. */
@@ -163,7 +189,7 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
             uint64_t reserved = device_reserved_locked(dev);
             if (reserved > dev->peak_reserved)
                 dev->peak_reserved = reserved;
-            if (dev->strategy == VRAM_STRATEGY_GROWTH_TF)
+            if (dev->policy->sizing == SIZE_DOUBLING)
                 dev->tf_region = forced ? want : 2 * want;
             if (log_enabled(LOG_REGION)) {
                 char a[32], b[32];
@@ -268,18 +294,10 @@ free_region_bytes_locked(const struct vram_device *dev)
 /* Allocate and free                                                   */
 /* ================================================================== */
 
-static uint64_t
-now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static void
 trace_event(struct vram_device *dev, char op, uint64_t id, uint64_t size, void *stream)
 {
-    struct trace_event ev = {.t_us = now_us(),
+    struct trace_event ev = {.t_us = now_wall_us(),
                              .id = id,
                              .size = size,
                              .stream = (uint64_t)(uintptr_t)stream,
@@ -327,7 +345,7 @@ device_release_block_locked(struct vram_device *dev, struct block *b)
 {
     if (b->ext != NULL)
         block_ext_free(b);
-    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
+    if (dev->policy->virtual_range)
         expand_unback_locked(dev, b->addr, b->size);
     heap_release(&dev->heap, b);
 }
@@ -466,7 +484,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         }
         streams_poll_locked(dev, 4);
     }
-    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
+    if (dev->policy->virtual_range)
         return alloc_expandable_unlock(dev, size, rounded, stream, pool, out);
     for (;;) {
         bool host_oom;
@@ -484,7 +502,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         ** together could hold the request go back to the backend first, so
         ** that the new region can take their place in the shape needed
         ** (docs/ALLOCATOR.md, "Region sizing"). */
-        if (may_release && dev->strategy == VRAM_STRATEGY_GROWTH &&
+        if (may_release && dev->policy->recycle_first &&
             free_region_bytes_locked(dev) >= rounded &&
             release_free_regions_locked(dev) > 0) {
             released = true;
@@ -507,7 +525,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         }
         /* Before refusing: free regions may be merged by giving them back
         ** and obtaining one of the needed shape. */
-        if (may_release && dev->strategy != VRAM_STRATEGY_PREALLOCATE &&
+        if (may_release && !dev->policy->keeps_regions &&
             release_free_regions_locked(dev) > 0) {
             released = true;
             continue;
@@ -521,6 +539,19 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         return oom_unlock(dev, size);
     }
     return alloc_finish_unlock(dev, b, size, stream, pool, out);
+}
+
+struct block *
+device_live_block_lock(struct vram_device *dev, const void *ptr, const char *what)
+{
+    device_lock(dev);
+    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
+    if (b != NULL && !b->pending)
+        return b;
+    device_unlock(dev);
+    (void)error_set(VRAM_E_BAD_POINTER, "%s(%p): not a live allocation of GPU:%d", what, ptr,
+                    dev->index);
+    return NULL;
 }
 
 /* After a free: trace and log outside the lock. */
@@ -543,18 +574,15 @@ vram_free(vram_device *dev, void *ptr)
         return VRAM_OK;
     if (dev == NULL)
         return error_set(VRAM_E_INVALID, "vram_free: NULL device");
-    device_lock(dev);
-    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
-    if (b == NULL || b->pending) {
-        device_unlock(dev);
-        return error_set(VRAM_E_BAD_POINTER,
-                         "vram_free(%p): not a live allocation of GPU:%d", ptr,
-                         dev->index);
-    }
+    struct block *b = device_live_block_lock(dev, ptr, "vram_free");
+    if (b == NULL)
+        return VRAM_E_BAD_POINTER;
     uint64_t id = b->trace_id, requested = b->requested;
     void *stream = b->stream;
-    /* Held (stream order, graph pool, capture) or back to the heap now;
-    ** one stream and no extras is the common case, decided here. */
+    /* With one stream seen and no extras (a graph pool, recorded streams),
+    ** the common case, the block goes back to the heap now; otherwise
+    ** streams.c decides whether it is held: pending its streams' events,
+    ** kept by its graph pool, or deferred while a pool is open. */
     bool held = false;
     if (b->ext != NULL || dev->multi_stream) {
         vram_status st = streams_free_locked(dev, b, &held);
@@ -590,18 +618,10 @@ vram_release_idle(vram_device *dev, uint64_t *released)
     ** until their events complete: only those done come back (and become
     ** idle) here; the others keep their memory. */
     streams_poll_locked(dev, UINT64_MAX);
-    switch (dev->strategy) {
-    case VRAM_STRATEGY_PREALLOCATE:
-        break; /* its one region is the cap, held for the process's life */
-    case VRAM_STRATEGY_EXPANDABLE:
+    if (dev->policy->virtual_range)
         st = expand_release_idle_locked(dev, &bytes);
-        break;
-    case VRAM_STRATEGY_GROWTH:
-    case VRAM_STRATEGY_GROWTH_TF:
-    default:
+    else if (!dev->policy->keeps_regions)
         (void)release_free_regions_bytes_locked(dev, &bytes);
-        break;
-    }
     device_unlock(dev);
     if (bytes > 0 && log_enabled(LOG_REGION)) {
         char a[32];
@@ -618,13 +638,9 @@ vram_block_info(vram_device *dev, const void *ptr, uint64_t *size, void **stream
 {
     if (dev == NULL)
         return error_set(VRAM_E_INVALID, "vram_block_info: NULL device");
-    device_lock(dev);
-    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
-    if (b == NULL || b->pending) {
-        device_unlock(dev);
-        return error_set(VRAM_E_BAD_POINTER, "vram_block_info(%p): not a live allocation",
-                         ptr);
-    }
+    struct block *b = device_live_block_lock(dev, ptr, "vram_block_info");
+    if (b == NULL)
+        return VRAM_E_BAD_POINTER;
     if (size != NULL)
         *size = b->size;
     if (stream != NULL)
@@ -638,14 +654,10 @@ vram_block_base(vram_device *dev, const void *ptr, void **base, uint64_t *size)
 {
     if (dev == NULL || base == NULL || size == NULL)
         return error_set(VRAM_E_INVALID, "vram_block_base: NULL argument");
-    device_lock(dev);
-    struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
-    if (b == NULL || b->pending) {
-        device_unlock(dev);
-        return error_set(VRAM_E_BAD_POINTER, "vram_block_base(%p): not a live allocation",
-                         ptr);
-    }
-    bool whole = dev->strategy != VRAM_STRATEGY_EXPANDABLE;
+    struct block *b = device_live_block_lock(dev, ptr, "vram_block_base");
+    if (b == NULL)
+        return VRAM_E_BAD_POINTER;
+    bool whole = !dev->policy->virtual_range;
     *base = (void *)(uintptr_t)(whole ? b->region->base : b->addr);
     *size = whole ? b->region->size : b->size;
     device_unlock(dev);
@@ -712,9 +724,7 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     s.num_frees = dev->num_frees;
     s.num_ooms = dev->num_ooms;
     s.backend_calls = dev->backend_calls;
-    s.metadata_bytes = heap_metadata_bytes(&dev->heap) + dev->ex.n * sizeof *dev->ex.g +
-                       dev->ex.idle_cap * sizeof *dev->ex.idle +
-                       dev->ex.cap_p * sizeof *dev->ex.p;
+    s.metadata_bytes = heap_metadata_bytes(&dev->heap) + expand_metadata_bytes(&dev->ex);
     s.maps = dev->ex.maps;
     s.unmaps = dev->ex.unmaps;
     device_unlock(dev);

@@ -121,6 +121,13 @@ uint64_t expand_phys_bytes(const struct expand *e);
 ** bytes given back. Drops the lock around the backend calls. */
 vram_status expand_release_idle_locked(struct vram_device *dev, uint64_t *released);
 
+/* Host memory of the per-granule, idle-ring and per-unit tables, bytes. */
+static inline uint64_t
+expand_metadata_bytes(const struct expand *e)
+{
+    return e->n * sizeof *e->g + e->idle_cap * sizeof *e->idle + e->cap_p * sizeof *e->p;
+}
+
 /* Give everything back (at close): unmap, release, free the range. */
 void expand_destroy(struct vram_device *dev);
 

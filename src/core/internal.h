@@ -17,6 +17,32 @@
 
 struct trace_writer;
 
+/*
+** What a strategy does differently, as data: the allocation paths read
+** these instead of testing the strategy (device.c's table, one row per
+** strategy of VRAM_STRATEGY_LIST).
+*/
+enum region_sizing {
+    SIZE_ALL,      /* one region of everything the cap allows (preallocate) */
+    SIZE_DOUBLING, /* 2 MiB, each next region twice the last (TensorFlow's growth) */
+    SIZE_EXACT     /* what the request needs, in whole granules (growth) */
+};
+
+struct strategy_policy {
+    bool split_tf;           /* the heap splits blocks by TensorFlow's rule */
+    bool virtual_range;      /* one virtual range backed granule by granule
+                                (expand.c) instead of backend regions */
+    enum region_sizing sizing;
+    bool recycle_first;      /* give wholly free regions back before growing,
+                                when together they could hold the request */
+    bool keeps_regions;      /* its one region is the cap, held for the
+                                process's life: free regions are never given
+                                back (before an OOM or by vram_release_idle) */
+};
+
+/* The policy of strategy S (a value of VRAM_STRATEGY_LIST). */
+const struct strategy_policy *strategy_policy(vram_strategy s);
+
 /* One logical device: a cap, a strategy and a heap. */
 struct vram_device {
     pthread_mutex_t lock;     /* guards everything below but the constants */
@@ -25,6 +51,7 @@ struct vram_device {
     int physical;             /* backend ordinal, constant */
     int slot;                 /* index among its physical device's logical devices */
     vram_strategy strategy;   /* constant after initialization */
+    const struct strategy_policy *policy; /* the strategy's, constant */
     uint64_t limit;           /* the cap, bytes (vram_set_limit changes it) */
     uint64_t limit_max;       /* the configured cap, bytes, constant: the
                                  cap never exceeds it */
@@ -155,6 +182,12 @@ vram_status device_init(struct vram_device *dev, struct vram_context *ctx, int i
                         uint64_t granularity);
 void device_destroy(struct vram_device *dev);
 void device_release_block_locked(struct vram_device *dev, struct block *b);
+
+/* Take DEV's lock and return the live block at PTR, the lock held. When
+** PTR is not a live allocation of DEV: NULL, the lock released, and the
+** last error "WHAT(PTR): not a live allocation of GPU:N". */
+struct block *device_live_block_lock(struct vram_device *dev, const void *ptr,
+                                     const char *what);
 
 /* streams.c: the stream-ordered side of a device (see its header). */
 void block_ext_free(struct block *b);

@@ -14,7 +14,9 @@
 /* Width of the occupancy map, as TensorFlow prints it. */
 #define OCCUPANCY_WIDTH 100
 
-/* Set by the physical device's free memory cap: how much could the cap grow? */
+/* The most any cap on DEV's physical device could be: its total memory.
+** The hints compare what the job needs with it, to tell a cap that is too
+** small from a GPU that is. */
 static uint64_t
 device_ceiling(const struct vram_device *dev)
 {
@@ -43,7 +45,7 @@ oom_explain_locked(struct vram_device *dev, uint64_t size, char *buf, size_t len
     if (needed <= dev->limit) {
         /* Enough bytes under the cap, but not in one piece: expandable
         ** merges all free space; elsewhere, headroom is what helps. */
-        if (dev->strategy != VRAM_STRATEGY_EXPANDABLE)
+        if (!dev->policy->virtual_range)
             snprintf(hint, sizeof hint, "free memory is fragmented: try VRAM_STRATEGY=expandable");
         else if (needed + needed / 8 < ceiling)
             snprintf(hint, sizeof hint,

@@ -14,7 +14,7 @@
 #ifndef VRAM_DRIVER_NVML_API_H
 #define VRAM_DRIVER_NVML_API_H
 
-typedef int vnvml_return;                      /* nvmlReturn_t */
+typedef int vnvml_return;                     /* nvmlReturn_t */
 typedef struct vnvml_device_st *vnvml_device; /* nvmlDevice_t */
 
 #define VNVML_SUCCESS 0
@@ -36,7 +36,8 @@ struct vnvml_memory_v2 {
     unsigned long long used;
 };
 /* nvml.h's nvmlMemory_v2: NVML_STRUCT_VERSION(Memory, 2). */
-#define VNVML_MEMORY_V2_VERSION ((unsigned int)(sizeof(struct vnvml_memory_v2) | 2u << 24))
+#define VNVML_MEMORY_V2_VERSION                                                          \
+    ((unsigned int)(sizeof(struct vnvml_memory_v2) | 2u << 24))
 
 /* nvmlProcessInfo_v1_t: what nvmlDeviceGetComputeRunningProcesses fills. */
 struct vnvml_process_v1 {
@@ -53,7 +54,7 @@ struct vnvml_process_v2 {
 };
 
 /* The entry points, by the name that dlsym finds them under. */
-typedef vnvml_return (*vnvml_pfn_init)(void);     /* nvmlInit_v2, nvmlShutdown */
+typedef vnvml_return (*vnvml_pfn_init)(void); /* nvmlInit_v2, nvmlShutdown */
 typedef vnvml_return (*vnvml_pfn_count)(unsigned int *count); /* nvmlDeviceGetCount_v2 */
 typedef vnvml_return (*vnvml_pfn_handle)(unsigned int index,
                                          vnvml_device *device); /* ..._ByIndex_v2 */

@@ -1,5 +1,5 @@
 /*
-** metrics.h -- the one list of what vram's monitoring shows (STYLE.md
+** metrics.h -- the one list of what vram's monitoring shows (docs/STYLE.md,
 ** habit 9). `vram stat` (its columns and --json keys), `vram top`, the
 ** Prometheus exporter and docs/METRICS.md (`vram stat --metrics-markdown`)
 ** are all generated from VRAM_METRICS_LIST, so they cannot disagree.

@@ -10,8 +10,8 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/error.h"
 #include "driver/nvml_api.h"
 #include "monitor/monitor.h"
@@ -201,14 +201,6 @@ monitor_close(struct monitor *m)
     if (m->have_nvml)
         nvml_unload(&m->nvml);
     free(m);
-}
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* The device row for UUID, added if new; NULL when the table is full. */
@@ -412,7 +404,7 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
     if (st != VRAM_OK)
         return st;
     struct mon_view *v = &m->view;
-    v->time_s = now_s();
+    v->time_s = now_mono_s();
     v->nvml = false;
     v->n_devices = v->n_groups = v->n_procs = 0;
     if (m->have_nvml)

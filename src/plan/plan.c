@@ -349,6 +349,30 @@ max_w(wide a, wide b)
     return a > b ? a : b;
 }
 
+/* PyTorch's caching allocator rounds blocks and keeps freed ones: on the
+** measurements its reserved memory sits 3-10% above the tensor peak; we
+** allow 8%. */
+static wide
+allocator_overhead(wide peak)
+{
+    return peak / 100 * 8;
+}
+
+/* The memory a job with tensor peak PEAK needs: the peak, the allocator's
+** overhead and the CUDA context. False, with *WHY, when it does not fit 64
+** bits. */
+static bool
+total_of(wide peak, wide *total, const char **why)
+{
+    *total = peak + allocator_overhead(peak) + PLAN_CONTEXT_BYTES;
+    if (*total > WIDE_MAX64) {
+        if (why)
+            *why = "the sizes overflow 64 bits (no GPU has that much memory)";
+        return false;
+    }
+    return true;
+}
+
 static _Thread_local char check_err[96]; /* the reason plan_model_check gave */
 
 bool
@@ -426,15 +450,9 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
         peakC = W + O + G + actsC + tmpC;
     }
     wide peak = max_w(peakA, max_w(peakB, peakC));
-    /* PyTorch's caching allocator rounds blocks and keeps freed ones: on
-    ** the measurements its reserved memory sits 3-10% above the tensor
-    ** peak; we allow 8%. */
-    wide total = peak + peak / 100 * 8 + PLAN_CONTEXT_BYTES;
-    if (total > WIDE_MAX64) {
-        if (why)
-            *why = "the sizes overflow 64 bits (no GPU has that much memory)";
+    wide total;
+    if (!total_of(peak, &total, why))
         return false;
-    }
 
     struct plan_result r;
     memset(&r, 0, sizeof r);
@@ -457,7 +475,7 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
         r.peak_phase = "recompute";
     }
     r.tensor_peak_bytes = (uint64_t)peak;
-    r.allocator_bytes = (uint64_t)(peak / 100 * 8);
+    r.allocator_bytes = (uint64_t)allocator_overhead(peak);
     r.context_bytes = PLAN_CONTEXT_BYTES;
     r.total_bytes = (uint64_t)total;
     *out = r;
@@ -520,12 +538,9 @@ plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
     wide act_end = B * len_end * kvw * e + B * max_w(mlp, att) * e + B * m->vocab * (e + 4);
     wide peak_pre = W + cache_pre + act_pre, peak_end = W + cache_end + act_end;
     wide peak = max_w(peak_pre, peak_end);
-    wide total = peak + peak / 100 * 8 + PLAN_CONTEXT_BYTES;
-    if (total > WIDE_MAX64) {
-        if (why)
-            *why = "the sizes overflow 64 bits (no GPU has that much memory)";
+    wide total;
+    if (!total_of(peak, &total, why))
         return false;
-    }
     struct plan_gen_result r;
     memset(&r, 0, sizeof r);
     r.params = (uint64_t)P;
@@ -540,7 +555,7 @@ plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
         r.peak_phase = "last decode step";
     }
     r.tensor_peak_bytes = (uint64_t)peak;
-    r.allocator_bytes = (uint64_t)(peak / 100 * 8);
+    r.allocator_bytes = (uint64_t)allocator_overhead(peak);
     r.context_bytes = PLAN_CONTEXT_BYTES;
     r.total_bytes = (uint64_t)total;
     *out = r;

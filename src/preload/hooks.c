@@ -48,10 +48,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/size.h"
+#include "base/uuid.h"
 #include "config/env.h"
 #include "ledger/ledger.h"
 #include "policy/policy.h"
@@ -96,20 +97,12 @@ say(const char *line)
     (void)w; /* nothing to do if stderr is gone */
 }
 
-static long long
-now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* May a refusal line be printed now? (At most one a second: frameworks
 ** retry smaller sizes after an OOM, and each retry must not print.) */
 static bool
 line_allowed(void)
 {
-    long long now = now_ns();
+    long long now = (long long)now_mono_ns();
     long long last = __atomic_load_n(&P.last_line_ns, __ATOMIC_RELAXED);
     if (now - last < LINE_INTERVAL_NS)
         return false;
@@ -214,10 +207,8 @@ trace_write(char op, uint64_t id, uint64_t bytes, int ord)
     struct trace_writer *w = P.trace;
     if (w == NULL || ord < 0)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     struct trace_event ev = {
-        .t_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u,
+        .t_us = now_wall_us(),
         .id = id,
         .size = bytes,
         .device = ord,
@@ -419,16 +410,6 @@ fork_child(void)
 /* Devices                                                              */
 /* ------------------------------------------------------------------ */
 
-static void
-uuid_format(const vcu_uuid *u, char *out, size_t len)
-{
-    const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, len,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-             b[12], b[13], b[14], b[15]);
-}
-
 /*
 ** Each account's limit of the GPU UUID of TOTAL bytes, CUDA ordinal ORD
 ** (-1: not known), into LIMIT; *RULE: the policy rule behind the user's.
@@ -506,7 +487,7 @@ device_get(int ord, struct preload_device **out)
         return r;
     struct preload_device f;
     memset(&f, 0, sizeof f);
-    uuid_format(&u, f.uuid, sizeof f.uuid);
+    uuid_format((const unsigned char *)u.bytes, f.uuid, sizeof f.uuid);
     f.total = total;
     device_limits(ord, f.uuid, total, f.limit, &f.rule);
     pthread_mutex_lock(&P.dev_lock);

@@ -116,6 +116,23 @@ nvml_limit(vnvml_device device, uint64_t total, char *uuid, size_t len,
     return effective_limit(limit) != 0;
 }
 
+/* NVML's TOTAL and USED of DEVICE as the quotas show them: TOTAL becomes
+** min(the smallest limit, total), USED what the least room left in any
+** limited account leaves of it. False, leaving both alone, when no
+** account limits the device. */
+static bool
+nvml_quota_view(vnvml_device device, unsigned long long *total, unsigned long long *used)
+{
+    char uuid[LEDGER_UUID_LEN];
+    uint64_t limit[ACCT_COUNT];
+    if (!nvml_limit(device, *total, uuid, sizeof uuid, limit))
+        return false;
+    *total = min_u64(effective_limit(limit), *total);
+    uint64_t room = room_left(uuid, limit);
+    *used = *total - min_u64(room, *total);
+    return true;
+}
+
 vnvml_return
 nvmlDeviceGetMemoryInfo(vnvml_device device, struct vnvml_memory *m)
 {
@@ -126,15 +143,8 @@ nvmlDeviceGetMemoryInfo(vnvml_device device, struct vnvml_memory *m)
         return real(device, m);
     hook_depth++;
     vnvml_return r = real(device, m);
-    char uuid[LEDGER_UUID_LEN];
-    uint64_t limit[ACCT_COUNT];
-    if (r == VNVML_SUCCESS && m != NULL &&
-        nvml_limit(device, m->total, uuid, sizeof uuid, limit)) {
-        m->total = min_u64(effective_limit(limit), m->total);
-        uint64_t room = room_left(uuid, limit);
-        m->used = m->total - min_u64(room, m->total);
+    if (r == VNVML_SUCCESS && m != NULL && nvml_quota_view(device, &m->total, &m->used))
         m->free = m->total - m->used;
-    }
     hook_depth--;
     return r;
 }
@@ -149,13 +159,7 @@ nvmlDeviceGetMemoryInfo_v2(vnvml_device device, struct vnvml_memory_v2 *m)
         return real(device, m);
     hook_depth++;
     vnvml_return r = real(device, m);
-    char uuid[LEDGER_UUID_LEN];
-    uint64_t limit[ACCT_COUNT];
-    if (r == VNVML_SUCCESS && m != NULL &&
-        nvml_limit(device, m->total, uuid, sizeof uuid, limit)) {
-        m->total = min_u64(effective_limit(limit), m->total);
-        uint64_t room = room_left(uuid, limit);
-        m->used = m->total - min_u64(room, m->total);
+    if (r == VNVML_SUCCESS && m != NULL && nvml_quota_view(device, &m->total, &m->used)) {
         /* total = reserved + used + free, as NVML keeps it. */
         uint64_t taken = min_u64(m->total, m->used + m->reserved);
         m->free = m->total - taken;

@@ -170,7 +170,6 @@ track_take(int kind, uint64_t key, struct track *out)
     return ok;
 }
 
-
 enum track_unref
 track_unref(uint64_t handle, struct track *out)
 {

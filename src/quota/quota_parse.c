@@ -254,7 +254,6 @@ quota_parse_group(const char *text, char *dst, size_t cap, char *why, size_t len
     return true;
 }
 
-
 /* One quota limit: "6.00 GiB" or "50%". */
 static void
 format_quota_value(const struct quota_value *v, char *buf, size_t len)
