@@ -7,7 +7,7 @@ Run by tests/gpu/run.sh on the GPU machine:
 
 Each check starts fresh processes under `vram run --limit ...` (the preload
 library is found next to the vram binary) and reports what the framework
-saw. Checks (issue 4, "On a real GPU"):
+saw. Checks:
   torch_total      torch.cuda.mem_get_info() total equals the quota
   torch_oom        allocating past the quota raises torch.OutOfMemoryError
   torch_expandable PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True is counted

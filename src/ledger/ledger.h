@@ -1,6 +1,7 @@
 /*
 ** ledger.h -- the shared record of a group's GPU memory use, so that the
-** processes of one job share one quota (issue 4).
+** processes of one job share one quota (the preload library, vram
+** run, vram stat/top/exporter and the Slurm plug-in read and write it).
 **
 ** One file per (user, group) in /dev/shm, mode 0600, owned by the user:
 ** "vram-<uid>-<group>". It holds a process-shared robust mutex, the

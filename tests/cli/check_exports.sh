@@ -1,6 +1,6 @@
 #!/bin/sh
 # check_exports.sh -- the shared library exports only vram_* symbols
-# (STYLE.md habit 2); the linker's own markers are allowed.
+# (docs/STYLE.md, habit 2); the linker's own markers are allowed.
 # Usage: tests/cli/check_exports.sh path/to/libvram.so
 set -eu
 

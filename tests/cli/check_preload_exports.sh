@@ -2,7 +2,7 @@
 # check_preload_exports.sh -- libvram-preload.so exports exactly the
 # interposed symbols: the global list of its version script (generated from
 # PRELOAD_HOOKS in src/preload/hooks.h), nothing else and nothing less; the
-# linker's own markers are allowed (STYLE.md habit 2).
+# linker's own markers are allowed (docs/STYLE.md, habit 2).
 # Usage: tests/cli/check_preload_exports.sh path/to/libvram-preload.so MAP
 set -eu
 

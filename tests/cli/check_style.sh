@@ -1,11 +1,13 @@
 #!/bin/sh
-# check_style.sh -- the mechanical part of STYLE.md: banned functions, and
-# getenv only in the environment module. Usage: check_style.sh REPO_ROOT
+# check_style.sh -- the mechanical part of docs/STYLE.md: banned functions
+# (habit 14), getenv only in the environment module (habit 6), no exit in
+# the library (habit 7), no issue numbers anywhere (habit 16).
+# Usage: check_style.sh REPO_ROOT
 set -u
 cd "$1" || exit 2
 bad=0
 files=$(find include src tools -name '*.[ch]')
-# Functions that STYLE.md habit 14 bans.
+# Habit 14: banned functions.
 if grep -nE '\b(sprintf|vsprintf|strcpy|strcat|strtok|atoi|atol|gets)[[:space:]]*\(' $files; then
     echo "check_style: banned function above (use snprintf, memcpy with a length, strtol...)" >&2
     bad=1
@@ -18,6 +20,15 @@ fi
 # Habit 7: a library never terminates its host process.
 if grep -nE '\b(exit|_exit|abort)[[:space:]]*\(' $(find include src -name '*.[ch]'); then
     echo "check_style: exit/abort in the library" >&2
+    bad=1
+fi
+# Habit 16: say what a thing is, never which issue asked for it -- in code,
+# comments, tests, scripts and docs (an issue number, in parentheses or not).
+texts=$(find include src tools tests bench slurm python scripts docs contrib \
+            -type f ! -name '*.gz' ! -name '*.pyc' ! -name check_style.sh 2>/dev/null)
+texts="$texts $(ls ./*.md CMakeLists.txt Makefile 2>/dev/null)"
+if grep -nIiE '\bissues? #?[0-9]|\(issue\b|\bthe issue'"'"'s\b' $texts; then
+    echo "check_style: an issue is cited above (say what the thing is instead)" >&2
     bad=1
 fi
 [ $bad -eq 0 ] && echo "style: ok"

@@ -38,7 +38,7 @@ expect_usage() {
     fi
 }
 
-# The issue's example, as text.
+# The example of docs/PLAN.md, as text.
 if "$VRAM" plan --config "$CONF/gpt2.json" --batch 16 --seq 1024 --precision mixed-bf16 \
     --optimizer adamw --accum 4 --checkpointing --gpu-memory 80G >"$TMP/out" 2>"$TMP/err"; then
     for w in weights gradients "optimizer states" activations "temporary buffers" \
@@ -50,7 +50,7 @@ else
     bad "example exit $?: $(cat "$TMP/err")"
 fi
 
-# --json: one object, the keys of the issue, integer bytes.
+# --json: one object, the documented keys, integer bytes.
 "$VRAM" plan --config "$CONF/llama-300m.json" --batch 8 --seq 2048 --precision mixed-bf16 \
     --gpu-memory 80G --json >"$TMP/json" 2>"$TMP/err" || bad "json run: $(cat "$TMP/err")"
 for k in '"tensor_peak_bytes":' '"total_bytes":' '"breakdown":' '"max_micro_batch":' \

@@ -57,7 +57,7 @@
 ** FAKECUDA_LEGACY, an old driver without cuDeviceGetUuid_v2, the VM calls
 ** and the error texts; with FAKECUDA_BROKEN, one without cuMemAlloc_v2.
 **
-** Test code: getenv is allowed here (STYLE.md's rule covers the library).
+** Test code: getenv is allowed here (docs/STYLE.md's habit 6 covers the library).
 */
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -17,8 +17,8 @@
 ** 2 for bad usage. The quota itself comes from the environment the test
 ** script sets.
 **
-** Test code: getenv and exit are allowed here (STYLE.md's rules cover the
-** library).
+** Test code: getenv and exit are allowed here (docs/STYLE.md's habits 6
+** and 7 cover the library).
 */
 #include <dirent.h>
 #include <dlfcn.h>

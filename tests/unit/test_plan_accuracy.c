@@ -8,7 +8,7 @@
 ** error overall and per family. Nothing is fitted to these rows.
 **
 ** Fails (exit 1) when the median absolute error exceeds 5% or any row
-** exceeds 15% (the issue's goal); exit 2 when the data cannot be read.
+** exceeds 15% (the planner's accuracy targets, docs/PLAN.md); exit 2 when the data cannot be read.
 ** Usage: test_plan_accuracy MEASUREMENTS_DIR
 */
 #include <json-c/json.h>
