@@ -165,13 +165,13 @@ device_in_use_locked(const struct vram_device *dev)
     return dev->heap.bytes_in_use - dev->held_bytes;
 }
 
-/* Bytes held from the backend, including regions being given back. For
-** expandable, the physical memory held (its one region is address space).
-** The caller holds dev->lock. */
+/* Bytes held from the backend, including regions being given back. For a
+** virtual-range strategy (expandable), the physical memory held (its one
+** region is address space). The caller holds dev->lock. */
 static inline uint64_t
 device_reserved_locked(const struct vram_device *dev)
 {
-    if (dev->strategy == VRAM_STRATEGY_EXPANDABLE)
+    if (dev->policy->virtual_range)
         return expand_phys_bytes(&dev->ex);
     return dev->heap.bytes_regions + dev->releasing;
 }
