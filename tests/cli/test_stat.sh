@@ -19,7 +19,7 @@ cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
     rm -rf "$TMP"
-    rm -f "/dev/shm/vram-$(id -u)-$G" "/dev/shm/vram-$(id -u)-${G}b"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}b"
 }
 trap cleanup EXIT INT TERM
 passed=0

@@ -20,7 +20,7 @@ cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
     rm -rf "$TMP"
-    rm -f "/dev/shm/vram-$(id -u)-$G"
+    rm -f "/dev/shm/vram-$(id -u)/$G"
 }
 trap cleanup EXIT INT TERM
 passed=0
