@@ -24,9 +24,11 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-exp.XXXXXX") || exit 1
 pids=""
 cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
+    [ -n "${stopped:-}" ] && kill -9 "$stopped" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$TMP"
-    rm -f "/dev/shm/vram-$(id -u)/$G"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}s"
+    rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 trap cleanup EXIT INT TERM
 passed=0
@@ -47,6 +49,13 @@ start 64 256 0 512
 keeper=$last
 start 32 256
 victim=$last
+# A member of another group stopped for good inside the ledger's critical
+# step: the exporter starts and answers at once all the same.
+"$FILL" --stopped "${G}s" "$U" 8 >"$TMP/fill.stopped" 2>&1 &
+stopped=$!
+pids="$pids $stopped"
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
 
 PORT=$(free_port)
 URL="http://127.0.0.1:$PORT/metrics"
@@ -55,6 +64,9 @@ EXP=$!
 pids="$pids $EXP"
 i=0
 while [ $i -lt 50 ] && ! curl -s -o /dev/null "$URL"; do sleep 0.1; i=$((i + 1)); done
+check "exporter answers within 1 s of its start despite a stopped member" "[ $i -le 10 ]"
+check "the stopped member's group is served" \
+    "curl -s -m 1 $URL | grep -q 'vram_process_used_bytes{group=\"${G}s\",.*pid=\"$stopped\".* 8388608\$'"
 
 curl -s -D "$TMP/hdr" "$URL" >"$TMP/m"
 check "GET /metrics answers 200" "grep -q '^HTTP/1.1 200' $TMP/hdr"

@@ -21,6 +21,7 @@ cleanup() {
     wait 2>/dev/null
     rm -rf "$TMP"
     rm -f "/dev/shm/vram-$(id -u)/$G"
+    rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 trap cleanup EXIT INT TERM
 passed=0

@@ -28,7 +28,7 @@ passed=0
 failed=0
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-preload.XXXXXX") || exit 1
 GROUP="t$$"
-trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-$(id -u)/$GROUP-*' EXIT INT TERM
+trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-$(id -u)/$GROUP-*; rmdir /dev/shm/vram-$(id -u) 2>/dev/null' EXIT INT TERM
 
 # Every variable that could change what the library or the fake does is
 # dropped, so that each run sees only what it sets.
