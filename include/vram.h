@@ -148,6 +148,9 @@ typedef enum vram_backend_kind {
 #define VRAM_SIM_DEFAULT_MEMORY (143771ULL << 20)
 
 /* Settings of the simulated backend. Zero means "the default". */
+/* The simulated backend's most devices (ordinals 0 to VRAM_SIM_MAX_DEVICES-1). */
+#define VRAM_SIM_MAX_DEVICES 64
+
 typedef struct vram_sim_options {
     int devices;             /* physical devices; default 1 */
     uint64_t memory_bytes;   /* total memory per device; default H200 */

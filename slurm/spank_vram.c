@@ -315,7 +315,7 @@ slurm_spank_task_init(spank_t sp, int ac, char **av)
 /* ---- at the end of a job step ---- */
 
 /* Remove GROUP's ledger if no live process is in it. Ledgers are files of
-** the job's user ("vram-<uid>-<group>", checked against the effective
+** the job's user ("vram-<uid>/<group>", checked against the effective
 ** uid), so slurmstepd, running as root here, takes on the user's
 ** effective ids for the moment, as it does itself around user_init. */
 static void

@@ -1204,6 +1204,11 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
 {
     const struct trace *t = w->t;
     int n_dev = t->n_devices > 0 ? t->n_devices : 1;
+    if (n_dev > VRAM_SIM_MAX_DEVICES)
+        return error_set(VRAM_E_INVALID,
+                         "analyze: the trace names device %d; the simulated backend has "
+                         "devices 0 to %d",
+                         n_dev - 1, VRAM_SIM_MAX_DEVICES - 1);
     vram_options opts;
     memset(&opts, 0, sizeof opts);
     opts.backend = VRAM_BACKEND_SIM;

@@ -31,7 +31,7 @@
 #define SIM_GRANULARITY (2ULL << 20)
 #define SIM_WINDOW (1ULL << 44) /* address window per device: 16 TiB */
 #define SIM_BASE (1ULL << 45)   /* first device's window starts here */
-#define SIM_MAX_DEVICES 64
+#define SIM_MAX_DEVICES VRAM_SIM_MAX_DEVICES
 
 /* One piece of memory handed out by mem_alloc. */
 struct sim_alloc {

@@ -1,154 +1,83 @@
 /*
-** ledger.c -- the group ledger of ledger.h: one shared file per (user,
-** group) in /dev/shm holding a robust process-shared mutex, the devices
-** seen (by UUID) and one entry per member process, plus the rule that
-** gives a dead member's memory back. docs/LEDGER.md explains the design.
+** ledger.c -- the accounts of the group ledger (ledger.h): entries,
+** devices, reservations, reclaiming the dead, snapshots and removal. The
+** file itself is ledger_file.c's, /proc is ledger_proc.c's.
+** docs/LEDGER.md explains the design.
 **
-** Invariants, true whenever the mutex is free:
-**   L1  map->used[d] is the sum of slots[i].dev[d].used over the entries
-**       in use (a member that dies mid-update breaks it; recount_locked
-**       restores it after EOWNERDEAD and at every reclaim).
-**   L2  an entry is in use iff its pid is not 0; only its own process
-**       changes its use; others clear it only when that process is dead.
-**   L3  entries at index >= map->n_slots are free, so scans stop there.
-**   L4  devices 0..n_devices-1 have distinct, non-empty UUIDs and are never
-**       removed; a UUID is written before n_devices counts it.
+** No locks. Invariants, true at every instant (not only between steps):
+**   L1  the group's use of a device is the sum of the uses of the LIVE
+**       entries; it is never stored, so no step can leave it wrong.
+**   L2  an entry's uses are changed only by its own process; others only
+**       free the entry (one compare-and-swap of its owner word) once that
+**       process is dead. A dead process's entry is exactly its share.
+**   L3  entries at index >= n_slots are free (n_slots only grows).
+**   L4  device records are taken in index order by one compare-and-swap
+**       of their tag and never freed; the UUID string follows the tag.
+**
+** Why the quota holds (the proof the tests check): a reservation first
+** adds its bytes to its own entry's pending bytes, then sums every LIVE
+** entry's use and pending bytes; sequentially
+** consistent atomics order all these adds in one total order, and the sum
+** of the reservation whose add came last reads every other add that was
+** granted and not yet given back. So that sum is at least the group's use
+** at that moment, and it is granted only when it is within the limit. A
+** grant then moves the bytes from pending to in use (added first, so they
+** are never uncounted).
+** Racing reservations may both see each other and both back off: a
+** refusal is retried (after a look for the dead, then once more) before
+** it is reported.
 **
 ** Nothing here calls the CUDA driver, exits, prints or (on the reserve and
 ** release paths) allocates: the interposer calls in from driver hooks.
 */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/auxv.h>
-#include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
-#include "ledger/ledger.h"
-
-/* "VRAMLDG1": stored last, with release order, once the file is ready. */
-#define LEDGER_MAGIC UINT64_C(0x5652414d4c444731)
-#define LEDGER_VERSION 2
-
-/* How long an opener waits for a live process that is initializing the
-** file (it holds the file's flock), in 1 ms naps. */
-#define INIT_WAIT_MS 2000
+#include "ledger/ledger_internal.h"
 
 /* Grants look for dead members at most this often (ns): a check costs a
 ** /proc read per member (about 7 us), and a grant cannot be wrong for
 ** skipping it -- reclaiming only ever lowers the group's use. */
 #define RECLAIM_INTERVAL_NS UINT64_C(100000000)
 
-/* Attempts at create-or-open while the file keeps vanishing in between. */
+/* Attempts at open-and-join while the file keeps being removed. */
 #define OPEN_ATTEMPTS 8
 
-_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
-               "the magic word must be lock-free across processes");
+/* Copies of one entry a snapshot tries before leaving it out as stale: an
+** entry changes identity only when a process joins or is reclaimed, so a
+** second try nearly always succeeds. */
+#define SNAPSHOT_TRIES 4
 
-/* One member process. */
-struct slot {
-    int32_t pid;         /* 0 = free (L2) */
-    uint32_t uid;        /* real uid, for display */
-    uint64_t start_time; /* clock ticks after boot, /proc/PID/stat field 22 */
-    uint64_t pidns;      /* inode of its pid namespace; 0 = unknown */
-    uint64_t image;      /* AT_RANDOM of its program image: new at every execve */
-    char comm[LEDGER_COMM_LEN];
-    struct ledger_use dev[LEDGER_MAX_DEVICES]; /* bytes, indexed like uuid[] */
-};
-
-/* The whole file. Another build whose layout differs has another size and
-** is refused (the version also says so). */
-struct layout {
-    _Atomic uint64_t magic; /* LEDGER_MAGIC once ready */
-    uint32_t version;
-    uint32_t size;         /* sizeof(struct layout), bytes */
-    pthread_mutex_t mutex; /* robust, process-shared: guards all below */
-    /* The process holding the mutex (pid 0: none or unknown), written
-    ** after locking and cleared before unlocking, pid last: after
-    ** EOWNERDEAD it names the member that died holding it, which /proc
-    ** may still show alive for a moment while it exits. */
-    int32_t holder_pid;
-    uint32_t removed; /* 1: the file was unlinked (ledger_remove_if_unused);
-                         whoever still maps it must open the group anew */
-    uint64_t holder_start; /* its start time, clock ticks; 0 = unknown */
-    uint64_t holder_pidns;
-    uint64_t reclaim_ns; /* CLOCK_MONOTONIC of the last full reclaim, ns */
-    int32_t n_devices;   /* L4 */
-    int32_t n_slots;     /* L3 */
-    char group[LEDGER_GROUP_LEN];
-    char uuid[LEDGER_MAX_DEVICES][LEDGER_UUID_LEN];
-    uint64_t limit[LEDGER_MAX_DEVICES];    /* bytes; 0 = none */
-    uint64_t used[LEDGER_MAX_DEVICES];     /* bytes (L1) */
-    uint64_t refusals[LEDGER_MAX_DEVICES]; /* count, ever */
-    struct slot slots[LEDGER_MAX_PROCS];
-};
-
-_Static_assert(sizeof(struct layout) < UINT32_MAX, "layout size fits its field");
-
-/* What identifies a process in the ledger. */
-struct self {
-    pid_t pid;
-    uid_t uid;
-    uint64_t start_time; /* clock ticks after boot */
-    uint64_t pidns;      /* 0 = unknown */
-    uint64_t image;      /* 0 = unknown */
-    char comm[LEDGER_COMM_LEN];
-};
+/* This process's entry in a handle: the index in bits 0-15 and the
+** generation of the owner word in bits 16-45; -1 = none. */
+#define OWN_NONE INT64_C(-1)
 
 /*
-** A handle. MAP and GROUP never change after open. SLOT and ME change
-** only under map->mutex, or in ledger_after_fork, which runs in a child
-** that has one thread.
+** A handle. MAP, GROUP, MEMBER and WRITABLE never change after open. OWN
+** is atomic: the threads of one process share the handle. ME changes only
+** in ledger_after_fork (a child with one thread).
 */
 struct ledger {
     struct layout *map;
-    bool member; /* false for ledger_attach_existing: no entry, no reserve */
-    int slot;    /* index of this process's entry; -1 = none yet */
+    bool member;   /* false: a monitoring handle, no entry, no reserve */
+    bool writable; /* false: a read-only handle (ledger_attach_user) */
+    uint64_t ino;  /* the file's inode, for ledger_file_unlink */
+    _Atomic int64_t own;
     struct self me;
     char group[LEDGER_GROUP_LEN];
 };
 
 /* ==== small helpers ==== */
-
-/*
-** This process's pid, without a system call on every reservation (glibc
-** no longer caches getpid): set at the first use and again in every fork
-** child by an atfork handler. A child made by raw clone() without fork
-** handlers is noticed at its next ledger_after_fork().
-*/
-static pid_t cached_pid;
-static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
-
-static void
-pid_refresh(void)
-{
-    __atomic_store_n(&cached_pid, getpid(), __ATOMIC_RELAXED);
-}
-
-static void
-pid_init(void)
-{
-    pid_refresh();
-    pthread_atfork(NULL, NULL, pid_refresh);
-}
-
-static pid_t
-my_pid(void)
-{
-    pthread_once(&pid_once, pid_init);
-    return __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
-}
 
 static uint64_t
 now_ns(void)
@@ -158,53 +87,10 @@ now_ns(void)
     return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }
 
-static void
-nap_1ms(void)
-{
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-}
-
 static uint64_t
 add_sat(uint64_t a, uint64_t b)
 {
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
-}
-
-/* Decimal digits in [P, END) into *OUT; false if empty, not digits, or
-** over 64 bits. */
-static bool
-parse_u64(const char *p, const char *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (p >= end)
-        return false;
-    for (; p < end; p++) {
-        if (*p < '0' || *p > '9')
-            return false;
-        unsigned digit = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - digit) / 10)
-            return false;
-        v = v * 10 + digit;
-    }
-    *out = v;
-    return true;
-}
-
-/* GROUP: 1..LEDGER_GROUP_LEN-1 of [A-Za-z0-9._-]; so it can never leave
-** /dev/shm nor hide a space from the monitoring commands. */
-static bool
-group_valid(const char *group)
-{
-    size_t n = 0;
-    for (; group[n] != '\0'; n++) {
-        char c = group[n];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-        if (!ok || n + 1 >= LEDGER_GROUP_LEN)
-            return false;
-    }
-    return n > 0;
 }
 
 static vram_status
@@ -212,12 +98,11 @@ check_group(const char *group)
 {
     if (group == NULL)
         return error_set(VRAM_E_INVALID, "ledger: NULL group");
-    if (!group_valid(group))
-        return error_set(
-            VRAM_E_CONFIG,
-            "ledger: bad group name \"%.80s\": use 1..%d letters, digits, '.', "
-            "'_' or '-'",
-            group, LEDGER_GROUP_LEN - 1);
+    if (!ledger_group_valid(group))
+        return error_set(VRAM_E_CONFIG,
+                         "ledger: bad group name \"%.80s\": use 1..%d letters, digits, '.', "
+                         "'_' or '-'",
+                         group, LEDGER_GROUP_LEN - 1);
     return VRAM_OK;
 }
 
@@ -234,726 +119,406 @@ check_uuid(const char *uuid)
     return VRAM_OK;
 }
 
-/* The shm_open name of GROUP for the effective user (the owner the file
-** gets, and the one checked). */
-static void
-shm_name(char *out, size_t cap, const char *group)
-{
-    snprintf(out, cap, "/vram-%u-%s", (unsigned)geteuid(), group);
-}
-
-/* ==== /proc ==== */
-
-/* "/proc/PID/LEAF" into BUF (CAP >= 48), by hand rather than snprintf:
-** ledger_after_fork runs in a fork child, where only async-signal-safe
-** functions are allowed. */
-static void
-proc_path(char *buf, size_t cap, pid_t pid, const char *leaf)
-{
-    char digits[24];
-    size_t nd = 0, at = 0;
-    unsigned long v = pid > 0 ? (unsigned long)pid : 0;
-    do {
-        digits[nd++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0 && nd < sizeof digits);
-    const char *head = "/proc/";
-    for (; *head != '\0' && at + 1 < cap; head++)
-        buf[at++] = *head;
-    while (nd > 0 && at + 1 < cap)
-        buf[at++] = digits[--nd];
-    if (at + 1 < cap)
-        buf[at++] = '/';
-    for (; *leaf != '\0' && at + 1 < cap; leaf++)
-        buf[at++] = *leaf;
-    buf[at] = '\0';
-}
-
-/* Read at most CAP-1 bytes of PATH into BUF, NUL-terminated; *N = bytes.
-** 0 or an errno value. No heap: this runs under the mutex. */
 static int
-read_small_file(const char *path, char *buf, size_t cap, size_t *n)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    size_t got = 0;
-    while (got + 1 < cap) {
-        ssize_t r = read(fd, buf + got, cap - 1 - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            int err = errno;
-            close(fd);
-            return err;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[got] = '\0';
-    *n = got;
-    return 0;
-}
-
-struct proc_stat {
-    char state;          /* field 3: R, S, D, Z, X... */
-    uint64_t start_time; /* field 22, clock ticks after boot */
-    char comm[LEDGER_COMM_LEN];
-};
-
-/*
-** Parse /proc/PID/stat into *OUT. Returns 0 or an errno value (ENOENT or
-** ESRCH: the process is gone; EINVAL: a line we cannot parse). The command
-** name (field 2) may hold spaces and ')' itself, so the fields are counted
-** from the LAST ')'.
-*/
-static int
-proc_stat_read(pid_t pid, struct proc_stat *out)
-{
-    char path[48];
-    char buf[1024]; /* field 22 ends within ~500 bytes even with a 64-byte comm */
-    size_t n = 0;
-    proc_path(path, sizeof path, pid, "stat");
-    int err = read_small_file(path, buf, sizeof buf, &n);
-    if (err != 0)
-        return err;
-
-    const char *lp = memchr(buf, '(', n);
-    const char *rp = NULL;
-    for (size_t i = n; i > 0; i--)
-        if (buf[i - 1] == ')') {
-            rp = buf + i - 1;
-            break;
-        }
-    if (lp == NULL || rp == NULL || rp < lp)
-        return EINVAL;
-
-    struct proc_stat ps;
-    memset(&ps, 0, sizeof ps);
-    size_t clen = (size_t)(rp - lp - 1);
-    if (clen >= LEDGER_COMM_LEN)
-        clen = LEDGER_COMM_LEN - 1;
-    memcpy(ps.comm, lp + 1, clen);
-
-    const char *p = rp + 1, *end = buf + n;
-    bool have_start = false;
-    for (int field = 2; field < 22;) {
-        while (p < end && *p == ' ')
-            p++;
-        if (p >= end || *p == '\n')
-            break;
-        const char *tok = p;
-        while (p < end && *p != ' ' && *p != '\n')
-            p++;
-        field++;
-        if (field == 3)
-            ps.state = *tok;
-        if (field == 22)
-            have_start = parse_u64(tok, p, &ps.start_time);
-    }
-    if (!have_start)
-        return EINVAL;
-    *out = ps;
-    return 0;
-}
-
-/* The number of live threads of PID ("Threads:" of /proc/PID/status); -1
-** if unknown. A zombie shows 1; a process whose main thread alone has
-** exited also shows state Z, but more threads. */
-static long
-proc_threads(pid_t pid)
-{
-    char path[48];
-    char buf[4096];
-    size_t n = 0;
-    proc_path(path, sizeof path, pid, "status");
-    if (read_small_file(path, buf, sizeof buf, &n) != 0)
-        return -1;
-    const char *p = strstr(buf, "\nThreads:");
-    if (p == NULL)
-        return -1;
-    p += strlen("\nThreads:");
-    while (*p == ' ' || *p == '\t')
-        p++;
-    const char *q = p;
-    while (*q >= '0' && *q <= '9')
-        q++;
-    uint64_t v = 0;
-    if (!parse_u64(p, q, &v) || v > 1000000000)
-        return -1;
-    return (long)v;
-}
-
-/* Fill *OUT with this process's identity. */
-static vram_status
-self_read(struct self *out)
-{
-    struct self me;
-    struct proc_stat ps;
-    memset(&me, 0, sizeof me);
-    pid_refresh(); /* self_read runs at open and after fork */
-    me.pid = my_pid();
-    me.uid = getuid();
-    int err = proc_stat_read(me.pid, &ps);
-    if (err != 0)
-        return error_set(VRAM_E_IO, "ledger: cannot read /proc/%d/stat: %s", (int)me.pid,
-                         strerror(err));
-    me.start_time = ps.start_time;
-    memcpy(me.comm, ps.comm, sizeof me.comm);
-    struct stat sb;
-    if (stat("/proc/self/ns/pid", &sb) == 0)
-        me.pidns = (uint64_t)sb.st_ino;
-    /* AT_RANDOM: 16 bytes the kernel draws at every execve; the same in
-    ** every thread and fork child of one program image. */
-    const void *rnd = (const void *)getauxval(AT_RANDOM);
-    if (rnd != NULL)
-        memcpy(&me.image, rnd, sizeof me.image);
-    *out = me;
-    return VRAM_OK;
-}
-
-/* ==== dead members ==== */
-
-/*
-** Whether the member in S is dead: its pid no longer exists (kill says
-** ESRCH), or names another process (the start time differs: a recycled
-** pid), or a zombie. In doubt -- a pid namespace we cannot see into, a
-** /proc we may not read -- it is alive: wrongly freeing a live member's
-** share would let the group pass its limit.
-*/
-static bool
-slot_dead(const struct slot *s, uint64_t my_pidns)
-{
-    if (s->pid <= 0)
-        return true; /* garbage; and kill(-pid) would mean a process group */
-    if (s->pidns != 0 && my_pidns != 0 && s->pidns != my_pidns)
-        return false; /* its pid means another process here */
-    if (kill(s->pid, 0) != 0 && errno == ESRCH)
-        return true;
-    struct proc_stat ps;
-    int err = proc_stat_read(s->pid, &ps);
-    if (err == ENOENT || err == ESRCH)
-        return true; /* died since kill() */
-    if (err != 0)
-        return false;
-    if (ps.start_time != s->start_time)
-        return true;
-    if (ps.state == 'Z' || ps.state == 'X')
-        return proc_threads(s->pid) <= 1; /* unreaped; its GPU memory is gone */
-    return false;
-}
-
-static int
-n_slots_locked(const struct layout *m)
+n_slots(const struct layout *m)
 {
     /* Clamped: the file is shared and we never index out of it. */
-    return m->n_slots < 0                  ? 0
-           : m->n_slots > LEDGER_MAX_PROCS ? LEDGER_MAX_PROCS
-                                           : m->n_slots;
+    int n = atomic_load((_Atomic int32_t *)&m->n_slots);
+    return n < 0 ? 0 : n > LEDGER_MAX_PROCS ? LEDGER_MAX_PROCS : n;
 }
 
-static int
-n_devices_locked(const struct layout *m)
+static uint64_t
+ld(const _Atomic uint64_t *p)
 {
-    return m->n_devices < 0                    ? 0
-           : m->n_devices > LEDGER_MAX_DEVICES ? LEDGER_MAX_DEVICES
-                                               : m->n_devices;
+    return atomic_load_explicit((_Atomic uint64_t *)p, memory_order_relaxed);
 }
 
-/* Restore L1 from the entries. */
 static void
-recount_locked(struct layout *m)
+st(_Atomic uint64_t *p, uint64_t v)
 {
-    uint64_t sum[LEDGER_MAX_DEVICES] = {0};
-    int top = n_slots_locked(m);
-    for (int i = 0; i < top; i++) {
-        const struct slot *s = &m->slots[i];
-        if (s->pid == 0)
-            continue;
-        for (int d = 0; d < LEDGER_MAX_DEVICES; d++)
-            sum[d] = add_sat(sum[d], s->dev[d].used);
-    }
-    memcpy(m->used, sum, sizeof sum);
+    atomic_store_explicit(p, v, memory_order_relaxed);
 }
 
-static bool
-is_own_slot(const struct ledger *l, const struct slot *s, pid_t pid)
-{
-    return s->pid == pid && l->me.pid == pid && s->start_time == l->me.start_time;
-}
+/* ==== fault points (ledger_testing.h) ==== */
 
-/*
-** Free the entries of dead members and recount (L1, L3). Unless FORCE, at
-** most every RECLAIM_INTERVAL_NS across the group. The caller holds the
-** mutex. Cost: a kill() per member, a /proc read per live one.
-*/
-static void
-reclaim_locked(struct ledger *l, bool force)
+static _Atomic int stop_point;
+
+void
+ledger_fault(int point)
 {
-    struct layout *m = l->map;
-    uint64_t now = now_ns();
-    /* now < reclaim_ns: another time namespace wrote it; just reclaim. */
-    if (!force && now >= m->reclaim_ns && now - m->reclaim_ns < RECLAIM_INTERVAL_NS)
+    if (atomic_load_explicit(&stop_point, memory_order_relaxed) != point)
         return;
-    m->reclaim_ns = now;
-
-    pid_t pid = my_pid();
-    int n = n_slots_locked(m), top = 0;
-    for (int i = 0; i < n; i++) {
-        struct slot *s = &m->slots[i];
-        if (s->pid == 0)
-            continue;
-        if (!is_own_slot(l, s, pid) && slot_dead(s, l->me.pidns)) {
-            memset(s, 0, sizeof *s);
-            continue;
-        }
-        top = i + 1;
-    }
-    m->n_slots = top;
-    recount_locked(m);
+    int expected = point;
+    if (atomic_compare_exchange_strong(&stop_point, &expected, LEDGER_FAULT_NONE))
+        raise(SIGSTOP);
 }
 
-/* ==== locking ==== */
-
-/* Free the entry of the member that died holding the mutex (see
-** holder_pid): its thread died in here, which only a dying process (or an
-** execve, whose memory the driver frees as well) does. */
-static void
-free_dead_holder_locked(struct layout *m)
+void
+ledger_test_stop_at(enum ledger_fault_point point)
 {
-    int32_t pid = m->holder_pid;
-    if (pid == 0)
-        return; /* it died before saying who it was: reclaim finds it */
-    int n = n_slots_locked(m);
-    for (int i = 0; i < n; i++) {
-        struct slot *s = &m->slots[i];
-        if (s->pid == pid && s->pidns == m->holder_pidns &&
-            (m->holder_start == 0 || s->start_time == m->holder_start))
-            memset(s, 0, sizeof *s);
+    atomic_store(&stop_point, (int)point);
+}
+
+/* ==== entries ==== */
+
+static uint64_t
+own_word(int64_t own)
+{
+    return owner_word(SLOT_LIVE, (uint32_t)((uint64_t)own >> 16), (int32_t)ledger_my_pid());
+}
+
+/* This process's entry if it has one and it is still its own; else NULL. */
+static struct slot *
+own_slot_if_any(struct ledger *l)
+{
+    int64_t own = atomic_load_explicit(&l->own, memory_order_relaxed);
+    if (own < 0 || l->me.pid != ledger_my_pid())
+        return NULL;
+    struct slot *s = &l->map->slots[own & 0xffff];
+    if (atomic_load(&s->owner) != own_word(own))
+        return NULL; /* judged dead (a recycled start time), or left */
+    return s;
+}
+
+static void
+slot_identity(struct slot *s, const struct self *me)
+{
+    st(&s->uid, (uint64_t)me->uid);
+    st(&s->start_time, me->start_time);
+    st(&s->pidns, me->pidns);
+    st(&s->image, me->image);
+    uint64_t words[LEDGER_COMM_LEN / 8];
+    memcpy(words, me->comm, sizeof words);
+    for (size_t k = 0; k < LEDGER_COMM_LEN / 8; k++)
+        st(&s->comm[k], words[k]);
+}
+
+static void
+slot_zero_uses(struct slot *s)
+{
+    for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
+        atomic_store(&s->used[d], 0);
+        atomic_store(&s->pending[d], 0);
+        atomic_store(&s->peak[d], 0);
     }
 }
+
+/* Whether the LIVE entry S (owner word W) belongs to this process. */
+static bool
+same_process(const struct ledger *l, const struct slot *s, uint64_t w)
+{
+    return owner_state(w) == SLOT_LIVE && owner_pid(w) == l->me.pid &&
+           ld(&s->start_time) == l->me.start_time && ld(&s->pidns) == l->me.pidns;
+}
+
+static void reclaim(struct ledger *l, bool force);
 
 /*
-** Take the ledger's mutex; *CANCEL_STATE keeps the thread's cancel state,
-** for unlock_ledger. Cancellation is off while it is held: open() and
-** read() of /proc are cancellation points, and a thread cancelled in here
-** would leave EOWNERDEAD behind in a live process.
-**
-** If the holder died (EOWNERDEAD), perhaps halfway through changing its
-** own entry or a sum, mark the mutex consistent, free the holder's entry,
-** and reclaim the other dead: the recount restores L1. Fails only if the
-** mutex is unusable, or this thread already holds it (a signal handler
-** calling in: the mutex is errorcheck, so that fails instead of hanging).
+** Find or make this process's entry and record it in l->own. An entry of
+** this same process (pid, start time, namespace) is shared when it comes
+** from this program image (another handle), and emptied when it was left
+** by the image before an execve(), whose device memory the driver freed.
+** Threads racing here may each take an entry: the loser frees its own.
 */
 static vram_status
-lock_ledger(struct ledger *l, int *cancel_state)
+claim_slot(struct ledger *l, struct slot **out)
 {
     struct layout *m = l->map;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, cancel_state);
-    int rc = pthread_mutex_lock(&m->mutex);
-    if (rc == EOWNERDEAD) {
-        pthread_mutex_consistent(&m->mutex);
-        free_dead_holder_locked(m);
-        reclaim_locked(l, true);
-    } else if (rc != 0) {
-        pthread_setcancelstate(*cancel_state, NULL);
-        return error_set(VRAM_E_IO, "ledger of group %s: cannot take its lock: %s",
-                         l->group, strerror(rc));
-    }
-    pid_t pid = my_pid();
-    m->holder_start = l->me.pid == pid ? l->me.start_time : 0;
-    m->holder_pidns = l->me.pidns;
-    m->holder_pid = (int32_t)pid;
-    return VRAM_OK;
-}
-
-static void
-unlock_ledger(struct ledger *l, int cancel_state)
-{
-    l->map->holder_pid = 0;
-    pthread_mutex_unlock(&l->map->mutex);
-    pthread_setcancelstate(cancel_state, NULL);
-}
-
-/* ==== entries and devices ==== */
-
-/* Fill entry S for process ME, with zero use; pid last, so that a member
-** dying halfway leaves a free entry or one with a wrong start time (L2). */
-static void
-slot_fill(struct slot *s, const struct self *me)
-{
-    s->pid = 0;
-    s->uid = (uint32_t)me->uid;
-    s->start_time = me->start_time;
-    s->pidns = me->pidns;
-    s->image = me->image;
-    memcpy(s->comm, me->comm, sizeof s->comm);
-    memset(s->dev, 0, sizeof s->dev);
-    s->pid = (int32_t)me->pid;
-}
-
-/*
-** Find or make this process's entry; set l->slot. An entry of this same
-** process (pid, start time, namespace) is shared when it comes from this
-** program image (another handle), and emptied when it was left by the
-** image before an execve(), whose device memory the driver freed.
-*/
-static vram_status
-claim_slot_locked(struct ledger *l)
-{
-    struct layout *m = l->map;
+    int64_t seen = atomic_load(&l->own);
     for (int pass = 0; pass < 2; pass++) {
-        int n = n_slots_locked(m), free_at = -1;
-        for (int i = 0; i < n; i++) {
+        int n = n_slots(m);
+        int64_t own = OWN_NONE;
+        for (int i = 0; i < n && own < 0; i++) {
             struct slot *s = &m->slots[i];
-            if (s->pid == 0) {
-                if (free_at < 0)
-                    free_at = i;
+            uint64_t w = atomic_load(&s->owner);
+            if (!same_process(l, s, w))
                 continue;
+            if (ld(&s->image) != l->me.image) {
+                slot_zero_uses(s); /* the old image's threads are gone */
+                st(&s->image, l->me.image);
             }
-            if (s->pid == l->me.pid && s->start_time == l->me.start_time &&
-                s->pidns == l->me.pidns) {
-                if (s->image != l->me.image) {
-                    slot_fill(s, &l->me);
-                    recount_locked(m);
-                }
-                l->slot = i;
+            own = (int64_t)i | ((int64_t)owner_gen(w) << 16);
+        }
+        for (int i = 0; i < LEDGER_MAX_PROCS && own < 0; i++) {
+            struct slot *s = &m->slots[i];
+            uint64_t w = atomic_load(&s->owner);
+            if (owner_state(w) != SLOT_FREE)
+                continue;
+            uint32_t gen = owner_gen(w) + 1;
+            if (!atomic_compare_exchange_strong(&s->owner, &w,
+                                                owner_word(SLOT_INIT, gen, l->me.pid)))
+                continue;
+            ledger_fault(LEDGER_FAULT_SLOT);
+            slot_identity(s, &l->me);
+            slot_zero_uses(s);
+            int top = atomic_load(&m->n_slots);
+            while (top < i + 1 && !atomic_compare_exchange_weak(&m->n_slots, &top, i + 1))
+                ;
+            atomic_store(&s->owner, owner_word(SLOT_LIVE, gen, l->me.pid));
+            own = (int64_t)i | ((int64_t)(gen & 0x3fffffffu) << 16);
+        }
+        if (own >= 0) {
+            if (atomic_compare_exchange_strong(&l->own, &seen, own) || seen == own) {
+                *out = &m->slots[own & 0xffff];
                 return VRAM_OK;
             }
+            /* Another thread of this process got there first: use its entry. */
+            struct slot *mine = &m->slots[own & 0xffff];
+            uint64_t w = atomic_load(&mine->owner);
+            if ((seen & 0xffff) != (own & 0xffff))
+                atomic_compare_exchange_strong(&mine->owner, &w,
+                                               owner_word(SLOT_FREE, owner_gen(w), 0));
+            struct slot *s = own_slot_if_any(l);
+            if (s != NULL) {
+                *out = s;
+                return VRAM_OK;
+            }
+            continue;
         }
-        if (free_at < 0 && n < LEDGER_MAX_PROCS)
-            free_at = n;
-        if (free_at >= 0) {
-            if (free_at >= n)
-                m->n_slots = free_at + 1;
-            slot_fill(&m->slots[free_at], &l->me);
-            l->slot = free_at;
-            return VRAM_OK;
-        }
-        reclaim_locked(l, true); /* full: perhaps of the dead */
+        reclaim(l, true); /* full: perhaps of the dead */
     }
     return error_set(VRAM_E_IO, "ledger of group %s is full: %d live processes", l->group,
                      LEDGER_MAX_PROCS);
 }
 
 /* This process's entry, made if needed (after fork, leave, or being
-** judged dead); *OUT = its index. */
+** judged dead). */
 static vram_status
-own_slot_locked(struct ledger *l, int *out)
+own_slot(struct ledger *l, struct slot **out)
 {
-    pid_t pid = my_pid();
-    if (l->me.pid != pid) {
+    if (l->me.pid != ledger_my_pid()) {
         /* A fork child that did not call ledger_after_fork. */
-        vram_status st = self_read(&l->me);
-        if (st != VRAM_OK)
-            return st;
-        l->slot = -1;
+        vram_status rc = ledger_self_read(&l->me);
+        if (rc != VRAM_OK)
+            return rc;
+        atomic_store(&l->own, OWN_NONE);
     }
-    if (l->slot >= 0 && l->slot < LEDGER_MAX_PROCS &&
-        is_own_slot(l, &l->map->slots[l->slot], pid)) {
-        *out = l->slot;
+    struct slot *s = own_slot_if_any(l);
+    if (s != NULL) {
+        *out = s;
         return VRAM_OK;
     }
-    vram_status st = claim_slot_locked(l);
-    if (st == VRAM_OK)
-        *out = l->slot;
-    return st;
+    return claim_slot(l, out);
 }
 
-/* This process's entry if it has one; else NULL (nothing reserved). */
-static struct slot *
-own_slot_if_any_locked(struct ledger *l)
+/* Free this process's entry (its uses go back to the group). */
+static void
+leave_slot(struct ledger *l)
 {
-    if (l->slot < 0 || l->slot >= LEDGER_MAX_PROCS)
-        return NULL;
-    struct slot *s = &l->map->slots[l->slot];
-    return is_own_slot(l, s, my_pid()) ? s : NULL;
+    struct slot *s = own_slot_if_any(l);
+    int64_t own = atomic_exchange(&l->own, OWN_NONE);
+    if (s == NULL || own < 0)
+        return;
+    uint64_t w = own_word(own);
+    atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0));
+}
+
+/* ==== dead members ==== */
+
+/*
+** Free the entries of dead members. Unless FORCE, at most every
+** RECLAIM_INTERVAL_NS across the group (whoever wins the time word looks;
+** a looker stopped halfway only delays the next look by that interval).
+** Each entry is freed by one compare-and-swap of its owner word, which
+** fails if it changed since it was judged: nothing is left half-done.
+*/
+static void
+reclaim(struct ledger *l, bool force)
+{
+    struct layout *m = l->map;
+    if (!l->writable)
+        return;
+    uint64_t now = now_ns();
+    uint64_t last = atomic_load(&m->reclaim_ns);
+    /* now < last: another time namespace wrote it; just look. */
+    if (!force && now >= last && now - last < RECLAIM_INTERVAL_NS)
+        return;
+    if (!atomic_compare_exchange_strong(&m->reclaim_ns, &last, now) && !force)
+        return; /* another member is looking right now */
+    ledger_fault(LEDGER_FAULT_RECLAIM);
+    int n = n_slots(m);
+    int64_t own = atomic_load(&l->own);
+    for (int i = 0; i < n; i++) {
+        struct slot *s = &m->slots[i];
+        uint64_t w = atomic_load(&s->owner);
+        unsigned state = owner_state(w);
+        if (state == SLOT_FREE)
+            continue;
+        if (own >= 0 && (own & 0xffff) == i && w == own_word(own))
+            continue;
+        /* An entry still being written: only a gone pid makes it dead. */
+        uint64_t start = state == SLOT_LIVE ? ld(&s->start_time) : 0;
+        uint64_t pidns = state == SLOT_LIVE ? ld(&s->pidns) : 0;
+        if (atomic_load(&s->owner) != w)
+            continue; /* changed while read: judged next time */
+        if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns))
+            atomic_compare_exchange_strong(&s->owner, &w,
+                                           owner_word(SLOT_FREE, owner_gen(w), 0));
+    }
+}
+
+/* ==== devices ==== */
+
+/* FNV-1a of the UUID, never 0 (0 = a free record). */
+static uint64_t
+uuid_tag(const char *uuid)
+{
+    uint64_t h = UINT64_C(14695981039346656037);
+    for (; *uuid != '\0'; uuid++) {
+        h ^= (unsigned char)*uuid;
+        h *= UINT64_C(1099511628211);
+    }
+    return h | 1;
+}
+
+static void
+uuid_read(const struct device *dv, char *out)
+{
+    for (int k = 0; k < LEDGER_UUID_LEN; k++)
+        out[k] = atomic_load_explicit((_Atomic char *)&dv->uuid[k], memory_order_relaxed);
+    out[LEDGER_UUID_LEN - 1] = '\0';
+}
+
+/* Whether record DV (tagged like UUID) is UUID's; completes its string if
+** its writer has not (the same bytes, so racing writers agree). */
+static bool
+device_is(struct device *dv, const char *uuid)
+{
+    char have[LEDGER_UUID_LEN];
+    uuid_read(dv, have);
+    size_t hn = strlen(have), un = strlen(uuid);
+    if (hn == un && memcmp(have, uuid, un) == 0)
+        return true;
+    if (hn > un || memcmp(have, uuid, hn) != 0)
+        return false; /* another UUID with the same tag */
+    for (size_t k = hn; k < un; k++)
+        atomic_store_explicit(&dv->uuid[k], uuid[k], memory_order_relaxed);
+    return true;
 }
 
 /* The index of device UUID; added if ADD (L4). -1 with no error set if
 ** absent and !ADD. */
 static vram_status
-device_locked(struct ledger *l, const char *uuid, bool add, int *out)
+device_index(struct ledger *l, const char *uuid, bool add, int *out)
 {
     struct layout *m = l->map;
-    int n = n_devices_locked(m);
-    for (int d = 0; d < n; d++)
-        if (strncmp(m->uuid[d], uuid, LEDGER_UUID_LEN) == 0) {
+    uint64_t tag = uuid_tag(uuid);
+    for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
+        struct device *dv = &m->dev[d];
+        uint64_t t = atomic_load(&dv->tag);
+        if (t == 0) {
+            if (!add || !l->writable) {
+                *out = -1;
+                return VRAM_OK;
+            }
+            if (!atomic_compare_exchange_strong(&dv->tag, &t, tag)) {
+                d--; /* taken a moment ago: look at it again */
+                continue;
+            }
+            ledger_fault(LEDGER_FAULT_DEVICE);
+            for (size_t k = 0; uuid[k] != '\0'; k++)
+                atomic_store_explicit(&dv->uuid[k], uuid[k], memory_order_relaxed);
             *out = d;
             return VRAM_OK;
         }
+        if (t == tag && (!l->writable || device_is(dv, uuid))) {
+            *out = d;
+            return VRAM_OK;
+        }
+    }
     if (!add) {
         *out = -1;
         return VRAM_OK;
     }
-    if (n >= LEDGER_MAX_DEVICES)
-        return error_set(VRAM_E_NO_DEVICE,
-                         "ledger of group %s already tracks %d devices; cannot add %s",
-                         l->group, LEDGER_MAX_DEVICES, uuid);
-    memset(m->uuid[n], 0, LEDGER_UUID_LEN);
-    memcpy(m->uuid[n], uuid, strlen(uuid)); /* < LEDGER_UUID_LEN: check_uuid */
-    m->limit[n] = 0;
-    m->refusals[n] = 0;
-    m->n_devices = n + 1; /* only now does the UUID count */
-    *out = n;
-    return VRAM_OK;
+    return error_set(VRAM_E_NO_DEVICE,
+                     "ledger of group %s already tracks %d devices; cannot add %s", l->group,
+                     LEDGER_MAX_DEVICES, uuid);
 }
 
-/* ==== the file ==== */
-
-/* The file behind FD must be a regular file of this user, mode 0600. */
-static vram_status
-check_file(int fd, const char *name)
+/* The sum of the LIVE entries' use of device D (L1), saturating; with
+** their pending reservations if PENDING. */
+static uint64_t
+group_sum(const struct layout *m, int d, bool pending)
 {
-    struct stat sb;
-    if (fstat(fd, &sb) != 0)
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s: %s", name, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s is not a regular file", name);
-    if (sb.st_uid != geteuid())
-        return error_set(
-            VRAM_E_IO,
-            "ledger /dev/shm%s belongs to uid %u, not %u: another user's ledger is "
-            "never used",
-            name, (unsigned)sb.st_uid, (unsigned)geteuid());
-    if ((sb.st_mode & 07777) != 0600)
-        return error_set(
-            VRAM_E_IO,
-            "ledger /dev/shm%s has mode %04o, not 0600: others could read or change "
-            "it, so it is not used",
-            name, (unsigned)(sb.st_mode & 07777));
-    return VRAM_OK;
+    uint64_t sum = 0;
+    int n = n_slots(m);
+    for (int i = 0; i < n; i++) {
+        struct slot *s = (struct slot *)&m->slots[i];
+        if (owner_state(atomic_load(&s->owner)) != SLOT_LIVE)
+            continue;
+        sum = add_sat(sum, atomic_load(&s->used[d]));
+        if (pending)
+            sum = add_sat(sum, atomic_load(&s->pending[d]));
+    }
+    return sum;
 }
 
-static vram_status
-size_mismatch(const char *name, long long size)
+/* ==== opening ==== */
+
+/* Join: claim an entry and make sure the file is not being removed (a
+** removal in progress is vetoed). False if it was removed: open anew. */
+static bool
+join(struct ledger *l, vram_status *rc)
 {
-    return error_set(
-        VRAM_E_IO,
-        "ledger /dev/shm%s has %lld bytes, this vram expects %zu (another vram "
-        "version?); remove it once no process of the group runs",
-        name, size, sizeof(struct layout));
-}
-
-/* Map the file if it is initialized: *OUT = the map, or NULL if it is not
-** ready yet. Errors for a file of another layout. */
-static vram_status
-map_if_ready(int fd, const char *name, struct layout **out)
-{
-    struct stat sb;
-    if (fstat(fd, &sb) != 0)
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s: %s", name, strerror(errno));
-    *out = NULL;
-    if (sb.st_size == 0)
-        return VRAM_OK; /* created, not sized yet */
-    if ((uint64_t)sb.st_size != sizeof(struct layout))
-        return size_mismatch(name, (long long)sb.st_size);
-    struct layout *m = mmap(NULL, sizeof *m, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s: mmap: %s", name, strerror(errno));
-    if (atomic_load_explicit(&m->magic, memory_order_acquire) != LEDGER_MAGIC) {
-        munmap(m, sizeof *m);
-        return VRAM_OK;
+    struct slot *s = NULL;
+    *rc = own_slot(l, &s);
+    if (*rc != VRAM_OK)
+        return true;
+    uint32_t state = atomic_load(&l->map->state);
+    if (state == FILE_REMOVING) {
+        /* Our entry is already visible: turning the mark back makes the
+        ** remover's final step fail. */
+        if (atomic_compare_exchange_strong(&l->map->state, &state, FILE_ACTIVE))
+            return true;
     }
-    if (m->version != LEDGER_VERSION || m->size != sizeof(struct layout)) {
-        unsigned version = m->version;
-        munmap(m, sizeof *m);
-        return error_set(
-            VRAM_E_IO,
-            "ledger /dev/shm%s has version %u, this vram writes %u; remove it once "
-            "no process of the group runs",
-            name, version, LEDGER_VERSION);
-    }
-    *out = m;
-    return VRAM_OK;
-}
-
-/*
-** Initialize the file, holding its flock. Whoever holds the flock with the
-** magic unset initializes -- the creator normally, or, if the creator died
-** before publishing, the next opener, in place (the flock died with it).
-** Re-checked here: another may have finished just before we got the flock.
-*/
-static vram_status
-initialize_flocked(int fd, const char *name, const char *group, struct layout **out)
-{
-    struct stat sb;
-    if (fstat(fd, &sb) != 0)
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s: %s", name, strerror(errno));
-    if (sb.st_size == 0 && ftruncate(fd, (off_t)sizeof(struct layout)) != 0)
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s: cannot size it: %s", name,
-                         strerror(errno));
-    if (sb.st_size != 0 && (uint64_t)sb.st_size != sizeof(struct layout))
-        return size_mismatch(name, (long long)sb.st_size);
-    struct layout *m = mmap(NULL, sizeof *m, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s: mmap: %s", name, strerror(errno));
-    if (atomic_load_explicit(&m->magic, memory_order_acquire) == LEDGER_MAGIC) {
-        munmap(m, sizeof *m);
-        struct layout *ready = NULL;
-        vram_status st = map_if_ready(fd, name, &ready); /* checks the version */
-        if (st == VRAM_OK)
-            *out = ready;
-        return st;
-    }
-
-    /* Nobody uses a file before the magic is set: writing it all is safe. */
-    memset(m, 0, sizeof *m);
-    pthread_mutexattr_t attr;
-    int rc = pthread_mutexattr_init(&attr);
-    if (rc == 0)
-        rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    if (rc == 0)
-        rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    if (rc == 0) /* a re-entrant call (signal handler) fails instead of hanging */
-        rc = pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
-    if (rc == 0)
-        rc = pthread_mutex_init(&m->mutex, &attr);
-    pthread_mutexattr_destroy(&attr);
-    if (rc != 0) {
-        munmap(m, sizeof *m);
-        return error_set(VRAM_E_IO, "ledger /dev/shm%s: cannot make its mutex: %s", name,
-                         strerror(rc));
-    }
-    m->version = LEDGER_VERSION;
-    m->size = (uint32_t)sizeof(struct layout);
-    memcpy(m->group, group, strlen(group) + 1);
-    atomic_store_explicit(&m->magic, LEDGER_MAGIC, memory_order_release);
-    *out = m;
-    return VRAM_OK;
-}
-
-/* Map the file behind FD once initialized, initializing it if nobody
-** else is (see initialize_flocked). Waits at most INIT_WAIT_MS for a live
-** initializer. */
-static vram_status
-map_ledger(int fd, const char *name, const char *group, struct layout **out)
-{
-    for (int waited = 0;; waited++) {
-        struct layout *m = NULL;
-        vram_status st = map_if_ready(fd, name, &m);
-        if (st != VRAM_OK)
-            return st;
-        if (m != NULL) {
-            *out = m;
-            return VRAM_OK;
-        }
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            st = initialize_flocked(fd, name, group, &m);
-            flock(fd, LOCK_UN);
-            if (st == VRAM_OK)
-                *out = m;
-            return st;
-        }
-        if (errno != EWOULDBLOCK && errno != EINTR)
-            return error_set(VRAM_E_IO, "ledger /dev/shm%s: flock: %s", name,
-                             strerror(errno));
-        if (waited >= INIT_WAIT_MS)
-            return error_set(
-                VRAM_E_IO,
-                "ledger /dev/shm%s: a process has been initializing it for %d ms "
-                "(stopped?)",
-                name, INIT_WAIT_MS);
-        nap_1ms();
-    }
-}
-
-/* Open (creating if CREATE) and map GROUP's file. */
-static vram_status
-open_file(const char *group, bool create, struct layout **out)
-{
-    char name[96];
-    shm_name(name, sizeof name, group);
-    for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
-        int fd = -1;
-        if (create) {
-            fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-            if (fd < 0 && errno != EEXIST)
-                return error_set(VRAM_E_IO, "ledger /dev/shm%s: cannot create it: %s",
-                                 name, strerror(errno));
-            if (fd >= 0 && fchmod(fd, 0600) != 0) { /* whatever the umask */
-                int err = errno;
-                close(fd);
-                return error_set(VRAM_E_IO, "ledger /dev/shm%s: chmod: %s", name,
-                                 strerror(err));
-            }
-        }
-        if (fd < 0) {
-            fd = shm_open(name, O_RDWR, 0);
-            if (fd < 0 && errno == ENOENT) {
-                if (!create)
-                    return error_set(VRAM_E_NO_DEVICE,
-                                     "no ledger for group %s (/dev/shm%s)", group, name);
-                continue; /* removed since our O_EXCL failed: create it anew */
-            }
-            if (fd < 0 && errno == EACCES)
-                return error_set(
-                    VRAM_E_IO,
-                    "ledger /dev/shm%s: permission denied (a file of another user "
-                    "has this name?)",
-                    name);
-            if (fd < 0)
-                return error_set(VRAM_E_IO, "ledger /dev/shm%s: %s", name,
-                                 strerror(errno));
-        }
-        vram_status st = check_file(fd, name);
-        if (st == VRAM_OK)
-            st = map_ledger(fd, name, group, out);
-        close(fd); /* the mapping stays */
-        return st;
-    }
-    return error_set(VRAM_E_IO, "ledger /dev/shm%s keeps vanishing while being opened",
-                     name);
+    if (state != FILE_REMOVED)
+        return true;
+    leave_slot(l);
+    return false;
 }
 
 static vram_status
-open_handle(const char *group, bool member, struct ledger **out)
+open_handle(uid_t uid, const char *group, bool member, bool writable, struct ledger **out)
 {
     if (out == NULL)
         return error_set(VRAM_E_INVALID, "ledger: NULL argument");
-    vram_status st = check_group(group);
-    if (st != VRAM_OK)
-        return st;
+    vram_status rc = check_group(group);
+    if (rc != VRAM_OK)
+        return rc;
     struct ledger *l = calloc(1, sizeof *l);
     if (l == NULL)
         return error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
     l->member = member;
-    l->slot = -1;
+    l->writable = writable;
+    atomic_init(&l->own, OWN_NONE);
     memcpy(l->group, group, strlen(group) + 1);
-    st = self_read(&l->me);
-    /* A file removed as unused between our open and our entry: it is
-    ** marked under its lock before being unlinked, so we see the mark once
-    ** we hold the lock, and open the group anew (the next one is new). */
-    for (int attempt = 0; st == VRAM_OK; attempt++) {
-        st = open_file(group, member, &l->map);
-        if (st != VRAM_OK)
+    rc = ledger_self_read(&l->me);
+    for (int attempt = 0; rc == VRAM_OK; attempt++) {
+        rc = ledger_file_open(uid, group, member, writable, &l->map, &l->ino);
+        if (rc != VRAM_OK)
             break;
-        int cs;
-        st = lock_ledger(l, &cs);
-        if (st != VRAM_OK)
+        bool ok = member ? join(l, &rc)
+                         : atomic_load(&l->map->state) != FILE_REMOVED;
+        if (ok)
             break;
-        bool removed = l->map->removed != 0;
-        if (!removed && member) {
-            reclaim_locked(l, false);
-            st = claim_slot_locked(l);
-        }
-        unlock_ledger(l, cs);
-        if (!removed)
-            break;
+        /* Removed: its remover may be stopped before its unlink, so unlink
+        ** it ourselves (only if the name still names this file). */
+        if (writable)
+            ledger_file_unlink(group, l->ino);
         munmap(l->map, sizeof *l->map);
         l->map = NULL;
         if (!member)
-            st = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", group);
+            rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", group);
         else if (attempt + 1 >= OPEN_ATTEMPTS)
-            st = error_set(VRAM_E_IO, "ledger of group %s keeps being removed while opened",
+            rc = error_set(VRAM_E_IO, "ledger of group %s keeps being removed while opened",
                            group);
     }
-    if (st != VRAM_OK) {
+    if (rc != VRAM_OK) {
         ledger_close(l);
-        return st;
+        return rc;
     }
+    if (member)
+        reclaim(l, false);
     *out = l;
     return VRAM_OK;
 }
@@ -963,13 +528,19 @@ open_handle(const char *group, bool member, struct ledger **out)
 vram_status
 ledger_open(const char *group, struct ledger **out)
 {
-    return open_handle(group, true, out);
+    return open_handle(geteuid(), group, true, true, out);
 }
 
 vram_status
 ledger_attach_existing(const char *group, struct ledger **out)
 {
-    return open_handle(group, false, out);
+    return open_handle(geteuid(), group, false, true, out);
+}
+
+vram_status
+ledger_attach_user(uid_t uid, const char *group, struct ledger **out)
+{
+    return open_handle(uid, group, false, false, out);
 }
 
 void
@@ -985,42 +556,35 @@ ledger_close(struct ledger *l)
 void
 ledger_leave(struct ledger *l)
 {
-    int cs;
-    if (l == NULL || !l->member || lock_ledger(l, &cs) != VRAM_OK)
+    if (l == NULL || !l->member)
         return;
-    struct slot *s = own_slot_if_any_locked(l);
-    if (s != NULL) {
-        memset(s, 0, sizeof *s);
-        recount_locked(l->map);
-    }
-    l->slot = -1;
-    unlock_ledger(l, cs);
+    leave_slot(l);
 }
 
 bool
 ledger_remove_if_unused(struct ledger *l)
 {
-    int cs;
-    if (l == NULL || l->map == NULL || lock_ledger(l, &cs) != VRAM_OK)
+    if (l == NULL || l->map == NULL || !l->writable)
         return false;
     struct layout *m = l->map;
-    reclaim_locked(l, true);
+    reclaim(l, true);
+    uint32_t state = FILE_ACTIVE;
+    if (!atomic_compare_exchange_strong(&m->state, &state, FILE_REMOVING))
+        return state == FILE_REMOVED;
+    ledger_fault(LEDGER_FAULT_REMOVING);
     bool empty = true;
-    for (int i = 0; i < n_slots_locked(m) && empty; i++)
-        empty = m->slots[i].pid == 0;
-    bool removed = m->removed != 0;
-    if (empty && !removed) {
-        char name[96];
-        shm_name(name, sizeof name, l->group);
-        /* Marked before the unlink, under the lock: an opener that mapped
-        ** this file sees the mark when it locks and opens anew. */
-        m->removed = 1;
-        if (shm_unlink(name) != 0 && errno != ENOENT)
-            m->removed = 0;
-        removed = m->removed != 0;
+    int n = n_slots(m);
+    for (int i = 0; i < n && empty; i++)
+        empty = owner_state(atomic_load(&m->slots[i].owner)) == SLOT_FREE;
+    state = FILE_REMOVING;
+    if (!empty) {
+        atomic_compare_exchange_strong(&m->state, &state, FILE_ACTIVE);
+        return false;
     }
-    unlock_ledger(l, cs);
-    return removed;
+    if (!atomic_compare_exchange_strong(&m->state, &state, FILE_REMOVED))
+        return false; /* a joiner turned it back */
+    ledger_file_unlink(l->group, l->ino);
+    return true;
 }
 
 vram_status
@@ -1029,13 +593,13 @@ ledger_after_fork(struct ledger *l)
     if (l == NULL)
         return error_set(VRAM_E_INVALID, "ledger_after_fork: NULL handle");
     struct self me;
-    vram_status st = self_read(&me);
-    if (st != VRAM_OK)
-        return st;
+    vram_status rc = ledger_self_read(&me);
+    if (rc != VRAM_OK)
+        return rc;
     /* Alone in the child: no other thread reads these. The entry is made
-    ** at the first reservation (own_slot_locked). */
+    ** at the first reservation (own_slot). */
     l->me = me;
-    l->slot = -1;
+    atomic_store(&l->own, OWN_NONE);
     return VRAM_OK;
 }
 
@@ -1044,6 +608,27 @@ static bool
 over_limit(uint64_t used, uint64_t bytes, uint64_t limit)
 {
     return limit != 0 && (bytes > limit || used > limit - bytes);
+}
+
+/* Add BYTES to *P (saturating); the bytes actually added. */
+static uint64_t
+use_add(_Atomic uint64_t *p, uint64_t bytes)
+{
+    uint64_t old = atomic_load(p), want;
+    do
+        want = add_sat(old, bytes);
+    while (!atomic_compare_exchange_weak(p, &old, want));
+    return want - old;
+}
+
+/* Take at most BYTES off *P (never below 0). */
+static void
+use_sub(_Atomic uint64_t *p, uint64_t bytes)
+{
+    uint64_t old = atomic_load(p), want;
+    do
+        want = old - (bytes < old ? bytes : old);
+    while (!atomic_compare_exchange_weak(p, &old, want));
 }
 
 vram_status
@@ -1056,83 +641,108 @@ ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limi
         return error_set(VRAM_E_INVALID,
                          "ledger of group %s: a monitoring handle cannot reserve",
                          l->group);
-    vram_status st = check_uuid(uuid);
-    if (st != VRAM_OK)
-        return st;
-    int cs;
-    st = lock_ledger(l, &cs);
-    if (st != VRAM_OK)
-        return st;
+    vram_status rc = check_uuid(uuid);
+    if (rc != VRAM_OK)
+        return rc;
+    struct slot *s = NULL;
+    int d = -1;
+    reclaim(l, false);
+    rc = own_slot(l, &s);
+    if (rc == VRAM_OK)
+        rc = device_index(l, uuid, true, &d);
+    if (rc != VRAM_OK)
+        return rc;
+    struct device *dv = &l->map->dev[d];
+    if (ld(&dv->limit) != limit)
+        st(&dv->limit, limit);
 
-    struct layout *m = l->map;
-    int slot = -1, d = -1;
-    reclaim_locked(l, false);
-    st = own_slot_locked(l, &slot);
-    if (st == VRAM_OK)
-        st = device_locked(l, uuid, true, &d);
-    if (st != VRAM_OK) {
-        unlock_ledger(l, cs);
-        return st;
+    uint64_t total = 0, added = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        added = use_add(&s->pending[d], bytes);
+        ledger_fault(LEDGER_FAULT_CLAIMED);
+        if (limit == 0)
+            break;
+        total = group_sum(l->map, d, true);
+        if (!over_limit(total - (total < added ? total : added), added, limit) &&
+            added == bytes)
+            break;
+        use_sub(&s->pending[d], added);
+        added = 0;
+        if (attempt == 0)
+            reclaim(l, true); /* never refuse because of the dead */
+        else
+            sched_yield(); /* a racing reservation may be backing off */
     }
-    m->limit[d] = limit;
-    if (over_limit(m->used[d], bytes, limit)) {
-        /* Never refuse because of the dead: look now, whatever the time. */
-        reclaim_locked(l, true);
-        if (over_limit(m->used[d], bytes, limit)) {
-            uint64_t used = m->used[d];
-            m->refusals[d]++;
-            unlock_ledger(l, cs);
-            if (group_used != NULL)
-                *group_used = used;
-            return error_set(VRAM_E_OOM,
-                             "group %s: %" PRIu64
-                             " more bytes on %s would pass its limit of "
-                             "%" PRIu64 " (%" PRIu64 " in use)",
-                             l->group, bytes, uuid, limit, used);
-        }
+    if (added == 0 && bytes != 0) {
+        uint64_t used = total - (total < bytes ? total : bytes);
+        atomic_fetch_add(&dv->refusals, 1);
+        if (group_used != NULL)
+            *group_used = used;
+        return error_set(VRAM_E_OOM,
+                         "group %s: %" PRIu64 " more bytes on %s would pass its limit of "
+                         "%" PRIu64 " (%" PRIu64 " in use)",
+                         l->group, bytes, uuid, limit, used);
     }
-    struct ledger_use *u = &m->slots[slot].dev[d];
-    u->used = add_sat(u->used, bytes);
-    if (u->used > u->peak)
-        u->peak = u->used;
-    m->used[d] = add_sat(m->used[d], bytes);
-    unlock_ledger(l, cs);
+    /* In use first, then no longer pending: counted twice for a moment
+    ** (never a moment uncounted). */
+    use_add(&s->used[d], added);
+    ledger_fault(LEDGER_FAULT_GRANTED);
+    use_sub(&s->pending[d], added);
+    uint64_t now = atomic_load(&s->used[d]);
+    uint64_t peak = atomic_load(&s->peak[d]);
+    while (now > peak && !atomic_compare_exchange_weak(&s->peak[d], &peak, now))
+        ;
     return VRAM_OK;
 }
 
 void
 ledger_release(struct ledger *l, const char *uuid, uint64_t bytes)
 {
-    int cs;
-    if (l == NULL || !l->member || check_uuid(uuid) != VRAM_OK ||
-        lock_ledger(l, &cs) != VRAM_OK)
+    if (l == NULL || !l->member || check_uuid(uuid) != VRAM_OK)
         return;
-    struct layout *m = l->map;
-    struct slot *s = own_slot_if_any_locked(l);
+    struct slot *s = own_slot_if_any(l);
     int d = -1;
-    device_locked(l, uuid, false, &d);
-    if (s != NULL && d >= 0) {
-        /* Never below zero: a release of more than was reserved (a caller
-        ** bug, or an entry emptied by ledger_leave) must not wrap. */
-        uint64_t give = bytes < s->dev[d].used ? bytes : s->dev[d].used;
-        s->dev[d].used -= give;
-        m->used[d] -= give < m->used[d] ? give : m->used[d];
-    }
-    unlock_ledger(l, cs);
+    if (s == NULL || device_index(l, uuid, false, &d) != VRAM_OK || d < 0)
+        return;
+    ledger_fault(LEDGER_FAULT_RELEASE);
+    /* Never below zero: a release of more than was reserved (a caller
+    ** bug, or an entry emptied by ledger_leave) must not wrap. */
+    use_sub(&s->used[d], bytes);
 }
 
 uint64_t
 ledger_group_used(struct ledger *l, const char *uuid)
 {
-    int cs;
-    if (l == NULL || check_uuid(uuid) != VRAM_OK || lock_ledger(l, &cs) != VRAM_OK)
+    if (l == NULL || check_uuid(uuid) != VRAM_OK)
         return 0;
-    reclaim_locked(l, true);
+    reclaim(l, true);
     int d = -1;
-    device_locked(l, uuid, false, &d);
-    uint64_t used = d >= 0 ? l->map->used[d] : 0;
-    unlock_ledger(l, cs);
-    return used;
+    device_index(l, uuid, false, &d);
+    return d >= 0 ? group_sum(l->map, d, false) : 0;
+}
+
+/* Copy entry S into *P; false if it is not LIVE or changed meanwhile. */
+static bool
+copy_proc(const struct slot *s, struct ledger_proc *p, uint64_t *word)
+{
+    _Atomic uint64_t *ow = (_Atomic uint64_t *)&s->owner;
+    uint64_t w = atomic_load(ow);
+    if (owner_state(w) != SLOT_LIVE)
+        return false;
+    p->pid = (pid_t)owner_pid(w);
+    p->start_time = ld(&s->start_time);
+    p->uid = (uid_t)ld(&s->uid);
+    uint64_t words[LEDGER_COMM_LEN / 8];
+    for (size_t k = 0; k < LEDGER_COMM_LEN / 8; k++)
+        words[k] = ld(&s->comm[k]);
+    memcpy(p->comm, words, sizeof p->comm);
+    p->comm[LEDGER_COMM_LEN - 1] = '\0';
+    for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
+        p->dev[d].used = ld(&s->used[d]);
+        p->dev[d].peak = ld(&s->peak[d]);
+    }
+    *word = w;
+    return atomic_load(ow) == w;
 }
 
 vram_status
@@ -1140,103 +750,56 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
 {
     if (l == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "ledger_snapshot: NULL argument");
-    int cs;
-    vram_status st = lock_ledger(l, &cs);
-    if (st != VRAM_OK)
-        return st;
     struct layout *m = l->map;
-    reclaim_locked(l, true);
+    reclaim(l, true);
 
     memset(out, 0, sizeof *out);
     memcpy(out->group, l->group, sizeof out->group);
-    out->n_devices = n_devices_locked(m);
-    for (int d = 0; d < out->n_devices; d++) {
-        memcpy(out->uuid[d], m->uuid[d], LEDGER_UUID_LEN);
-        out->uuid[d][LEDGER_UUID_LEN - 1] = '\0';
-        out->limit[d] = m->limit[d];
-        out->used[d] = m->used[d];
-        out->refusals[d] = m->refusals[d];
+    for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
+        struct device *dv = &m->dev[d];
+        if (atomic_load(&dv->tag) == 0)
+            break;
+        uuid_read(dv, out->uuid[d]);
+        if (out->uuid[d][0] == '\0') /* its writer is stopped before the UUID */
+            snprintf(out->uuid[d], LEDGER_UUID_LEN, "(unnamed)");
+        out->limit[d] = ld(&dv->limit);
+        out->refusals[d] = ld(&dv->refusals);
+        out->n_devices = d + 1;
     }
-    int n = n_slots_locked(m);
+    int n = n_slots(m);
     for (int i = 0; i < n; i++) {
         const struct slot *s = &m->slots[i];
-        if (s->pid == 0)
+        struct ledger_proc *p = &out->procs[out->n_procs];
+        uint64_t w = 0;
+        bool got = false, live = false;
+        for (int t = 0; t < SNAPSHOT_TRIES && !got; t++) {
+            got = copy_proc(s, p, &w);
+            live = owner_state(atomic_load((_Atomic uint64_t *)&s->owner)) == SLOT_LIVE;
+            if (!live)
+                break;
+        }
+        if (!got) {
+            if (live)
+                out->stale = true;
             continue;
-        struct ledger_proc *p = &out->procs[out->n_procs++];
-        p->pid = (pid_t)s->pid;
-        p->start_time = s->start_time;
-        p->uid = (uid_t)s->uid;
-        memcpy(p->comm, s->comm, sizeof p->comm);
-        p->comm[LEDGER_COMM_LEN - 1] = '\0';
-        memcpy(p->dev, s->dev, sizeof p->dev);
+        }
+        /* A read-only handle cannot free the dead: it leaves them out. */
+        if (!l->writable &&
+            ledger_proc_dead(owner_pid(w), p->start_time, ld(&s->pidns), l->me.pidns))
+            continue;
+        for (int d = 0; d < out->n_devices; d++)
+            out->used[d] = add_sat(out->used[d], p->dev[d].used);
+        out->n_procs++;
     }
-    unlock_ledger(l, cs);
     return VRAM_OK;
 }
 
-static int
-compare_groups(const void *a, const void *b)
-{
-    return strcmp((const char *)a, (const char *)b);
-}
-
-vram_status
-ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n)
-{
-    if (n == NULL || max < 0 || (max > 0 && groups == NULL))
-        return error_set(VRAM_E_INVALID, "ledger_list: bad argument");
-    char prefix[32];
-    snprintf(prefix, sizeof prefix, "vram-%u-", (unsigned)geteuid());
-    size_t plen = strlen(prefix);
-
-    DIR *dir = opendir("/dev/shm");
-    if (dir == NULL && errno == ENOENT) {
-        *n = 0;
-        return VRAM_OK;
-    }
-    if (dir == NULL)
-        return error_set(VRAM_E_IO, "ledger: cannot list /dev/shm: %s", strerror(errno));
-    int count = 0;
-    struct dirent *e;
-    while (count < max && (e = readdir(dir)) != NULL) {
-        const char *group = e->d_name + plen;
-        if (strncmp(e->d_name, prefix, plen) != 0 || !group_valid(group))
-            continue;
-        /* Another user may create any name in /dev/shm: list ours only. */
-        struct stat sb;
-        if (fstatat(dirfd(dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !S_ISREG(sb.st_mode) || sb.st_uid != geteuid())
-            continue;
-        memcpy(groups[count], group, strlen(group) + 1);
-        count++;
-    }
-    closedir(dir);
-    if (count > 1)
-        qsort(groups, (size_t)count, sizeof groups[0], compare_groups);
-    *n = count;
-    return VRAM_OK;
-}
-
-/* ==== for tests only ==== */
-
-void
-ledger_test_lock_and_hang(struct ledger *l)
-{
-    int cs;
-    if (l == NULL || lock_ledger(l, &cs) != VRAM_OK)
-        return;
-    for (;;)
-        pause();
-}
+/* ==== for tests only (ledger_testing.h) ==== */
 
 void
 ledger_test_set_start_time(struct ledger *l, uint64_t t)
 {
-    int cs;
-    if (l == NULL || !l->member || lock_ledger(l, &cs) != VRAM_OK)
-        return;
-    struct slot *s = own_slot_if_any_locked(l);
+    struct slot *s = l != NULL && l->member ? own_slot_if_any(l) : NULL;
     if (s != NULL)
-        s->start_time = t;
-    unlock_ledger(l, cs);
+        st(&s->start_time, t);
 }

@@ -1,23 +1,22 @@
 /*
 ** ledger.h -- the shared record of a group's GPU memory use, so that the
-** processes of one job share one quota (the preload library, vram
-** run, vram stat/top/exporter and the Slurm plug-in read and write it).
+** processes of one job share one quota.
 **
-** One file per (user, group) in /dev/shm, mode 0600, owned by the user:
-** "vram-<uid>-<group>". It holds a process-shared robust mutex, the
-** devices seen (by GPU UUID) and one entry per live process: pid, the
-** process's start time (so a recycled pid is not mistaken for it), its
+** One file per (user, group): /dev/shm/vram-<uid>/<group>, in a directory
+** of that user (mode 0700) so that no other user can take a group's name.
+** It holds the devices seen (by GPU UUID) and one entry per member
+** process: pid, start time (so a recycled pid is not mistaken for it),
 ** command name, and per device the bytes it holds now and at its peak.
 **
-** Reserve-then-allocate: a process reserves bytes under the mutex (refused
-** when the group's total plus the request would pass the limit), then
-** calls the driver, then releases the reservation if the driver failed.
-** The mutex is robust: if a holder dies (SIGKILL) the next locker gets
-** EOWNERDEAD, marks the state consistent and reclaims the dead entry, so
-** nobody hangs. Entries of dead processes are also reclaimed by reserve
-** (always before refusing, otherwise at most every 100 ms), and by
-** ledger_group_used and ledger_snapshot (the monitoring commands).
-** docs/LEDGER.md has the layout and the rules.
+** No locks: a member reserves by adding the bytes to its own entry and
+** then summing the group's entries; over the limit, it takes them back
+** and the reservation is refused. Of two racing reservations the later
+** one always sees the earlier, so the group never passes its limit, and a
+** member stopped (SIGSTOP, a debugger) or killed at any instruction holds
+** nothing others wait for: its entry is exactly its share, freed by any
+** member or monitor once the process is dead (always before a refusal,
+** otherwise at most every 100 ms). Monitors read without writing
+** anything a member needs. docs/LEDGER.md has the layout and the rules.
 **
 ** Thread-safe; fork: the child calls ledger_after_fork() and gets a fresh
 ** entry (the parent's usage stays the parent's). No function here calls
@@ -56,9 +55,13 @@ struct ledger_proc {
     struct ledger_use dev[LEDGER_MAX_DEVICES];
 };
 
-/* A consistent copy of a whole ledger (for vram top/stat and OOM lines). */
+/* A copy of a whole ledger (for vram top/stat and OOM lines). Each
+** process's identity is consistent (read between two equal generations);
+** each number is one atomic read, and a group's use is the sum of its
+** processes' uses as copied. */
 struct ledger_snapshot {
     char group[LEDGER_GROUP_LEN];
+    bool stale; /* an entry kept changing while it was copied: it is left out */
     int n_devices;
     char uuid[LEDGER_MAX_DEVICES][LEDGER_UUID_LEN];
     uint64_t limit[LEDGER_MAX_DEVICES]; /* the quota last set for the device; 0 = none */
@@ -69,11 +72,13 @@ struct ledger_snapshot {
 };
 
 /*
-** Attach to GROUP's ledger, creating it if needed, and add this process's
-** entry. GROUP: letters, digits, '.', '_', '-', 1..63 characters
-** (VRAM_E_CONFIG otherwise). VRAM_E_IO when the file cannot be created or
-** mapped, or belongs to another user or has other permissions than 0600
-** (the line says which), or is full (LEDGER_MAX_PROCS live processes).
+** Attach to GROUP's ledger, creating it (and the user's directory) if
+** needed, and add this process's entry. GROUP: letters, digits, '.', '_',
+** '-', 1..63 characters, not "." or ".." (VRAM_E_CONFIG otherwise).
+** VRAM_E_IO when the file cannot be created or mapped, when the directory
+** or the file is a symbolic link, belongs to another user or has other
+** permissions (the line names it and its owner), or when the ledger is
+** full (LEDGER_MAX_PROCS live processes).
 ** Concurrent creators agree on one file. One entry per process: a second
 ** open in the same program shares it; an entry left by this pid before an
 ** execve() (whose memory the driver freed) is taken over with zero use.
@@ -101,8 +106,9 @@ vram_status ledger_after_fork(struct ledger *l);
 /*
 ** Unlink the group's file if no live process has an entry in it (dead ones
 ** are reclaimed first); returns true if it is gone. Safe against a process
-** opening the group at the same moment: the file is marked under its lock
-** first, and openers that see the mark open the group anew. Called at
+** joining at the same moment: the file is marked "removing" first, a
+** joiner that sees the mark turns it back (and the removal is abandoned),
+** and one that sees it removed opens the group anew. Called at
 ** process exit by the preload library and by `vram run`, so /dev/shm does
 ** not fill up with the ledgers of finished jobs.
 */
@@ -117,7 +123,7 @@ bool ledger_remove_if_unused(struct ledger *l);
 ** Other statuses: VRAM_E_INVALID (NULL, a UUID that is empty or of
 ** LEDGER_UUID_LEN characters or more, a handle of ledger_attach_existing),
 ** VRAM_E_NO_DEVICE (the ledger already holds LEDGER_MAX_DEVICES other
-** devices), VRAM_E_IO (the ledger is full, or its mutex cannot be taken).
+** devices), VRAM_E_IO (the ledger is full).
 ** Grants need no /proc read; dead members are looked for at most every
 ** 100 ms, and always before a refusal, so a dead member never causes one.
 */
@@ -129,28 +135,32 @@ vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, u
 void ledger_release(struct ledger *l, const char *uuid, uint64_t bytes);
 
 /* The group's use of UUID now, bytes (dead members reclaimed first); 0
-** for a device never seen, or if the mutex cannot be taken. */
+** for a device never seen. */
 uint64_t ledger_group_used(struct ledger *l, const char *uuid);
 
 /* Copy the whole ledger into OUT (reclaiming dead members first). */
 vram_status ledger_snapshot(struct ledger *l, struct ledger_snapshot *out);
 
 /* Open GROUP's ledger only if it exists, without adding an entry (for the
-** monitoring commands). VRAM_E_NO_DEVICE if there is none. */
+** monitoring commands). VRAM_E_NO_DEVICE if there is none. Such a handle
+** reclaims dead members' entries when it reads. */
 vram_status ledger_attach_existing(const char *group, struct ledger **out);
+
+/* Open user UID's ledger GROUP read-only (for a monitor running as root):
+** the directory and the file must belong to UID (never followed if a
+** link). A read-only handle writes nothing: its snapshots leave dead
+** members out instead of reclaiming them. */
+vram_status ledger_attach_user(uid_t uid, const char *group, struct ledger **out);
 
 /* Every group ledger of the calling user: names into GROUPS (MAX of them,
 ** LEDGER_GROUP_LEN each, sorted); *n receives the count (at most MAX: more
-** are left out). Files of that name owned by another user are skipped. */
+** are left out). Entries that are not regular files of the user are
+** skipped. ledger_list_user: the same for user UID. */
 vram_status ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
+vram_status ledger_list_user(uid_t uid, char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
 
-/* ---- for tests only ---- */
-
-/* Take L's mutex and sleep forever holding it (tests kill the caller). */
-void ledger_test_lock_and_hang(struct ledger *l);
-
-/* Overwrite the start time recorded in this process's entry with T, as if
-** its pid had been recycled by a new process. */
-void ledger_test_set_start_time(struct ledger *l, uint64_t t);
+/* The users with a ledger directory (/dev/shm/vram-<uid>, a real
+** directory owned by <uid>, writable by nobody else): UIDS (MAX), *n. */
+vram_status ledger_list_users(uid_t *uids, int max, int *n);
 
 #endif

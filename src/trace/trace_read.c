@@ -699,6 +699,11 @@ handle_line(struct reader *r, const char *line, size_t n)
         n--;
     if (n > TRACE_MAX_LINE)
         return parse_error(r, "line longer than %d bytes", TRACE_MAX_LINE);
+    /* A UTF-8 byte-order mark (spreadsheets write one) is not text. */
+    if (r->line == 1 && n >= 3 && memcmp(line, "\xef\xbb\xbf", 3) == 0) {
+        line += 3;
+        n -= 3;
+    }
     if (n > 0 && line[0] == '#') {
         /* Only the first line's comment is the trace's metadata. */
         if (r->line == 1) {
@@ -946,6 +951,36 @@ source_error(struct reader *r, const struct source *s, enum source_result res)
     return VRAM_OK;
 }
 
+/*
+** A line that does not parse in a gzip file may be a damaged byte that
+** inflate turned into plausible text: the gzip check (CRC-32) at the end
+** of the member tells. Read the rest of S (into BUF, SIZE bytes); if it is
+** corrupt, report that instead of ST, which it explains.
+*/
+static vram_status
+blame_gzip(struct reader *r, struct source *s, char *buf, size_t size, vram_status st)
+{
+    if (!s->gzip || st != VRAM_E_PARSE)
+        return st;
+    char first[256];
+    snprintf(first, sizeof first, "%s", vram_last_error());
+    for (;;) {
+        size_t got = 0;
+        enum source_result res = source_read(s, buf, size, &got);
+        if (res == SRC_CORRUPT || res == SRC_TRUNCATED) {
+            const char *colon = strstr(first, ": ");
+            return error_set(VRAM_E_PARSE,
+                             "%s:%" PRIu64 ": corrupt gzip stream (%s): the file is damaged, "
+                             "so this line may be garbage (%s)",
+                             r->path, r->line,
+                             res == SRC_CORRUPT ? s->err_msg : "it ends inside a member",
+                             colon != NULL ? colon + 2 : first);
+        }
+        if (res != SRC_OK || got == 0)
+            return error_set(st, "%s", first);
+    }
+}
+
 /* Read every line of S through handle_line. */
 static vram_status
 read_lines(struct reader *r, struct source *s)
@@ -977,18 +1012,22 @@ read_lines(struct reader *r, struct source *s)
             break;
         }
 
+
         p = buf;
         end = buf + have + got;
         while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
             r->line++;
-            if ((st = handle_line(r, p, (size_t)(nl - p))) != VRAM_OK)
+            if ((st = handle_line(r, p, (size_t)(nl - p))) != VRAM_OK) {
+                st = blame_gzip(r, s, buf, size, st);
                 goto out;
+            }
             p = nl + 1;
         }
         have = (size_t)(end - p);
         if (have > TRACE_MAX_LINE + 1) {
             r->line++;
-            st = parse_error(r, "line longer than %d bytes", TRACE_MAX_LINE);
+            st = blame_gzip(r, s, buf, size,
+                            parse_error(r, "line longer than %d bytes", TRACE_MAX_LINE));
             break;
         }
         memmove(buf, p, have);

@@ -7,12 +7,19 @@
 ** (at most 300 s, so that a forgotten helper ends by itself).
 ** Usage: ledger_fill GROUP UUID MIB LIMIT [GROW [REFUSE]]
 ** Prints "ready" once the first reservation holds. Exit 0, 1 on failure.
+**
+** ledger_fill --stopped GROUP UUID MIB: a member stopped for good in the
+** middle of the ledger's critical step: it reserves MIB MiB, prints
+** "ready", then stops itself (SIGSTOP) inside its next reservation, after
+** its claim and before its check, and stays so until killed.
 */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ledger/ledger.h"
+#include "ledger/ledger_testing.h"
 
 static uint64_t
 mib_arg(const char *s)
@@ -26,9 +33,26 @@ mib_arg(const char *s)
     return (uint64_t)v << 20;
 }
 
+static int
+stopped(const char *group, const char *uuid, uint64_t bytes)
+{
+    struct ledger *l = NULL;
+    if (ledger_open(group, &l) != VRAM_OK || ledger_reserve(l, uuid, bytes, 0, NULL) != VRAM_OK) {
+        fprintf(stderr, "ledger_fill: %s\n", vram_last_error());
+        return 1;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    ledger_test_stop_at(LEDGER_FAULT_CLAIMED);
+    ledger_reserve(l, uuid, bytes, 0, NULL);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
+    if (argc == 5 && strcmp(argv[1], "--stopped") == 0)
+        return stopped(argv[2], argv[3], mib_arg(argv[4]));
     if (argc < 5 || argc > 7) {
         fprintf(stderr, "usage: ledger_fill GROUP UUID MIB LIMIT [GROW [REFUSE]]\n");
         return 1;

@@ -227,6 +227,27 @@ if grep -q "^vram: $TMP/truncated.trace.csv.gz:[0-9][0-9]*: " "$TMP/err"; then
 else
     fail "truncated gzip: the message has a line number" "$(cat "$TMP/err")"
 fi
+# A byte flipped inside the compressed data: named as a corrupt gzip
+# stream, whatever the garbled line looked like.
+python3 -c 'import sys; d = bytearray(open(sys.argv[1], "rb").read()); d[len(d) // 2] ^= 0x10; open(sys.argv[2], "wb").write(d)' \
+    "$TRACE" "$TMP/flipped.trace.csv.gz"
+run replay "$TMP/flipped.trace.csv.gz"
+expect_error "flipped byte in a gzip trace" 2 "$TMP/flipped.trace.csv.gz:"
+if grep -q "^vram: $TMP/flipped.trace.csv.gz:[0-9][0-9]*: corrupt gzip stream" "$TMP/err"; then
+    pass "flipped byte: named as a corrupt gzip stream, with a line number"
+else
+    fail "flipped byte: named as a corrupt gzip stream, with a line number" "$(cat "$TMP/err")"
+fi
+# A trace naming device 1023: the trace and the cause are named.
+printf '%s,device\n1,a,0,512,0,1023\n2,f,0,512,0,1023\n' "$H" >"$TMP/dev1023.csv"
+run replay "$TMP/dev1023.csv"
+expect_error "device 1023 in a trace: replay" 2 "$TMP/dev1023.csv: the trace names device 1023"
+run analyze "$TMP/dev1023.csv"
+expect_error "device 1023 in a trace: analyze" 2 "$TMP/dev1023.csv: analyze: the trace names device 1023"
+# A UTF-8 byte-order mark before the header is not part of the first column.
+printf '\357\273\277%s\n1,a,0,512,0\n2,f,0,512,0\n' "$H" >"$TMP/bom.csv"
+run replay "$TMP/bom.csv"
+expect_ok "a UTF-8 byte-order mark before the header"
 run replay "$TMP/does-not-exist.csv.gz"
 expect_error "missing trace file" 2 "$TMP/does-not-exist.csv.gz"
 run replay --json "$TRACE" "$TMP/bad_op.csv"

@@ -2,7 +2,8 @@
 # test_exporter.sh -- `vram exporter` on a free loopback port, against
 # ledgers filled by ledger_fill: /metrics by curl (names, types, values),
 # 404 and 405, bad --listen; hostile clients (garbage, a huge header, 20
-# slowloris connections dribbling bytes) while a normal scrape must still
+# slowloris connections dribbling bytes, from their own address) while a
+# normal scrape must still
 # be answered within 3 s; 50 concurrent scrapes; a killed process leaving
 # the metrics; then a real Prometheus (Debian package) scraping the
 # exporter every second, queried through its HTTP API. All traffic goes
@@ -23,9 +24,11 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-exp.XXXXXX") || exit 1
 pids=""
 cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
+    [ -n "${stopped:-}" ] && kill -9 "$stopped" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$TMP"
-    rm -f "/dev/shm/vram-$(id -u)-$G"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}s"
+    rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 trap cleanup EXIT INT TERM
 passed=0
@@ -46,6 +49,13 @@ start 64 256 0 512
 keeper=$last
 start 32 256
 victim=$last
+# A member of another group stopped for good inside the ledger's critical
+# step: the exporter starts and answers at once all the same.
+"$FILL" --stopped "${G}s" "$U" 8 >"$TMP/fill.stopped" 2>&1 &
+stopped=$!
+pids="$pids $stopped"
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
 
 PORT=$(free_port)
 URL="http://127.0.0.1:$PORT/metrics"
@@ -54,6 +64,9 @@ EXP=$!
 pids="$pids $EXP"
 i=0
 while [ $i -lt 50 ] && ! curl -s -o /dev/null "$URL"; do sleep 0.1; i=$((i + 1)); done
+check "exporter answers within 1 s of its start despite a stopped member" "[ $i -le 10 ]"
+check "the stopped member's group is served" \
+    "curl -s -m 1 $URL | grep -q 'vram_process_used_bytes{group=\"${G}s\",.*pid=\"$stopped\".* 8388608\$'"
 
 curl -s -D "$TMP/hdr" "$URL" >"$TMP/m"
 check "GET /metrics answers 200" "grep -q '^HTTP/1.1 200' $TMP/hdr"
@@ -72,12 +85,13 @@ check "other path: 404" "[ \$(code http://127.0.0.1:$PORT/) = 404 ]"
 check "POST: 405" "[ \$(code -X POST -d x=1 $URL) = 405 ]"
 check "DELETE: 405" "[ \$(code -X DELETE $URL) = 405 ]"
 
-# Hostile clients, in the background for at most 8 s, while normal scrapes go on.
+# Hostile clients (from 127.0.0.4), in the background for at most 8 s, while normal scrapes go on.
 python3 - "$PORT" >"$TMP/hostile" 2>&1 <<'PY' &
 import socket, sys, time
 port = int(sys.argv[1])
 def conn():
-    s = socket.create_connection(("127.0.0.1", port), timeout=3)
+    # From an address of its own: the exporter caps connections per address.
+    s = socket.create_connection(("127.0.0.1", port), timeout=3, source_address=("127.0.0.4", 0))
     return s
 out = []
 for payload in [b"\x00\xff garbage \r\n\r\n", b"GET /metrics HTTP/1.1\r\nX-Big: " + b"A" * 200000 + b"\r\n\r\n",
@@ -113,6 +127,75 @@ check "scrapes answered during the slowloris (5/5 within 3 s)" "[ $served -eq 5 
 wait "$HOSTILE"
 check "hostile client ran" "grep -q 'hostile done' $TMP/hostile"
 check "exporter still running after hostile requests" "kill -0 $EXP"
+
+# Slowloris: 100 clients from one address (127.0.0.2) each trickling one
+# header line every 2 s, reconnecting when cut, for 8 s; meanwhile a
+# scrape from 127.0.0.1 every 0.25 s must be answered within 1 s. And a
+# single client trickling a byte every 0.3 s (127.0.0.3) must be cut by
+# the whole-request deadline (2 s), although it is never idle.
+python3 - "$PORT" >"$TMP/loris" 2>&1 <<'PY'
+import socket, sys, threading, time, urllib.request
+port = int(sys.argv[1])
+stop = time.time() + 8
+def trickler():
+    s = None
+    while time.time() < stop:
+        try:
+            if s is None:
+                s = socket.socket(); s.settimeout(2)
+                s.bind(("127.0.0.2", 0)); s.connect(("127.0.0.1", port))
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            s.sendall(b"X-a: b\r\n")
+        except OSError:
+            if s is not None: s.close()
+            s = None
+            time.sleep(0.2)
+            continue
+        time.sleep(2)
+    if s is not None: s.close()
+ts = [threading.Thread(target=trickler, daemon=True) for _ in range(100)]
+for t in ts: t.start()
+cut_after = None
+def byte_trickler():
+    global cut_after
+    s = socket.socket(); s.bind(("127.0.0.3", 0)); s.connect(("127.0.0.1", port))
+    t0 = time.time()
+    try:
+        for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-long: " + b"a" * 40:
+            s.sendall(bytes([b]))
+            time.sleep(0.3)
+            s.setblocking(False)
+            try:
+                if s.recv(1) == b"": break
+            except BlockingIOError: pass
+            s.setblocking(True)
+    except OSError:
+        pass
+    cut_after = time.time() - t0
+    s.close()
+bt = threading.Thread(target=byte_trickler, daemon=True); bt.start()
+time.sleep(1)
+worst, fails, n = 0.0, 0, 0
+while time.time() < stop:
+    t0 = time.time()
+    try:
+        r = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=1)
+        ok = r.status == 200 and b"vram_group_used_bytes" in r.read()
+    except Exception as e:
+        ok = False
+    dt = time.time() - t0
+    n += 1
+    worst = max(worst, dt)
+    if not ok or dt > 1: fails += 1
+    time.sleep(0.25)
+bt.join(20)
+print("scrapes %d failed %d worst %.3f s; byte trickler cut after %s s" % (n, fails, worst, "%.1f" % cut_after if cut_after is not None else "never"))
+PY
+cat "$TMP/loris"
+check "100 trickling clients: every scrape answered within 1 s" "grep -q 'failed 0 ' $TMP/loris"
+check "a byte trickler is cut by the 2 s request deadline" \
+    "awk '/cut after/ { v = \$NF; sub(/ s\$/, \"\", v); exit !(\$(NF-1) + 0 > 1.5 && \$(NF-1) + 0 < 3.5) }' $TMP/loris"
+check "exporter still running after the trickling clients" "kill -0 $EXP"
 
 # 50 concurrent scrapes.
 k=0

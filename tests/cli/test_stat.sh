@@ -17,9 +17,11 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-stat.XXXXXX") || exit 1
 pids=""
 cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
+    [ -n "${stopped:-}" ] && kill -9 "$stopped" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$TMP"
-    rm -f "/dev/shm/vram-$(id -u)-$G" "/dev/shm/vram-$(id -u)-${G}b"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}b" "/dev/shm/vram-$(id -u)/${G}s"
+    rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 trap cleanup EXIT INT TERM
 passed=0
@@ -45,6 +47,17 @@ start "$G" 32 256
 p2=$last
 start "${G}b" 16 0
 p3=$last
+
+# A member stopped for good inside the ledger's critical step: stat
+# answers at once, showing what it holds.
+"$FILL" --stopped "${G}s" "$U" 8 >"$TMP/fill.stopped" 2>&1 &
+stopped=$!
+pids="$pids $stopped"
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
+timeout 1 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
+check "stat answers within 1 s despite a stopped member" "[ $? -eq 0 ]"
+check "stat shows the stopped member's 8 MiB" "grep -q \"^$stopped .*8.00 MiB\" $TMP/out"
 
 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
 check "stat exits 0" "[ $? -eq 0 ]"

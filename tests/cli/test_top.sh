@@ -20,7 +20,8 @@ cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
     rm -rf "$TMP"
-    rm -f "/dev/shm/vram-$(id -u)-$G"
+    rm -f "/dev/shm/vram-$(id -u)/$G"
+    rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 trap cleanup EXIT INT TERM
 passed=0

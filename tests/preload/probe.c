@@ -800,10 +800,10 @@ scenario_versions(bool want_real)
 static bool
 private_ledger_exists(void)
 {
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "vram-%u-pid-%ld-", (unsigned)geteuid(),
-             (long)getpid());
-    DIR *d = opendir("/dev/shm");
+    char prefix[64], dir[64];
+    snprintf(prefix, sizeof prefix, "pid-%ld-", (long)getpid());
+    snprintf(dir, sizeof dir, "/dev/shm/vram-%u", (unsigned)geteuid());
+    DIR *d = opendir(dir);
     if (d == NULL)
         return false;
     bool found = false;

@@ -28,7 +28,7 @@ passed=0
 failed=0
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-preload.XXXXXX") || exit 1
 GROUP="t$$"
-trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-$(id -u)-$GROUP-*' EXIT INT TERM
+trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-$(id -u)/$GROUP-*; rmdir /dev/shm/vram-$(id -u) 2>/dev/null' EXIT INT TERM
 
 # Every variable that could change what the library or the fake does is
 # dropped, so that each run sees only what it sets.
@@ -350,7 +350,7 @@ env $Q LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH="$LIBPATH" "$PROBE" \
 p=$!
 wait $p
 rc=$?
-if [ $rc -eq 0 ] && ! ls /dev/shm/vram-"$(id -u)"-pid-$p-* >/dev/null 2>&1; then
+if [ $rc -eq 0 ] && ! ls /dev/shm/vram-"$(id -u)"/pid-$p-* >/dev/null 2>&1; then
     pass "active alone: a private group, its ledger file gone at exit"
 else
     fail "active alone: a private group, its ledger file gone at exit" "exit $rc"

@@ -46,7 +46,7 @@ chmod 0711 "$TMP"
 PIDS=""
 # Job ids of this run (below MaxJobId, 67043328): away from those of a real
 # cluster on this machine,
-# whose jobs' ledgers (/dev/shm/vram-<uid>-slurm-<jobid>) must not be hit.
+# whose jobs' ledgers (/dev/shm/vram-<uid>/slurm-<jobid>) must not be hit.
 FIRSTJOB=$((50000000 + ($$ % 10000) * 100))
 NOBODY=$(id -u nobody 2>/dev/null || echo 65534)
 
@@ -74,7 +74,7 @@ cleanup() {
     # Ledgers a failed check may have left (job ids of this run only).
     j=$FIRSTJOB
     while [ $j -lt $((FIRSTJOB + 100)) ]; do
-        rm -f "/dev/shm/vram-0-slurm-$j" "/dev/shm/vram-$NOBODY-slurm-$j"
+        rm -f "/dev/shm/vram-0/slurm-$j" "/dev/shm/vram-$NOBODY/slurm-$j"
         j=$((j + 1))
     done
     rm -rf "$TMP"
@@ -250,7 +250,7 @@ killed) # a member killed by SIGKILL leaves the ledger behind (no atexit):
         i=$((i + 1)); [ $i -gt 200 ] && break; sleep 0.1
     done
     kill -9 $p; wait $p
-    [ -e "/dev/shm/vram-$(id -u)-$VRAM_GROUP" ] && echo "killed-ok" ;;
+    [ -e "/dev/shm/vram-$(id -u)/$VRAM_GROUP" ] && echo "killed-ok" ;;
 touch) touch "$dir/ran" ;;
 esac
 EOF
@@ -276,7 +276,7 @@ jobid() { sed -n 's/^env rank=[0-9?]* job=\([0-9]*\) .*/\1/p' "$TMP/out" | head 
 # ledger_gone JOBID: the job's ledger leaves /dev/shm (5 s at most).
 ledger_gone() {
     i=0
-    while [ -e "/dev/shm/vram-0-slurm-$1" ]; do
+    while [ -e "/dev/shm/vram-0/slurm-$1" ]; do
         i=$((i + 1)); [ $i -gt 50 ] && return 1; sleep 0.1
     done
 }
@@ -307,7 +307,7 @@ if [ -n "$J" ] && ledger_gone "$J"; then
     pass "the job's ledger is removed from /dev/shm at its end"
 else
     ls -l /dev/shm >"$TMP/out" 2>&1; : >"$TMP/err"
-    fail "the job's ledger is removed from /dev/shm at its end" "/dev/shm/vram-0-slurm-$J"
+    fail "the job's ledger is removed from /dev/shm at its end" "/dev/shm/vram-0/slurm-$J"
 fi
 
 job -n1 --gpu-mem=64M "$TASK" killed "$W" "$PROBE"
@@ -337,12 +337,12 @@ jobA=$!
 if wait_for "$W/s3/hold" held 30; then
     JA=$(cat "$W/s3/jobid")
     job -n1 --gpu-mem=64M "$PROBE" alloc 48 0 0
-    if [ -e "/dev/shm/vram-0-slurm-$JA" ]; then held_ledger=1; else held_ledger=0; fi
+    if [ -e "/dev/shm/vram-0/slurm-$JA" ]; then held_ledger=1; else held_ledger=0; fi
     touch "$W/s3/stop"
     wait $jobA
     rcA=$?
     if [ $held_ledger -eq 1 ] && ledger_gone "$JA"; then
-        pass "a running job's ledger /dev/shm/vram-0-slurm-$JA exists, and goes at its end"
+        pass "a running job's ledger /dev/shm/vram-0/slurm-$JA exists, and goes at its end"
     else
         fail "a running job's ledger exists, and goes at its end" "present while held: $held_ledger"
     fi
@@ -465,8 +465,8 @@ if command -v runuser >/dev/null 2>&1 && id nobody >/dev/null 2>&1; then
     J=$(jobid)
     U=$(id -u nobody)
     if [ $rc -eq 0 ] && grep -q '^killed-ok$' "$TMP/out" && [ -n "$J" ] &&
-        { i=0; while [ -e "/dev/shm/vram-$U-slurm-$J" ] && [ $i -lt 50 ]; do
-            sleep 0.1; i=$((i + 1)); done; [ ! -e "/dev/shm/vram-$U-slurm-$J" ]; }; then
+        { i=0; while [ -e "/dev/shm/vram-$U/slurm-$J" ] && [ $i -lt 50 ]; do
+            sleep 0.1; i=$((i + 1)); done; [ ! -e "/dev/shm/vram-$U/slurm-$J" ]; }; then
         pass "a job of user nobody killed with SIGKILL: its ledger vram-$U-slurm-$J removed at the end"
     else
         fail "a job of user nobody killed with SIGKILL: its ledger removed" "exit $rc, job '$J'"

@@ -6,8 +6,13 @@
 ** each scrape copies the latest text under a lock, so that many scrapers
 ** cost one sample. libmicrohttpd runs a pool of threads with a connection
 ** limit, a per-connection memory limit (huge headers get an error answer)
-** and an idle timeout, so a slow or hostile client holds at most one
-** connection for a bounded time while the others are answered.
+** and an idle timeout. An idle timeout alone does not bound a client that
+** trickles one byte at a time, so a reaper thread also ends every
+** connection whose request has not been answered within a deadline for
+** the whole request (shutdown() of its socket, which libmicrohttpd then
+** closes), and each client address may hold only a few connections: a
+** slow or hostile client holds a bounded number of connections for a
+** bounded time while the others are answered.
 ** Only GET (and HEAD) /metrics: 404 for other paths, 405 for other methods.
 ** SIGINT and SIGTERM stop it cleanly (exit 0).
 */
@@ -17,6 +22,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +47,22 @@ static const struct cli_opt opt_table[] = {
 #define EXP_MAX_CONNECTIONS 64 /* open connections at once, all clients */
 #define EXP_TIMEOUT_S 5        /* an idle connection is closed after this */
 #define EXP_CONN_MEMORY 16384  /* bytes per connection for the request head */
+/* A request must be complete and answered within this many ms of its
+** connection's start, or of the previous answer on a kept-alive
+** connection. A scrape takes about 1 ms on loopback; Prometheus's
+** default scrape timeout is 10 s, so a client 2 s late is not a scraper. */
+#define EXP_REQUEST_DEADLINE_MS 2000
+#define EXP_REAP_EVERY_MS 100 /* the reaper's period: deadlines hold within it */
+/* Connections one client address may hold at once: Prometheus uses one
+** per target, a person with curl a few; the total is EXP_MAX_CONNECTIONS. */
+#define EXP_PER_ADDRESS 8
+
+/* One open connection, for the reaper. */
+struct exp_conn {
+    int fd;              /* the socket; -1 = slot free */
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC by which its request is answered */
+    bool cut;            /* shut down by the reaper */
+};
 
 /* What the sampler and the request threads share. */
 struct exporter {
@@ -49,8 +71,15 @@ struct exporter {
     size_t len;     /* its length, bytes; under lock */
     bool stop;      /* under lock: the sampler ends */
     pthread_cond_t wake;
+    pthread_cond_t reap_wake;
     struct monitor *mon; /* the sampler thread's only */
     double interval_s;
+    /* The reaper's table: one entry per open connection, under conn_lock.
+    ** libmicrohttpd says a connection is closed (notify_conn) before it
+    ** closes the socket, so a descriptor in the table is never reused. */
+    pthread_mutex_t conn_lock;
+    struct exp_conn conns[EXP_MAX_CONNECTIONS + 8];
+    unsigned long cut_total; /* connections ended by the deadline, under conn_lock */
 };
 
 static const struct cli_command exporter_cmd = {
@@ -66,6 +95,78 @@ static const struct cli_command exporter_cmd = {
     .exit_status = "0 stopped by SIGINT/SIGTERM, 1 failure (e.g. the address is in use), "
                    "2 bad usage.",
 };
+
+static uint64_t
+mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+#define DEADLINE_NS ((uint64_t)EXP_REQUEST_DEADLINE_MS * UINT64_C(1000000))
+
+/* libmicrohttpd's connection notifications: keep the reaper's table. */
+static void
+notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
+            enum MHD_ConnectionNotificationCode code)
+{
+    struct exporter *e = cls;
+    pthread_mutex_lock(&e->conn_lock);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = NULL;
+        for (size_t i = 0; info != NULL && i < sizeof e->conns / sizeof e->conns[0]; i++)
+            if (e->conns[i].fd < 0) {
+                e->conns[i].fd = info->connect_fd;
+                e->conns[i].deadline_ns = mono_ns() + DEADLINE_NS;
+                e->conns[i].cut = false;
+                *socket_context = &e->conns[i];
+                break;
+            }
+    } else if (*socket_context != NULL) {
+        struct exp_conn *k = *socket_context;
+        k->fd = -1;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&e->conn_lock);
+}
+
+/* A request was answered on C: its connection's next request gets a new
+** deadline. */
+static void
+conn_answered(struct exporter *e, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (info == NULL || info->socket_context == NULL)
+        return;
+    struct exp_conn *k = info->socket_context;
+    pthread_mutex_lock(&e->conn_lock);
+    /* The response is being sent: give it the same time again. */
+    k->deadline_ns = mono_ns() + DEADLINE_NS;
+    pthread_mutex_unlock(&e->conn_lock);
+}
+
+/* End the connections past their deadline: shutdown() wakes libmicrohttpd's
+** poll with an end of stream, and it closes them. */
+static void
+reap(struct exporter *e)
+{
+    uint64_t now = mono_ns();
+    pthread_mutex_lock(&e->conn_lock);
+    for (size_t i = 0; i < sizeof e->conns / sizeof e->conns[0]; i++) {
+        struct exp_conn *k = &e->conns[i];
+        if (k->fd >= 0 && !k->cut && now > k->deadline_ns) {
+            shutdown(k->fd, SHUT_RDWR);
+            k->cut = true;
+            e->cut_total++;
+        }
+    }
+    pthread_mutex_unlock(&e->conn_lock);
+}
+
 
 /* Parse "A.B.C.D:PORT" or "[V6]:PORT" into SS; false with a reason in WHY. */
 static bool
@@ -166,6 +267,29 @@ sampler(void *arg)
     return NULL;
 }
 
+/* The reaper thread: its own, so that a slow sample never delays it. */
+static void *
+reaper(void *arg)
+{
+    struct exporter *e = arg;
+    pthread_mutex_lock(&e->lock);
+    while (!e->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long ns = ts.tv_nsec + EXP_REAP_EVERY_MS * 1000000L;
+        ts.tv_sec += ns / 1000000000L;
+        ts.tv_nsec = ns % 1000000000L;
+        pthread_cond_timedwait(&e->reap_wake, &e->lock, &ts);
+        if (e->stop)
+            break;
+        pthread_mutex_unlock(&e->lock);
+        reap(e);
+        pthread_mutex_lock(&e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
 static enum MHD_Result
 answer_text(struct MHD_Connection *c, unsigned code, const char *text)
 {
@@ -182,6 +306,13 @@ answer_text(struct MHD_Connection *c, unsigned code, const char *text)
 }
 
 static enum MHD_Result
+answer(struct exporter *e, struct MHD_Connection *c, unsigned code, const char *text)
+{
+    conn_answered(e, c);
+    return answer_text(c, code, text);
+}
+
+static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **state)
 {
@@ -191,10 +322,11 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     (void)state;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         *upload_size = 0; /* a body is not read */
-        return answer_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+        return answer(e, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
     }
     if (strcmp(url, "/metrics") != 0)
-        return answer_text(c, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
+        return answer(e, c, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
+    conn_answered(e, c);
     pthread_mutex_lock(&e->lock);
     char *copy = malloc(e->len + 1);
     size_t len = e->len;
@@ -252,6 +384,10 @@ cmd_exporter(int argc, char **argv)
     static struct exporter e; /* large-ish and shared with threads: not on the stack */
     pthread_mutex_init(&e.lock, NULL);
     pthread_cond_init(&e.wake, NULL);
+    pthread_cond_init(&e.reap_wake, NULL);
+    pthread_mutex_init(&e.conn_lock, NULL);
+    for (size_t i = 0; i < sizeof e.conns / sizeof e.conns[0]; i++)
+        e.conns[i].fd = -1;
     e.interval_s = interval;
     if (monitor_open(nvml, &e.mon) != VRAM_OK || !refresh(&e)) {
         cli_error("exporter: %s", vram_last_error());
@@ -274,7 +410,9 @@ cmd_exporter(int argc, char **argv)
         flags, 0, NULL, NULL, on_request, &e, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)EXP_THREADS, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)EXP_MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)EXP_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)EXP_CONN_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)EXP_CONN_MEMORY,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)EXP_PER_ADDRESS,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_conn, &e, MHD_OPTION_END);
     if (d == NULL) {
         cli_error("exporter: cannot serve on %s (address in use or not local?)", listen);
         monitor_close(e.mon);
@@ -286,20 +424,25 @@ cmd_exporter(int argc, char **argv)
            info != NULL ? (unsigned)info->port : 0u);
     fflush(stdout);
 
-    pthread_t th;
+    pthread_t th, rth;
     int rc = 0;
-    if (pthread_create(&th, NULL, sampler, &e) != 0) {
-        cli_error("exporter: cannot start the sampler thread");
+    bool have_reaper = pthread_create(&rth, NULL, reaper, &e) == 0;
+    if (!have_reaper || pthread_create(&th, NULL, sampler, &e) != 0) {
+        cli_error("exporter: cannot start its threads");
         rc = 1;
     } else {
         int sig = 0;
         sigwait(&sigs, &sig);
-        pthread_mutex_lock(&e.lock);
-        e.stop = true;
-        pthread_cond_signal(&e.wake);
-        pthread_mutex_unlock(&e.lock);
-        pthread_join(th, NULL);
     }
+    pthread_mutex_lock(&e.lock);
+    e.stop = true;
+    pthread_cond_signal(&e.wake);
+    pthread_cond_signal(&e.reap_wake);
+    pthread_mutex_unlock(&e.lock);
+    if (rc == 0)
+        pthread_join(th, NULL);
+    if (have_reaper)
+        pthread_join(rth, NULL);
     MHD_stop_daemon(d);
     monitor_close(e.mon);
     free(e.text);

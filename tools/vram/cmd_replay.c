@@ -831,6 +831,13 @@ cmd_replay(int argc, char **argv)
         trace_display_name(paths[i], names[i], sizeof names[i]);
     }
 
+    for (int i = 0; i < n_paths && rc == REPLAY_OK && set.backend != VRAM_BACKEND_CUDA; i++)
+        if (traces[i]->n_devices > VRAM_SIM_MAX_DEVICES) {
+            cli_error("%s: the trace names device %d; the simulated backend has devices 0 "
+                      "to %d",
+                      paths[i], traces[i]->n_devices - 1, VRAM_SIM_MAX_DEVICES - 1);
+            rc = REPLAY_BAD_INPUT;
+        }
     if (rc == REPLAY_OK && set.backend == VRAM_BACKEND_CUDA) {
         int n_gpus = 0;
         rc = probe_gpus(&n_gpus, &set.device_memory);

@@ -1,0 +1,377 @@
+/*
+** ledger_file.c -- where the group ledgers live and how a file is made,
+** checked and mapped (docs/LEDGER.md, "The directory" and "The file").
+**
+** Each user's ledgers are files in one directory, /dev/shm/vram-<uid>,
+** mode 0700, owned by that user: only the owner can create a name in it,
+** so another user cannot squat a group name. /dev/shm itself is writable
+** by everyone, so the directory's name can be squatted; it is therefore
+** opened with O_NOFOLLOW and checked with fstat (a directory, owned by the
+** uid in its name, writable by nobody else) before anything in it is
+** used, and a squatter's file is named in the error.
+**
+** A fresh file is all zeros, which is an empty ledger but for the header;
+** every opener writes the same header and publishes the magic, so a
+** creator stopped or killed halfway leaves nothing for others to wait for.
+*/
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "ledger/ledger_internal.h"
+
+#define LEDGER_ROOT "/dev/shm"
+
+bool
+ledger_group_valid(const char *group)
+{
+    size_t n = 0;
+    for (; group[n] != '\0'; n++) {
+        char c = group[n];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        if (!ok || n + 1 >= LEDGER_GROUP_LEN)
+            return false;
+    }
+    /* "." and ".." name directories. */
+    return n > 0 && strcmp(group, ".") != 0 && strcmp(group, "..") != 0;
+}
+
+void
+ledger_dir_path(char *out, size_t cap, uid_t uid)
+{
+    snprintf(out, cap, LEDGER_ROOT "/vram-%u", (unsigned)uid);
+}
+
+/* "uid N (name)" of UID into OUT. getpwuid_r only: no static buffer. */
+static void
+uid_text(char *out, size_t cap, uid_t uid)
+{
+    struct passwd pw, *res = NULL;
+    char buf[1024];
+    if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res != NULL)
+        snprintf(out, cap, "uid %u (%s)", (unsigned)uid, res->pw_name);
+    else
+        snprintf(out, cap, "uid %u", (unsigned)uid);
+}
+
+/*
+** Open UID's ledger directory (creating it, mode 0700, if CREATE and it is
+** missing) into *DFD. Never follows a symbolic link; refuses a directory
+** owned by another user or writable by others, naming it.
+*/
+static vram_status
+open_dir(uid_t uid, bool create, int *dfd)
+{
+    char path[64];
+    ledger_dir_path(path, sizeof path, uid);
+    if (create && mkdir(path, 0700) != 0 && errno != EEXIST)
+        return error_set(VRAM_E_IO, "ledger directory %s: cannot create it: %s", path,
+                         strerror(errno));
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        struct stat sb;
+        char who[96];
+        if (err == ENOENT)
+            return error_set(VRAM_E_NO_DEVICE, "no ledger directory %s", path);
+        if (lstat(path, &sb) == 0 && (S_ISLNK(sb.st_mode) || !S_ISDIR(sb.st_mode))) {
+            uid_text(who, sizeof who, sb.st_uid);
+            return error_set(VRAM_E_IO,
+                             "ledger directory %s is %s of %s, not a directory: it is never "
+                             "followed (whoever made it squats vram's name; remove it)",
+                             path, S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file", who);
+        }
+        return error_set(VRAM_E_IO, "ledger directory %s: %s", path, strerror(err));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        close(fd);
+        return error_set(VRAM_E_IO, "ledger directory %s: %s", path, strerror(err));
+    }
+    if (sb.st_uid != uid) {
+        char who[96];
+        uid_text(who, sizeof who, sb.st_uid);
+        close(fd);
+        return error_set(VRAM_E_IO,
+                         "ledger directory %s belongs to %s, not uid %u: another user made "
+                         "it to squat the name; it is never used (it must be removed)",
+                         path, who, (unsigned)uid);
+    }
+    if ((sb.st_mode & 022) != 0) {
+        close(fd);
+        return error_set(VRAM_E_IO,
+                         "ledger directory %s has mode %04o: others could create or replace "
+                         "ledgers in it, so it is not used (chmod 700 it)",
+                         path, (unsigned)(sb.st_mode & 07777));
+    }
+    *dfd = fd;
+    return VRAM_OK;
+}
+
+/* The file behind FD must be a regular file of UID, mode 0600. */
+static vram_status
+check_file(int fd, const char *dir, const char *group, uid_t uid, struct stat *sb)
+{
+    if (fstat(fd, sb) != 0)
+        return error_set(VRAM_E_IO, "ledger %s/%s: %s", dir, group, strerror(errno));
+    if (!S_ISREG(sb->st_mode))
+        return error_set(VRAM_E_IO, "ledger %s/%s is not a regular file", dir, group);
+    if (sb->st_uid != uid) {
+        char who[96];
+        uid_text(who, sizeof who, sb->st_uid);
+        return error_set(VRAM_E_IO,
+                         "ledger %s/%s belongs to %s, not uid %u: another user's ledger is "
+                         "never used",
+                         dir, group, who, (unsigned)uid);
+    }
+    if ((sb->st_mode & 07777) != 0600)
+        return error_set(VRAM_E_IO,
+                         "ledger %s/%s has mode %04o, not 0600: others could read or change "
+                         "it, so it is not used",
+                         dir, group, (unsigned)(sb->st_mode & 07777));
+    return VRAM_OK;
+}
+
+/* Write the header (the same bytes whoever writes it) and publish it. */
+static void
+write_header(struct layout *m, const char *group)
+{
+    atomic_store_explicit(&m->version, LEDGER_VERSION, memory_order_relaxed);
+    atomic_store_explicit(&m->size, (uint32_t)sizeof(struct layout), memory_order_relaxed);
+    for (size_t i = 0; i < LEDGER_GROUP_LEN; i++) {
+        char c = i < strlen(group) ? group[i] : '\0';
+        atomic_store_explicit(&m->group[i], c, memory_order_relaxed);
+    }
+    ledger_fault(LEDGER_FAULT_HEADER);
+    uint64_t zero = 0;
+    atomic_compare_exchange_strong_explicit(&m->magic, &zero, LEDGER_MAGIC,
+                                            memory_order_release, memory_order_relaxed);
+}
+
+/* Map the file behind FD and check (or, if WRITABLE, write) its header. */
+static vram_status
+map_file(int fd, const char *dir, const char *group, const struct stat *sb, bool writable,
+         struct layout **out)
+{
+    if (sb->st_size == 0 && writable && ftruncate(fd, (off_t)sizeof(struct layout)) != 0)
+        return error_set(VRAM_E_IO, "ledger %s/%s: cannot size it: %s", dir, group,
+                         strerror(errno));
+    if (sb->st_size == 0 && !writable)
+        return error_set(VRAM_E_NO_DEVICE, "ledger %s/%s is being created", dir, group);
+    if (sb->st_size != 0 && (uint64_t)sb->st_size != sizeof(struct layout))
+        return error_set(VRAM_E_IO,
+                         "ledger %s/%s has %lld bytes, this vram expects %zu (another vram "
+                         "version?); remove it once no process of the group runs",
+                         dir, group, (long long)sb->st_size, sizeof(struct layout));
+    struct layout *m = mmap(NULL, sizeof *m, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                            MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return error_set(VRAM_E_IO, "ledger %s/%s: mmap: %s", dir, group, strerror(errno));
+    uint64_t magic = atomic_load_explicit(&m->magic, memory_order_acquire);
+    if (magic == 0 && writable) {
+        write_header(m, group);
+        magic = atomic_load_explicit(&m->magic, memory_order_acquire);
+    }
+    if (magic == 0) {
+        munmap(m, sizeof *m);
+        return error_set(VRAM_E_NO_DEVICE, "ledger %s/%s is being created", dir, group);
+    }
+    uint32_t version = atomic_load_explicit(&m->version, memory_order_relaxed);
+    if (magic != LEDGER_MAGIC || version != LEDGER_VERSION ||
+        atomic_load_explicit(&m->size, memory_order_relaxed) != sizeof(struct layout)) {
+        munmap(m, sizeof *m);
+        return error_set(VRAM_E_IO,
+                         "ledger %s/%s has version %u, this vram writes %u; remove it once no "
+                         "process of the group runs",
+                         dir, group, (unsigned)version, LEDGER_VERSION);
+    }
+    *out = m;
+    return VRAM_OK;
+}
+
+static vram_status file_open_once(uid_t uid, const char *group, bool create, bool writable,
+                                  struct layout **out, uint64_t *ino, bool *again);
+
+vram_status
+ledger_file_open(uid_t uid, const char *group, bool create, bool writable,
+                 struct layout **out, uint64_t *ino)
+{
+    vram_status st = VRAM_OK;
+    bool again = true;
+    /* Again: the directory was removed (with its last ledger) between our
+    ** mkdir and our create. */
+    for (int attempt = 0; attempt < 8 && again; attempt++) {
+        again = false;
+        st = file_open_once(uid, group, create, writable, out, ino, &again);
+    }
+    return st;
+}
+
+static vram_status
+file_open_once(uid_t uid, const char *group, bool create, bool writable,
+               struct layout **out, uint64_t *ino, bool *again)
+{
+    char dir[64];
+    ledger_dir_path(dir, sizeof dir, uid);
+    int dfd = -1;
+    vram_status st = open_dir(uid, create, &dfd);
+    if (st == VRAM_E_NO_DEVICE)
+        return error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (%s/%s)", group, dir,
+                         group);
+    if (st != VRAM_OK)
+        return st;
+    int mode = writable ? O_RDWR : O_RDONLY;
+    int fd = -1;
+    if (create) {
+        fd = openat(dfd, group, mode | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0 && fchmod(fd, 0600) != 0) { /* whatever the umask */
+            int err = errno;
+            close(fd);
+            close(dfd);
+            return error_set(VRAM_E_IO, "ledger %s/%s: chmod: %s", dir, group, strerror(err));
+        }
+        if (fd < 0 && errno != EEXIST) {
+            int err = errno;
+            close(dfd);
+            *again = err == ENOENT;
+            return error_set(VRAM_E_IO, "ledger %s/%s: cannot create it: %s", dir, group,
+                             strerror(err));
+        }
+    }
+    if (fd < 0)
+        fd = openat(dfd, group, mode | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        close(dfd);
+        if (err == ENOENT)
+            return error_set(create ? VRAM_E_IO : VRAM_E_NO_DEVICE,
+                             "no ledger for group %s (%s/%s)", group, dir, group);
+        if (err == ELOOP)
+            return error_set(VRAM_E_IO, "ledger %s/%s is a symbolic link: never followed",
+                             dir, group);
+        return error_set(VRAM_E_IO, "ledger %s/%s: %s", dir, group, strerror(err));
+    }
+    close(dfd);
+    struct stat sb;
+    st = check_file(fd, dir, group, uid, &sb);
+    if (st == VRAM_OK)
+        st = map_file(fd, dir, group, &sb, writable, out);
+    if (st == VRAM_OK && ino != NULL)
+        *ino = (uint64_t)sb.st_ino;
+    close(fd); /* the mapping stays */
+    return st;
+}
+
+void
+ledger_file_unlink(const char *group, uint64_t ino)
+{
+    int dfd = -1;
+    if (open_dir(geteuid(), false, &dfd) != VRAM_OK)
+        return;
+    struct stat sb;
+    /* Only the file we mapped: a group created anew under the name since
+    ** is another file and stays. */
+    if (fstatat(dfd, group, &sb, AT_SYMLINK_NOFOLLOW) == 0 && (uint64_t)sb.st_ino == ino)
+        unlinkat(dfd, group, 0);
+    close(dfd);
+    /* The directory goes with its last ledger (rmdir fails while it holds
+    ** one); an opener that finds it gone meanwhile makes it anew. */
+    char dir[64];
+    ledger_dir_path(dir, sizeof dir, geteuid());
+    rmdir(dir);
+}
+
+static int
+compare_groups(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+vram_status
+ledger_list_user(uid_t uid, char (*groups)[LEDGER_GROUP_LEN], int max, int *n)
+{
+    if (n == NULL || max < 0 || (max > 0 && groups == NULL))
+        return error_set(VRAM_E_INVALID, "ledger_list: bad argument");
+    *n = 0;
+    int dfd = -1;
+    vram_status st = open_dir(uid, false, &dfd);
+    if (st == VRAM_E_NO_DEVICE)
+        return VRAM_OK; /* no ledger yet */
+    if (st != VRAM_OK)
+        return st;
+    DIR *dir = fdopendir(dfd);
+    if (dir == NULL) {
+        int err = errno;
+        close(dfd);
+        return error_set(VRAM_E_IO, "ledger directory: %s", strerror(err));
+    }
+    int count = 0;
+    struct dirent *e;
+    while (count < max && (e = readdir(dir)) != NULL) {
+        if (!ledger_group_valid(e->d_name))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(sb.st_mode) || sb.st_uid != uid)
+            continue;
+        memcpy(groups[count], e->d_name, strlen(e->d_name) + 1);
+        count++;
+    }
+    closedir(dir);
+    if (count > 1)
+        qsort(groups, (size_t)count, sizeof groups[0], compare_groups);
+    *n = count;
+    return VRAM_OK;
+}
+
+vram_status
+ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n)
+{
+    return ledger_list_user(geteuid(), groups, max, n);
+}
+
+vram_status
+ledger_list_users(uid_t *uids, int max, int *n)
+{
+    if (n == NULL || max < 0 || (max > 0 && uids == NULL))
+        return error_set(VRAM_E_INVALID, "ledger_list_users: bad argument");
+    *n = 0;
+    DIR *dir = opendir(LEDGER_ROOT);
+    if (dir == NULL)
+        return errno == ENOENT ? VRAM_OK
+                               : error_set(VRAM_E_IO, "ledger: cannot list " LEDGER_ROOT ": %s",
+                                           strerror(errno));
+    int count = 0;
+    struct dirent *e;
+    while (count < max && (e = readdir(dir)) != NULL) {
+        if (strncmp(e->d_name, "vram-", 5) != 0)
+            continue;
+        const char *p = e->d_name + 5;
+        char *end = NULL;
+        if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] != '\0'))
+            continue;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (errno != 0 || *end != '\0' || v > (unsigned long)(uid_t)-1)
+            continue;
+        /* Only a real directory owned by the uid in its name counts. */
+        struct stat sb;
+        if (fstatat(dirfd(dir), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(sb.st_mode) || sb.st_uid != (uid_t)v || (sb.st_mode & 022) != 0)
+            continue;
+        uids[count++] = (uid_t)v;
+    }
+    closedir(dir);
+    *n = count;
+    return VRAM_OK;
+}

@@ -1,0 +1,144 @@
+/*
+** ledger_internal.h -- what the three parts of the group ledger share:
+** the layout of the shared file (ledger_file.c maps it, ledger.c keeps the
+** accounts in it) and the process identity read from /proc
+** (ledger_proc.c). Not for use outside src/ledger/ledger*.c.
+**
+** Every word that more than one process writes is an atomic; no part of
+** the file is ever guarded by a lock, so that no process waits on another
+** one's progress (docs/LEDGER.md, "No waiting").
+*/
+#ifndef VRAM_LEDGER_LEDGER_INTERNAL_H
+#define VRAM_LEDGER_LEDGER_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ledger/ledger.h"
+#include "ledger/ledger_testing.h"
+
+/* "VRAMLDG3": stored last, with release order, once the header is written. */
+#define LEDGER_MAGIC UINT64_C(0x5652414d4c444733)
+#define LEDGER_VERSION 3
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ledger's words must be lock-free across processes");
+
+/*
+** A slot's owner word: state in bits 0-1, a generation in bits 2-31 (new
+** at every claim, so that a compare-and-swap on a slot that was freed and
+** taken again in between fails), the owner's pid in bits 32-63.
+*/
+enum slot_state { SLOT_FREE = 0, SLOT_INIT = 1, SLOT_LIVE = 2 };
+
+static inline unsigned
+owner_state(uint64_t w)
+{
+    return (unsigned)(w & 3u);
+}
+
+static inline uint32_t
+owner_gen(uint64_t w)
+{
+    return (uint32_t)(w >> 2) & 0x3fffffffu;
+}
+
+static inline int32_t
+owner_pid(uint64_t w)
+{
+    return (int32_t)(uint32_t)(w >> 32);
+}
+
+static inline uint64_t
+owner_word(unsigned state, uint32_t gen, int32_t pid)
+{
+    return ((uint64_t)(uint32_t)pid << 32) | ((uint64_t)(gen & 0x3fffffffu) << 2) | state;
+}
+
+/* One member process. The identity fields are written only while the slot
+** is SLOT_INIT by the process claiming it (and the image by that process
+** after an execve); the uses only by the owner (its threads: atomic
+** read-modify-writes). Readers check the owner word before and after. */
+struct slot {
+    _Atomic uint64_t owner;
+    _Atomic uint64_t uid;        /* real uid, for display */
+    _Atomic uint64_t start_time; /* clock ticks after boot, /proc/PID/stat field 22 */
+    _Atomic uint64_t pidns;      /* inode of its pid namespace; 0 = unknown */
+    _Atomic uint64_t image;      /* AT_RANDOM of its program image: new at every execve */
+    _Atomic uint64_t comm[LEDGER_COMM_LEN / 8]; /* the command name, NUL-padded */
+    _Atomic uint64_t used[LEDGER_MAX_DEVICES]; /* bytes, indexed like the devices */
+    /* Bytes of reservations being checked: counted against the limit, not
+    ** yet shown as in use (a stopped or refused claim never shows). */
+    _Atomic uint64_t pending[LEDGER_MAX_DEVICES];
+    _Atomic uint64_t peak[LEDGER_MAX_DEVICES];
+};
+
+/* One device. TAG (a hash of the UUID, never 0) claims the record; the
+** UUID string follows, written by whoever finds it missing (the same bytes). */
+struct device {
+    _Atomic uint64_t tag;
+    _Atomic char uuid[LEDGER_UUID_LEN];
+    _Atomic uint64_t limit;    /* bytes; 0 = none */
+    _Atomic uint64_t refusals; /* count, ever */
+};
+
+/* The file's life: ACTIVE (0, what a fresh zero-filled file is), REMOVING
+** (a remover is checking that it is unused; any joiner may veto it back to
+** ACTIVE), REMOVED (unlinked or about to be: joiners open the group anew). */
+enum file_state { FILE_ACTIVE = 0, FILE_REMOVING = 1, FILE_REMOVED = 2 };
+
+/* The whole file. All zeros is a valid empty ledger but for the header. */
+struct layout {
+    _Atomic uint64_t magic; /* LEDGER_MAGIC once the header is written */
+    _Atomic uint32_t version;
+    _Atomic uint32_t size; /* sizeof(struct layout), bytes */
+    _Atomic uint32_t state;   /* enum file_state */
+    _Atomic int32_t n_slots;  /* slots at index >= n_slots are free: scans stop there */
+    _Atomic uint64_t reclaim_ns; /* CLOCK_MONOTONIC of the last look for the dead */
+    _Atomic char group[LEDGER_GROUP_LEN];
+    struct device dev[LEDGER_MAX_DEVICES];
+    struct slot slots[LEDGER_MAX_PROCS];
+};
+
+_Static_assert(sizeof(struct layout) < UINT32_MAX, "layout size fits its field");
+
+/* What identifies a process in the ledger. */
+struct self {
+    pid_t pid;
+    uid_t uid;
+    uint64_t start_time; /* clock ticks after boot */
+    uint64_t pidns;      /* 0 = unknown */
+    uint64_t image;      /* 0 = unknown */
+    char comm[LEDGER_COMM_LEN];
+};
+
+/* ---- ledger_proc.c: /proc ---- */
+
+/* This process's pid, cached (refreshed in fork children). */
+pid_t ledger_my_pid(void);
+/* Fill *OUT with this process's identity (async-signal-safe but for the
+** error line). */
+vram_status ledger_self_read(struct self *out);
+/* Whether the process PID with START_TIME in pid namespace PIDNS is dead
+** (gone, its pid recycled, or a zombie); in doubt alive. START_TIME 0:
+** only whether the pid exists. */
+bool ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns);
+
+/* ---- ledger_file.c: the directory and the file ---- */
+
+/* The per-user directory "/dev/shm/vram-<uid>" into OUT. */
+void ledger_dir_path(char *out, size_t cap, uid_t uid);
+/* Open (creating it and the directory if CREATE) and map GROUP's file of
+** user UID; WRITABLE maps it for writing. *INO receives its inode. */
+vram_status ledger_file_open(uid_t uid, const char *group, bool create, bool writable,
+                             struct layout **out, uint64_t *ino);
+/* Unlink GROUP's file of the effective user if the name still names inode INO. */
+void ledger_file_unlink(const char *group, uint64_t ino);
+/* Whether NAME is a valid group name. */
+bool ledger_group_valid(const char *name);
+
+/* ---- fault points, for tests (ledger_testing.h) ---- */
+void ledger_fault(int point);
+
+#endif

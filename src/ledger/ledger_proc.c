@@ -1,0 +1,268 @@
+/*
+** ledger_proc.c -- the group ledger's view of processes, from /proc: who
+** this process is (pid, start time, pid namespace, program image) and
+** whether a member is dead. Nothing here touches the shared file.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "ledger/ledger_internal.h"
+
+/*
+** This process's pid, without a system call on every reservation (glibc
+** no longer caches getpid): set at the first use and again in every fork
+** child by an atfork handler. A child made by raw clone() without fork
+** handlers is noticed at its next ledger_after_fork().
+*/
+static pid_t cached_pid;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+static void
+pid_refresh(void)
+{
+    __atomic_store_n(&cached_pid, getpid(), __ATOMIC_RELAXED);
+}
+
+static void
+pid_init(void)
+{
+    pid_refresh();
+    pthread_atfork(NULL, NULL, pid_refresh);
+}
+
+pid_t
+ledger_my_pid(void)
+{
+    pthread_once(&pid_once, pid_init);
+    return __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+}
+
+/* Decimal digits in [P, END) into *OUT; false if empty, not digits, or
+** over 64 bits. */
+static bool
+parse_u64(const char *p, const char *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (p >= end)
+        return false;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        unsigned digit = (unsigned)(*p - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            return false;
+        v = v * 10 + digit;
+    }
+    *out = v;
+    return true;
+}
+
+/* "/proc/PID/LEAF" into BUF (CAP >= 48), by hand rather than snprintf:
+** ledger_after_fork runs in a fork child, where only async-signal-safe
+** functions are allowed. */
+static void
+proc_path(char *buf, size_t cap, pid_t pid, const char *leaf)
+{
+    char digits[24];
+    size_t nd = 0, at = 0;
+    unsigned long v = pid > 0 ? (unsigned long)pid : 0;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0 && nd < sizeof digits);
+    const char *head = "/proc/";
+    for (; *head != '\0' && at + 1 < cap; head++)
+        buf[at++] = *head;
+    while (nd > 0 && at + 1 < cap)
+        buf[at++] = digits[--nd];
+    if (at + 1 < cap)
+        buf[at++] = '/';
+    for (; *leaf != '\0' && at + 1 < cap; leaf++)
+        buf[at++] = *leaf;
+    buf[at] = '\0';
+}
+
+/* Read at most CAP-1 bytes of PATH into BUF, NUL-terminated; *N = bytes.
+** 0 or an errno value. No heap: this runs under the mutex. */
+static int
+read_small_file(const char *path, char *buf, size_t cap, size_t *n)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    size_t got = 0;
+    while (got + 1 < cap) {
+        ssize_t r = read(fd, buf + got, cap - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int err = errno;
+            close(fd);
+            return err;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = '\0';
+    *n = got;
+    return 0;
+}
+
+struct proc_stat {
+    char state;          /* field 3: R, S, D, Z, X... */
+    uint64_t start_time; /* field 22, clock ticks after boot */
+    char comm[LEDGER_COMM_LEN];
+};
+
+/*
+** Parse /proc/PID/stat into *OUT. Returns 0 or an errno value (ENOENT or
+** ESRCH: the process is gone; EINVAL: a line we cannot parse). The command
+** name (field 2) may hold spaces and ')' itself, so the fields are counted
+** from the LAST ')'.
+*/
+static int
+proc_stat_read(pid_t pid, struct proc_stat *out)
+{
+    char path[48];
+    char buf[1024]; /* field 22 ends within ~500 bytes even with a 64-byte comm */
+    size_t n = 0;
+    proc_path(path, sizeof path, pid, "stat");
+    int err = read_small_file(path, buf, sizeof buf, &n);
+    if (err != 0)
+        return err;
+
+    const char *lp = memchr(buf, '(', n);
+    const char *rp = NULL;
+    for (size_t i = n; i > 0; i--)
+        if (buf[i - 1] == ')') {
+            rp = buf + i - 1;
+            break;
+        }
+    if (lp == NULL || rp == NULL || rp < lp)
+        return EINVAL;
+
+    struct proc_stat ps;
+    memset(&ps, 0, sizeof ps);
+    size_t clen = (size_t)(rp - lp - 1);
+    if (clen >= LEDGER_COMM_LEN)
+        clen = LEDGER_COMM_LEN - 1;
+    memcpy(ps.comm, lp + 1, clen);
+
+    const char *p = rp + 1, *end = buf + n;
+    bool have_start = false;
+    for (int field = 2; field < 22;) {
+        while (p < end && *p == ' ')
+            p++;
+        if (p >= end || *p == '\n')
+            break;
+        const char *tok = p;
+        while (p < end && *p != ' ' && *p != '\n')
+            p++;
+        field++;
+        if (field == 3)
+            ps.state = *tok;
+        if (field == 22)
+            have_start = parse_u64(tok, p, &ps.start_time);
+    }
+    if (!have_start)
+        return EINVAL;
+    *out = ps;
+    return 0;
+}
+
+/* The number of live threads of PID ("Threads:" of /proc/PID/status); -1
+** if unknown. A zombie shows 1; a process whose main thread alone has
+** exited also shows state Z, but more threads. */
+static long
+proc_threads(pid_t pid)
+{
+    char path[48];
+    char buf[4096];
+    size_t n = 0;
+    proc_path(path, sizeof path, pid, "status");
+    if (read_small_file(path, buf, sizeof buf, &n) != 0)
+        return -1;
+    const char *p = strstr(buf, "\nThreads:");
+    if (p == NULL)
+        return -1;
+    p += strlen("\nThreads:");
+    while (*p == ' ' || *p == '\t')
+        p++;
+    const char *q = p;
+    while (*q >= '0' && *q <= '9')
+        q++;
+    uint64_t v = 0;
+    if (!parse_u64(p, q, &v) || v > 1000000000)
+        return -1;
+    return (long)v;
+}
+
+/* Fill *OUT with this process's identity. */
+vram_status
+ledger_self_read(struct self *out)
+{
+    struct self me;
+    struct proc_stat ps;
+    memset(&me, 0, sizeof me);
+    pid_refresh(); /* self_read runs at open and after fork */
+    me.pid = ledger_my_pid();
+    me.uid = getuid();
+    int err = proc_stat_read(me.pid, &ps);
+    if (err != 0)
+        return error_set(VRAM_E_IO, "ledger: cannot read /proc/%d/stat: %s", (int)me.pid,
+                         strerror(err));
+    me.start_time = ps.start_time;
+    memcpy(me.comm, ps.comm, sizeof me.comm);
+    struct stat sb;
+    if (stat("/proc/self/ns/pid", &sb) == 0)
+        me.pidns = (uint64_t)sb.st_ino;
+    /* AT_RANDOM: 16 bytes the kernel draws at every execve; the same in
+    ** every thread and fork child of one program image. */
+    const void *rnd = (const void *)getauxval(AT_RANDOM);
+    if (rnd != NULL)
+        memcpy(&me.image, rnd, sizeof me.image);
+    *out = me;
+    return VRAM_OK;
+}
+
+/*
+** Whether a member is dead: its pid no longer exists (kill says
+** ESRCH), or names another process (the start time differs: a recycled
+** pid), or a zombie. In doubt -- a pid namespace we cannot see into, a
+** /proc we may not read -- it is alive: wrongly freeing a live member's
+** share would let the group pass its limit.
+*/
+bool
+ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns)
+{
+    if (pid <= 0)
+        return true; /* garbage; and kill(-pid) would mean a process group */
+    if (pidns != 0 && my_pidns != 0 && pidns != my_pidns)
+        return false; /* its pid means another process here */
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return true;
+    if (start_time == 0)
+        return false; /* a member still writing its entry: only a gone pid is dead */
+    struct proc_stat ps;
+    int err = proc_stat_read(pid, &ps);
+    if (err == ENOENT || err == ESRCH)
+        return true; /* died since kill() */
+    if (err != 0)
+        return false;
+    if (ps.start_time != start_time)
+        return true;
+    if (ps.state == 'Z' || ps.state == 'X')
+        return proc_threads(pid) <= 1; /* unreaped; its GPU memory is gone */
+    return false;
+}
+
