@@ -182,6 +182,10 @@ typedef char KIND_TEXT_type[4096];
       "a size above 0, e.g. 6144m",                                                      \
       "HAMi's limit of CUDA device i (0..15), ahead of CUDA_DEVICE_MEMORY_LIMIT; read "  \
       "only when VRAM_LIMIT and VRAM_GROUP are both unset.")                            \
+    X(VRAM_CONTEXT, KIND_TRISTATE, quota.context, "", ENV_BOOL_WORDS,                       \
+      "Charge each process's CUDA context and the driver's own reservations (NVML's "   \
+      "per-process used memory beyond its allocations) to the job's quota. Under the "  \
+      "host's policy the policy decides (on by default), whatever this says.")          \
     X(VRAM_LIMIT_SOURCE, KIND_GROUP, quota.origin, "", "vram-run, slurm or hami",       \
       "Who set VRAM_LIMIT, named in the refusal line (vram run and the Slurm plug-in "   \
       "set it); a label only, never a limit.")                                           \
@@ -401,6 +405,7 @@ load_begin(struct env_load *L, env_getter get, void *user)
     L->s.env.reserve_mb = -1;
     L->s.allow_growth = -1;
     L->s.tf_force_growth = -1;
+    L->s.quota.context = -1;
     L->get = get != NULL ? get : getenv_getter;
     L->user = user;
 }
@@ -564,6 +569,7 @@ quota_assemble(const struct env_load *L, struct quota_env *q)
 {
     memset(q, 0, sizeof *q);
     memcpy(q->group, L->s.quota.group, sizeof q->group);
+    q->context = L->s.quota.context;
     if (L->text[ENV_VRAM_LIMIT] != NULL) {
         q->active = true;
         q->source = "VRAM_LIMIT";
@@ -619,6 +625,10 @@ env_quota_load(env_getter get, void *user, struct quota_env *out)
         if (st != VRAM_OK)
             return st;
     }
+    load_read(&L, ENV_VRAM_CONTEXT, ENV_VRAM_CONTEXT + 1);
+    vram_status cst = load_var(&L, ENV_VRAM_CONTEXT);
+    if (cst != VRAM_OK)
+        return cst;
     /* VRAM_LIMIT_SOURCE is a label: a malformed one is dropped, never an
     ** error that could stop a job. */
     load_read(&L, ENV_VRAM_LIMIT_SOURCE, ENV_VRAM_LIMIT_SOURCE + 1);

@@ -24,7 +24,7 @@
 /* Parsing                                                              */
 /* ------------------------------------------------------------------ */
 
-#define KEYWORDS "default, user, group, exempt, reader"
+#define KEYWORDS "default, user, group, exempt, reader, context"
 
 /* Parser state: the text being cut into lines, and the rules so far. */
 struct parse {
@@ -198,6 +198,16 @@ parse_line(struct parse *s, char *line)
         s->p.has_default = true;
         return VRAM_OK;
     }
+    if (strcmp(w[0], "context") == 0) {
+        if (n != 2 || (strcmp(w[1], "on") != 0 && strcmp(w[1], "off") != 0))
+            return parse_error(s, "'context' takes on or off");
+        if (s->p.context_line != 0)
+            return parse_error(s, "context given twice (first at line %d)",
+                               s->p.context_line);
+        s->p.context = strcmp(w[1], "on") == 0;
+        s->p.context_line = s->line;
+        return VRAM_OK;
+    }
     if (strcmp(w[0], "user") == 0 || strcmp(w[0], "group") == 0) {
         bool user = w[0][0] == 'u';
         if (n != 3)
@@ -238,6 +248,7 @@ policy_parse(const char *path, const char *text, size_t n, struct policy *out)
     struct parse s;
     memset(&s, 0, sizeof s);
     s.path = path;
+    s.p.context = true;
     snprintf(s.p.path, sizeof s.p.path, "%s", path);
     vram_status st = VRAM_OK;
     char line[POLICY_MAX_LINE + 1];

@@ -11,6 +11,7 @@
 **   exempt user ci-runner        no policy limit (root is exempt unless a
 **   exempt group admins          'user root' line limits it)
 **   reader group monitoring      may read every user's use (root always)
+**   context off                  do not charge CUDA contexts (default: on)
 **
 ** Limits use VRAM_LIMIT's grammar (env_quota_parse): sizes, fractions of
 ** each GPU, per-GPU lists keyed by ordinal or UUID.
@@ -83,6 +84,8 @@ struct policy {
     char path[POLICY_PATH_LEN]; /* where it was read, for messages */
     bool has_default;
     struct policy_rule def;     /* valid when has_default */
+    bool context;               /* charge each process's context (default true) */
+    int context_line;           /* the 'context' line, 0 if none */
     int n_rules;
     struct policy_rule *rules;  /* n_rules, in file order */
 };

@@ -40,6 +40,7 @@
 ** directly. Fork: the child gets its own ledger entry and an empty table.
 */
 #include <assert.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -54,6 +55,7 @@
 #include "base/size.h"
 #include "base/uuid.h"
 #include "config/env.h"
+#include "driver/nvml_api.h"
 #include "ledger/ledger.h"
 #include "policy/policy.h"
 #include "preload/hooks.h"
@@ -297,6 +299,10 @@ preload_init(void)
         return;
     }
     P.quota = q;
+    /* Stricter is always allowed: a job may ask for its context to be
+    ** counted where the policy does not. */
+    P.count_context =
+        user->group[0] != '\0' ? (P.policy.context || q.context == 1) : q.context == 1;
     if (q.group[0] != '\0') {
         snprintf(job->group, sizeof job->group, "%s", q.group);
     } else if (q.active) {
@@ -395,6 +401,8 @@ fork_child(void)
     P.trace = NULL;
     pthread_mutex_init(&P.dev_lock, NULL);
     track_fork_child();
+    /* The child has no CUDA context of its own yet, and nothing counted. */
+    memset(P.use, 0, sizeof P.use);
     for (int a = 0; a < ACCT_COUNT; a++) {
         if (P.acct[a].ledger == NULL || ledger_after_fork(P.acct[a].ledger) == VRAM_OK)
             continue;
@@ -618,6 +626,136 @@ biggest_users(struct ledger *l, const char *uuid, char *buf, size_t len)
     free(s);
 }
 
+/* ------------------------------------------------------------------ */
+/* Contexts: what the device holds for the process beyond its allocations */
+/* ------------------------------------------------------------------ */
+
+/*
+** A process's CUDA context, the modules it loads and the driver's own
+** reservations take device memory that no allocation call returns (about
+** 518 MiB per PyTorch process on an H200: nvidia-smi showed 4,614 MiB for
+** 4,096 MiB of tensors). With context accounting on, the quota counts it
+** as the device sees it: NVML's used memory of this process on the GPU
+** (what nvidia-smi shows per process) minus what the process has counted
+** for its allocations. It is measured at the process's first reservation
+** on the GPU, then at most every CONTEXT_INTERVAL_NS, and charged or given
+** back together with the reservation at hand (so a context that does not
+** fit refuses the allocation that would pass the quota with it).
+**
+** NVML is loaded for this (libnvidia-ml.so.1, RTLD_LOCAL) in processes
+** that allocate under context accounting and have not loaded it; where it
+** is missing, or lists no entry for this pid (another pid namespace), the
+** context is not charged and a line says so once.
+*/
+#define CONTEXT_INTERVAL_NS 100000000LL /* 100 ms, as the ledger's reclaim */
+#define CONTEXT_MAX_PROCS 128           /* NVML entries looked at per GPU */
+
+/* NVML's two functions, loading and initializing NVML once. */
+static bool
+nvml_ready(void)
+{
+    int st = __atomic_load_n(&P.nvml_state, __ATOMIC_ACQUIRE);
+    if (st != 0)
+        return st == 1;
+    /* Loaded by the program already? Else load it, privately. */
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (h == NULL)
+        h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *init = h != NULL ? interpose_lib_sym(HOOK_NVML, "nvmlInit_v2") : NULL;
+    void *procs = h != NULL ? interpose_lib_sym(HOOK_NVML,
+                                                "nvmlDeviceGetComputeRunningProcesses_v3")
+                            : NULL;
+    if (procs == NULL && h != NULL)
+        procs = interpose_lib_sym(HOOK_NVML, "nvmlDeviceGetComputeRunningProcesses_v2");
+    void *by_uuid = h != NULL ? interpose_lib_sym(HOOK_NVML, "nvmlDeviceGetHandleByUUID")
+                              : NULL;
+    bool ok = init != NULL && procs != NULL && by_uuid != NULL;
+    if (ok) {
+        vnvml_pfn_init f;
+        memcpy(&f, &init, sizeof f);
+        ok = f() == VNVML_SUCCESS;
+    }
+    if (ok) {
+        __atomic_store_n(&P.nvml_processes, procs, __ATOMIC_RELEASE);
+        __atomic_store_n(&P.nvml_by_uuid, by_uuid, __ATOMIC_RELEASE);
+    } else {
+        say("vram: context accounting: NVML (libnvidia-ml.so.1) is not available here; "
+            "contexts are not counted in the quota");
+    }
+    int expected = 0;
+    __atomic_compare_exchange_n(&P.nvml_state, &expected, ok ? 1 : 2, false,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&P.nvml_state, __ATOMIC_ACQUIRE) == 1;
+}
+
+/* This process's used memory on the GPU UUID as NVML sees it, into *OUT.
+** False when NVML cannot say. */
+static bool
+nvml_process_used(const char *uuid, uint64_t *out)
+{
+    if (!nvml_ready())
+        return false;
+    typedef vnvml_return (*by_uuid_fn)(const char *uuid, vnvml_device *device);
+    void *p = __atomic_load_n(&P.nvml_by_uuid, __ATOMIC_ACQUIRE);
+    void *q = __atomic_load_n(&P.nvml_processes, __ATOMIC_ACQUIRE);
+    by_uuid_fn by_uuid;
+    vnvml_pfn_processes procs;
+    memcpy(&by_uuid, &p, sizeof p);
+    memcpy(&procs, &q, sizeof q);
+    vnvml_device dev;
+    if (by_uuid(uuid, &dev) != VNVML_SUCCESS)
+        return false;
+    struct vnvml_process_v2 info[CONTEXT_MAX_PROCS]; /* 3 KiB of stack */
+    unsigned int n = CONTEXT_MAX_PROCS;
+    if (procs(dev, &n, info) != VNVML_SUCCESS)
+        return false;
+    unsigned int me = (unsigned int)getpid();
+    for (unsigned int i = 0; i < n && i < CONTEXT_MAX_PROCS; i++) {
+        if (info[i].pid == me) {
+            *out = info[i].used;
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+** The change of D's context charge to make with the next reservation:
+** claimed here (so that two threads never charge the same bytes twice),
+** into *GROW (bytes to reserve more) or *SHRINK (bytes to give back).
+** Nothing when accounting is off, or measured less than
+** CONTEXT_INTERVAL_NS ago.
+*/
+static void
+context_delta(const struct preload_device *d, uint64_t *grow, uint64_t *shrink)
+{
+    *grow = *shrink = 0;
+    if (!P.count_context)
+        return;
+    struct preload_use *u = &P.use[d - P.dev];
+    long long now = now_ns();
+    long long last = __atomic_load_n(&u->checked_ns, __ATOMIC_RELAXED);
+    if (last != 0 && now - last < CONTEXT_INTERVAL_NS)
+        return;
+    if (!__atomic_compare_exchange_n(&u->checked_ns, &last, now, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return; /* another thread measures now */
+    uint64_t seen;
+    if (!nvml_process_used(d->uuid, &seen))
+        return;
+    uint64_t counted = __atomic_load_n(&u->counted, __ATOMIC_ACQUIRE);
+    uint64_t want = seen > counted ? seen - counted : 0;
+    uint64_t have = __atomic_load_n(&u->context, __ATOMIC_ACQUIRE);
+    if (want == have ||
+        !__atomic_compare_exchange_n(&u->context, &have, want, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    if (want > have)
+        *grow = want - have;
+    else
+        *shrink = have - want;
+}
+
 /* What set account A's limit of D, for the refusal line, into BUF. */
 static void
 limit_source(int a, const struct preload_device *d, char *buf, size_t len)
@@ -642,20 +780,23 @@ limit_source(int a, const struct preload_device *d, char *buf, size_t len)
 ** refused. */
 static void
 refusal_line(const char *what, const struct preload_device *d, int a, uint64_t bytes,
-             uint64_t group_used)
+             uint64_t group_used, uint64_t context)
 {
     if (!line_allowed())
         return;
-    char req[32], quota[32], used[32], source[256], line[1024];
+    char req[32], quota[32], used[32], ctx[32], source[256], line[1024];
     size_format(bytes, req, sizeof req);
     size_format(d->limit[a], quota, sizeof quota);
     size_format(group_used, used, sizeof used);
+    size_format(context, ctx, sizeof ctx);
     limit_source(a, d, source, sizeof source);
     snprintf(line, sizeof line,
-             "vram: out of GPU memory quota on %s: %s of %s refused by %s; quota %s, "
+             "vram: out of GPU memory quota on %s: %s of %s%s%s%s refused by %s; quota %s, "
              "%s %.63s uses %s",
-             d->uuid, what, req, source, quota, a == ACCT_USER ? "user" : "group",
-             a == ACCT_USER ? P.user : P.acct[a].group, used);
+             d->uuid, what, req, context > 0 ? " (with this process's context, " : "",
+             context > 0 ? ctx : "", context > 0 ? ")" : "", source, quota,
+             a == ACCT_USER ? "user" : "group", a == ACCT_USER ? P.user : P.acct[a].group,
+             used);
     biggest_users(P.acct[a].ledger, d->uuid, line, sizeof line);
     say(line);
 }
@@ -687,17 +828,29 @@ reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
         r = device_get(ord, &d);
     if (r != VCU_SUCCESS)
         return r;
+    uint64_t grow, shrink;
+    context_delta(d, &grow, &shrink);
+    struct preload_use *u = &P.use[d - P.dev];
+    if (shrink > 0)
+        release_accounts(d, shrink, ACCT_COUNT);
+    uint64_t want = bytes + grow < bytes ? UINT64_MAX : bytes + grow;
     for (int a = 0; a < ACCT_COUNT; a++) {
         if (P.acct[a].ledger == NULL)
             continue;
         uint64_t group_used = 0;
         vram_status st =
-            ledger_reserve(P.acct[a].ledger, d->uuid, bytes, d->limit[a], &group_used);
+            ledger_reserve(P.acct[a].ledger, d->uuid, want, d->limit[a], &group_used);
         if (st == VRAM_OK)
             continue;
-        release_accounts(d, bytes, a);
+        release_accounts(d, want, a);
+        /* The context's growth was not charged: measure it again next time. */
+        if (grow > 0) {
+            __atomic_fetch_sub(&u->context, grow, __ATOMIC_ACQ_REL);
+            __atomic_store_n(&u->checked_ns, 0, __ATOMIC_RELAXED);
+        }
         if (st == VRAM_E_OOM) {
-            refusal_line(what, d, a, bytes, group_used);
+            refusal_line(what, d, a, bytes, group_used, grow + __atomic_load_n(
+                                                              &u->context, __ATOMIC_ACQUIRE));
         } else if (line_allowed()) {
             /* The ledger is unusable: refuse rather than let memory go uncounted. */
             char line[768];
@@ -706,6 +859,7 @@ reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
         }
         return VCU_ERROR_OUT_OF_MEMORY;
     }
+    __atomic_fetch_add(&u->counted, bytes, __ATOMIC_ACQ_REL);
     *out = d;
     return VCU_SUCCESS;
 }
@@ -713,8 +867,10 @@ reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
 void
 unreserve(const struct preload_device *d, uint64_t bytes)
 {
-    if (bytes > 0)
-        release_accounts(d, bytes, ACCT_COUNT);
+    if (bytes == 0)
+        return;
+    release_accounts(d, bytes, ACCT_COUNT);
+    __atomic_fetch_sub(&P.use[d - P.dev].counted, bytes, __ATOMIC_ACQ_REL);
 }
 
 /* Give back the entry E of an allocation that the driver freed. */

@@ -53,6 +53,21 @@ struct preload_device {
     const struct policy_rule *rule; /* the policy rule behind limit[ACCT_USER] */
 };
 
+/*
+** What the process holds on one CUDA ordinal, as the device sees it
+** (atomics; the index is the ordinal's in P.dev):
+**   counted     bytes this process has reserved for its allocations;
+**   context     bytes charged for its context and the driver's own
+**               reservations: NVML's per-process used memory minus COUNTED
+**               when last measured (see context_update in hooks.c);
+**   checked_ns  CLOCK_MONOTONIC of that measurement; 0: never.
+*/
+struct preload_use {
+    uint64_t counted;
+    uint64_t context;
+    long long checked_ns;
+};
+
 /* The process's state (hooks.c). */
 struct preload {
     int mode;                     /* enum preload_mode, atomic; 0 until initialized */
@@ -65,6 +80,11 @@ struct preload {
     bool visible_set;
     pthread_mutex_t dev_lock;     /* publishes dev[] */
     struct preload_device dev[PRELOAD_MAX_DEVICES];
+    struct preload_use use[PRELOAD_MAX_DEVICES];
+    bool count_context;           /* charge contexts (policy 'context', VRAM_CONTEXT) */
+    void *nvml_processes;         /* nvmlDeviceGetComputeRunningProcesses_v3 (atomic) */
+    void *nvml_by_uuid;           /* nvmlDeviceGetHandleByUUID (atomic) */
+    int nvml_state;               /* 0 not tried, 1 ready, 2 not there (atomic) */
     long long last_line_ns;     /* CLOCK_MONOTONIC of the last refusal line (atomic) */
     void *ctx_get_device;       /* the real cuCtxGetDevice (atomic), or NULL */
     int n_visible;              /* 1: one visible device (current_device answers

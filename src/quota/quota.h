@@ -54,6 +54,8 @@ struct quota_env {
     int n_entries;
     struct quota_entry entries[QUOTA_MAX_ENTRIES];
     char group[QUOTA_GROUP_LEN]; /* VRAM_GROUP, or "" (the process alone) */
+    int context;                 /* VRAM_CONTEXT: -1 unset, 0 off, 1 on (charge the
+                                    process's context) */
     char origin[QUOTA_GROUP_LEN]; /* VRAM_LIMIT_SOURCE with VRAM_LIMIT: "vram-run",
                                      "slurm", "hami", or "" (a label for messages) */
 };

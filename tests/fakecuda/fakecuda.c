@@ -82,6 +82,9 @@ VCU_EXTRA_ENTRY_POINTS(X, VCU_OWN_TYPE)
 VCU_GET_PROC_ADDRESS_V1(X, VCU_OWN_TYPE)
 #undef X
 FAKE_API vcu_result cuDeviceGetUuid(vcu_uuid *uuid, vcu_device dev); /* the v1 name */
+/* For the fake NVML (tests/preload/fakenvml.c): this process's use of
+** physical device P, bytes, as NVML's per-process figure would show it. */
+FAKE_API unsigned long long fakecuda_process_used(unsigned int p);
 /* The v1 cuMemAlloc (32-bit CUdeviceptr and size, before CUDA 3.2). */
 FAKE_API vcu_result cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
 /* The per-thread-default-stream twins: the same types as their base. */
@@ -656,6 +659,51 @@ cuDeviceGetAttribute(int *value, vcu_device_attribute attrib, vcu_device dev)
 /* Contexts                                                             */
 /* ------------------------------------------------------------------ */
 
+/*
+** FAKECUDA_CONTEXT_BYTES: what a process's context holds on a device,
+** outside any allocation (the real driver's is about 500 MiB on an H200):
+** charged to the device when the primary context is first retained,
+** given back when it is destroyed. Bytes with an optional K, M, G (as
+** FAKECUDA_MEMORY); unset or malformed: 0.
+*/
+static uint64_t
+context_bytes(void)
+{
+    const char *v = getenv("FAKECUDA_CONTEXT_BYTES");
+    if (v == NULL || *v == '\0')
+        return 0;
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    switch (*end) {
+    case 'K': case 'k': n <<= 10; end++; break;
+    case 'M': case 'm': n <<= 20; end++; break;
+    case 'G': case 'g': n <<= 30; end++; break;
+    default: break;
+    }
+    return *end == '\0' ? n : 0;
+}
+
+unsigned long long
+fakecuda_process_used(unsigned int p)
+{
+    unsigned long long used = 0;
+    lock();
+    for (int dev = 0; dev < fake.n_devices; dev++) {
+        if (phys(dev) != (int)p)
+            continue;
+        if (fake.primary_refs[dev] > 0)
+            used += context_bytes();
+        for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
+            if (fake.allocs[i].live && fake.allocs[i].device == dev)
+                used += fake.allocs[i].charged;
+            if (fake.phys[i].live && fake.phys[i].device == dev)
+                used += fake.phys[i].size;
+        }
+    }
+    unlock();
+    return used;
+}
+
 vcu_result
 cuDevicePrimaryCtxRetain(vcu_context *ctx, vcu_device dev)
 {
@@ -667,6 +715,11 @@ cuDevicePrimaryCtxRetain(vcu_context *ctx, vcu_device dev)
     if (!valid_device(dev))
         return VCU_ERROR_INVALID_DEVICE;
     lock();
+    if (fake.primary_refs[dev] == 0 && context_bytes() > 0 &&
+        charge(dev, context_bytes()) != VCU_SUCCESS) {
+        unlock();
+        return VCU_ERROR_OUT_OF_MEMORY; /* no room for the context itself */
+    }
     fake.primary_refs[dev]++;
     unlock();
     *ctx = (vcu_context)(void *)&fake.ctx[dev];
@@ -688,6 +741,8 @@ cuDevicePrimaryCtxRelease_v2(vcu_device dev)
         return VCU_ERROR_INVALID_CONTEXT;
     }
     if (--fake.primary_refs[dev] == 0) {
+        if (context_bytes() > 0)
+            uncharge(dev, context_bytes());
         /* The context is destroyed: its cuMemAlloc memory and events go
         ** with it, as on the real driver. */
         for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {

@@ -6,12 +6,18 @@
 ** through libvram-preload.so shows what the interposer changed.
 **
 ** Only what the tests call: nvmlInit_v2, nvmlShutdown,
-** nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetUUID,
-** nvmlDeviceGetMemoryInfo and nvmlDeviceGetMemoryInfo_v2 (nvml.h's
-** layouts). Every call returns 0 (NVML_SUCCESS) or 2
+** nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
+** nvmlDeviceGetHandleByUUID, nvmlDeviceGetUUID, nvmlDeviceGetMemoryInfo,
+** nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetComputeRunningProcesses_v3
+** (nvml.h's layouts). The processes are the calling process alone, with
+** what the fake CUDA driver loaded in it says it holds on the device
+** (fakecuda_process_used: its context and its allocations), when that is
+** more than 0. Every call returns 0 (NVML_SUCCESS) or 2
 ** (NVML_ERROR_INVALID_ARGUMENT).
 */
+#include <dlfcn.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #define FAKE_API __attribute__((visibility("default")))
@@ -42,6 +48,15 @@ FAKE_API int nvmlDeviceGetCount_v2(unsigned *count);
 FAKE_API int nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **device);
 FAKE_API int nvmlDeviceGetUUID(struct fake_device *device, char *uuid, unsigned length);
 FAKE_API int nvmlDeviceGetMemoryInfo(struct fake_device *device, struct nvml_memory *m);
+FAKE_API int nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **device);
+struct nvml_process {
+    unsigned int pid;
+    unsigned long long used;
+    unsigned int gpu_instance, compute_instance;
+};
+FAKE_API int nvmlDeviceGetComputeRunningProcesses_v3(struct fake_device *device,
+                                                     unsigned *count,
+                                                     struct nvml_process *infos);
 FAKE_API int nvmlDeviceGetMemoryInfo_v2(struct fake_device *device,
                                         struct nvml_memory_v2 *m);
 
@@ -111,5 +126,53 @@ nvmlDeviceGetMemoryInfo_v2(struct fake_device *device, struct nvml_memory_v2 *m)
     m->reserved = RESERVED;
     m->used = 0;
     m->free = TOTAL - RESERVED;
+    return NVML_OK;
+}
+
+int
+nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **device)
+{
+    char mine[64];
+    for (int i = 0; uuid != NULL && device != NULL && i < N_DEVICES; i++) {
+        nvmlDeviceGetUUID(&devices[i], mine, sizeof mine);
+        if (strcmp(mine, uuid) == 0) {
+            *device = &devices[i];
+            return NVML_OK;
+        }
+    }
+    return NVML_INVALID;
+}
+
+/* NVML_ERROR_INSUFFICIENT_SIZE: *count then says how many there are. */
+#define NVML_INSUFFICIENT_SIZE 7
+
+int
+nvmlDeviceGetComputeRunningProcesses_v3(struct fake_device *device, unsigned *count,
+                                        struct nvml_process *infos)
+{
+    if (!valid(device) || count == NULL)
+        return NVML_INVALID;
+    typedef unsigned long long (*used_fn)(unsigned int);
+    void *p = dlsym(RTLD_DEFAULT, "fakecuda_process_used");
+    void *cuda = p == NULL ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    if (cuda != NULL) {
+        p = dlsym(cuda, "fakecuda_process_used");
+        dlclose(cuda); /* only drops the reference NOLOAD took */
+    }
+    used_fn used_of;
+    memcpy(&used_of, &p, sizeof p);
+    unsigned long long used = p != NULL ? used_of((unsigned)device->index) : 0;
+    unsigned n = used > 0 ? 1 : 0;
+    if (*count < n) {
+        *count = n;
+        return NVML_INSUFFICIENT_SIZE;
+    }
+    *count = n;
+    if (n == 1 && infos != NULL) {
+        infos[0].pid = (unsigned)getpid();
+        infos[0].used = used;
+        infos[0].gpu_instance = 0xffffffffu;
+        infos[0].compute_instance = 0xffffffffu;
+    }
     return NVML_OK;
 }

@@ -288,6 +288,30 @@ as "$UA" CUDA_VISIBLE_DEVICES=$UUID0 -- "$PROBE" alloc 32 0 $OOM
 expect_run "CUDA_VISIBLE_DEVICES by UUID: the smallest ordinal limit applies" \
     "quota 16.00 MiB, user $UA"
 
+# ---- contexts count ----
+policy "default 32M" "user $UA 64M"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M -- "$PROBE" alloc 48 0 0
+expect_run "a 16 MiB context and 48 MiB fit 64M" ""
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M -- "$PROBE" alloc 56 0 $OOM
+expect_run "a 16 MiB context and 56 MiB do not: the line names the context" \
+    "cuMemAlloc_v2 of 56.00 MiB \(with this process's context, 16.00 MiB\) refused by the policy $PC, user $UA \(line 2\); quota 64.00 MiB"
+policy "default 32M" "user $UA 64M" "context off"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M -- "$PROBE" alloc 56 0 0
+expect_run "context off in the policy: 56 MiB granted" ""
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_CONTEXT=on -- "$PROBE" alloc 56 0 $OOM
+expect_run "VRAM_CONTEXT=on counts it where the policy does not" "with this process's context, 16.00 MiB"
+rm -f $PC
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M -- "$PROBE" alloc 56 0 0
+expect_run "no policy: contexts are not counted unless asked" ""
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=on -- "$PROBE" alloc 56 0 $OOM
+expect_run "no policy, VRAM_CONTEXT=on: counted" "with this process's context, 16.00 MiB\) refused by VRAM_LIMIT"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=on LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 0
+if [ "$rc" -eq 0 ] && grep -q "^vram: context accounting: NVML (libnvidia-ml.so.1) is not available here; contexts are not counted in the quota$" "$TMP/err"; then
+    pass "without NVML: one line, contexts not counted"
+else
+    fail "without NVML: one line, contexts not counted" "exit $rc"
+fi
+
 # ---- vram admin check and status ----
 policy "default 32M" "user $UA 0:64M,1:16M" "group $GROUP_ML 48M" "reader group $GROUP_ML"
 env LD_LIBRARY_PATH="$LIBPATH" "$VRAM" admin check --user "$UA" >"$TMP/out" 2>"$TMP/err"

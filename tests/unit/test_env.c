@@ -123,6 +123,7 @@ static const char *const other_rows[] = {
     "VRAM_GROUP",
     "CUDA_DEVICE_MEMORY_LIMIT",
     "CUDA_DEVICE_MEMORY_LIMIT_<i>",
+    "VRAM_CONTEXT",
     "VRAM_LIMIT_SOURCE",
     "CUDA_VISIBLE_DEVICES",
     "VRAM_PRELOAD_LIBRARY",
@@ -1267,7 +1268,7 @@ test_quota_hami(void **state)
 }
 
 struct quota_record {
-    int limit, group, hami_all, hami_dev[17], source, others;
+    int limit, group, hami_all, hami_dev[17], source, context, others;
 };
 
 static const char *
@@ -1281,6 +1282,8 @@ quota_recording_get(const char *name, void *user)
         r->group++;
     else if (strcmp(name, "VRAM_LIMIT_SOURCE") == 0)
         r->source++;
+    else if (strcmp(name, "VRAM_CONTEXT") == 0)
+        r->context++;
     else if (strcmp(name, "CUDA_DEVICE_MEMORY_LIMIT") == 0)
         r->hami_all++;
     else if (strncmp(name, prefix, strlen(prefix)) == 0) {
@@ -1312,6 +1315,7 @@ test_quota_reads(void **state)
         assert_int_equal(r.hami_dev[i], 1);
     assert_int_equal(r.hami_dev[16], 0);
     assert_int_equal(r.source, 1);
+    assert_int_equal(r.context, 1);
     assert_int_equal(r.others, 0);
 
     memset(&r, 0, sizeof r);

@@ -114,6 +114,21 @@ test_empty_and_comments(void **state)
 }
 
 static void
+test_context(void **state)
+{
+    (void)state;
+    struct policy p = parse_ok("default 1G\n");
+    assert_true(p.context);
+    policy_free(&p);
+    p = parse_ok("context off\n");
+    assert_false(p.context);
+    policy_free(&p);
+    p = parse_ok("context on # the default\n");
+    assert_true(p.context);
+    policy_free(&p);
+}
+
+static void
 test_default(void **state)
 {
     (void)state;
@@ -307,7 +322,11 @@ test_malformed(void **state)
     (void)state;
     parse_bad("usr alice 4G\n",
               "policy.conf:1: unknown keyword 'usr' (expected default, user, group, "
-              "exempt, reader)");
+              "exempt, reader, context)");
+    parse_bad("context maybe\n", "policy.conf:1: 'context' takes on or off");
+    parse_bad("context\n", "policy.conf:1: 'context' takes on or off");
+    parse_bad("context on\ncontext off\n",
+              "policy.conf:2: context given twice (first at line 1)");
     parse_bad("\n\ndefault\n", "policy.conf:3: 'default' takes one limit (e.g. default 40G)");
     parse_bad("default 4G 5G\n",
               "policy.conf:1: 'default' takes one limit (e.g. default 40G)");
@@ -555,6 +574,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_and_comments),
         cmocka_unit_test(test_default),
+        cmocka_unit_test(test_context),
         cmocka_unit_test(test_user_beats_group_and_default),
         cmocka_unit_test(test_largest_group),
         cmocka_unit_test(test_user_rule_not_naming_gpu_falls_through),
