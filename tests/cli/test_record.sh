@@ -140,6 +140,10 @@ else
 fi
 "$VRAM" analyze --html "$TMP/a.html" "$TMP/leak.csv.gz" >/dev/null 2>&1
 if [ -s "$TMP/a.html" ]; then pass "vram analyze --html reads it"; else fail "vram analyze --html reads it" "no page"; fi
+rec -- -o "$TMP/capped.csv" --limit 8G --preload "$LIB" -- "$PROBE" --via gpa12000 train 40 256
+"$VRAM" analyze "$TMP/capped.csv" >"$TMP/out" 2>"$TMP/err"
+expect_line "the projection: the --limit of the recording is the cap" \
+    "  at this rate the 8.00 GiB cap is full after about 32,000 more iterations"
 rec -- -o "$TMP/clean.csv" --preload "$LIB" -- "$PROBE" --via dlsym train 40 0
 "$VRAM" analyze --json "$TMP/clean.csv" >"$TMP/a.json" 2>"$TMP/err"
 if grep -q '"leak": *false' "$TMP/a.json" && [ "$(json_number iterations "$TMP/a.json")" -ge 30 ]; then
