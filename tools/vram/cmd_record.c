@@ -43,7 +43,7 @@
 
 enum { REC_FAIL = 1, REC_USAGE = 2 };
 
-#define REC_DEFAULT_OUTPUT "vram.trace.csv.gz"
+#define REC_DEFAULT_OUTPUT "vram.trace.csv"
 
 enum opt_id { OPT_OUTPUT, OPT_LIMIT, OPT_DRIVER_VIEW, OPT_PRELOAD };
 
