@@ -1536,6 +1536,19 @@ leak_section(struct page *p)
         put(p, " (least-squares fit, R&sup2; ");
         put_num(p, r->leak_r2, 2);
         put(p, ").</p>\n");
+        /* The projection, two significant digits as in the text report. */
+        put(p, "<p>At this rate the ");
+        put_size(p, r->leak_capacity);
+        put(p, r->leak_capacity_is_cap ? " cap" : " device");
+        if (r->leak_iters_to_full < 1.0) {
+            put(p, " is full within the next iteration.</p>\n");
+        } else {
+            double mag = pow(10.0, floor(log10(r->leak_iters_to_full)) - 1.0);
+            put(p, " is full after about ");
+            put_count(p, (uint64_t)(floor(r->leak_iters_to_full / (mag < 1.0 ? 1.0 : mag) + 0.5) *
+                                    (mag < 1.0 ? 1.0 : mag)));
+            put(p, " more iterations.</p>\n");
+        }
     } else {
         put(p, "<p class=\"verdict good\">No leak: the least live bytes per iteration "
                "stayed level over ");

@@ -97,10 +97,14 @@ struct env_run {
     char python[512];          /* VRAM_PYTHON; "" = unset */
     char python_dir[512];      /* VRAM_PYTHONPATH; "" = unset */
     char pythonpath[4096];     /* PYTHONPATH as found; "" = unset */
+    char torch_alloc_conf[4096]; /* PYTORCH_CUDA_ALLOC_CONF; "" = unset */
+    char tf_gpu_allocator[4096]; /* TF_GPU_ALLOCATOR; "" = unset */
+    char xla_allocator[4096];    /* XLA_PYTHON_CLIENT_ALLOCATOR; "" = unset */
 };
 
 /* Read the variables of the tools (VRAM_PRELOAD_LIBRARY, LD_PRELOAD,
-** VRAM_PYTHON, VRAM_PYTHONPATH, PYTHONPATH) with GET (NULL = getenv). A
+** VRAM_PYTHON, VRAM_PYTHONPATH, PYTHONPATH, and the frameworks' allocator
+** choices vram record steers) with GET (NULL = getenv). A
 ** value too long for its field: VRAM_E_CONFIG with one line naming it.
 ** OUT is written only on success. */
 vram_status env_run_load(env_getter get, void *user, struct env_run *out);

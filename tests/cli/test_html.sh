@@ -117,6 +117,8 @@ if not re.search(r"\d (KiB|MiB|GiB)", text) or re.search(r"\d (KB|MB|GB)\b", tex
     errors.append("sizes are not in IEC units")
 if name.startswith("leak_mlp") and "Memory grew" not in text:
     errors.append("leak_mlp (a leak by construction) has no 'Memory grew' verdict")
+if name.startswith("leak_mlp") and "is full after about" not in text:
+    errors.append("leak_mlp has no projection of when its device is full")
 for e in errors:
     print(e)
 sys.exit(1 if errors else 0)

@@ -28,6 +28,10 @@
 #    expandable and the cudaMallocAsync pool (whole cold trace no slower than
 #    the pool's, fragmentation <= 1.02, steady state >= 10x the pool).
 #    JSON lines in $OUT/torchperf.jsonl.
+# 9. record: `vram record` on real PyTorch (and JAX) training with planted
+#    leaks and clean runs (bench/gpu/record_checks.py, under 3 minutes):
+#    each leak found at the framework's own rate within 5%, no leak on the
+#    clean runs, the recording's step-time cost; traces in $OUT/record.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -35,7 +39,7 @@
 #
 # VRAM_GPU_SECTIONS picks sections (a comma list; default all): ctest (1),
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
-# torchperf (8).
+# torchperf (8), record (9).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -282,6 +286,13 @@ if want torchperf; then
     cat "$WORK"/torchperf.json "$WORK"/hook_cost.json "$WORK"/tp_*.jsonl 2>/dev/null |
         grep '^{' >"$OUT/torchperf.jsonl"
 fi
+
+# ---- 9. `vram record` on real training: planted leaks at the framework's rate ----
+# PyTorch (and JAX when importable): a kept-logits leak (250 KB a step), a
+# per-step cache (1 MiB a step), a clean run, a bounded cache, variable
+# lengths; the traces and the frameworks' own figures stay in $OUT/record.
+want record && STEP_OUT=$WORK/record.json run_step "record: planted leaks in real training" 200 \
+    python3 bench/gpu/record_checks.py --vram "$VRAM" --work "$OUT/record" --budget 170
 
 # ---- 7. `vram plan` against measured peaks ----
 if want plan; then
@@ -650,6 +661,30 @@ if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost
         lines.append("  hook cost: %s" % hc.get("error"))
     lines.append("")
 
+rec = load(os.path.join(work, "record.json"))
+if rec is not None:
+    lines.append("vram record: planted leaks in real training (vram analyze on the trace)")
+    lines.append("  %-24s %8s %14s %14s %9s %s" % (
+        "framework case", "leak", "vram B/step", "framework", "planted", "suspect sizes"))
+    for c in rec.get("cases") or []:
+        lines.append("  %-24s %8s %14s %14s %9s %s" % (
+            "%s %s" % (c.get("framework"), c.get("case")),
+            {True: "yes", False: "no"}.get(c.get("leak"), "FAILED"),
+            c.get("leak_bytes_per_iteration"),
+            "-" if c.get("truth_bytes_per_step") is None else "%.0f" % c["truth_bytes_per_step"],
+            c.get("planted_bytes") or "-", (c.get("suspect_sizes") or [])[:3]))
+        if c.get("error") or c.get("analyze_error"):
+            lines.append("    %s" % (c.get("error") or c.get("analyze_error")).strip()[-200:])
+    for what, ok in sorted((rec.get("checks") or {}).items()):
+        targets.append(("record " + what, verdict(ok)))
+    for fw, o in sorted((rec.get("overhead") or {}).items()):
+        lines.append("  %s clean step: %s ms plain, %s ms recorded (x%s)" % (
+            fw, o.get("step_ms_plain"), o.get("step_ms_recorded"),
+            "-" if o.get("ratio") is None else "%.2f" % o["ratio"]))
+    for s in rec.get("skipped") or []:
+        lines.append("  skipped: %s" % s)
+    lines.append("")
+
 failed = [s["step"] for s in steps if s["status"] != "ok"]
 n_pass = sum(1 for _, v in targets if v == "PASS")
 lines.append("steps: %d ok, %d not ok%s" % (len(steps) - len(failed), len(failed),
@@ -666,7 +701,7 @@ results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": pe
            "python": pyres,
            "train": train, "train_summary": train_summary, "vmm_costs": vmm,
            "plugin_oom": poom, "streams": streams, "torchperf": tperf,
-           "torchperf_cold": tp_cold, "torchperf_warm": tp_warm,
+           "torchperf_cold": tp_cold, "torchperf_warm": tp_warm, "record": rec,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)

@@ -663,6 +663,32 @@ scenario_alloc(uint64_t mib, int dev, int want, int within_ms)
 }
 
 /*
+** A training loop for `vram record`, allocating as PyTorch's cudaMallocAsync
+** backend does (every tensor a stream-ordered allocation and free): 64 MiB
+** of weights, then STEPS steps of four 8 MiB activations made and freed,
+** each step keeping LEAK_KIB KiB more (0: none) -- a metric's logits kept.
+*/
+static void
+scenario_train(int steps, uint64_t leak_kib)
+{
+    init_or_die();
+    ctx_push(0);
+    vcu_deviceptr weights;
+    CHECK_RC(api.cuMemAlloc(&weights, 64 * MIB), VCU_SUCCESS);
+    for (int step = 0; step < steps; step++) {
+        vcu_deviceptr acts[4];
+        for (int k = 0; k < 4; k++)
+            CHECK_RC(api.cuMemAllocAsync(&acts[k], 8 * MIB, NULL), VCU_SUCCESS);
+        for (int k = 0; k < 4; k++)
+            CHECK_RC(api.cuMemFreeAsync(acts[k], NULL), VCU_SUCCESS);
+        vcu_deviceptr kept;
+        if (leak_kib > 0)
+            CHECK_RC(api.cuMemAllocAsync(&kept, leak_kib * 1024, NULL), VCU_SUCCESS);
+    }
+    ctx_pop(0);
+}
+
+/*
 ** Fork: the child's allocations are its own. The parent holds 16 MiB; the
 ** child sees the group's (here: the process tree's) use, allocates 32 MiB,
 ** frees a pointer it inherited (the driver's business: the parent's share
@@ -900,7 +926,7 @@ usage(void)
         "  paths | vmm | routes [real] | versions [real] | malformed | fork | nvml\n"
         "  info DEV TOTAL FREE | alloc MIB DEV WANT [WITHIN_MS] | hold MIB DEV STOPFILE\n"
         "  race THREADS ITERATIONS | peak MAX_MIB | ledger-file active|passive\n"
-        "  ctxdevice TOTAL\n");
+        "  ctxdevice TOTAL | train STEPS LEAK_KIB\n");
     exit(2);
 }
 
@@ -933,6 +959,8 @@ main(int argc, char **argv)
         scenario_versions(n > 0 && strcmp(a[0], "real") == 0);
     else if (strcmp(s, "malformed") == 0)
         scenario_malformed();
+    else if (strcmp(s, "train") == 0 && n == 2)
+        scenario_train(num(a[0]), (uint64_t)num(a[1]));
     else if (strcmp(s, "fork") == 0)
         scenario_fork();
     else if (strcmp(s, "nvml") == 0)

@@ -131,6 +131,9 @@ static const char *const other_rows[] = {
     "VRAM_PYTHON",
     "VRAM_PYTHONPATH",
     "PYTHONPATH",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "TF_GPU_ALLOCATOR",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
 };
 #define N_OTHER (sizeof other_rows / sizeof other_rows[0])
 

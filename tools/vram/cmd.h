@@ -7,6 +7,7 @@
 #define VRAM_TOOLS_CMD_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vram.h"
@@ -15,6 +16,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_env(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_record(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
@@ -30,6 +32,17 @@ bool cli_default_preload(char *buf, size_t len);
 
 /* Print "vram: " + the formatted message + newline to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- shared by `vram run` and `vram record` (cmd_run.c) ---- */
+
+/* The quota and preload setup of `vram run`, WHO naming the subcommand in
+** its messages; -1 on success, else the exit status. */
+int run_prepare(const char *who, const char *limit, const char *group, const char *preload,
+                char *group_out, size_t group_len);
+
+/* Run COMMAND as a child after run_prepare; its exit status (126, 127,
+** 128+N for a signal, 1 if it could not be started). */
+int run_command(char **command, const char *group);
 
 /* ---- shared by `vram analyze` and `vram doctor` (cmd_analyze.c) ---- */
 

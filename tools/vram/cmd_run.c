@@ -73,6 +73,13 @@ enum {
 #define VRAM_BINDIR_TO_LIBDIR "../lib"
 #endif
 
+/* The subcommand named in error messages: "run", or "record" when
+** `vram record` uses the setup below (run_prepare, run_command). */
+static const char *run_who = "run";
+/* Whether "no GPU memory limit" is said: `vram run` is there to limit;
+** `vram record` records, and limits only when asked. */
+static bool run_says_unlimited = true;
+
 /* ------------------------------------------------------------------ */
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
@@ -201,12 +208,12 @@ check_flags(const struct run_args *a)
     struct quota_env q;
     struct flag_env f = {a->limit, NULL};
     if (a->limit != NULL && env_quota_load(flag_get, &f, &q) != VRAM_OK) {
-        cli_error("run: --limit: %s", vram_last_error());
+        cli_error("%s: --limit: %s", run_who, vram_last_error());
         return RUN_USAGE;
     }
     f = (struct flag_env){NULL, a->group};
     if (a->group != NULL && env_quota_load(flag_get, &f, &q) != VRAM_OK) {
-        cli_error("run: --group: %s", vram_last_error());
+        cli_error("%s: --group: %s", run_who, vram_last_error());
         return RUN_USAGE;
     }
     return -1;
@@ -216,7 +223,7 @@ static int
 set_var(const char *name, const char *value)
 {
     if (setenv(name, value, 1) != 0) {
-        cli_error("run: cannot set %s: %s", name, strerror(errno));
+        cli_error("%s: cannot set %s: %s", run_who, name, strerror(errno));
         return RUN_FAIL;
     }
     return -1;
@@ -262,9 +269,9 @@ hami_as_limit(const struct quota_env *q, char *buf, size_t len)
 static void
 say_unlimited(const char *group)
 {
-    cli_error("run: no GPU memory limit (no --limit, VRAM_LIMIT or "
+    cli_error("%s: no GPU memory limit (no --limit, VRAM_LIMIT or "
               "CUDA_DEVICE_MEMORY_LIMIT): the command runs unlimited, its use counted "
-              "in group '%s'",
+              "in group '%s'", run_who,
               group);
     struct vram_env env;
     if (env_load(NULL, NULL, &env) != VRAM_OK)
@@ -273,9 +280,9 @@ say_unlimited(const char *group)
     for (int i = 0; i < ENV_MAX_DEVICES && !allocator_cap; i++)
         allocator_cap = env.limit[i].n > 0;
     if (allocator_cap)
-        cli_error("run: VRAM_MEMORY_LIMIT is set, but it only caps the vram allocator "
+        cli_error("%s: VRAM_MEMORY_LIMIT is set, but it only caps the vram allocator "
                   "inside a program that uses libvram; the quota of vram run is --limit or "
-                  "VRAM_LIMIT");
+                  "VRAM_LIMIT", run_who);
 }
 
 /*
@@ -296,12 +303,12 @@ set_quota_env(const struct run_args *a, const char *group)
     /* Our group replaces any inherited one; without it in the way the
     ** load below says whether HAMi's variables were in force. */
     if (unsetenv("VRAM_GROUP") != 0) {
-        cli_error("run: cannot unset VRAM_GROUP: %s", strerror(errno));
+        cli_error("%s: cannot unset VRAM_GROUP: %s", run_who, strerror(errno));
         return RUN_FAIL;
     }
     struct quota_env q;
     if (env_quota_load(NULL, NULL, &q) != VRAM_OK) {
-        cli_error("run: %s", vram_last_error());
+        cli_error("%s: %s", run_who, vram_last_error());
         return RUN_USAGE;
     }
     if (q.active && q.source != NULL && strcmp(q.source, "VRAM_LIMIT") != 0) {
@@ -314,10 +321,10 @@ set_quota_env(const struct run_args *a, const char *group)
     if ((rc = set_var("VRAM_GROUP", group)) >= 0)
         return rc;
     if (env_quota_load(NULL, NULL, &q) != VRAM_OK) {
-        cli_error("run: %s", vram_last_error()); /* cannot happen: checked above */
+        cli_error("%s: %s", run_who, vram_last_error()); /* cannot happen: checked above */
         return RUN_USAGE;
     }
-    if (!q.active)
+    if (!q.active && run_says_unlimited)
         say_unlimited(group);
     return -1;
 }
@@ -369,8 +376,8 @@ find_library(const struct run_args *a, const struct env_run *env, char *out)
     char path[PATH_MAX];
     if (given == NULL) {
         if (!cli_default_preload(path, sizeof path)) {
-            cli_error("run: no preload library%s%s%s (build the vram_preload target, or "
-                      "give --preload PATH or VRAM_PRELOAD_LIBRARY)",
+            cli_error("%s: no preload library%s%s%s (build the vram_preload target, or "
+                      "give --preload PATH or VRAM_PRELOAD_LIBRARY)", run_who,
                       path[0] != '\0' ? " at " : "", path,
                       path[0] != '\0' ? ": not found" : "");
             return RUN_FAIL;
@@ -380,7 +387,7 @@ find_library(const struct run_args *a, const struct env_run *env, char *out)
     }
     char shown[TEXT_EXCERPT_LEN];
     if (access(given, R_OK) != 0) {
-        cli_error("run: %s '%s': %s", from, text_excerpt(given, shown, sizeof shown),
+        cli_error("%s: %s '%s': %s", run_who, from, text_excerpt(given, shown, sizeof shown),
                   strerror(errno));
         return user_given ? RUN_USAGE : RUN_FAIL;
     }
@@ -392,17 +399,17 @@ find_library(const struct run_args *a, const struct env_run *env, char *out)
     else if (getcwd(cwd, sizeof cwd) != NULL)
         w = snprintf(out, PATH_MAX, "%s/%s", cwd, given);
     else {
-        cli_error("run: cannot make '%s' absolute: %s",
+        cli_error("%s: cannot make '%s' absolute: %s", run_who,
                   text_excerpt(given, shown, sizeof shown), strerror(errno));
         return RUN_FAIL;
     }
     if (w < 0 || w >= PATH_MAX) {
-        cli_error("run: %s '%s': path too long", from,
+        cli_error("%s: %s '%s': path too long", run_who, from,
                   text_excerpt(given, shown, sizeof shown));
         return RUN_USAGE;
     }
     if (strpbrk(out, ": \t\n") != NULL) {
-        cli_error("run: %s '%s': a path with ':' or a space cannot go in LD_PRELOAD",
+        cli_error("%s: %s '%s': a path with ':' or a space cannot go in LD_PRELOAD", run_who,
                   from, text_excerpt(out, shown, sizeof shown));
         return RUN_USAGE;
     }
@@ -417,12 +424,12 @@ set_ld_preload(const char *lib, const char *old)
     size_t len = strlen(lib) + 1 + strlen(old) + 1; /* the most it can need */
     char *value = malloc(len);
     if (value == NULL) {
-        cli_error("run: out of memory");
+        cli_error("%s: out of memory", run_who);
         return RUN_FAIL;
     }
     int rc = RUN_FAIL;
     if (!ldpreload_build(lib, old, value, len))
-        cli_error("run: cannot put '%s' in LD_PRELOAD", lib); /* find_library checked it */
+        cli_error("%s: cannot put '%s' in LD_PRELOAD", run_who, lib); /* find_library checked it */
     else
         rc = set_var("LD_PRELOAD", value);
     free(value);
@@ -440,10 +447,10 @@ exec_failure(const char *command, int err)
     char shown[TEXT_EXCERPT_LEN];
     text_excerpt(command, shown, sizeof shown);
     if (err == ENOENT || err == ENOTDIR) {
-        cli_error("run: '%s': command not found", shown);
+        cli_error("%s: '%s': command not found", run_who, shown);
         return RUN_NOT_FOUND;
     }
-    cli_error("run: cannot run '%s': %s", shown, strerror(err));
+    cli_error("%s: cannot run '%s': %s", run_who, shown, strerror(err));
     return RUN_CANNOT_EXEC;
 }
 
@@ -698,32 +705,34 @@ nap(const struct timespec *start)
 }
 
 /*
-** Run COMMAND as a child, sample the ledger until it exits, report.
-** Whether exec failed comes back through a close-on-exec pipe, so that a
-** missing command is one line and 127, as without --report.
+** Run COMMAND as a child and wait for it; with REPORT, sample the ledger
+** until it exits and report. Whether exec failed comes back through a
+** close-on-exec pipe, so that a missing command is one line and 127, as
+** when vram execs it in place.
 */
 static int
-run_with_report(char **command, const char *group)
+run_child(char **command, const char *group, bool report)
 {
     struct report r;
     memset(&r, 0, sizeof r);
     r.group = group;
     r.snap = malloc(sizeof *r.snap);
     if (r.snap == NULL) {
-        cli_error("run: out of memory");
+        cli_error("%s: out of memory", run_who);
         return RUN_FAIL;
     }
     /* An entry of our own keeps the group's ledger in /dev/shm until the
     ** report is made: the last member of the command removes it at its
     ** exit otherwise, and with it the count of refusals of a command that
     ** lived less than one sampling interval. */
-    if (ledger_open(group, &r.own) != VRAM_OK)
+    if (report && ledger_open(group, &r.own) != VRAM_OK)
         r.own = NULL; /* the report may miss a short command's refusals */
-    report_sample(&r, true); /* a shared group may have members already */
+    if (report)
+        report_sample(&r, true); /* a shared group may have members already */
 
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
-        cli_error("run: pipe: %s", strerror(errno));
+        cli_error("%s: pipe: %s", run_who, strerror(errno));
         report_free(&r);
         return RUN_FAIL;
     }
@@ -732,7 +741,7 @@ run_with_report(char **command, const char *group)
     fflush(NULL);
     pid_t child = fork();
     if (child < 0) {
-        cli_error("run: fork: %s", strerror(errno));
+        cli_error("%s: fork: %s", run_who, strerror(errno));
         close(pipefd[0]);
         close(pipefd[1]);
         report_free(&r);
@@ -771,16 +780,26 @@ run_with_report(char **command, const char *group)
         if (w == child)
             break;
         if (w < 0 && errno != EINTR) {
-            cli_error("run: waitpid: %s", strerror(errno));
+            cli_error("%s: waitpid: %s", run_who, strerror(errno));
             report_free(&r);
             return RUN_FAIL;
         }
-        report_sample(&r, false);
-        nap(&start);
+        if (report) {
+            report_sample(&r, false);
+            nap(&start);
+        } else {
+            do
+                w = waitpid(child, &status, 0);
+            while (w < 0 && errno == EINTR);
+            if (w == child)
+                break;
+        }
     }
     run_child_pid = 0;
-    report_sample(&r, false); /* members the command left running */
-    report_print(&r);
+    if (report) {
+        report_sample(&r, false); /* members the command left running */
+        report_print(&r);
+    }
     report_free(&r);
     return child_status(status);
 }
@@ -789,6 +808,50 @@ run_with_report(char **command, const char *group)
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
 
+/*
+** The setup `vram run` and `vram record` share: check LIMIT (may be NULL)
+** and GROUP (NULL: a fresh group "run-<pid>-<seconds>", written into
+** GROUP_OUT), find the preload library (PRELOAD, else the environment's,
+** else the default), put the quota settings and LD_PRELOAD into this
+** process's environment. WHO names the subcommand in error messages.
+** Returns -1 on success, else the exit status (nothing ran).
+*/
+int
+run_prepare(const char *who, const char *limit, const char *group, const char *preload,
+            char *group_out, size_t group_len)
+{
+    run_who = who;
+    run_says_unlimited = strcmp(who, "run") == 0;
+    struct run_args a = {.limit = limit, .group = group, .preload = preload};
+    int rc;
+    if ((rc = check_flags(&a)) >= 0)
+        return rc;
+    struct env_run env;
+    if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
+        cli_error("%s: %s", run_who, vram_last_error());
+        return RUN_USAGE;
+    }
+    char lib[PATH_MAX];
+    if ((rc = find_library(&a, &env, lib)) >= 0)
+        return rc;
+    if (group != NULL)
+        snprintf(group_out, group_len, "%s", group);
+    else
+        snprintf(group_out, group_len, "run-%ld-%lld", (long)getpid(),
+                 (long long)time(NULL));
+    if ((rc = set_quota_env(&a, group_out)) >= 0)
+        return rc;
+    return set_ld_preload(lib, env.ld_preload);
+}
+
+/* Run COMMAND (after run_prepare) as a child, wait, and return its exit
+** status as `vram run --report` does (126, 127, 128+N; 1 on failure). */
+int
+run_command(char **command, const char *group)
+{
+    return run_child(command, group, false);
+}
+
 int
 cmd_run(int argc, char **argv)
 {
@@ -796,31 +859,11 @@ cmd_run(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    if ((rc = check_flags(&a)) >= 0)
-        return rc;
-
-    struct env_run env;
-    if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
-        cli_error("run: %s", vram_last_error());
-        return RUN_USAGE;
-    }
-    char lib[PATH_MAX];
-    if ((rc = find_library(&a, &env, lib)) >= 0)
-        return rc;
-
     char group[LEDGER_GROUP_LEN];
-    if (a.group != NULL)
-        snprintf(group, sizeof group, "%s", a.group);
-    else
-        snprintf(group, sizeof group, "run-%ld-%lld", (long)getpid(),
-                 (long long)time(NULL));
-    if ((rc = set_quota_env(&a, group)) >= 0)
+    if ((rc = run_prepare("run", a.limit, a.group, a.preload, group, sizeof group)) >= 0)
         return rc;
-    if ((rc = set_ld_preload(lib, env.ld_preload)) >= 0)
-        return rc;
-
     if (a.report)
-        return run_with_report(a.command, group);
+        return run_child(a.command, group, true);
     fflush(NULL);
     execvp(a.command[0], a.command);
     return exec_failure(a.command[0], errno);

@@ -39,6 +39,8 @@ static const struct command commands[] = {
     {"devices", cmd_devices,
      "list the GPUs and the logical devices the configuration makes of them"},
     {"run", cmd_run, "run a command under a GPU memory quota (the preload library)"},
+    {"record", cmd_record,
+     "run a command and record its GPU allocations, tensor by tensor, into a trace"},
     {"analyze", cmd_analyze,
      "peak, iterations, leak verdict, fragmentation and OOM story of a trace"},
     {"doctor", cmd_doctor,

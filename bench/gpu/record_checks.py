@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""record_checks.py -- `vram record` on real training (tests/gpu/run.sh,
+section record): each case of bench/gpu/record_train.py recorded, then
+`vram analyze --json` on its trace, against the framework's own figures.
+
+    python3 bench/gpu/record_checks.py --vram build-gpu/bin/vram --work DIR \
+        [--frameworks torch,jax] [--steps 40] [--budget SECONDS]
+
+For each framework that imports (JAX is skipped when absent) and each case:
+  kept_logits, step_cache  a leak; its rate within 5% of the framework's own
+                           (torch.cuda.memory_allocated / jax.live_arrays
+                           slope per step); the largest suspects are the
+                           planted tensor's size
+  clean, bounded, varlen   no leak
+and the clean case once more without vram record: the median step time
+recorded / not recorded. The traces stay in DIR (rec_FW_CASE.trace.csv.gz)
+with the framework's figures (truth_FW_CASE.json).
+
+Prints one JSON object: {"cases": [...], "overhead": {...}, "checks":
+{name: true|false|null}}; null = could not be measured. Exit 0 always
+(the table judges).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN = os.path.join(HERE, "record_train.py")
+CASES = ("kept_logits", "step_cache", "clean", "bounded", "varlen")
+
+
+def importable(mod):
+    return subprocess.run([sys.executable, "-c", "import " + mod],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def one(vram, work, fw, case, steps, timeout):
+    trace = os.path.join(work, "rec_%s_%s.trace.csv.gz" % (fw, case))
+    truth_path = os.path.join(work, "truth_%s_%s.json" % (fw, case))
+    r = {"framework": fw, "case": case, "trace": trace}
+    cmd = [vram, "record", "-o", trace, "--", sys.executable, TRAIN, "--framework", fw,
+           "--case", case, "--steps", str(steps), "--out", truth_path]
+    t = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    r["record_seconds"] = round(time.time() - t, 1)
+    r["record_rc"] = p.returncode
+    r["record_stderr"] = p.stderr[-600:]
+    truth = load(truth_path) or {}
+    r["truth_bytes_per_step"] = truth.get("truth_bytes_per_step")
+    r["planted_bytes"] = truth.get("planted_bytes")
+    r["truth_source"] = truth.get("truth_source")
+    r["planted_line"] = truth.get("planted_line")
+    r["step_ms_recorded"] = truth.get("step_ms_median")
+    r["version"] = truth.get("version")
+    if truth.get("error"):
+        r["error"] = truth["error"][-600:]
+    a = subprocess.run([vram, "analyze", "--json", trace], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    try:
+        j = json.loads(a.stdout)
+    except ValueError:
+        r["analyze_error"] = (a.stderr or a.stdout)[-400:]
+        return r
+    r["leak"] = j.get("leak")
+    r["leak_bytes_per_iteration"] = j.get("leak_bytes_per_iteration")
+    r["iterations"] = j.get("iterations")
+    r["iterations_to_full"] = j.get("leak_iterations_to_full")
+    sus = j.get("suspects") or []
+    r["suspect_sizes"] = [s.get("size") for s in sus[:5]]
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vram", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--frameworks", default="torch,jax")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--budget", type=float, default=170.0)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    t0 = time.time()
+    out = {"cases": [], "overhead": {}, "checks": {}, "skipped": []}
+    for fw in a.frameworks.split(","):
+        mod = "torch" if fw == "torch" else "jax"
+        if not importable(mod):
+            out["skipped"].append("%s: not importable" % fw)
+            continue
+        for case in CASES:
+            left = a.budget - (time.time() - t0)
+            if left < 15:
+                out["skipped"].append("%s %s: past the budget" % (fw, case))
+                continue
+            try:
+                r = one(a.vram, a.work, fw, case, a.steps, min(left, 120))
+            except subprocess.TimeoutExpired:
+                r = {"framework": fw, "case": case, "error": "timeout"}
+            out["cases"].append(r)
+            name = "%s %s" % (fw, case)
+            if case in ("kept_logits", "step_cache"):
+                truth, rate = r.get("truth_bytes_per_step"), r.get("leak_bytes_per_iteration")
+                ok = None
+                if truth and rate is not None:
+                    ok = bool(r.get("leak")) and abs(rate - truth) <= 0.05 * truth
+                out["checks"][name + ": leak found, rate within 5% of the framework's"] = ok
+                sizes = r.get("suspect_sizes") or []
+                out["checks"][name + ": the largest suspect is the planted tensor"] = (
+                    None if r.get("planted_bytes") is None or r.get("leak") is None else
+                    bool(sizes) and sizes[0] == r["planted_bytes"])
+            else:
+                leak = r.get("leak")
+                recorded = leak is not None and r.get("truth_bytes_per_step") is not None
+                out["checks"][name + ": no leak"] = (not leak) if recorded else None
+        # The recording's cost: the clean case without vram record.
+        if a.budget - (time.time() - t0) > 15:
+            path = os.path.join(a.work, "truth_%s_clean_plain.json" % fw)
+            env = {k: v for k, v in os.environ.items()}
+            subprocess.run([sys.executable, TRAIN, "--framework", fw, "--case", "clean",
+                            "--steps", str(a.steps), "--out", path], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+            plain = (load(path) or {}).get("step_ms_median")
+            rec = next((c.get("step_ms_recorded") for c in out["cases"]
+                        if c.get("framework") == fw and c.get("case") == "clean"), None)
+            out["overhead"][fw] = {"step_ms_plain": plain, "step_ms_recorded": rec,
+                                   "ratio": (rec / plain) if rec and plain else None}
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+#!/bin/sh
+# test_record.sh -- `vram record` as a user runs it: bad usage is one line
+# and exit 2 before anything runs; the environment the command gets (the
+# trace path, the frameworks' allocator settings, kept when the user set
+# them, none with --driver-view, LD_PRELOAD from vram run's setup); and a
+# recording of the fake driver (a probe that allocates as PyTorch's
+# cudaMallocAsync backend does) that vram analyze reads, leak and rate
+# included. The last line is "N passed, M failed"; exit 1 if any failed.
+# Usage: test_record.sh VRAM PRELOAD_SO PROBE FAKECUDA_DIR
+set -u
+
+if [ $# -ne 4 ]; then
+    echo "usage: test_record.sh VRAM PRELOAD_SO PROBE FAKECUDA_DIR" >&2
+    exit 2
+fi
+VRAM=$1
+LIB=$2
+PROBE=$3
+FAKE=$4
+
+for v in VRAM LIB PROBE FAKE; do
+    eval "val=\$$v"
+    case $val in /*) ;; *) eval "$v=\$(pwd)/\$val" ;; esac
+done
+
+passed=0
+failed=0
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-record.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\|PYTORCH_CUDA_ALLOC_CONF\|TF_GPU_ALLOCATOR\|XLA_PYTHON_CLIENT_ALLOCATOR\)=.*/\1/p'); do
+    unset "$v"
+done
+
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL $1: $2"
+}
+
+# rec VAR=VALUE... -- ARGS...: `vram record ARGS` with those variables;
+# stdout in $TMP/out, stderr in $TMP/err, status in $rc.
+rec() {
+    vars=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        vars="$vars $1"
+        shift
+    done
+    shift
+    # shellcheck disable=SC2086
+    env $vars LD_LIBRARY_PATH="$FAKE" "$VRAM" record "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+}
+
+expect_error() {
+    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2"; return; fi
+    case $(head -n 1 "$TMP/err") in
+    "vram: $3"*) ;;
+    *) fail "$1" "stderr: $(head -n 1 "$TMP/err")"; return ;;
+    esac
+    if [ "$(wc -l <"$TMP/err")" -ne 1 ]; then fail "$1" "more than one stderr line"; return; fi
+    if [ -s "$TMP/out" ]; then fail "$1" "something ran"; return; fi
+    pass "$1"
+}
+
+expect_line() {
+    if grep -qxF -- "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no line '$2'"; fi
+}
+
+expect_no() {
+    if grep -qE -- "$2" "$TMP/out"; then fail "$1" "a line matches '$2'"; else pass "$1"; fi
+}
+
+P="--preload $LIB"
+
+# ---- usage: one line, exit 2, nothing runs ----
+rec -- --help
+if [ "$rc" -eq 0 ] && grep -q -- "--driver-view" "$TMP/out"; then pass "record --help"; else fail "record --help" "exit $rc"; fi
+rec -- $P
+expect_error "no command" 2 "record: no command given"
+rec -- $P --limit 6Q -- echo ran
+expect_error "malformed --limit" 2 "record: --limit:"
+rec -- $P -o "$TMP/no/such/dir/t.csv" -- echo ran
+expect_error "an output that cannot be written" 2 "record: --output '$TMP/no/such/dir/t.csv':"
+rec -- --preload "$TMP/missing.so" -- echo ran
+expect_error "a missing preload library" 2 "record: --preload"
+rec -- $P -o "$TMP/t.csv" -- "$TMP/no-such-command"
+if [ "$rc" -eq 127 ]; then pass "a missing command: 127"; else fail "a missing command: 127" "exit $rc"; fi
+
+# ---- the environment the command gets ----
+rec -- $P -o "$TMP/env.csv" -- env
+expect_line "VRAM_TRACE is the output, absolute" "VRAM_TRACE=$TMP/env.csv"
+expect_line "PyTorch: the cudaMallocAsync backend" "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
+expect_line "TensorFlow: cuda_malloc_async" "TF_GPU_ALLOCATOR=cuda_malloc_async"
+expect_line "JAX: the platform allocator" "XLA_PYTHON_CLIENT_ALLOCATOR=platform"
+expect_line "LD_PRELOAD: the library" "LD_PRELOAD=$LIB"
+if grep -q "^VRAM_GROUP=run-" "$TMP/out"; then pass "a fresh group"; else fail "a fresh group" "no VRAM_GROUP"; fi
+if [ "$rc" -eq 0 ] && grep -q "no GPU allocation was seen" "$TMP/err"; then
+    pass "a command without CUDA: its status, and said"
+else
+    fail "a command without CUDA: its status, and said" "exit $rc"
+fi
+(cd "$TMP" && env LD_LIBRARY_PATH="$FAKE" "$VRAM" record $P -o rel.csv -- env >"$TMP/out" 2>"$TMP/err")
+expect_line "a relative output is made absolute" "VRAM_TRACE=$TMP/rel.csv"
+rec PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- $P -o "$TMP/env.csv" -- env
+expect_line "PyTorch's other options are kept" \
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,backend:cudaMallocAsync"
+rec PYTORCH_CUDA_ALLOC_CONF=backend:native TF_GPU_ALLOCATOR=bfc -- $P -o "$TMP/env.csv" -- env
+expect_line "a backend the user named is kept" "PYTORCH_CUDA_ALLOC_CONF=backend:native"
+expect_line "a TensorFlow allocator the user named is kept" "TF_GPU_ALLOCATOR=bfc"
+if [ "$(grep -c "recorded as its pool" "$TMP/err")" -eq 2 ]; then
+    pass "each kept pool is said"
+else
+    fail "each kept pool is said" "$(cat "$TMP/err")"
+fi
+rec -- $P --driver-view -o "$TMP/env.csv" -- env
+expect_no "--driver-view: no framework setting" \
+    "^(PYTORCH_CUDA_ALLOC_CONF|TF_GPU_ALLOCATOR|XLA_PYTHON_CLIENT_ALLOCATOR)="
+expect_line "--driver-view: still a trace" "VRAM_TRACE=$TMP/env.csv"
+rec -- $P -o "$TMP/env.csv" -- sh -c 'exit 3'
+if [ "$rc" -eq 3 ]; then pass "the command's exit status"; else fail "the command's exit status" "exit $rc"; fi
+
+# ---- recording the fake driver ----
+# json_number KEY FILE: the number after "KEY": in one-line JSON.
+json_number() {
+    sed -n "s/.*\"$1\": *\([-0-9.]*\).*/\1/p" "$2"
+}
+rec -- -o "$TMP/leak.csv.gz" --preload "$LIB" -- "$PROBE" --via gpa12000 train 40 256
+if [ "$rc" -eq 0 ] && grep -q "record: $TMP/leak.csv.gz: .* allocations" "$TMP/err"; then
+    pass "a recording: the command ran, the trace summarized"
+else
+    fail "a recording: the command ran, the trace summarized" "exit $rc: $(cat "$TMP/err" "$TMP/out")"
+fi
+"$VRAM" analyze --json "$TMP/leak.csv.gz" >"$TMP/a.json" 2>"$TMP/err"
+rate=$(json_number leak_bytes_per_iteration "$TMP/a.json")
+if grep -q '"leak": *true' "$TMP/a.json" && [ "${rate:-0}" -eq 262144 ]; then
+    pass "vram analyze: the 256 KiB a step leak, at its rate ($rate B)"
+else
+    fail "vram analyze: the 256 KiB a step leak, at its rate" "rate ${rate:-none}: $(cat "$TMP/err")"
+fi
+"$VRAM" analyze --html "$TMP/a.html" "$TMP/leak.csv.gz" >/dev/null 2>&1
+if [ -s "$TMP/a.html" ]; then pass "vram analyze --html reads it"; else fail "vram analyze --html reads it" "no page"; fi
+rec -- -o "$TMP/capped.csv" --limit 8G --preload "$LIB" -- "$PROBE" --via gpa12000 train 40 256
+"$VRAM" analyze "$TMP/capped.csv" >"$TMP/out" 2>"$TMP/err"
+expect_line "the projection: the --limit of the recording is the cap" \
+    "  at this rate the 8.00 GiB cap is full after about 32,000 more iterations"
+rec -- -o "$TMP/clean.csv" --preload "$LIB" -- "$PROBE" --via dlsym train 40 0
+"$VRAM" analyze --json "$TMP/clean.csv" >"$TMP/a.json" 2>"$TMP/err"
+if grep -q '"leak": *false' "$TMP/a.json" && [ "$(json_number iterations "$TMP/a.json")" -ge 30 ]; then
+    pass "a clean loop: no leak"
+else
+    fail "a clean loop: no leak" "$(head -c 300 "$TMP/a.json")"
+fi
+n_alloc=$(grep -c ',a,' "$TMP/clean.csv")
+if [ "$n_alloc" -eq 161 ]; then
+    pass "every tensor an allocation (161: the weights and 4 x 40)"
+else
+    fail "every tensor an allocation" "$n_alloc 'a' events"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

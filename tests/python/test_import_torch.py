@@ -1,0 +1,156 @@
+"""test_import_torch.py -- `python -m vram.import_torch` on hand-made PyTorch
+memory snapshots (the dict torch.cuda.memory._dump_snapshot pickles): the
+events it writes, and one line with exit 2 for a truncated pickle, a pickle
+that is not a snapshot, a foreign version and a pickle naming a function.
+When VRAM_BINARY names the vram tool, `vram analyze` reads the trace too."""
+
+import gzip
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+PYDIR = os.path.join(ROOT, "python")
+MiB = 1 << 20
+
+
+def frames(line):
+    return [{"filename": "/home/me/train.py", "line": line, "name": "train_step"}]
+
+
+def leaking_snapshot(steps=12):
+    """A training loop in PyTorch's history format: per step two 4 MiB
+    activations allocated and freed (free_requested, then free_completed),
+    and 256 KiB kept; a free of memory allocated before the history began;
+    segment events; an OOM at the end."""
+    trace, t, addr = [], 1000, 0x7f0000000000
+    trace.append({"action": "segment_alloc", "addr": addr, "size": 64 * MiB, "stream": 0,
+                  "time_us": t, "frames": []})
+    trace.append({"action": "free_completed", "addr": 0x100, "size": 512, "stream": 0,
+                  "time_us": t, "frames": []})
+    kept = addr + 32 * MiB
+    for step in range(steps):
+        acts = [addr + k * 4 * MiB for k in range(2)]
+        for a in acts:
+            t += 10
+            trace.append({"action": "alloc", "addr": a, "size": 4 * MiB, "stream": 0,
+                          "time_us": t, "frames": frames(40)})
+        for a in acts:
+            t += 10
+            trace.append({"action": "free_requested", "addr": a, "size": 4 * MiB,
+                          "stream": 0, "time_us": t, "frames": frames(41)})
+            trace.append({"action": "free_completed", "addr": a, "size": 4 * MiB,
+                          "stream": 0, "time_us": t, "frames": frames(41)})
+        t += 10
+        trace.append({"action": "alloc", "addr": kept, "size": 256 * 1024, "stream": 0,
+                      "time_us": t, "frames": frames(57)})
+        kept += 256 * 1024
+    t += 10
+    trace.append({"action": "oom", "addr": 0, "size": 80 * MiB, "stream": 0,
+                  "device_free": 0, "time_us": t, "frames": frames(40)})
+    return {"segments": [], "device_traces": [trace]}
+
+
+class ImportTorch(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_import(self, data, out="t.trace.csv", raw=False):
+        src = os.path.join(self.dir, "snap.pickle")
+        with open(src, "wb") as f:
+            f.write(data if raw else pickle.dumps(data))
+        dst = os.path.join(self.dir, out)
+        env = dict(os.environ, PYTHONPATH=PYDIR)
+        p = subprocess.run([sys.executable, "-m", "vram.import_torch", src, "-o", dst],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env)
+        return p, dst
+
+    def read(self, path):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            lines = f.read().splitlines()
+        self.assertTrue(lines[0].startswith("# workload=torch-snapshot"))
+        self.assertEqual(lines[1], "t_us,op,id,size,stream,device")
+        return lines[0], [l.split(",") for l in lines[2:]]
+
+    def test_events(self):
+        p, dst = self.run_import(leaking_snapshot(), out="t.trace.csv.gz")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr, "")
+        meta, ev = self.read(dst)
+        self.assertIn("skipped=1", meta)  # the free of memory from before
+        ops = [e[1] for e in ev]
+        # 12 steps x (2 allocs, 2 frees, 1 kept) + the OOM; segments ignored.
+        self.assertEqual(ops.count("a"), 36)
+        self.assertEqual(ops.count("f"), 24)
+        self.assertEqual(ops[-1], "o")
+        self.assertEqual(int(ev[-1][3]), 80 * MiB)
+        # Each free names the id its address was allocated with.
+        live = {}
+        for t, op, ident, size, stream, dev in ev:
+            if op == "a":
+                live[ident] = size
+            elif op == "f":
+                self.assertEqual(live.pop(ident), size)
+        self.assertEqual(sorted(set(live.values())), [str(256 * 1024)])
+        times = [int(e[0]) for e in ev]
+        self.assertEqual(times, sorted(times))
+        vram = os.environ.get("VRAM_BINARY")
+        if vram:
+            a = subprocess.run([vram, "analyze", "--json", dst], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+            self.assertEqual(a.returncode, 0, a.stderr)
+            self.assertIn('"leak": true', a.stdout.replace('"leak":true', '"leak": true'))
+
+    def test_without_time(self):
+        snap = {"device_traces": [[{"action": "alloc", "addr": 1, "size": 10},
+                                   {"action": "free", "addr": 1, "size": 10}], []]}
+        p, dst = self.run_import(snap)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        _, ev = self.read(dst)
+        self.assertEqual([(e[0], e[1]) for e in ev], [("0", "a"), ("1", "f")])
+
+    def assert_refused(self, p, reason):
+        self.assertEqual(p.returncode, 2)
+        lines = p.stderr.splitlines()
+        self.assertEqual(len(lines), 1, p.stderr)
+        self.assertTrue(lines[0].startswith("vram.import_torch: "), lines[0])
+        self.assertIn(reason, lines[0])
+
+    def test_bad_input(self):
+        whole = pickle.dumps(leaking_snapshot())
+        p, dst = self.run_import(whole[: len(whole) // 2], raw=True)
+        self.assert_refused(p, "truncated")
+        self.assertFalse(os.path.exists(dst))
+        p, _ = self.run_import(b"not a pickle at all", raw=True)
+        self.assert_refused(p, "not a pickle")
+        p, _ = self.run_import([1, 2, 3])
+        self.assert_refused(p, "not a PyTorch memory snapshot")
+        p, _ = self.run_import({"device_traces": {"0": []}})
+        self.assert_refused(p, "snapshot version")
+        p, _ = self.run_import({"device_traces": [[{"action": "teleport", "addr": 1}]]})
+        self.assert_refused(p, "unknown action 'teleport'")
+        p, _ = self.run_import({"device_traces": [[{"addr": 1, "size": 2}]]})
+        self.assert_refused(p, "no action")
+        # A pickle that would call a function when loaded is refused, not run.
+        evil = b"cos\nsystem\n(S'touch " + os.path.join(self.dir, "ran").encode() + b"'\ntR."
+        p, _ = self.run_import(evil, raw=True)
+        self.assert_refused(p, "os.system")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "ran")))
+
+    def test_unwritable_output(self):
+        p, _ = self.run_import(leaking_snapshot(), out="no/such/dir/t.csv")
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(len(p.stderr.splitlines()), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,284 @@
+/*
+** cmd_record.c -- `vram record`: run a command with the preload library
+** recording every allocation and free into a trace (docs/RECORD.md).
+**
+**   vram record [--output FILE | -o FILE] [--limit SPEC] [--driver-view]
+**               [--preload PATH] [--] COMMAND [ARGS...]
+**
+** The quota and preload setup is `vram run`'s (run_prepare): a fresh
+** group, the preload library first in LD_PRELOAD, --limit checked by the
+** library's own parser. To that it adds VRAM_TRACE = FILE (absolute, so
+** that a command that changes directory still writes there) and, unless
+** --driver-view, the framework settings under which every tensor reaches
+** the driver as its own allocation:
+**   PYTORCH_CUDA_ALLOC_CONF  += backend:cudaMallocAsync (unless a backend
+**                               is named already)
+**   TF_GPU_ALLOCATOR          = cuda_malloc_async (if unset)
+**   XLA_PYTHON_CLIENT_ALLOCATOR = platform (if unset)
+** A setting the user made is kept and said on standard error. The command
+** runs as a child; when it ends, the trace is read back and summarized in
+** one line.
+**
+** Exit status: the command's (126, 127, 128+N as `vram run --report`);
+** 1 when vram could not start it, or the command succeeded but its trace
+** cannot be read; 2 bad usage (nothing ran).
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/size.h"
+#include "cliopt.h"
+#include "cmd.h"
+#include "config/env.h"
+#include "ledger/ledger.h"
+#include "trace/trace.h"
+#include "vram.h"
+
+enum { REC_FAIL = 1, REC_USAGE = 2 };
+
+#define REC_DEFAULT_OUTPUT "vram.trace.csv"
+
+enum opt_id { OPT_OUTPUT, OPT_LIMIT, OPT_DRIVER_VIEW, OPT_PRELOAD };
+
+static const struct cli_opt opt_table[] = {
+    {OPT_OUTPUT, "output", 'o', "FILE",
+     "the trace to write (gzip-compressed when it ends in .gz); default "
+     REC_DEFAULT_OUTPUT},
+    {OPT_LIMIT, "limit", 0, "SPEC", "GPU memory quota while recording, as vram run --limit"},
+    {OPT_DRIVER_VIEW, "driver-view", 0, NULL,
+     "leave the frameworks' own allocators as they are: the trace then holds their "
+     "pool segments, not tensors"},
+    {OPT_PRELOAD, "preload", 0, "PATH", "the preload library, as vram run --preload"},
+};
+
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+static void
+record_notes(FILE *out)
+{
+    fprintf(out,
+            "Unless --driver-view, PyTorch, TensorFlow and JAX are set up so that each\n"
+            "tensor is its own allocation: PYTORCH_CUDA_ALLOC_CONF gets\n"
+            "backend:cudaMallocAsync (PyTorch 2.0 or later), TF_GPU_ALLOCATOR=\n"
+            "cuda_malloc_async, XLA_PYTHON_CLIENT_ALLOCATOR=platform; settings already\n"
+            "made are kept. docs/RECORD.md has more.\n");
+}
+
+static const struct cli_command record_cmd = {
+    .prog = "vram record",
+    .synopsis = "[OPTIONS] [--] COMMAND [ARGS...]",
+    .about = "Run COMMAND with the preload library recording every GPU allocation\n"
+             "and free into a trace that vram analyze and vram replay read.\n",
+    .opts = opt_table,
+    .n_opts = N_OPTS,
+    .notes = record_notes,
+    .exit_status = "the command's; 1 vram could not start it, or its trace cannot be "
+                   "read; 2 bad usage (nothing was run); 126 COMMAND cannot be executed; "
+                   "127 COMMAND not found; 128+N if COMMAND was killed by signal N.",
+    .stop_at_operand = true,
+};
+
+struct record_args {
+    const char *output;
+    const char *limit;
+    const char *preload;
+    bool driver_view;
+    char **command;
+};
+
+static int
+parse_args(int argc, char **argv, struct record_args *a)
+{
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *value = NULL;
+    memset(a, 0, sizeof *a);
+    a->output = REC_DEFAULT_OUTPUT;
+    cliopt_begin(&it, &record_cmd, argc, argv);
+    for (;;) {
+        switch (cliopt_next(&it, &opt, &value)) {
+        case CLIOPT_END:
+            return cliopt_usage_error(&record_cmd, "no command given");
+        case CLIOPT_EXIT:
+            return it.status;
+        case CLIOPT_OPERAND:
+            a->command = argv + it.next - 1;
+            return -1;
+        case CLIOPT_OPTION:
+            break;
+        }
+        switch ((enum opt_id)opt->id) {
+        case OPT_OUTPUT:
+            a->output = value;
+            break;
+        case OPT_LIMIT:
+            a->limit = value;
+            break;
+        case OPT_DRIVER_VIEW:
+            a->driver_view = true;
+            break;
+        case OPT_PRELOAD:
+            a->preload = value;
+            break;
+        }
+    }
+}
+
+/*
+** OUTPUT made absolute into ABS, and created (emptied) now, so that a path
+** that cannot be written is one line before anything runs rather than a
+** line from the preload library in the middle of the command's output.
+*/
+static int
+prepare_output(const char *output, char *abs, size_t len)
+{
+    char shown[TEXT_EXCERPT_LEN];
+    text_excerpt(output, shown, sizeof shown);
+    if (output[0] == '\0') {
+        cli_error("record: --output: an empty path");
+        return REC_USAGE;
+    }
+    char cwd[PATH_MAX];
+    int w;
+    if (output[0] == '/')
+        w = snprintf(abs, len, "%s", output);
+    else if (getcwd(cwd, sizeof cwd) != NULL)
+        w = snprintf(abs, len, "%s/%s", cwd, output);
+    else {
+        cli_error("record: cannot make '%s' absolute: %s", shown, strerror(errno));
+        return REC_FAIL;
+    }
+    if (w < 0 || (size_t)w >= len) {
+        cli_error("record: --output '%s': path too long", shown);
+        return REC_USAGE;
+    }
+    int fd = open(abs, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cli_error("record: --output '%s': %s", shown, strerror(errno));
+        return REC_USAGE;
+    }
+    close(fd);
+    return -1;
+}
+
+static int
+set_or_fail(const char *name, const char *value)
+{
+    if (setenv(name, value, 1) != 0) {
+        cli_error("record: cannot set %s: %s", name, strerror(errno));
+        return REC_FAIL;
+    }
+    return -1;
+}
+
+/*
+** The frameworks' settings (see the head of this file). A value the user
+** set is kept; one line on standard error says so when it keeps the
+** framework's own pool.
+*/
+static int
+steer_frameworks(const struct env_run *env)
+{
+    int rc;
+    const char *conf = env->torch_alloc_conf;
+    if (strstr(conf, "backend") == NULL) {
+        char value[sizeof env->torch_alloc_conf + 32];
+        snprintf(value, sizeof value, "%s%sbackend:cudaMallocAsync", conf,
+                 conf[0] != '\0' ? "," : "");
+        if ((rc = set_or_fail("PYTORCH_CUDA_ALLOC_CONF", value)) >= 0)
+            return rc;
+    } else if (strstr(conf, "backend:cudaMallocAsync") == NULL) {
+        cli_error("record: PYTORCH_CUDA_ALLOC_CONF names its own backend: PyTorch's "
+                  "tensors are recorded as its pool's segments");
+    }
+    if (env->tf_gpu_allocator[0] == '\0') {
+        if ((rc = set_or_fail("TF_GPU_ALLOCATOR", "cuda_malloc_async")) >= 0)
+            return rc;
+    } else if (strcmp(env->tf_gpu_allocator, "cuda_malloc_async") != 0) {
+        cli_error("record: TF_GPU_ALLOCATOR is set: TensorFlow's tensors are recorded "
+                  "as its pool's regions");
+    }
+    if (env->xla_allocator[0] == '\0') {
+        if ((rc = set_or_fail("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")) >= 0)
+            return rc;
+    } else if (strcmp(env->xla_allocator, "platform") != 0 &&
+               strcmp(env->xla_allocator, "cuda_async") != 0) {
+        cli_error("record: XLA_PYTHON_CLIENT_ALLOCATOR is set: JAX's buffers are "
+                  "recorded as its pool's regions");
+    }
+    return -1;
+}
+
+/* One line about the trace at PATH; false if it cannot be read. */
+static bool
+summarize(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && st.st_size == 0) {
+        /* The library opens the trace at the first CUDA call it sees. */
+        fprintf(stderr, "vram: record: %s: no GPU allocation was seen (the command made no "
+                        "CUDA call the preload library saw)\n",
+                path);
+        return true;
+    }
+    struct trace *t = NULL;
+    if (trace_load(path, &t) != VRAM_OK) {
+        cli_error("record: the trace cannot be read: %s", vram_last_error());
+        return false;
+    }
+    uint64_t allocs = 0;
+    for (uint64_t i = 0; i < t->n_events; i++)
+        if (t->events[i].op == TRACE_ALLOC)
+            allocs++;
+    char peak[32];
+    if (t->n_events == 0)
+        fprintf(stderr,
+                "vram: record: %s: no GPU allocation was seen (no CUDA use, or only "
+                "before the library was loaded)\n",
+                path);
+    else
+        fprintf(stderr,
+                "vram: record: %s: %llu events, %llu allocations, peak %s live "
+                "(vram analyze %s)\n",
+                path, (unsigned long long)t->n_events, (unsigned long long)allocs,
+                size_format(t->peak_live_bytes, peak, sizeof peak), path);
+    trace_free(t);
+    return true;
+}
+
+int
+cmd_record(int argc, char **argv)
+{
+    struct record_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    struct env_run env;
+    if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
+        cli_error("record: %s", vram_last_error());
+        return REC_USAGE;
+    }
+    char group[LEDGER_GROUP_LEN];
+    if ((rc = run_prepare("record", a.limit, NULL, a.preload, group, sizeof group)) >= 0)
+        return rc;
+    char path[PATH_MAX];
+    if ((rc = prepare_output(a.output, path, sizeof path)) >= 0)
+        return rc;
+    if ((rc = set_or_fail("VRAM_TRACE", path)) >= 0)
+        return rc;
+    if (!a.driver_view && (rc = steer_frameworks(&env)) >= 0)
+        return rc;
+    int status = run_command(a.command, group);
+    if (status == 126 || status == 127)
+        return status; /* nothing ran: said already */
+    if (!summarize(path) && status == 0)
+        return REC_FAIL;
+    return status;
+}
