@@ -125,20 +125,26 @@ def oom_shim(torch, lib_path, compiler=None):
         except OSError as e:
             errors.append("%s: %s" % (d, e))
             continue
-        cmd = [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-w",
-               "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, "-I", include, _SHIM_SOURCE,
-               "-o", tmp] + link + ["-L", libdir, "-lc10", "-Wl,-rpath," + libdir]
-        try:
-            run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 universal_newlines=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            os.unlink(tmp)
-            raise VramError("compiling %s failed: %s" % (_SHIM_SOURCE, e)) from None
+        # C++17 is what PyTorch's headers needed up to 2.11; a later PyTorch
+        # may need C++20, so that is tried next.
+        for std in ("-std=c++17", "-std=c++20"):
+            cmd = [cxx, std, "-O2", "-shared", "-fPIC", "-w",
+                   "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, "-I", include, _SHIM_SOURCE,
+                   "-o", tmp] + link + ["-L", libdir, "-lc10", "-Wl,-rpath," + libdir]
+            try:
+                run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     universal_newlines=True, timeout=300)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                os.unlink(tmp)
+                raise VramError("compiling %s failed: %s" % (_SHIM_SOURCE, e)) from None
+            if run.returncode == 0:
+                break
         if run.returncode != 0:
             os.unlink(tmp)
             lines = run.stdout.strip().splitlines()
+            errors = [l for l in lines if "error" in l] or lines
             raise VramError("compiling %s failed: %s" % (
-                _SHIM_SOURCE, lines[-1] if lines else "exit %d" % run.returncode))
+                _SHIM_SOURCE, errors[0] if errors else "exit %d" % run.returncode))
         final = os.path.join(d, name)
         os.replace(tmp, final)  # atomic: ranks compiling at once agree
         return final

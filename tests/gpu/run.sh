@@ -275,12 +275,12 @@ if want torchperf; then
         STEP_OUT=$WORK/tp_warm_${t}_pool.jsonl run_step "torchperf: $t pool warm" 90 \
             "$PEERS" --allocator cudaMallocAsync --repeat 3 --warm --json "$f"
     done
-    # The preload's cost per hooked call over the bare driver: 20 interleaved
+    # The preload's cost per hooked call over the bare driver: 12 interleaved
     # run pairs, 95 % confidence interval (tests/preload/hook_cost.py).
     if [ -x "$BUILD/tests/preload/hook_cost" ] && [ -f "$BUILD/lib/libvram-preload.so" ]; then
         STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (interleaved, 95% CI)" 150 \
             python3 tests/preload/hook_cost.py --bin "$BUILD/tests/preload/hook_cost" \
-            --preload "$BUILD/lib/libvram-preload.so" --runs 20 --batches 200 \
+            --preload "$BUILD/lib/libvram-preload.so" --runs 12 --batches 150 \
             --env VRAM_LIMIT=100G --json
     fi
     cat "$WORK"/torchperf.json "$WORK"/hook_cost.json "$WORK"/tp_*.jsonl 2>/dev/null |
