@@ -182,7 +182,7 @@ class _Tracer:
         self.phase = "forward"
         self.in_backward = 0
         self.workspaces = set()
-        self.params = []      # weakrefs to parameters
+        self.modules = []     # weakrefs to modules (whose parameters are tagged)
         self.optimizers = []  # weakrefs to optimizers
         from torch.multiprocessing.reductions import StorageWeakRef
         self.weakref = StorageWeakRef
@@ -272,12 +272,14 @@ class _Tracer:
     def tag_states(self):
         """Tag what parameters, their gradients and optimizers hold now."""
         torch = self.torch
-        for r in self.params:
-            p = r()
-            if p is None:
+        for r in self.modules:
+            m = r()
+            if m is None:
                 continue
-            self.tag_tensor(p, "weights")
-            self.tag_tensor(p.grad, "gradients")
+            for p in list(getattr(m, "_parameters", {}).values()):
+                if p is not None:
+                    self.tag_tensor(p, "weights")
+                    self.tag_tensor(p.grad, "gradients")
         for r in self.optimizers:
             o = r()
             if o is None:
@@ -594,12 +596,21 @@ def _patched(torch, tracer, meta, gpu_memory):
     import weakref
     orig_param_new = torch.nn.Parameter.__new__
 
+    # No weak reference to a Parameter itself: PyTorch 2.x moves a module's
+    # fake parameters to "cuda" with torch.utils.swap_tensors, which refuses
+    # a tensor that has one ("_apply(): Couldn't swap Linear.weight").
+    # Modules are never swapped: their parameters are found through them.
     def param_new(cls, data=None, requires_grad=True):
         p = orig_param_new(cls, data, requires_grad)
-        tracer.params.append(weakref.ref(p))
         tracer.tag_tensor(p, "weights")
         return p
     patch(torch.nn.Parameter, "__new__", param_new)
+    orig_module_init = torch.nn.Module.__init__
+
+    def module_init(self, *a, **k):
+        orig_module_init(self, *a, **k)
+        tracer.modules.append(weakref.ref(self))
+    patch(torch.nn.Module, "__init__", module_init)
     orig_opt_init = torch.optim.Optimizer.__init__
 
     def opt_init(self, *a, **k):
