@@ -211,7 +211,10 @@ def predict_trace(spec):
         return {"trace_bytes": r.tensor_peak_bytes, "trace_mode": r.mode,
                 "trace_breakdown": r.breakdown, "trace_seconds": round(time.time() - t0, 2)}
     except BaseException as e:  # noqa: B902 -- recorded, never fatal
-        return {"trace_error": ("%s: %s" % (type(e).__name__, e))[:500],
+        why = "%s: %s" % (type(e).__name__, e)
+        if e.__cause__ is not None:  # PyTorch's own reason, e.g. under "Couldn't swap"
+            why += " (cause: %s: %s)" % (type(e.__cause__).__name__, e.__cause__)
+        return {"trace_error": why[:500],
                 "trace_where": traceback.format_exc()[-1500:]}
 
 
