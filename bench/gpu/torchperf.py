@@ -28,8 +28,9 @@ a verdict per check:
   oom_message     its message carries vram's line ("out of memory on GPU:0")
   oom_survives    the child exited 0 after training on
   oom_losses      its losses equal the plain run's (within 1e-6 relative)
-  release_drop    bytes_reserved dropped by at least the 3 GiB freed, and the
-                  device's free memory rose by at least 90 % of that
+  release_drop    bytes_reserved dropped by at least 90 % of what was idle
+                  (reserved less in use, over 2 GiB after the 3 GiB freed), and
+                  the device's free memory rose by at least 90 % of the drop
   release_stat    `vram stat` (NVML's used memory) shows the drop likewise
   release_stream  the side stream's result is right
   release_losses  training after empty_cache gives the plain run's losses
@@ -189,10 +190,14 @@ def main():
         b, a = ec.get("before") or {}, ec.get("after") or {}
         drop = (b.get("reserved") or 0) - (a.get("reserved") or 0)
         rise = (a.get("device_free") or 0) - (b.get("device_free") or 0)
-        c["release_drop"] = drop >= 3 * GiB and rise >= 0.9 * 3 * GiB
+        # Everything idle goes back: what was reserved beyond what was in use
+        # (the 3 GiB freed, less what later allocations of the step took),
+        # and the device's free memory rises by as much.
+        idle = (b.get("reserved") or 0) - (b.get("in_use") or 0)
+        c["release_drop"] = idle > 2 * GiB and drop >= 0.9 * idle and rise >= 0.9 * drop
         sb, sa = (b.get("stat") or {}), (a.get("stat") or {})
         if sb.get("device_used") is not None and sa.get("device_used") is not None:
-            c["release_stat"] = sb["device_used"] - sa["device_used"] >= 0.9 * 3 * GiB
+            c["release_stat"] = drop > 0 and sb["device_used"] - sa["device_used"] >= 0.9 * drop
         else:
             c["release_stat"] = False
         c["release_stream"] = bool(ec.get("side_stream_ok"))
