@@ -227,4 +227,9 @@ int an_print_compare_json(FILE *out, const struct an_compare *c);
 ** boundaries, peak breakdown, leak section. VRAM_E_IO if writing fails. */
 vram_status an_write_html(FILE *out, const struct an_result *r);
 
+/* The comparison C as one self-contained HTML page: A, B and the change
+** of the peaks, the phase peaks and the classes live at the peak.
+** VRAM_E_IO if writing fails. */
+vram_status an_write_compare_html(FILE *out, const struct an_compare *c);
+
 #endif
