@@ -31,6 +31,7 @@
 #include "analyze/analyze.h"
 #include "base/error.h"
 #include "base/size.h"
+#include "trace/trace_replay.h"
 
 #define MIB (1ULL << 20)
 
@@ -1192,9 +1193,46 @@ oom_cause(struct an_result *r)
 /* 6. The replay                                                        */
 /* ------------------------------------------------------------------ */
 
+/* The libvram side of the replay (trace_replay.h's hooks). */
+struct an_replay {
+    vram_device **devs;
+    vram_status status; /* why a hook failed */
+};
+
+static int
+an_alloc(void *ctx, const struct trace_event *ev, uint64_t index, void **ptr)
+{
+    struct an_replay *ar = ctx;
+    vram_status a =
+        vram_alloc(ar->devs[ev->device], (size_t)ev->size, (void *)(uintptr_t)ev->stream, ptr);
+    if (a == VRAM_OK)
+        return TRACE_REPLAY_OK;
+    if (a == VRAM_E_OOM)
+        return TRACE_REPLAY_REFUSED;
+    ar->status = error_set(a, "analyze: replay event %llu: allocating %llu bytes: %s",
+                           (unsigned long long)(index + 1), (unsigned long long)ev->size,
+                           vram_last_error());
+    return TRACE_REPLAY_FAILED;
+}
+
+static int
+an_free(void *ctx, const struct trace_event *ev, uint64_t index, void *ptr, uint64_t size)
+{
+    struct an_replay *ar = ctx;
+    (void)size;
+    vram_status f = vram_free(ar->devs[ev->device], ptr);
+    if (f == VRAM_OK)
+        return TRACE_REPLAY_OK;
+    ar->status = error_set(f, "analyze: replay event %llu: free: %s",
+                           (unsigned long long)(index + 1), vram_last_error());
+    return TRACE_REPLAY_FAILED;
+}
+
+static const struct trace_replay_hooks an_hooks = {an_alloc, an_free};
+
 /*
-** Replay the trace on a simulated device under the strategy, like `vram
-** replay` (tools/vram/cmd_replay.c) but without timing: the timeline
+** Replay the trace on a simulated device under the strategy, with the loop
+** of `vram replay` (trace_replay.h) but without timing: the timeline
 ** keeps, per bucket of events, the most live bytes and the most reserved
 ** bytes (each device's peak since the last bucket, read and reset at the
 ** bucket's end, summed over devices).
@@ -1223,11 +1261,12 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
                          vram_last_error());
     vram_device **devs = calloc((size_t)n_dev, sizeof *devs);
     uint64_t *dev_peak = calloc((size_t)n_dev, sizeof *dev_peak);
-    void **ptr = calloc(t->n_slots > 0 ? t->n_slots : 1, sizeof *ptr);
+    struct trace_replay tr;
+    bool tr_ok = trace_replay_init(&tr, t);
     uint64_t bucket = (w->n + AN_MAX_POINTS - 1) / AN_MAX_POINTS;
     size_t n_points = bucket > 0 ? (size_t)((w->n + bucket - 1) / bucket) : 0;
     r->points = calloc(n_points > 0 ? n_points : 1, sizeof *r->points);
-    if (devs == NULL || dev_peak == NULL || ptr == NULL || r->points == NULL) {
+    if (devs == NULL || dev_peak == NULL || !tr_ok || r->points == NULL) {
         s = no_memory();
         goto out;
     }
@@ -1243,43 +1282,20 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
             s = error_set(s, "analyze: replay device %d: %s", d, vram_last_error());
     }
 
+    struct an_replay ar = {.devs = devs, .status = VRAM_OK};
     size_t p = 0;
     for (uint64_t b0 = 0; b0 < w->n && s == VRAM_OK; b0 += bucket) {
         uint64_t b1 = b0 + bucket < w->n ? b0 + bucket : w->n;
         struct an_point pt = {.t_us = t->events[b0].t_us, .live = 0, .reserved = 0};
         for (uint64_t i = b0; i < b1; i++) {
-            const struct trace_event *ev = &t->events[i];
             if (w->live[i] > pt.live || i == b0) {
                 pt.live = w->live[i];
-                pt.t_us = ev->t_us;
+                pt.t_us = t->events[i].t_us;
             }
-            if (ev->slot >= t->n_slots || ev->device < 0 || ev->device >= n_dev)
-                continue; /* marks and OOMs: nothing to replay */
-            vram_device *dev = devs[ev->device];
-            if (is_alloc(ev)) {
-                void *q = NULL;
-                vram_status a =
-                    vram_alloc(dev, (size_t)ev->size, (void *)(uintptr_t)ev->stream, &q);
-                if (a == VRAM_E_OOM) {
-                    r->replay_ooms++;
-                    q = NULL;
-                } else if (a != VRAM_OK) {
-                    s = error_set(a,
-                                  "analyze: replay event %llu: allocating %llu bytes: %s",
-                                  (unsigned long long)(i + 1),
-                                  (unsigned long long)ev->size, vram_last_error());
-                    break;
-                }
-                ptr[ev->slot] = q;
-            } else if (is_free(ev) && ptr[ev->slot] != NULL) {
-                vram_status f = vram_free(dev, ptr[ev->slot]);
-                if (f != VRAM_OK) {
-                    s = error_set(f, "analyze: replay event %llu: free: %s",
-                                  (unsigned long long)(i + 1), vram_last_error());
-                    break;
-                }
-                ptr[ev->slot] = NULL;
-            }
+        }
+        if (trace_replay_run(&tr, b0, b1, &an_hooks, &ar) != TRACE_REPLAY_OK) {
+            s = ar.status;
+            break;
         }
         for (int d = 0; d < n_dev && s == VRAM_OK; d++) {
             vram_stats st;
@@ -1295,6 +1311,7 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
         r->points[p++] = pt;
     }
     r->n_points = p;
+    r->replay_ooms = tr.refused;
     for (int d = 0; d < n_dev; d++)
         r->peak_reserved += dev_peak[d];
     if (r->ends_in_oom && r->oom_device >= 0 && r->oom_device < n_dev)
@@ -1302,7 +1319,7 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
     r->fragmentation =
         r->peak_bytes > 0 ? (double)r->peak_reserved / (double)r->peak_bytes : 0.0;
 out:
-    free(ptr);
+    trace_replay_fini(tr_ok ? &tr : NULL);
     free(dev_peak);
     free(devs);
     vram_close(ctx);
