@@ -733,7 +733,7 @@ context_delta(const struct preload_device *d, uint64_t *grow, uint64_t *shrink)
     if (!P.count_context)
         return;
     struct preload_use *u = &P.use[d - P.dev];
-    long long now = now_ns();
+    long long now = (long long)now_mono_ns();
     long long last = __atomic_load_n(&u->checked_ns, __ATOMIC_RELAXED);
     if (last != 0 && now - last < CONTEXT_INTERVAL_NS)
         return;
