@@ -254,6 +254,37 @@ live_pass(struct work *w, struct an_result *r)
 /* 2. Phases from marks                                                 */
 /* ------------------------------------------------------------------ */
 
+/* The phases grouped by label once, in one pass (label -1 at index 0 of
+** the map), for the text and HTML reports. */
+static vram_status
+group_phases(const struct trace *t, struct an_result *r)
+{
+    size_t *slot = malloc(((size_t)t->n_labels + 1) * sizeof *slot);
+    r->phase_groups = calloc(r->n_phases > 0 ? r->n_phases : 1, sizeof *r->phase_groups);
+    if (slot == NULL || r->phase_groups == NULL) {
+        free(slot);
+        return no_memory();
+    }
+    for (size_t i = 0; i <= t->n_labels; i++)
+        slot[i] = SIZE_MAX;
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_phases; i++) {
+        const struct an_phase *ph = &r->phases[i];
+        size_t *at = &slot[ph->label + 1];
+        if (*at == SIZE_MAX) {
+            *at = n++;
+            r->phase_groups[*at].label = ph->label;
+        }
+        struct an_phase_group *g = &r->phase_groups[*at];
+        g->count++;
+        if (ph->peak_live > g->peak_live)
+            g->peak_live = ph->peak_live;
+    }
+    r->n_phase_groups = n;
+    free(slot);
+    return VRAM_OK;
+}
+
 static vram_status
 phases_from_marks(struct work *w, struct an_result *r)
 {
@@ -288,7 +319,7 @@ phases_from_marks(struct work *w, struct an_result *r)
                 peak = w->live[i];
         r->phases[p].peak_live = peak;
     }
-    return VRAM_OK;
+    return group_phases(t, r);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1404,6 +1435,7 @@ an_result_free(struct an_result *r)
         return;
     free(r->peak_classes);
     free(r->phases);
+    free(r->phase_groups);
     free(r->iters);
     free(r->suspects);
     free(r->points);
@@ -1479,33 +1511,17 @@ static void
 print_phases(FILE *out, const struct an_result *r)
 {
     const struct trace *t = r->trace;
-    size_t shown = 0, groups = 0;
-    for (size_t i = 0; i < r->n_phases; i++) {
-        int32_t label = r->phases[i].label;
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = r->phases[j].label == label;
-        if (seen)
-            continue;
-        groups++;
-        if (shown >= TEXT_ROWS)
-            continue;
-        uint64_t peak = 0, count = 0;
-        for (size_t j = i; j < r->n_phases; j++)
-            if (r->phases[j].label == label) {
-                count++;
-                if (r->phases[j].peak_live > peak)
-                    peak = r->phases[j].peak_live;
-            }
+    size_t shown = 0;
+    for (size_t i = 0; i < r->n_phase_groups && shown < TEXT_ROWS; i++, shown++) {
+        const struct an_phase_group *g = &r->phase_groups[i];
         char b[32];
-        fprintf(out, "    %-32s peak %s%s", label_text(t, label),
-                fmt_size(peak, b, sizeof b), count > 1 ? "" : "\n");
-        if (count > 1)
-            fprintf(out, " (largest of %llu)\n", (unsigned long long)count);
-        shown++;
+        fprintf(out, "    %-32s peak %s%s", label_text(t, g->label),
+                fmt_size(g->peak_live, b, sizeof b), g->count > 1 ? "" : "\n");
+        if (g->count > 1)
+            fprintf(out, " (largest of %llu)\n", (unsigned long long)g->count);
     }
-    if (groups > shown)
-        fprintf(out, "    and %zu more labels\n", groups - shown);
+    if (r->n_phase_groups > shown)
+        fprintf(out, "    and %zu more labels\n", r->n_phase_groups - shown);
 }
 
 /* "at this rate the 80.00 GiB device is full after about 310,000 more

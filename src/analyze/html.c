@@ -1131,25 +1131,14 @@ phase_table(struct page *p)
            "<tr><th>Phase</th><th class=\"num\">Times</th><th>Highest peak</th>"
            "<th class=\"num\">Bytes</th></tr></thead>\n<tbody>\n");
     size_t rows = 0, hidden = 0;
-    for (size_t i = 0; i < r->n_phases; i++) {
-        int32_t label = r->phases[i].label;
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = r->phases[j].label == label;
-        if (seen)
-            continue;
+    for (size_t i = 0; i < r->n_phase_groups; i++) {
+        int32_t label = r->phase_groups[i].label;
+        uint64_t peak = r->phase_groups[i].peak_live, times = r->phase_groups[i].count;
         if (rows == MAX_PHASE_ROWS) {
             hidden++;
             continue;
         }
         rows++;
-        uint64_t peak = 0, times = 0;
-        for (size_t j = i; j < r->n_phases; j++)
-            if (r->phases[j].label == label) {
-                times++;
-                if (r->phases[j].peak_live > peak)
-                    peak = r->phases[j].peak_live;
-            }
         put(p, "<tr><td class=\"name\">");
         put_label(p, label);
         put(p, "</td><td class=\"num\">");

@@ -66,7 +66,7 @@ i=0
 while [ $i -lt 50 ] && ! curl -s -o /dev/null "$URL"; do sleep 0.1; i=$((i + 1)); done
 check "exporter answers within 1 s of its start despite a stopped member" "[ $i -le 10 ]"
 check "the stopped member's group is served" \
-    "curl -s -m 1 $URL | grep -q 'vram_process_used_bytes{group=\"${G}s\",.*pid=\"$stopped\".* 8388608\$'"
+    "curl -s -m 1 $URL | grep -q 'vram_process_used_bytes{.*,group=\"${G}s\",pid=\"$stopped\".* 8388608\$'"
 
 curl -s -D "$TMP/hdr" "$URL" >"$TMP/m"
 check "GET /metrics answers 200" "grep -q '^HTTP/1.1 200' $TMP/hdr"

@@ -57,7 +57,7 @@ i=0
 while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
 timeout 1 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
 check "stat answers within 1 s despite a stopped member" "[ $? -eq 0 ]"
-check "stat shows the stopped member's 8 MiB" "grep -q \"^$stopped .*8.00 MiB\" $TMP/out"
+check "stat shows the stopped member's 8 MiB" "grep -Eq \"^ +- +$stopped .*8.00 MiB\" $TMP/out"
 
 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
 check "stat exits 0" "[ $? -eq 0 ]"
