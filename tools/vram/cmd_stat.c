@@ -44,7 +44,7 @@ static const struct cli_command stat_cmd = {
 ** full), text columns cut to a width, the sizes with two decimals.
 */
 #define TABLE_MAX_COLS 10
-#define CELL_LEN 48
+#define CELL_LEN 128 /* holds a whole NVML name (96), group (64) or UUID */
 
 struct table {
     int n_cols;
