@@ -47,8 +47,8 @@
 #include <time.h>
 
 #include "cliopt.h"
-#include "slots.h"
 #include "trace/trace.h"
+#include "trace/trace_replay.h"
 #include "vram.h"
 
 /* ------------------------------------------------------------------ */
@@ -170,6 +170,7 @@ struct peer {
     enum allocator which;
     cudaStream_t stream; /* the one stream of the pool's replays */
     cudaMemPool_t pool;  /* the device's default pool */
+    bool releasing;      /* freeing what a run left live (the messages say so) */
 };
 
 /* Empty the pool and reset its high-water mark: each run starts cold.
@@ -185,65 +186,63 @@ pool_reset(struct peer *pr)
                "cudaMemPoolSetAttribute(ReservedMemHigh)");
 }
 
+/* The CUDA side of a replay (trace_replay.h's hooks); CTX is the peer. */
+static int
+peer_alloc(void *ctx, const struct trace_event *ev, uint64_t index, void **ptr)
+{
+    struct peer *pr = ctx;
+    bool pool = pr->which == ALLOC_POOL;
+    (void)index;
+    cudaError_t e = pool ? cudaMallocAsync(ptr, (size_t)ev->size, pr->stream)
+                         : cudaMalloc(ptr, (size_t)ev->size);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* clear it: not sticky */
+        return TRACE_REPLAY_REFUSED;
+    }
+    return cuda_ok(e, pool ? "cudaMallocAsync" : "cudaMalloc") ? TRACE_REPLAY_OK
+                                                               : TRACE_REPLAY_FAILED;
+}
+
+static int
+peer_free(void *ctx, const struct trace_event *ev, uint64_t index, void *ptr, uint64_t size)
+{
+    struct peer *pr = ctx;
+    bool pool = pr->which == ALLOC_POOL;
+    (void)ev;
+    (void)index;
+    (void)size;
+    cudaError_t e = pool ? cudaFreeAsync(ptr, pr->stream) : cudaFree(ptr);
+    return cuda_ok(e, pr->releasing ? "freeing what the trace left live"
+                      : pool      ? "cudaFreeAsync"
+                                  : "cudaFree")
+               ? TRACE_REPLAY_OK
+               : TRACE_REPLAY_FAILED;
+}
+
+static const struct trace_replay_hooks peer_hooks = {peer_alloc, peer_free};
+
 /*
-** Replay the first N events of T once through PR into OUT. Returns false
+** Replay the first N events of SL's trace once through PR into OUT. Returns false
 ** (after one line) if a CUDA call fails other than by running out of
 ** memory.
 */
 static bool
-replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct replay_slots *sl,
-            bool cold, struct result *out)
+replay_once(uint64_t n, struct peer *pr, struct trace_replay *sl, bool cold,
+            struct result *out)
 {
     bool pool = pr->which == ALLOC_POOL;
     if (pool && cold && !pool_reset(pr))
         return false;
-    memset(sl->live, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *sl->live);
-    uint64_t live = 0, peak = 0, ooms = 0;
-    bool ok = true;
+    trace_replay_reset(sl);
     struct timespec t0, t1;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (uint64_t i = 0; i < n; i++) {
-        const struct trace_event *ev = &t->events[i];
-        if (ev->op == TRACE_MARK || ev->op == TRACE_OOM)
-            continue; /* no slot: nothing to replay */
-        uint32_t k = ev->slot;
-        if (ev->op == TRACE_ALLOC) {
-            void *p = NULL;
-            cudaError_t e = pool ? cudaMallocAsync(&p, (size_t)ev->size, pr->stream)
-                                 : cudaMalloc(&p, (size_t)ev->size);
-            if (e == cudaErrorMemoryAllocation) {
-                (void)cudaGetLastError(); /* clear it: not sticky */
-                ooms++;
-                continue;
-            }
-            if (!cuda_ok(e, pool ? "cudaMallocAsync" : "cudaMalloc")) {
-                ok = false;
-                break;
-            }
-            sl->ptr[k] = p;
-            sl->size[k] = ev->size;
-            sl->live[k] = true;
-            live += ev->size;
-            if (live > peak)
-                peak = live;
-        } else {
-            if (!sl->live[k])
-                continue; /* its allocation was refused */
-            cudaError_t e =
-                pool ? cudaFreeAsync(sl->ptr[k], pr->stream) : cudaFree(sl->ptr[k]);
-            if (!cuda_ok(e, pool ? "cudaFreeAsync" : "cudaFree")) {
-                ok = false;
-                break;
-            }
-            sl->live[k] = false;
-            live -= sl->size[k];
-        }
-    }
+    bool ok = trace_replay_run(sl, 0, n, &peer_hooks, pr) == TRACE_REPLAY_OK;
     if (ok && pool)
         ok = cuda_ok(cudaStreamSynchronize(pr->stream), "cudaStreamSynchronize");
     clock_gettime(CLOCK_MONOTONIC, &t1);
 
+    uint64_t peak = sl->peak_in_use;
     uint64_t reserved = peak;
     if (ok && pool) {
         uint64_t high = 0;
@@ -254,15 +253,10 @@ replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct replay_sl
     }
 
     /* Untimed: free what is still live, so the next run starts empty. */
-    for (uint32_t k = 0; k < t->n_slots; k++) {
-        if (!sl->live[k])
-            continue;
-        cudaError_t e =
-            pool ? cudaFreeAsync(sl->ptr[k], pr->stream) : cudaFree(sl->ptr[k]);
-        if (!cuda_ok(e, "freeing what the trace left live"))
-            return false;
-        sl->live[k] = false;
-    }
+    pr->releasing = true;
+    if (trace_replay_release(sl, &peer_hooks, pr) != TRACE_REPLAY_OK)
+        return false;
+    pr->releasing = false;
     if (!ok)
         return false;
 
@@ -271,7 +265,7 @@ replay_once(const struct trace *t, uint64_t n, struct peer *pr, struct replay_sl
     out->ns_per_op = n > 0 ? elapsed_ns(&t0, &t1) / (double)n : 0.0;
     out->peak_live_bytes = peak;
     out->peak_reserved_bytes = reserved;
-    out->ooms = ooms;
+    out->ooms = sl->refused;
     return true;
 }
 
@@ -284,8 +278,8 @@ cmp_double(const void *a, const void *b)
 
 /* REPEAT runs; the statistics of the first, the median ns/op. */
 static bool
-replay_repeated(const struct trace *t, uint64_t n, unsigned repeat, struct peer *pr,
-                struct replay_slots *sl, struct result *out)
+replay_repeated(uint64_t n, unsigned repeat, struct peer *pr,
+                struct trace_replay *sl, struct result *out)
 {
     double times[1000];
     struct result first, r;
@@ -293,9 +287,9 @@ replay_repeated(const struct trace *t, uint64_t n, unsigned repeat, struct peer 
     for (unsigned i = 0; i < repeat; i++) {
         /* --warm: an untimed cold pass first, then the timed pass finds the
         ** pool holding the memory, as in a long training run. */
-        if (warm_mode && !replay_once(t, n, pr, sl, true, &r))
+        if (warm_mode && !replay_once(n, pr, sl, true, &r))
             return false;
-        if (!replay_once(t, n, pr, sl, !warm_mode, &r))
+        if (!replay_once(n, pr, sl, !warm_mode, &r))
             return false;
         if (i == 0)
             first = r;
@@ -550,8 +544,8 @@ main(int argc, char **argv)
         uint64_t n = t->n_events;
         if (set.max_events > 0 && set.max_events < n)
             n = set.max_events;
-        struct replay_slots sl;
-        if (!slots_alloc(&sl, t->n_slots)) {
+        struct trace_replay sl;
+        if (!trace_replay_init(&sl, t)) {
             fail("out of host memory");
             rc = 1;
             break;
@@ -561,7 +555,7 @@ main(int argc, char **argv)
                 continue;
             struct result r;
             pr.which = (enum allocator)a;
-            if (!replay_repeated(t, n, set.repeat, &pr, &sl, &r)) {
+            if (!replay_repeated(n, set.repeat, &pr, &sl, &r)) {
                 rc = 1;
                 break;
             }
@@ -570,7 +564,7 @@ main(int argc, char **argv)
             else
                 print_row(name, (enum allocator)a, &r, t->n_events);
         }
-        slots_free(&sl);
+        trace_replay_fini(&sl);
     }
 
     if (pr.stream != NULL)

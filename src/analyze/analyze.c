@@ -31,6 +31,7 @@
 #include "analyze/analyze.h"
 #include "base/error.h"
 #include "base/size.h"
+#include "trace/trace_replay.h"
 
 #define MIB (1ULL << 20)
 
@@ -253,6 +254,37 @@ live_pass(struct work *w, struct an_result *r)
 /* 2. Phases from marks                                                 */
 /* ------------------------------------------------------------------ */
 
+/* The phases grouped by label once, in one pass (label -1 at index 0 of
+** the map), for the text and HTML reports. */
+static vram_status
+group_phases(const struct trace *t, struct an_result *r)
+{
+    size_t *slot = malloc(((size_t)t->n_labels + 1) * sizeof *slot);
+    r->phase_groups = calloc(r->n_phases > 0 ? r->n_phases : 1, sizeof *r->phase_groups);
+    if (slot == NULL || r->phase_groups == NULL) {
+        free(slot);
+        return no_memory();
+    }
+    for (size_t i = 0; i <= t->n_labels; i++)
+        slot[i] = SIZE_MAX;
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_phases; i++) {
+        const struct an_phase *ph = &r->phases[i];
+        size_t *at = &slot[ph->label + 1];
+        if (*at == SIZE_MAX) {
+            *at = n++;
+            r->phase_groups[*at].label = ph->label;
+        }
+        struct an_phase_group *g = &r->phase_groups[*at];
+        g->count++;
+        if (ph->peak_live > g->peak_live)
+            g->peak_live = ph->peak_live;
+    }
+    r->n_phase_groups = n;
+    free(slot);
+    return VRAM_OK;
+}
+
 static vram_status
 phases_from_marks(struct work *w, struct an_result *r)
 {
@@ -287,7 +319,7 @@ phases_from_marks(struct work *w, struct an_result *r)
                 peak = w->live[i];
         r->phases[p].peak_live = peak;
     }
-    return VRAM_OK;
+    return group_phases(t, r);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1192,9 +1224,46 @@ oom_cause(struct an_result *r)
 /* 6. The replay                                                        */
 /* ------------------------------------------------------------------ */
 
+/* The libvram side of the replay (trace_replay.h's hooks). */
+struct an_replay {
+    vram_device **devs;
+    vram_status status; /* why a hook failed */
+};
+
+static int
+an_alloc(void *ctx, const struct trace_event *ev, uint64_t index, void **ptr)
+{
+    struct an_replay *ar = ctx;
+    vram_status a =
+        vram_alloc(ar->devs[ev->device], (size_t)ev->size, (void *)(uintptr_t)ev->stream, ptr);
+    if (a == VRAM_OK)
+        return TRACE_REPLAY_OK;
+    if (a == VRAM_E_OOM)
+        return TRACE_REPLAY_REFUSED;
+    ar->status = error_set(a, "analyze: replay event %llu: allocating %llu bytes: %s",
+                           (unsigned long long)(index + 1), (unsigned long long)ev->size,
+                           vram_last_error());
+    return TRACE_REPLAY_FAILED;
+}
+
+static int
+an_free(void *ctx, const struct trace_event *ev, uint64_t index, void *ptr, uint64_t size)
+{
+    struct an_replay *ar = ctx;
+    (void)size;
+    vram_status f = vram_free(ar->devs[ev->device], ptr);
+    if (f == VRAM_OK)
+        return TRACE_REPLAY_OK;
+    ar->status = error_set(f, "analyze: replay event %llu: free: %s",
+                           (unsigned long long)(index + 1), vram_last_error());
+    return TRACE_REPLAY_FAILED;
+}
+
+static const struct trace_replay_hooks an_hooks = {an_alloc, an_free};
+
 /*
-** Replay the trace on a simulated device under the strategy, like `vram
-** replay` (tools/vram/cmd_replay.c) but without timing: the timeline
+** Replay the trace on a simulated device under the strategy, with the loop
+** of `vram replay` (trace_replay.h) but without timing: the timeline
 ** keeps, per bucket of events, the most live bytes and the most reserved
 ** bytes (each device's peak since the last bucket, read and reset at the
 ** bucket's end, summed over devices).
@@ -1223,11 +1292,12 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
                          vram_last_error());
     vram_device **devs = calloc((size_t)n_dev, sizeof *devs);
     uint64_t *dev_peak = calloc((size_t)n_dev, sizeof *dev_peak);
-    void **ptr = calloc(t->n_slots > 0 ? t->n_slots : 1, sizeof *ptr);
+    struct trace_replay tr;
+    bool tr_ok = trace_replay_init(&tr, t);
     uint64_t bucket = (w->n + AN_MAX_POINTS - 1) / AN_MAX_POINTS;
     size_t n_points = bucket > 0 ? (size_t)((w->n + bucket - 1) / bucket) : 0;
     r->points = calloc(n_points > 0 ? n_points : 1, sizeof *r->points);
-    if (devs == NULL || dev_peak == NULL || ptr == NULL || r->points == NULL) {
+    if (devs == NULL || dev_peak == NULL || !tr_ok || r->points == NULL) {
         s = no_memory();
         goto out;
     }
@@ -1243,43 +1313,20 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
             s = error_set(s, "analyze: replay device %d: %s", d, vram_last_error());
     }
 
+    struct an_replay ar = {.devs = devs, .status = VRAM_OK};
     size_t p = 0;
     for (uint64_t b0 = 0; b0 < w->n && s == VRAM_OK; b0 += bucket) {
         uint64_t b1 = b0 + bucket < w->n ? b0 + bucket : w->n;
         struct an_point pt = {.t_us = t->events[b0].t_us, .live = 0, .reserved = 0};
         for (uint64_t i = b0; i < b1; i++) {
-            const struct trace_event *ev = &t->events[i];
             if (w->live[i] > pt.live || i == b0) {
                 pt.live = w->live[i];
-                pt.t_us = ev->t_us;
+                pt.t_us = t->events[i].t_us;
             }
-            if (ev->slot >= t->n_slots || ev->device < 0 || ev->device >= n_dev)
-                continue; /* marks and OOMs: nothing to replay */
-            vram_device *dev = devs[ev->device];
-            if (is_alloc(ev)) {
-                void *q = NULL;
-                vram_status a =
-                    vram_alloc(dev, (size_t)ev->size, (void *)(uintptr_t)ev->stream, &q);
-                if (a == VRAM_E_OOM) {
-                    r->replay_ooms++;
-                    q = NULL;
-                } else if (a != VRAM_OK) {
-                    s = error_set(a,
-                                  "analyze: replay event %llu: allocating %llu bytes: %s",
-                                  (unsigned long long)(i + 1),
-                                  (unsigned long long)ev->size, vram_last_error());
-                    break;
-                }
-                ptr[ev->slot] = q;
-            } else if (is_free(ev) && ptr[ev->slot] != NULL) {
-                vram_status f = vram_free(dev, ptr[ev->slot]);
-                if (f != VRAM_OK) {
-                    s = error_set(f, "analyze: replay event %llu: free: %s",
-                                  (unsigned long long)(i + 1), vram_last_error());
-                    break;
-                }
-                ptr[ev->slot] = NULL;
-            }
+        }
+        if (trace_replay_run(&tr, b0, b1, &an_hooks, &ar) != TRACE_REPLAY_OK) {
+            s = ar.status;
+            break;
         }
         for (int d = 0; d < n_dev && s == VRAM_OK; d++) {
             vram_stats st;
@@ -1295,6 +1342,7 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
         r->points[p++] = pt;
     }
     r->n_points = p;
+    r->replay_ooms = tr.refused;
     for (int d = 0; d < n_dev; d++)
         r->peak_reserved += dev_peak[d];
     if (r->ends_in_oom && r->oom_device >= 0 && r->oom_device < n_dev)
@@ -1302,7 +1350,7 @@ replay(struct work *w, const struct an_options *o, struct an_result *r)
     r->fragmentation =
         r->peak_bytes > 0 ? (double)r->peak_reserved / (double)r->peak_bytes : 0.0;
 out:
-    free(ptr);
+    trace_replay_fini(tr_ok ? &tr : NULL);
     free(dev_peak);
     free(devs);
     vram_close(ctx);
@@ -1387,6 +1435,7 @@ an_result_free(struct an_result *r)
         return;
     free(r->peak_classes);
     free(r->phases);
+    free(r->phase_groups);
     free(r->iters);
     free(r->suspects);
     free(r->points);
@@ -1462,33 +1511,17 @@ static void
 print_phases(FILE *out, const struct an_result *r)
 {
     const struct trace *t = r->trace;
-    size_t shown = 0, groups = 0;
-    for (size_t i = 0; i < r->n_phases; i++) {
-        int32_t label = r->phases[i].label;
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = r->phases[j].label == label;
-        if (seen)
-            continue;
-        groups++;
-        if (shown >= TEXT_ROWS)
-            continue;
-        uint64_t peak = 0, count = 0;
-        for (size_t j = i; j < r->n_phases; j++)
-            if (r->phases[j].label == label) {
-                count++;
-                if (r->phases[j].peak_live > peak)
-                    peak = r->phases[j].peak_live;
-            }
+    size_t shown = 0;
+    for (size_t i = 0; i < r->n_phase_groups && shown < TEXT_ROWS; i++, shown++) {
+        const struct an_phase_group *g = &r->phase_groups[i];
         char b[32];
-        fprintf(out, "    %-32s peak %s%s", label_text(t, label),
-                fmt_size(peak, b, sizeof b), count > 1 ? "" : "\n");
-        if (count > 1)
-            fprintf(out, " (largest of %llu)\n", (unsigned long long)count);
-        shown++;
+        fprintf(out, "    %-32s peak %s%s", label_text(t, g->label),
+                fmt_size(g->peak_live, b, sizeof b), g->count > 1 ? "" : "\n");
+        if (g->count > 1)
+            fprintf(out, " (largest of %llu)\n", (unsigned long long)g->count);
     }
-    if (groups > shown)
-        fprintf(out, "    and %zu more labels\n", groups - shown);
+    if (r->n_phase_groups > shown)
+        fprintf(out, "    and %zu more labels\n", r->n_phase_groups - shown);
 }
 
 /* "at this rate the 80.00 GiB device is full after about 310,000 more

@@ -39,6 +39,13 @@ struct an_phase {
     uint64_t peak_live;
 };
 
+/* The phases of one mark label taken together. */
+struct an_phase_group {
+    int32_t label;      /* as in an_phase */
+    uint64_t count;     /* phases with this label */
+    uint64_t peak_live; /* the largest of their peaks */
+};
+
 /* An allocation that stayed alive across iterations (a leak suspect). */
 struct an_suspect {
     uint64_t id;        /* as in the trace */
@@ -104,6 +111,8 @@ struct an_result {
     size_t n_peak_classes;
     struct an_phase *phases;       /* per mark, when the trace has marks */
     size_t n_phases;
+    struct an_phase_group *phase_groups; /* per label, in order of first appearance */
+    size_t n_phase_groups;
     struct an_iter *iters;
     size_t n_iters;
     bool iters_from_marks;         /* else detected from the pattern */
@@ -226,5 +235,10 @@ int an_print_compare_json(FILE *out, const struct an_compare *c);
 /* One self-contained HTML page (no network): timeline with iteration
 ** boundaries, peak breakdown, leak section. VRAM_E_IO if writing fails. */
 vram_status an_write_html(FILE *out, const struct an_result *r);
+
+/* The comparison C as one self-contained HTML page: A, B and the change
+** of the peaks, the phase peaks and the classes live at the peak.
+** VRAM_E_IO if writing fails. */
+vram_status an_write_compare_html(FILE *out, const struct an_compare *c);
 
 #endif

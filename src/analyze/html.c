@@ -1131,25 +1131,14 @@ phase_table(struct page *p)
            "<tr><th>Phase</th><th class=\"num\">Times</th><th>Highest peak</th>"
            "<th class=\"num\">Bytes</th></tr></thead>\n<tbody>\n");
     size_t rows = 0, hidden = 0;
-    for (size_t i = 0; i < r->n_phases; i++) {
-        int32_t label = r->phases[i].label;
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = r->phases[j].label == label;
-        if (seen)
-            continue;
+    for (size_t i = 0; i < r->n_phase_groups; i++) {
+        int32_t label = r->phase_groups[i].label;
+        uint64_t peak = r->phase_groups[i].peak_live, times = r->phase_groups[i].count;
         if (rows == MAX_PHASE_ROWS) {
             hidden++;
             continue;
         }
         rows++;
-        uint64_t peak = 0, times = 0;
-        for (size_t j = i; j < r->n_phases; j++)
-            if (r->phases[j].label == label) {
-                times++;
-                if (r->phases[j].peak_live > peak)
-                    peak = r->phases[j].peak_live;
-            }
         put(p, "<tr><td class=\"name\">");
         put_label(p, label);
         put(p, "</td><td class=\"num\">");
@@ -1671,6 +1660,118 @@ an_write_html(FILE *out, const struct an_result *r)
     put(&pg,
         "<footer>Written by vram " VRAM_VERSION " (vram analyze --html). Sizes in IEC "
         "units: 1 MiB = 1024 KiB.</footer>\n</main>\n</body>\n</html>\n");
+    if (fflush(out) != 0 || ferror(out))
+        return error_set(VRAM_E_IO, "writing the HTML report failed");
+    return VRAM_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* The comparison of two runs (vram analyze --compare --html)           */
+/* ------------------------------------------------------------------ */
+
+/* One row: NAME, A, B and the change, "-" where a side lacks the row. */
+static void
+compare_row(struct page *p, const char *name, uint64_t a, uint64_t b, bool in_a, bool in_b)
+{
+    put(p, "<tr><td>");
+    put_esc(p, name);
+    put(p, "</td><td class=\"num\">");
+    if (in_a)
+        put_size(p, a);
+    else
+        put(p, "-");
+    put(p, "</td><td class=\"num\">");
+    if (in_b)
+        put_size(p, b);
+    else
+        put(p, "-");
+    put(p, "</td><td class=\"num\">");
+    if (in_a && in_b)
+        put_size_signed(p, (double)b - (double)a);
+    else
+        put(p, "-");
+    put(p, "</td></tr>\n");
+}
+
+static void
+compare_table_head(struct page *p, const char *title)
+{
+    put(p, "<section>\n<h2>");
+    put_esc(p, title);
+    put(p, "</h2>\n<table>\n<thead><tr><th></th><th class=\"num\">A</th>"
+           "<th class=\"num\">B</th><th class=\"num\">Change (B &minus; A)</th></tr></thead>"
+           "\n<tbody>\n");
+}
+
+vram_status
+an_write_compare_html(FILE *out, const struct an_compare *c)
+{
+    if (out == NULL || c == NULL)
+        return error_set(VRAM_E_INVALID, "an_write_compare_html: no output or no comparison");
+    struct page pg = {.out = out, .r = c->b};
+    struct page *p = &pg;
+    const struct an_result *a = c->a, *b = c->b;
+    const char *pa = a->trace != NULL ? a->trace->path : "?";
+    const char *pb = b->trace != NULL ? b->trace->path : "?";
+
+    put(p, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+           "<title>vram analyze --compare: ");
+    put_esc(p, pa);
+    put(p, " vs ");
+    put_esc(p, pb);
+    put(p, "</title>\n<style>\n");
+    put(p, style);
+    put(p, "</style>\n</head>\n<body>\n<main>\n<header id=\"summary\">\n"
+           "<p class=\"kicker\">vram analyze --compare</p>\n<h1>A: ");
+    put_esc(p, pa);
+    put(p, "<br>B: ");
+    put_esc(p, pb);
+    put(p, "</h1>\n</header>\n");
+
+    compare_table_head(p, "Peaks");
+    compare_row(p, "peak live", a->peak_bytes, b->peak_bytes, true, true);
+    char name[96];
+    snprintf(name, sizeof name, "peak reserved (%s)", vram_strategy_name(a->strategy));
+    compare_row(p, name, a->peak_reserved, b->peak_reserved, true, true);
+    compare_row(p, "least live per iteration, last",
+                a->n_iters > 0 ? a->iters[a->n_iters - 1].min_live : 0,
+                b->n_iters > 0 ? b->iters[b->n_iters - 1].min_live : 0, a->n_iters > 0,
+                b->n_iters > 0);
+    putf(p, "<tr><td>iterations</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td>"
+            "<td></td></tr>\n",
+         a->n_iters, b->n_iters);
+    putf(p, "<tr><td>leak</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td></td>"
+            "</tr>\n",
+         a->leak ? "yes" : "no", b->leak ? "yes" : "no");
+    put(p, "</tbody>\n</table>\n</section>\n");
+
+    if (c->n_phases > 0) {
+        compare_table_head(p, "Phase peaks (by mark label; the largest of each)");
+        for (size_t i = 0; i < c->n_phases; i++) {
+            const struct an_cmp_row *row = &c->phases[i];
+            compare_row(p, row->label != NULL ? row->label : "(before the first mark)",
+                        row->a, row->b, row->in_a, row->in_b);
+        }
+        put(p, "</tbody>\n</table>\n</section>\n");
+    }
+    if (c->n_classes > 0) {
+        compare_table_head(p, "Live at the peak, by size class");
+        for (size_t i = 0; i < c->n_classes; i++) {
+            const struct an_cmp_row *row = &c->classes[i];
+            char lo[32], hi[32];
+            size_format(row->lo, lo, sizeof lo);
+            if (row->hi == UINT64_MAX)
+                snprintf(hi, sizeof hi, "...");
+            else
+                size_format(row->hi, hi, sizeof hi);
+            snprintf(name, sizeof name, "[%s, %s)", lo, hi);
+            compare_row(p, name, row->a, row->b, row->in_a, row->in_b);
+        }
+        put(p, "</tbody>\n</table>\n</section>\n");
+    }
+    put(p, "<footer>Written by vram " VRAM_VERSION " (vram analyze --compare --html). Sizes "
+           "in IEC units: 1 MiB = 1024 KiB.</footer>\n</main>\n</body>\n</html>\n");
     if (fflush(out) != 0 || ferror(out))
         return error_set(VRAM_E_IO, "writing the HTML report failed");
     return VRAM_OK;

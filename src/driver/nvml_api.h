@@ -60,6 +60,10 @@ typedef vnvml_return (*vnvml_pfn_handle)(unsigned int index,
                                          vnvml_device *device); /* ..._ByIndex_v2 */
 typedef vnvml_return (*vnvml_pfn_get_uuid)(vnvml_device device, char *uuid,
                                            unsigned int length); /* nvmlDeviceGetUUID */
+typedef vnvml_return (*vnvml_pfn_get_name)(vnvml_device device, char *name,
+                                           unsigned int length); /* nvmlDeviceGetName */
+/* nvml.h's NVML_DEVICE_NAME_V2_BUFFER_SIZE: room for any name. */
+#define VNVML_DEVICE_NAME_LEN 96
 typedef vnvml_return (*vnvml_pfn_memory_info)(vnvml_device device,
                                               struct vnvml_memory *m);
 typedef vnvml_return (*vnvml_pfn_memory_info_v2)(vnvml_device device,

@@ -8,8 +8,9 @@
 **   ID     enum suffix (METRIC_<ID>)
 **   NAME   the Prometheus name: vram_ prefix, base unit, _total on counters
 **   TYPE   GAUGE or COUNTER
-**   SCOPE  DEVICE (labels uuid), GROUP (group, uuid) or PROCESS (group,
-**          uuid, pid, uid, comm): the row struct of monitor.h it reads
+**   SCOPE  DEVICE, GROUP (+ group) or PROCESS (+ group, pid, uid, comm):
+**          the row struct of monitor.h it reads; every series also has
+**          dcgm-exporter's gpu, UUID, modelName and Hostname, and uuid
 **   FIELD  the field of that struct; also the --json key
 **   HELP   one line, with the unit
 ** Label sets are bounded: GPUs, group ledgers of one user, and at most

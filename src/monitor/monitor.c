@@ -10,6 +10,8 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -56,11 +58,11 @@ metric_scope_labels(enum metric_scope s)
 {
     switch (s) {
     case METRIC_DEVICE:
-        return "uuid";
+        return "gpu, UUID, modelName, Hostname, uuid";
     case METRIC_GROUP:
-        return "group, uuid";
+        return "gpu, UUID, modelName, Hostname, uuid, group";
     case METRIC_PROCESS:
-        return "group, uuid, pid, uid, comm";
+        return "gpu, UUID, modelName, Hostname, uuid, group, pid, uid, comm";
     }
     return "";
 }
@@ -79,6 +81,10 @@ metrics_markdown(FILE *out)
                 metric_type_name(metric_defs[i].type),
                 metric_scope_labels(metric_defs[i].scope), metric_defs[i].key,
                 metric_defs[i].help);
+    fprintf(out, "\ngpu (NVML's index), UUID, modelName and Hostname are the labels of\n"
+                 "NVIDIA's dcgm-exporter, so that one query joins both exporters' series;\n"
+                 "gpu and modelName are empty for a GPU that only the ledgers know (no\n"
+                 "NVML). uuid repeats UUID under its earlier name.\n");
     fprintf(out, "\nProcesses are listed from the ledgers of the calling user only (see\n"
                  "docs/LEDGER.md); processes outside vram appear with an empty group when\n"
                  "NVML is available. A killed process disappears at the next sample.\n"
@@ -97,6 +103,7 @@ struct nvml {
     vnvml_pfn_count count;
     vnvml_pfn_handle handle;
     vnvml_pfn_get_uuid uuid;
+    vnvml_pfn_get_name name; /* may be NULL: the name is then unknown */
     vnvml_pfn_memory_info_v2 mem_v2;
     vnvml_pfn_memory_info mem;
     vnvml_pfn_processes procs;     /* _v3 or _v2 */
@@ -127,6 +134,7 @@ nvml_load(struct nvml *n)
     load_fn(n->lib, "nvmlDeviceGetCount_v2", &n->count);
     load_fn(n->lib, "nvmlDeviceGetHandleByIndex_v2", &n->handle);
     load_fn(n->lib, "nvmlDeviceGetUUID", &n->uuid);
+    load_fn(n->lib, "nvmlDeviceGetName", &n->name);
     load_fn(n->lib, "nvmlDeviceGetMemoryInfo_v2", &n->mem_v2);
     load_fn(n->lib, "nvmlDeviceGetMemoryInfo", &n->mem);
     load_fn(n->lib, "nvmlDeviceGetComputeRunningProcesses_v3", &n->procs);
@@ -189,6 +197,9 @@ monitor_open(bool use_nvml, struct monitor **out)
         return error_set(VRAM_E_HOST_MEMORY, "monitor: out of memory");
     if (use_nvml)
         m->have_nvml = nvml_load(&m->nvml);
+    if (gethostname(m->view.hostname, sizeof m->view.hostname) != 0)
+        m->view.hostname[0] = '\0';
+    m->view.hostname[sizeof m->view.hostname - 1] = '\0';
     *out = m;
     return VRAM_OK;
 }
@@ -214,8 +225,18 @@ device_row(struct mon_view *v, const char *uuid)
         return NULL;
     struct mon_device *d = &v->devices[v->n_devices++];
     memset(d, 0, sizeof *d);
+    d->index = -1;
     snprintf(d->uuid, sizeof d->uuid, "%s", uuid);
     return d;
+}
+
+const struct mon_device *
+mon_device_of(const struct mon_view *v, const char *uuid)
+{
+    for (int i = 0; i < v->n_devices; i++)
+        if (strcmp(v->devices[i].uuid, uuid) == 0)
+            return &v->devices[i];
+    return NULL;
 }
 
 static void
@@ -235,6 +256,12 @@ sample_nvml(struct monitor *m)
         struct mon_device *d = device_row(v, uuid);
         if (d == NULL)
             break;
+        d->index = (int)i;
+        char name[VNVML_DEVICE_NAME_LEN];
+        if (n->name != NULL && n->name(h, name, sizeof name) == 0) {
+            name[sizeof name - 1] = '\0';
+            snprintf(d->name, sizeof d->name, "%s", name);
+        }
         struct vnvml_memory_v2 m2 = {.version = VNVML_MEMORY_V2_VERSION};
         struct vnvml_memory m1;
         if (n->mem_v2 != NULL && n->mem_v2(h, &m2) == 0) {

@@ -25,6 +25,11 @@
 #include "vram.h"
 
 #define MON_MAX_DEVICES 64
+
+struct mon_view;
+
+/* The row of device UUID in V; NULL if V has none. */
+const struct mon_device *mon_device_of(const struct mon_view *v, const char *uuid);
 #define MON_MAX_GROUPS 64
 #define MON_MAX_PROCS 2048
 #define MON_HISTORY 32 /* samples kept per process */
@@ -32,6 +37,8 @@
 /* One GPU (scope DEVICE). */
 struct mon_device {
     char uuid[LEDGER_UUID_LEN];
+    int index;            /* NVML's index (nvidia-smi's, dcgm-exporter's gpu); -1 unknown */
+    char name[96];        /* NVML's name, e.g. "NVIDIA H200"; "" unknown */
     uint64_t total_bytes; /* NVML total, bytes; 0 without NVML */
     uint64_t used_bytes;  /* NVML used, bytes; else the ledgers' sum */
     bool from_nvml;       /* NVML reported this device */
@@ -65,6 +72,7 @@ struct mon_proc {
 struct mon_view {
     double time_s; /* CLOCK_MONOTONIC seconds of the sample */
     bool nvml;     /* NVML was loaded and answered */
+    char hostname[256]; /* this machine's name (dcgm-exporter's Hostname label) */
     int n_devices;
     struct mon_device devices[MON_MAX_DEVICES];
     int n_groups;

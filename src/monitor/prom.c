@@ -24,6 +24,31 @@ put_label(FILE *out, const char *text)
     }
 }
 
+/*
+** The labels every series starts with: those of NVIDIA's dcgm-exporter
+** (gpu = NVML's index, UUID, modelName, Hostname), so that one query joins
+** both exporters' series on GPU, then uuid, vram's own (kept for the
+** dashboards written before). gpu and modelName are "" for a GPU that only
+** the ledgers know of (no NVML).
+*/
+static void
+put_gpu_labels(FILE *out, const struct mon_view *v, const char *uuid)
+{
+    const struct mon_device *d = mon_device_of(v, uuid);
+    if (d != NULL && d->index >= 0)
+        fprintf(out, "gpu=\"%d\",UUID=\"", d->index);
+    else
+        fputs("gpu=\"\",UUID=\"", out);
+    put_label(out, uuid);
+    fputs("\",modelName=\"", out);
+    put_label(out, d != NULL ? d->name : "");
+    fputs("\",Hostname=\"", out);
+    put_label(out, v->hostname);
+    fputs("\",uuid=\"", out);
+    put_label(out, uuid);
+    fputc('"', out);
+}
+
 static void
 put_value(FILE *out, double v)
 {
@@ -40,18 +65,18 @@ prom_write(FILE *out, const struct mon_view *v)
         switch (d->scope) {
         case METRIC_DEVICE:
             for (int i = 0; i < v->n_devices; i++) {
-                fprintf(out, "%s{uuid=\"", d->name);
-                put_label(out, v->devices[i].uuid);
-                fputs("\"}", out);
+                fprintf(out, "%s{", d->name);
+                put_gpu_labels(out, v, v->devices[i].uuid);
+                fputc('}', out);
                 put_value(out, metric_value((enum metric_id)id, &v->devices[i]));
             }
             break;
         case METRIC_GROUP:
             for (int i = 0; i < v->n_groups; i++) {
-                fprintf(out, "%s{group=\"", d->name);
+                fprintf(out, "%s{", d->name);
+                put_gpu_labels(out, v, v->groups[i].uuid);
+                fputs(",group=\"", out);
                 put_label(out, v->groups[i].group);
-                fputs("\",uuid=\"", out);
-                put_label(out, v->groups[i].uuid);
                 fputs("\"}", out);
                 put_value(out, metric_value((enum metric_id)id, &v->groups[i]));
             }
@@ -59,10 +84,10 @@ prom_write(FILE *out, const struct mon_view *v)
         case METRIC_PROCESS:
             for (int i = 0; i < v->n_procs; i++) {
                 const struct mon_proc *p = &v->procs[i];
-                fprintf(out, "%s{group=\"", d->name);
+                fprintf(out, "%s{", d->name);
+                put_gpu_labels(out, v, p->uuid);
+                fputs(",group=\"", out);
                 put_label(out, p->group);
-                fputs("\",uuid=\"", out);
-                put_label(out, p->uuid);
                 fprintf(out, "\",pid=\"%ld\",uid=\"%ld\",comm=\"", (long)p->pid,
                         p->uid == (uid_t)-1 ? -1L : (long)p->uid);
                 put_label(out, p->comm);

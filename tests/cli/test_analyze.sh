@@ -176,8 +176,6 @@ run analyze "$LEAK" "$RESNET"
 expect_error "analyze of two traces without --compare" 2 "analyze: two traces"
 run analyze --compare "$LEAK"
 expect_error "analyze --compare with one trace" 2 "analyze: --compare needs two"
-run analyze --compare --html "$TMP/x.html" "$LEAK" "$RESNET"
-expect_error "analyze --compare --html" 2 "analyze: --html"
 run analyze --html /nonexistent-dir/x.html "$LEAK"
 expect_error "analyze --html into a missing directory" 1 "/nonexistent-dir/x.html"
 run analyze --help
@@ -232,6 +230,23 @@ expect_rc "analyze --compare --json exits 0" 0
 json_check "--compare --json: the peak delta" "d['delta']['peak_bytes']['delta'] == -8 * $MIB"
 json_check "--compare --json: phases and classes" \
     "any(p['label'] == 'forward' for p in d['phases']) and any(c['lo'] == 4 * $MIB and c['b'] is None for c in d['classes'])"
+
+# --compare --html: the comparison as a page (and the text still on stdout).
+run analyze --compare --html "$TMP/cmp.html" "$TMP/fp32.csv" "$TMP/half.csv"
+expect_rc "analyze --compare --html exits 0" 0
+expect_line "--compare --html: the text too" '^  peak live +24\.00 MiB +16\.00 MiB +-8\.00 MiB'
+if grep -q '<td>peak live</td><td class="num">24.00 MiB</td><td class="num">16.00 MiB</td><td class="num">&minus;8.00 MiB</td>' "$TMP/cmp.html" &&
+    grep -q '<td>forward</td>' "$TMP/cmp.html" && grep -q '</html>' "$TMP/cmp.html"; then
+    pass "--compare --html: peaks, phases and the change in the page"
+else
+    fail "--compare --html: peaks, phases and the change in the page" "$(head -c 300 "$TMP/cmp.html")"
+fi
+run analyze --compare --html - "$TMP/fp32.csv" "$TMP/half.csv"
+if [ "$rc" -eq 0 ] && head -n 1 "$TMP/out" | grep -q '^<!DOCTYPE html>'; then
+    pass "--compare --html -: the page on stdout instead of the text"
+else
+    fail "--compare --html -" "exit $rc"
+fi
 
 # ---------------------------------------------------------------------------
 # vram doctor

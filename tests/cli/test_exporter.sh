@@ -66,7 +66,7 @@ i=0
 while [ $i -lt 50 ] && ! curl -s -o /dev/null "$URL"; do sleep 0.1; i=$((i + 1)); done
 check "exporter answers within 1 s of its start despite a stopped member" "[ $i -le 10 ]"
 check "the stopped member's group is served" \
-    "curl -s -m 1 $URL | grep -q 'vram_process_used_bytes{group=\"${G}s\",.*pid=\"$stopped\".* 8388608\$'"
+    "curl -s -m 1 $URL | grep -q 'vram_process_used_bytes{.*,group=\"${G}s\",pid=\"$stopped\".* 8388608\$'"
 
 curl -s -D "$TMP/hdr" "$URL" >"$TMP/m"
 check "GET /metrics answers 200" "grep -q '^HTTP/1.1 200' $TMP/hdr"
@@ -76,12 +76,16 @@ for m in vram_device_memory_total_bytes vram_device_memory_used_bytes vram_group
          vram_oom_refusals_total; do
     check "/metrics has $m" "grep -q '^# TYPE $m ' $TMP/m"
 done
-check "group used is 96 MiB" "grep -q '^vram_group_used_bytes{group=\"$G\",uuid=\"$U\"} 100663296\$' $TMP/m"
-check "group quota is 256 MiB" "grep -q '^vram_group_quota_bytes{group=\"$G\",uuid=\"$U\"} 268435456\$' $TMP/m"
-check "one OOM refusal counted" "grep -q '^vram_oom_refusals_total{group=\"$G\",uuid=\"$U\"} 1\$' $TMP/m"
-check "process used of the keeper" "grep -q '^vram_process_used_bytes{group=\"$G\",uuid=\"$U\",pid=\"$keeper\",.*} 67108864\$' $TMP/m"
+# dcgm-exporter's labels first (gpu and modelName empty: a GPU NVML does not know).
+LBL="gpu=\"\",UUID=\"$U\",modelName=\"\",Hostname=\"$(hostname)\",uuid=\"$U\""
+check "group used is 96 MiB" "grep -q '^vram_group_used_bytes{$LBL,group=\"$G\"} 100663296\$' $TMP/m"
+check "group quota is 256 MiB" "grep -q '^vram_group_quota_bytes{$LBL,group=\"$G\"} 268435456\$' $TMP/m"
+check "one OOM refusal counted" "grep -q '^vram_oom_refusals_total{$LBL,group=\"$G\"} 1\$' $TMP/m"
+check "process used of the keeper" "grep -q '^vram_process_used_bytes{$LBL,group=\"$G\",pid=\"$keeper\",.*} 67108864\$' $TMP/m"
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
-check "other path: 404" "[ \$(code http://127.0.0.1:$PORT/) = 404 ]"
+check "GET /: 200, an HTML page linking /metrics" "[ \$(code http://127.0.0.1:$PORT/) = 200 ] && curl -s http://127.0.0.1:$PORT/ | grep -q '<a href=\"/metrics\">'"
+check "other path: 404" "[ \$(code http://127.0.0.1:$PORT/nothing) = 404 ]"
+check "the default port is not dcgm-exporter's 9400" "\"$VRAM\" exporter --help | grep -q 'default 127.0.0.1:10042'"
 check "POST: 405" "[ \$(code -X POST -d x=1 $URL) = 405 ]"
 check "DELETE: 405" "[ \$(code -X DELETE $URL) = 405 ]"
 
@@ -211,10 +215,17 @@ check "every concurrent answer is complete" "[ \$(grep -l '^# TYPE vram_oom_refu
 # A killed process leaves the metrics at the next sample.
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
-sleep 1.2
-curl -s "$URL" >"$TMP/m2"
+# The next sample drops it (0.5 s apart); on a loaded machine it may take
+# longer, so the scrape is repeated for up to 10 s.
+i=0
+while :; do
+    curl -s "$URL" >"$TMP/m2"
+    ! grep -q "pid=\"$victim\"" "$TMP/m2" || [ $i -ge 50 ] && break
+    sleep 0.2
+    i=$((i + 1))
+done
 check "killed process gone from /metrics" "! grep -q 'pid=\"$victim\"' $TMP/m2 && grep -q 'pid=\"$keeper\"' $TMP/m2"
-check "group used back to 64 MiB" "grep -q '^vram_group_used_bytes{group=\"$G\",uuid=\"$U\"} 67108864\$' $TMP/m2"
+check "group used back to 64 MiB" "grep -q '^vram_group_used_bytes{$LBL,group=\"$G\"} 67108864\$' $TMP/m2"
 
 # Bad --listen: exit 2, one line.
 "$VRAM" exporter --listen nonsense >/dev/null 2>"$TMP/err"

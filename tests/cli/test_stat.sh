@@ -57,13 +57,15 @@ i=0
 while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
 timeout 1 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
 check "stat answers within 1 s despite a stopped member" "[ $? -eq 0 ]"
-check "stat shows the stopped member's 8 MiB" "grep -q \"^$stopped .*8.00 MiB\" $TMP/out"
+check "stat shows the stopped member's 8 MiB" "grep -Eq \"^ +- +$stopped .*8.00 MiB\" $TMP/out"
 
 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
 check "stat exits 0" "[ $? -eq 0 ]"
-check "stat lists both groups" "grep -q \"^$G \" $TMP/out && grep -q \"^${G}b \" $TMP/out"
-check "stat lists the three processes" "grep -q \"^$p1 \" $TMP/out && grep -q \"^$p2 \" $TMP/out && grep -q \"^$p3 \" $TMP/out"
-check "stat prints the group's quota and use" "grep \"^$G \" $TMP/out | grep -q '256.00 MiB.*96.00 MiB'"
+# Rows start with the GPU's index ("-": a GPU only the ledgers know).
+check "stat lists both groups" "grep -Eq \"^ +- +$G \" $TMP/out && grep -Eq \"^ +- +${G}b \" $TMP/out"
+check "stat lists the three processes" "grep -Eq \"^ +- +$p1 \" $TMP/out && grep -Eq \"^ +- +$p2 \" $TMP/out && grep -Eq \"^ +- +$p3 \" $TMP/out"
+check "stat prints the group's quota and use" "grep -E \"^ +- +$G \" $TMP/out | grep -q '256.00 MiB.*96.00 MiB'"
+check "stat fits 80 columns" "! awk 'length > 80' $TMP/out | grep -q ."
 
 "$VRAM" stat --json --no-nvml >"$TMP/json"
 check "stat --json exits 0" "[ $? -eq 0 ]"
@@ -93,7 +95,7 @@ for m in vram_device_memory_total_bytes vram_device_memory_used_bytes vram_group
     check "prometheus output has $m" "grep -q '^# TYPE $m ' $TMP/prom"
 done
 check "counter typed as counter" "grep -q '^# TYPE vram_oom_refusals_total counter' $TMP/prom"
-check "group used value" "grep -q 'vram_group_used_bytes{group=\"$G\",uuid=\"$U\"} 100663296' $TMP/prom"
+check "group used value" "grep -q 'vram_group_used_bytes{gpu=\"\",UUID=\"$U\",modelName=\"\",Hostname=\"[^\"]*\",uuid=\"$U\",group=\"$G\"} 100663296' $TMP/prom"
 
 "$VRAM" stat --config >"$TMP/cfg"
 check "stat --config prints the env table with sources" "grep -q '^VRAM_BACKEND .*default' $TMP/cfg"
@@ -112,6 +114,12 @@ if [ -n "$NVML_DIR" ]; then
     LD_LIBRARY_PATH="$NVML_DIR" "$VRAM" stat --json >"$TMP/nj"
     check "with NVML: nvml true and 1 GiB totals" "grep -q '\"nvml\":true' $TMP/nj && grep -q '\"total_bytes\":1073741824' $TMP/nj"
     check "with NVML: ledger processes still listed" "grep -q '\"pid\":$p1' $TMP/nj"
+    check "with NVML: --json names the GPU by index and name" "grep -q '\"gpu\":0,' $TMP/nj && grep -q '\"name\":\"NVIDIA Fake GPU 0\"' $TMP/nj"
+    LD_LIBRARY_PATH="$NVML_DIR" "$VRAM" stat >"$TMP/nt"
+    check "with NVML: the table shows GPU 0 by index and name" "grep -Eq '^ +0 +NVIDIA Fake GPU 0 ' $TMP/nt"
+    check "with NVML: the table fits 80 columns" "! awk 'length > 80' $TMP/nt | grep -q ."
+    LD_LIBRARY_PATH="$NVML_DIR" "$VRAM" stat --prometheus >"$TMP/np"
+    check "with NVML: series carry dcgm-exporter's labels" "grep -q '^vram_device_memory_total_bytes{gpu=\"0\",UUID=\"GPU-facecda0-0001-4000-8000-000000000000\",modelName=\"NVIDIA Fake GPU 0\",Hostname=\"$(hostname)\",' $TMP/np"
     "$VRAM" stat --json --no-nvml >"$TMP/nj2"
     check "--no-nvml: nvml false" "grep -q '\"nvml\":false' $TMP/nj2"
 fi
@@ -120,8 +128,8 @@ fi
 kill -9 "$p2"
 wait "$p2" 2>/dev/null
 "$VRAM" stat --no-nvml >"$TMP/out2"
-check "killed process gone from stat" "! grep -q \"^$p2 \" $TMP/out2 && grep -q \"^$p1 \" $TMP/out2"
-check "group use drops by its 32 MiB" "grep \"^$G \" $TMP/out2 | grep -q '64.00 MiB  *1\$'"
+check "killed process gone from stat" "! grep -Eq \"^ +- +$p2 \" $TMP/out2 && grep -Eq \"^ +- +$p1 \" $TMP/out2"
+check "group use drops by its 32 MiB" "grep -E \"^ +- +$G \" $TMP/out2 | grep -q '64.00 MiB  *1\$'"
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -60,14 +60,18 @@ grower=$last
 start 24 512
 victim=$last
 
-tmux -S "$SOCK" new-session -d -s "$S" -x 160 -y 40 "sh" || { echo "skipped: tmux cannot start"; exit 77; }
+tmux -S "$SOCK" new-session -d -s "$S" -x 80 -y 40 "sh" || { echo "skipped: tmux cannot start"; exit 77; }
 tmux -S "$SOCK" send-keys -t "$S" "PS1='READY> '; export TERM=xterm" Enter
 tmux -S "$SOCK" send-keys -t "$S" "clear; '$VRAM' top --no-nvml --interval 0.3; echo TOP-EXIT=\$?" Enter
 check "top shows the header" "vram top -- "
 check "top shows the group and its quota" "group $G +quota +512.0 MiB"
-check "top lists the still process" "^ *$still .* $G .* 48.0 .*512.0"
-check "top lists the victim" "^ *$victim "
-check "growing process gets a positive trend" "^ *$grower .* $G .* [1-9][0-9]*\.[0-9] +[^ ]*\$"
+# Process rows start with the GPU's index ("-": a GPU only the ledgers know).
+check "top lists the still process" "^ +- +$still .* $G .* 48.0 .*512.0"
+check "top lists the victim" "^ +- +$victim "
+check "growing process gets a positive trend" "^ +- +$grower .* $G .* [1-9][0-9]*\.[0-9] +[^ ]*\$"
+check "top shows the GPU table by index and name" "^GPU NAME +TOTAL MiB +USED MiB +UUID"
+# In an 80-column terminal nothing is cut: no line reaches the last column.
+if awk 'length >= 80' "$TMP/screen" | grep -q .; then bad "top fits 80 columns"; else ok "top fits 80 columns"; fi
 tmux -S "$SOCK" send-keys -t "$S" "i"
 check "sort key switches to pid" "sort: pid"
 tmux -S "$SOCK" send-keys -t "$S" "r"
@@ -76,7 +80,7 @@ kill -9 "$victim"
 wait "$victim" 2>/dev/null
 sleep 1
 tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
-if grep -qE "^ *$victim " "$TMP/screen"; then bad "killed process disappears"; else ok "killed process disappears"; fi
+if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else ok "killed process disappears"; fi
 tmux -S "$SOCK" send-keys -t "$S" "q"
 check "q quits with status 0" "TOP-EXIT=0"
 check "terminal restored: the prompt is back" "^READY> ?$"

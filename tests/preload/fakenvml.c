@@ -6,7 +6,8 @@
 ** through libvram-preload.so shows what the interposer changed.
 **
 ** Only what the tests call: nvmlInit_v2, nvmlShutdown,
-** nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
+** nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetName
+** ("NVIDIA Fake GPU <index>"),
 ** nvmlDeviceGetHandleByUUID, nvmlDeviceGetUUID, nvmlDeviceGetMemoryInfo,
 ** nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetComputeRunningProcesses_v3
 ** (nvml.h's layouts). The processes are the calling process alone, with
@@ -47,6 +48,7 @@ FAKE_API int nvmlShutdown(void);
 FAKE_API int nvmlDeviceGetCount_v2(unsigned *count);
 FAKE_API int nvmlDeviceGetHandleByIndex_v2(unsigned index, struct fake_device **device);
 FAKE_API int nvmlDeviceGetUUID(struct fake_device *device, char *uuid, unsigned length);
+FAKE_API int nvmlDeviceGetName(struct fake_device *device, char *name, unsigned length);
 FAKE_API int nvmlDeviceGetMemoryInfo(struct fake_device *device, struct nvml_memory *m);
 FAKE_API int nvmlDeviceGetHandleByUUID(const char *uuid, struct fake_device **device);
 struct nvml_process {
@@ -103,6 +105,15 @@ nvmlDeviceGetUUID(struct fake_device *device, char *uuid, unsigned length)
         return NVML_INVALID;
     snprintf(uuid, length, "GPU-facecda0-0001-4000-8000-0000000000%02x",
              (unsigned)device->index);
+    return NVML_OK;
+}
+
+int
+nvmlDeviceGetName(struct fake_device *device, char *name, unsigned length)
+{
+    if (!valid(device) || name == NULL || length == 0)
+        return NVML_INVALID;
+    snprintf(name, length, "NVIDIA Fake GPU %d", device->index);
     return NVML_OK;
 }
 

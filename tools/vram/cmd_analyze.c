@@ -42,8 +42,8 @@ static const struct cli_opt opt_table[] = {
      "memory of the simulated device (default: an H200's 143771 MiB)"},
     {OPT_JSON, "json", 0, NULL, "print one JSON object (sizes in integer bytes)"},
     {OPT_HTML, "html", 0, "FILE",
-     "also write a self-contained HTML report to FILE ('-': to standard output, "
-     "instead of the text)"},
+     "also write a self-contained HTML report (of the comparison with --compare) to "
+     "FILE ('-': to standard output, instead of the text)"},
     {OPT_COMPARE, "compare", 0, NULL,
      "compare two traces A B: peak, per-phase peaks, live set at the peak"},
 };
@@ -167,10 +167,6 @@ parse_args(int argc, char **argv, struct analyze_settings *set)
                                                     ? "no trace given"
                                                     : "two traces given: add --compare "
                                                       "to compare them");
-    if (set->compare && set->html != NULL) {
-        cli_error("analyze: --html describes one trace, not a comparison");
-        return 2;
-    }
     if (set->html != NULL && strcmp(set->html, "-") == 0 && set->json) {
         cli_error("analyze: --json and --html - both want standard output");
         return 2;
@@ -178,9 +174,10 @@ parse_args(int argc, char **argv, struct analyze_settings *set)
     return -1;
 }
 
-/* Write the HTML report of R to PATH ("-": standard output). */
+/* Write the HTML report of R, or of the comparison C, to PATH ("-":
+** standard output). */
 static int
-write_html(const char *path, const struct an_result *r)
+write_html(const char *path, const struct an_result *r, const struct an_compare *c)
 {
     bool to_stdout = strcmp(path, "-") == 0;
     /* The report, created or truncated; written in full or reported. */
@@ -189,7 +186,7 @@ write_html(const char *path, const struct an_result *r)
         cli_error("%s: %s", path, strerror(errno));
         return 1;
     }
-    vram_status s = an_write_html(f, r);
+    vram_status s = c != NULL ? an_write_compare_html(f, c) : an_write_html(f, r);
     if (!to_stdout && fclose(f) != 0 && s == VRAM_OK)
         s = VRAM_E_IO;
     if (s != VRAM_OK) {
@@ -224,7 +221,9 @@ run_compare(const struct analyze_settings *set)
         cli_error("analyze: %s", vram_last_error());
         rc = 1;
     }
-    if (rc == 0) {
+    if (rc == 0 && set->html != NULL)
+        rc = write_html(set->html, NULL, c);
+    if (rc == 0 && (set->html == NULL || strcmp(set->html, "-") != 0)) {
         if (set->json) {
             if (an_print_compare_json(stdout, c) != VRAM_OK) {
                 cli_error("writing the report: %s", vram_last_error());
@@ -261,7 +260,7 @@ cmd_analyze(int argc, char **argv)
     if (rc == 0)
         rc = cli_analyze(t, &set.opts, &r);
     if (rc == 0 && set.html != NULL)
-        rc = write_html(set.html, r);
+        rc = write_html(set.html, r, NULL);
     if (rc == 0 && (set.html == NULL || strcmp(set.html, "-") != 0)) {
         if (set.json) {
             if (an_print_json(stdout, r) != VRAM_OK) {

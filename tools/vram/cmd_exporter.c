@@ -36,8 +36,23 @@
 
 enum opt_id { OPT_LISTEN, OPT_INTERVAL, OPT_NO_NVML };
 
+/*
+** The default port. Not 9400, NVIDIA dcgm-exporter's, which runs beside
+** this one on the same GPU servers. The Prometheus project's list of
+** default ports ("Default port allocations" on its wiki) has been full
+** from 9100 to 9999 since 2023, and new exporters take ports above 10000.
+*/
+#define EXP_DEFAULT_PORT "10042"
+
+/* GET /: what a browser pointed at the exporter sees. */
+static const char root_page[] =
+    "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>vram exporter</title>"
+    "</head>\n<body><h1>vram exporter</h1>\n<p>GPU memory per device, quota group and "
+    "process, for Prometheus: <a href=\"/metrics\">/metrics</a>.</p>\n<p>vram "
+    VRAM_VERSION "</p></body></html>\n";
+
 static const struct cli_opt opt_table[] = {
-    {OPT_LISTEN, "listen", 0, "ADDR:PORT", "address to serve on (default 127.0.0.1:9400)"},
+    {OPT_LISTEN, "listen", 0, "ADDR:PORT", "address to serve on (default 127.0.0.1:" EXP_DEFAULT_PORT ")"},
     {OPT_INTERVAL, "interval", 0, "SECONDS", "seconds between samples, 0.1..3600 (default 1)"},
     {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
 };
@@ -174,7 +189,7 @@ parse_listen(const char *text, struct sockaddr_storage *ss, char *why, size_t le
 {
     const char *colon = strrchr(text, ':');
     if (colon == NULL || colon == text) {
-        snprintf(why, len, "'%s': expected ADDR:PORT, e.g. 127.0.0.1:9400", text);
+        snprintf(why, len, "'%s': expected ADDR:PORT, e.g. 127.0.0.1:" EXP_DEFAULT_PORT "", text);
         return false;
     }
     char *end = NULL;
@@ -313,6 +328,19 @@ answer(struct exporter *e, struct MHD_Connection *c, unsigned code, const char *
 }
 
 static enum MHD_Result
+answer_page(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        sizeof root_page - 1, (void *)root_page, MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **state)
 {
@@ -323,6 +351,10 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         *upload_size = 0; /* a body is not read */
         return answer(e, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    if (strcmp(url, "/") == 0) {
+        conn_answered(e, c);
+        return answer_page(c);
     }
     if (strcmp(url, "/metrics") != 0)
         return answer(e, c, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
@@ -349,7 +381,7 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
 int
 cmd_exporter(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:9400";
+    const char *listen = "127.0.0.1:" EXP_DEFAULT_PORT;
     double interval = 1.0;
     bool nvml = true;
     struct cliopt_iter it;

@@ -30,9 +30,9 @@
 #include <time.h>
 
 #include "cliopt.h"
-#include "slots.h"
 #include "cmd.h"
 #include "trace/trace.h"
+#include "trace/trace_replay.h"
 #include "base/size.h"
 #include "vram.h"
 
@@ -255,6 +255,44 @@ modelled_driver_ns(vram_device **devs, int n_dev)
     return ns;
 }
 
+/* The libvram side of a replay (trace_replay.h's hooks). */
+struct lib_replay {
+    const struct trace *t;
+    vram_device **devs;
+    bool cuda;        /* the traces' streams are the recording process's: not used */
+    const char *pass; /* said before a failure's reason */
+};
+
+static int
+lib_alloc(void *ctx, const struct trace_event *ev, uint64_t index, void **ptr)
+{
+    struct lib_replay *lr = ctx;
+    void *stream = lr->cuda ? NULL : (void *)(uintptr_t)ev->stream;
+    vram_status s = vram_alloc(lr->devs[ev->device], (size_t)ev->size, stream, ptr);
+    if (s == VRAM_OK)
+        return TRACE_REPLAY_OK;
+    if (s == VRAM_E_OOM)
+        return TRACE_REPLAY_REFUSED;
+    cli_error("%s: %sevent %llu: allocating %llu bytes: %s", lr->t->path, lr->pass,
+              (unsigned long long)(index + 1), (unsigned long long)ev->size,
+              vram_last_error());
+    return TRACE_REPLAY_FAILED;
+}
+
+static int
+lib_free(void *ctx, const struct trace_event *ev, uint64_t index, void *ptr, uint64_t size)
+{
+    struct lib_replay *lr = ctx;
+    (void)size;
+    if (vram_free(lr->devs[ev->device], ptr) == VRAM_OK)
+        return TRACE_REPLAY_OK;
+    cli_error("%s: %sevent %llu: free: %s", lr->t->path, lr->pass,
+              (unsigned long long)(index + 1), vram_last_error());
+    return TRACE_REPLAY_FAILED;
+}
+
+static const struct trace_replay_hooks lib_hooks = {lib_alloc, lib_free};
+
 /*
 ** Replay T once under strategy ST with cap LIMIT (0 = none) on BACKEND:
 ** simulated devices of DEVICE_MEMORY bytes, or the GPUs. Into OUT.
@@ -263,7 +301,7 @@ modelled_driver_ns(vram_device **devs, int n_dev)
 */
 static int
 replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
-            uint64_t limit, uint64_t device_memory, bool warm, struct replay_slots *sl,
+            uint64_t limit, uint64_t device_memory, bool warm, struct trace_replay *sl,
             struct replay_result *out)
 {
     bool cuda = backend == VRAM_BACKEND_CUDA;
@@ -309,8 +347,9 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
         }
     }
 
-    memset(sl->live, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *sl->live);
-    uint64_t in_use = 0, peak = 0, ooms = 0, live = 0, peak_live = 0, driver_ns0 = 0;
+    trace_replay_reset(sl);
+    uint64_t driver_ns0 = 0;
+    struct lib_replay lr = {.t = t, .devs = devs, .cuda = cuda, .pass = ""};
     int rc = REPLAY_OK;
     struct timespec t0, t1;
 
@@ -319,69 +358,20 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
     /* --warm: a first, untimed pass leaves the allocator as a long training
      * run has it (memory obtained, layout settled); then every allocation
      * still live is freed and the timed pass replays the trace again. */
-    int passes = warm ? 2 : 1;
-    for (int pass = 0; pass < passes && rc == REPLAY_OK; pass++) {
-        if (pass > 0) {
-            for (uint64_t i = 0; i < t->n_events; i++) {
-                const struct trace_event *ev = &t->events[i];
-                if (ev->op != TRACE_ALLOC || !sl->live[ev->slot])
-                    continue;
-                if (vram_free(devs[ev->device], sl->ptr[ev->slot]) != VRAM_OK) {
-                    cli_error("%s: freeing before the timed pass: %s", t->path,
-                              vram_last_error());
-                    rc = REPLAY_FAIL;
-                }
-                sl->live[ev->slot] = false;
-            }
-            in_use = live = 0;
-            if (rc != REPLAY_OK)
-                break;
-        }
+    if (warm) {
+        if (trace_replay_run(sl, 0, t->n_events, &lib_hooks, &lr) != TRACE_REPLAY_OK)
+            rc = REPLAY_FAIL;
+        lr.pass = "freeing before the timed pass: ";
+        if (rc == REPLAY_OK &&
+            trace_replay_release(sl, &lib_hooks, &lr) != TRACE_REPLAY_OK)
+            rc = REPLAY_FAIL;
+        lr.pass = "";
+    }
+    if (rc == REPLAY_OK) {
         driver_ns0 = modelled_driver_ns(devs, n_dev);
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        for (uint64_t i = 0; i < t->n_events; i++) {
-            const struct trace_event *ev = &t->events[i];
-            if (ev->op == TRACE_MARK || ev->op == TRACE_OOM)
-                continue; /* no slot: nothing to replay */
-            vram_device *dev = devs[ev->device];
-            uint32_t k = ev->slot;
-            if (ev->op == TRACE_ALLOC) {
-                void *p;
-                void *stream = cuda ? NULL : (void *)(uintptr_t)ev->stream;
-                s = vram_alloc(dev, (size_t)ev->size, stream, &p);
-                if (s == VRAM_OK) {
-                    sl->ptr[k] = p;
-                    sl->size[k] = ev->size;
-                    sl->live[k] = true;
-                    in_use += ev->size;
-                    if (in_use > peak)
-                        peak = in_use;
-                    if (++live > peak_live)
-                        peak_live = live;
-                } else if (s == VRAM_E_OOM) {
-                    ooms++;
-                } else {
-                    cli_error("%s: event %llu: allocating %llu bytes: %s", t->path,
-                              (unsigned long long)(i + 1), (unsigned long long)ev->size,
-                              vram_last_error());
-                    rc = REPLAY_FAIL;
-                    break;
-                }
-            } else {
-                if (!sl->live[k])
-                    continue; /* its allocation was refused */
-                s = vram_free(dev, sl->ptr[k]);
-                if (s != VRAM_OK) {
-                    cli_error("%s: event %llu: free: %s", t->path,
-                              (unsigned long long)(i + 1), vram_last_error());
-                    rc = REPLAY_FAIL;
-                    break;
-                }
-                sl->live[k] = false;
-                in_use -= sl->size[k];
-                live--;
-            }
-        }
+        if (trace_replay_run(sl, 0, t->n_events, &lib_hooks, &lr) != TRACE_REPLAY_OK)
+            rc = REPLAY_FAIL;
         clock_gettime(CLOCK_MONOTONIC, &t1);
     }
 
@@ -394,10 +384,10 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
             t->n_events > 0
                 ? (double)(modelled_driver_ns(devs, n_dev) - driver_ns0) / (double)t->n_events
                 : 0.0;
-        r.peak_in_use_bytes = peak;
-        r.peak_live_blocks = peak_live;
+        r.peak_in_use_bytes = sl->peak_in_use;
+        r.peak_live_blocks = sl->peak_live_blocks;
         r.warm = warm;
-        r.ooms = ooms;
+        r.ooms = sl->refused;
         for (int d = 0; d < n_dev && rc == REPLAY_OK; d++) {
             vram_stats stats;
             s = vram_get_stats(devs[d], &stats);
@@ -432,7 +422,7 @@ cmp_double(const void *a, const void *b)
 */
 static int
 replay_repeated(const struct trace *t, vram_strategy st,
-                const struct replay_settings *set, struct replay_slots *sl,
+                const struct replay_settings *set, struct trace_replay *sl,
                 struct replay_result *out)
 {
     double times[1000];
@@ -462,7 +452,7 @@ replay_repeated(const struct trace *t, vram_strategy st,
 */
 static int
 find_min_limit(const struct trace *t, vram_strategy st, const struct replay_settings *set,
-               uint64_t peak_in_use, struct replay_slots *sl, bool *found, uint64_t *out)
+               uint64_t peak_in_use, struct trace_replay *sl, bool *found, uint64_t *out)
 {
     const uint64_t mib = 1ULL << 20;
     struct replay_result r;
@@ -851,8 +841,8 @@ cmd_replay(int argc, char **argv)
 
     for (int i = 0; i < n_paths && rc == REPLAY_OK; i++) {
         const struct trace *t = traces[i];
-        struct replay_slots sl;
-        if (!slots_alloc(&sl, t->n_slots)) {
+        struct trace_replay sl;
+        if (!trace_replay_init(&sl, t)) {
             cli_error("out of host memory");
             rc = REPLAY_FAIL;
             break;
@@ -872,7 +862,7 @@ cmd_replay(int argc, char **argv)
             if (set.json)
                 rc = print_json_row(row, set.min_limit);
         }
-        slots_free(&sl);
+        trace_replay_fini(&sl);
     }
     if (!set.json && n_rows > 0)
         print_table(rows, n_rows, set.min_limit);

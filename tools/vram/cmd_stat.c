@@ -7,6 +7,7 @@
 */
 #include <json-c/json.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cliopt.h"
@@ -37,6 +38,74 @@ static const struct cli_command stat_cmd = {
     .exit_status = "0 ok, 1 failure, 2 bad usage.",
 };
 
+/*
+** The tables fit 80 columns: the GPU by NVML's index and name (the UUID cut
+** to its first group, as the --json output and the exporter give it in
+** full), text columns cut to a width, the sizes with two decimals.
+*/
+#define TABLE_MAX_COLS 10
+#define CELL_LEN 128 /* holds a whole NVML name (96), group (64) or UUID */
+
+struct table {
+    int n_cols;
+    const char *head[TABLE_MAX_COLS];
+    int max[TABLE_MAX_COLS];    /* most characters shown; 0 = all */
+    bool right[TABLE_MAX_COLS]; /* right-aligned (numbers) */
+    int width[TABLE_MAX_COLS];
+    int n_rows, cap_rows;
+    char (*cells)[TABLE_MAX_COLS][CELL_LEN];
+};
+
+static void
+table_col(struct table *t, const char *head, int max, bool right)
+{
+    t->head[t->n_cols] = head;
+    t->max[t->n_cols] = max;
+    t->right[t->n_cols] = right;
+    t->width[t->n_cols] = (int)strlen(head);
+    t->n_cols++;
+}
+
+/* A new row; its cells are set with table_set. NULL when out of memory. */
+static char (*table_row(struct table *t))[CELL_LEN]
+{
+    if (t->n_rows == t->cap_rows) {
+        int cap = t->cap_rows == 0 ? 16 : 2 * t->cap_rows;
+        void *bigger = realloc(t->cells, (size_t)cap * sizeof *t->cells);
+        if (bigger == NULL)
+            return NULL;
+        t->cells = bigger;
+        t->cap_rows = cap;
+    }
+    memset(t->cells[t->n_rows], 0, sizeof t->cells[0]);
+    return t->cells[t->n_rows++];
+}
+
+static void
+table_print(struct table *t)
+{
+    for (int r = 0; r < t->n_rows; r++)
+        for (int c = 0; c < t->n_cols; c++) {
+            char *cell = t->cells[r][c];
+            if (t->max[c] > 0 && (int)strlen(cell) > t->max[c])
+                cell[t->max[c]] = '\0';
+            if ((int)strlen(cell) > t->width[c])
+                t->width[c] = (int)strlen(cell);
+        }
+    for (int r = -1; r < t->n_rows; r++) {
+        for (int c = 0; c < t->n_cols; c++) {
+            const char *cell = r < 0 ? t->head[c] : t->cells[r][c];
+            bool last = c + 1 == t->n_cols;
+            printf("%s%*s", c > 0 ? "  " : "", t->right[c] ? t->width[c] : last ? 0 : -t->width[c],
+                   cell);
+        }
+        putchar('\n');
+    }
+    free(t->cells);
+    t->cells = NULL;
+    t->n_rows = t->cap_rows = 0;
+}
+
 /* The value of metric ID in ROW as text for a table. */
 static void
 cell(enum metric_id id, const void *row, char *buf, size_t len)
@@ -52,51 +121,105 @@ cell(enum metric_id id, const void *row, char *buf, size_t len)
         snprintf(buf, len, "%.0f", v);
 }
 
-static void
-print_cells(enum metric_scope scope, const void *row)
+/* The column heading of metric ID: its key up to "_bytes" ("used_bytes" ->
+** "USED", "trend_bytes_per_minute" -> "TREND"). */
+static const char *
+heading(enum metric_id id)
 {
-    for (int id = 0; id < METRIC_COUNT; id++)
-        if (metric_defs[id].scope == scope) {
-            char buf[48];
-            cell((enum metric_id)id, row, buf, sizeof buf);
-            printf("  %22s", buf);
-        }
-    putchar('\n');
+    static char names[METRIC_COUNT][32];
+    char *h = names[id];
+    snprintf(h, sizeof names[id], "%s", metric_defs[id].key);
+    char *cut = strstr(h, "_bytes");
+    if (cut != NULL)
+        *cut = '\0';
+    for (char *c = h; *c != '\0'; c++)
+        *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+    return h;
 }
 
 static void
-print_header(enum metric_scope scope)
+metric_cols(struct table *t, enum metric_scope scope)
 {
     for (int id = 0; id < METRIC_COUNT; id++)
         if (metric_defs[id].scope == scope)
-            printf("  %22s", metric_defs[id].key);
-    putchar('\n');
+            table_col(t, heading((enum metric_id)id), 0, true);
+}
+
+/* The metric cells of ROW from column FIRST on. */
+static void
+metric_cells(char (*r)[CELL_LEN], int first, enum metric_scope scope, const void *row)
+{
+    int c = first;
+    for (int id = 0; id < METRIC_COUNT; id++)
+        if (metric_defs[id].scope == scope)
+            cell((enum metric_id)id, row, r[c++], CELL_LEN);
+}
+
+/* GPU's index ("-" when NVML does not know it) into BUF. */
+static void
+gpu_cell(const struct mon_view *v, const char *uuid, char *buf)
+{
+    const struct mon_device *d = mon_device_of(v, uuid);
+    if (d != NULL && d->index >= 0)
+        snprintf(buf, CELL_LEN, "%d", d->index);
+    else
+        snprintf(buf, CELL_LEN, "-");
 }
 
 static void
 print_tables(const struct mon_view *v)
 {
-    printf("DEVICES%s\n%-40s", v->nvml ? " (NVML)" : " (ledgers only, no NVML)", "uuid");
-    print_header(METRIC_DEVICE);
+    struct table t = {0};
+    printf("DEVICES%s\n", v->nvml ? " (NVML)" : " (ledgers only, no NVML)");
+    table_col(&t, "GPU", 0, true);
+    table_col(&t, "NAME", 24, false);
+    metric_cols(&t, METRIC_DEVICE);
+    table_col(&t, "UUID", 12, false);
     for (int i = 0; i < v->n_devices; i++) {
-        printf("%-40s", v->devices[i].uuid);
-        print_cells(METRIC_DEVICE, &v->devices[i]);
+        char (*r)[CELL_LEN] = table_row(&t);
+        if (r == NULL)
+            break;
+        gpu_cell(v, v->devices[i].uuid, r[0]);
+        snprintf(r[1], CELL_LEN, "%s", v->devices[i].name[0] ? v->devices[i].name : "-");
+        metric_cells(r, 2, METRIC_DEVICE, &v->devices[i]);
+        snprintf(r[t.n_cols - 1], CELL_LEN, "%s", v->devices[i].uuid);
     }
-    printf("\nGROUPS\n%-20s %-40s", "group", "uuid");
-    print_header(METRIC_GROUP);
+    table_print(&t);
+
+    t = (struct table){0};
+    printf("\nGROUPS\n");
+    table_col(&t, "GPU", 0, true);
+    table_col(&t, "GROUP", 24, false);
+    metric_cols(&t, METRIC_GROUP);
     for (int i = 0; i < v->n_groups; i++) {
-        printf("%-20s %-40s", v->groups[i].group, v->groups[i].uuid);
-        print_cells(METRIC_GROUP, &v->groups[i]);
+        char (*r)[CELL_LEN] = table_row(&t);
+        if (r == NULL)
+            break;
+        gpu_cell(v, v->groups[i].uuid, r[0]);
+        snprintf(r[1], CELL_LEN, "%s", v->groups[i].group);
+        metric_cells(r, 2, METRIC_GROUP, &v->groups[i]);
     }
-    printf("\nPROCESSES\n%-8s %-6s %-16s %-20s %-40s", "pid", "uid", "comm", "group", "uuid");
-    print_header(METRIC_PROCESS);
+    table_print(&t);
+
+    t = (struct table){0};
+    printf("\nPROCESSES\n");
+    table_col(&t, "GPU", 0, true);
+    table_col(&t, "PID", 0, true);
+    table_col(&t, "COMMAND", 15, false);
+    table_col(&t, "GROUP", 16, false);
+    metric_cols(&t, METRIC_PROCESS);
     for (int i = 0; i < v->n_procs; i++) {
         const struct mon_proc *p = &v->procs[i];
-        printf("%-8ld %-6ld %-16s %-20s %-40s", (long)p->pid,
-               p->uid == (uid_t)-1 ? -1L : (long)p->uid, p->comm,
-               p->group[0] ? p->group : "-", p->uuid);
-        print_cells(METRIC_PROCESS, p);
+        char (*r)[CELL_LEN] = table_row(&t);
+        if (r == NULL)
+            break;
+        gpu_cell(v, p->uuid, r[0]);
+        snprintf(r[1], CELL_LEN, "%ld", (long)p->pid);
+        snprintf(r[2], CELL_LEN, "%s", p->comm);
+        snprintf(r[3], CELL_LEN, "%s", p->group[0] ? p->group : "-");
+        metric_cells(r, 4, METRIC_PROCESS, p);
     }
+    table_print(&t);
 }
 
 static void
@@ -122,6 +245,10 @@ print_json(const struct mon_view *v)
     json_object_object_add(root, "nvml", json_object_new_boolean(v->nvml));
     for (int i = 0; i < v->n_devices; i++) {
         json_object *o = json_object_new_object();
+        json_object_object_add(o, "gpu", v->devices[i].index >= 0
+                                             ? json_object_new_int(v->devices[i].index)
+                                             : NULL);
+        json_object_object_add(o, "name", json_object_new_string(v->devices[i].name));
         json_object_object_add(o, "uuid", json_object_new_string(v->devices[i].uuid));
         add_metrics(o, METRIC_DEVICE, &v->devices[i]);
         json_object_array_add(devs, o);

@@ -13,6 +13,7 @@
 #include <ncurses.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -97,37 +98,78 @@ graph(const struct mon_proc *p, char *buf, int width)
     buf[k] = '\0';
 }
 
+/* BYTES in MiB within 7 characters: one decimal below 10000 MiB, none
+** above (a 143771 MiB GPU is "143771"). */
 static void
 mib(uint64_t bytes, char *buf, size_t len)
 {
-    snprintf(buf, len, "%.1f", (double)bytes / (1024.0 * 1024.0));
+    double v = (double)bytes / (1024.0 * 1024.0);
+    snprintf(buf, len, v < 9999.95 ? "%.1f" : "%.0f", v);
 }
 
+/* Print one line at ROW, COL, cut before the last column of the terminal,
+** so that no value, however wide, wraps onto the next line. */
+static void line(int row, int col, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void
+line(int row, int col, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    int room = COLS - 1 - col;
+    if (room > 0)
+        mvaddnstr(row, col, buf, room);
+}
+
+/* GPU's index as NVML numbers it, "-" when unknown (a GPU only the
+** ledgers know), into BUF. */
+static void
+gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
+{
+    const struct mon_device *d = mon_device_of(v, uuid);
+    if (d != NULL && d->index >= 0)
+        snprintf(buf, len, "%d", d->index);
+    else
+        snprintf(buf, len, "-");
+}
+
+/*
+** One screen, every line within 80 columns: the GPUs by index and name
+** (the UUID cut to its first group; `vram stat --json` has it whole), each
+** with its groups, then the processes with their GPU's index first.
+*/
 static void
 draw(struct top *t, struct mon_view *v)
 {
     erase();
     int row = 0;
-    mvprintw(row++, 0, "vram top -- %d GPU(s)%s, %d process(es); sort: %s%s; every %.1f s; "
-                       "q quit, s/u/p/t/i sort, r reverse",
-             v->n_devices, v->nvml ? " (NVML)" : "", v->n_procs, sort_names[t->sort],
+    line(row++, 0, "vram top -- %d GPU%s%s, %d process%s; sort: %s%s; every %.1f s",
+             v->n_devices, v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "",
+             v->n_procs, v->n_procs == 1 ? "" : "es", sort_names[t->sort],
              t->reverse ? " (reversed)" : "", t->interval_s);
+    line(row++, 0, "keys: q quit, s/u/p/t/i sort by next/used/peak/trend/pid, r reverse");
     row++;
     attron(A_BOLD);
-    mvprintw(row++, 0, "%-40s %12s %12s", "GPU", "total MiB", "used MiB");
+    line(row++, 0, "%3s %-24s %10s %10s  %-12s", "GPU", "NAME", "TOTAL MiB", "USED MiB",
+             "UUID");
     attroff(A_BOLD);
     for (int i = 0; i < v->n_devices; i++) {
-        char a[32], b[32];
-        mib(v->devices[i].total_bytes, a, sizeof a);
-        mib(v->devices[i].used_bytes, b, sizeof b);
-        mvprintw(row++, 0, "%-40s %12s %12s", v->devices[i].uuid,
-                 v->devices[i].total_bytes ? a : "-", b);
+        const struct mon_device *d = &v->devices[i];
+        char a[32], b[32], idx[16];
+        mib(d->total_bytes, a, sizeof a);
+        mib(d->used_bytes, b, sizeof b);
+        gpu_index(v, d->uuid, idx, sizeof idx);
+        line(row++, 0, "%3s %-24.24s %10s %10s  %-12.12s", idx, d->name[0] ? d->name : "-",
+                 d->total_bytes ? a : "-", b, d->uuid);
         for (int g = 0; g < v->n_groups; g++) {
-            if (strcmp(v->groups[g].uuid, v->devices[i].uuid) != 0)
+            if (strcmp(v->groups[g].uuid, d->uuid) != 0)
                 continue;
             mib(v->groups[g].quota_bytes, a, sizeof a);
             mib(v->groups[g].used_bytes, b, sizeof b);
-            mvprintw(row++, 2, "group %-20s quota %10s MiB  used %10s MiB  refusals %llu",
+            line(row++, 4, "group %-16.16s quota %9s MiB  used %9s MiB  refused %llu",
                      v->groups[g].group, v->groups[g].quota_bytes ? a : "none", b,
                      (unsigned long long)v->groups[g].refusals);
         }
@@ -136,12 +178,12 @@ draw(struct top *t, struct mon_view *v)
     sort_ctx = t;
     qsort(v->procs, (size_t)v->n_procs, sizeof v->procs[0], cmp_proc);
     attron(A_BOLD);
-    mvprintw(row++, 0, "%8s %-10s %-16s %-16s %10s %10s %10s %10s  %-16s", "PID", "USER",
-             "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HISTORY");
+    line(row++, 0, "%3s %7s %-6s %-10s %-10s %7s %7s %7s %7s  %-5s", "GPU", "PID", "USER",
+             "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HIST");
     attroff(A_BOLD);
     for (int i = 0; i < v->n_procs && row < LINES; i++) {
         const struct mon_proc *p = &v->procs[i];
-        char user[16], cur[32], peak[32], quota[32], hist[17];
+        char user[16], cur[32], peak[32], quota[32], hist[6], idx[16];
         struct passwd *pw = p->uid == (uid_t)-1 ? NULL : getpwuid(p->uid);
         if (pw != NULL)
             snprintf(user, sizeof user, "%s", pw->pw_name);
@@ -152,11 +194,15 @@ draw(struct top *t, struct mon_view *v)
         mib(p->used_bytes, cur, sizeof cur);
         mib(p->peak_bytes, peak, sizeof peak);
         mib(p->quota_bytes, quota, sizeof quota);
-        graph(p, hist, 16);
-        mvprintw(row++, 0, "%8ld %-10s %-16s %-16s %10s %10s %10s %10.1f  %s", (long)p->pid,
-                 user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
-                 p->quota_bytes ? quota : "none",
-                 p->trend_bytes_per_minute / (1024.0 * 1024.0), hist);
+        graph(p, hist, 5);
+        gpu_index(v, p->uuid, idx, sizeof idx);
+        char trend[32];
+        double per_min = p->trend_bytes_per_minute / (1024.0 * 1024.0);
+        snprintf(trend, sizeof trend, per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f",
+                 per_min);
+        line(row++, 0, "%3s %7ld %-6.6s %-10.10s %-10.10s %7s %7s %7s %7s  %s", idx,
+             (long)p->pid, user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
+             p->quota_bytes ? quota : "none", trend, hist);
     }
     refresh();
 }
