@@ -268,6 +268,8 @@ struct env_load {
     const char *text[ENV_COUNT];          /* raw value; NULL if unset or ""; for the
                                              indexed row, its first set index's value */
     const char *itext[ENV_INDEXED_COUNT]; /* the indexed row's values, by index */
+    bool empty[ENV_COUNT];                /* set but "" (the indexed row: any index) */
+    char empty_buf[64];                   /* the indexed row's first empty name */
 };
 
 /* ------------------------------------------------------------------ */
@@ -419,11 +421,16 @@ load_begin(struct env_load *L, env_getter get, void *user)
     L->user = user;
 }
 
-/* A raw value: NULL if unset or empty. */
+/* A raw value: NULL if unset or empty (which row ID records). */
 static const char *
-load_get(const struct env_load *L, const char *name)
+load_get(struct env_load *L, int id, const char *name)
 {
     const char *t = L->get(name, L->user);
+    if (t != NULL && t[0] == '\0' && !L->empty[id]) {
+        L->empty[id] = true;
+        if (env_vars[id].kind == KIND_SIZE_INDEXED)
+            snprintf(L->empty_buf, sizeof L->empty_buf, "%s", name);
+    }
     return (t != NULL && t[0] != '\0') ? t : NULL;
 }
 
@@ -433,13 +440,13 @@ load_read(struct env_load *L, int first, int end)
 {
     for (int id = first; id < end; id++) {
         if (env_vars[id].kind != KIND_SIZE_INDEXED) {
-            L->text[id] = load_get(L, env_vars[id].name);
+            L->text[id] = load_get(L, id, env_vars[id].name);
             continue;
         }
         L->text[id] = NULL;
         for (int i = 0; i < ENV_INDEXED_COUNT; i++) {
             char name[64];
-            L->itext[i] = load_get(L, var_name((enum env_id)id, i, name, sizeof name));
+            L->itext[i] = load_get(L, id, var_name((enum env_id)id, i, name, sizeof name));
             if (L->text[id] == NULL)
                 L->text[id] = L->itext[i];
         }
@@ -607,6 +614,51 @@ quota_assemble(const struct env_load *L, struct quota_env *q)
     q->source = q->active ? "CUDA_DEVICE_MEMORY_LIMIT" : NULL;
 }
 
+/*
+** A quota variable that is set but empty (as from an unset shell
+** variable, `--limit "$LIMIT"`) is an error, never "no limit": NAME of
+** the getter's environment.
+*/
+static vram_status
+check_not_empty(const struct env_load *L, enum env_id id)
+{
+    if (L->empty[id])
+        return error_set(VRAM_E_CONFIG,
+                         "%s is set but empty (an unset shell variable?): give a limit, "
+                         "e.g. 6G, or unset it",
+                         env_vars[id].kind == KIND_SIZE_INDEXED ? L->empty_buf
+                                                                : env_vars[id].name);
+    return VRAM_OK;
+}
+
+/*
+** HAMi's per-device names that limit nothing: an index past 15 or written
+** with a leading zero (CUDA_DEVICE_MEMORY_LIMIT_16, _00). Only the process
+** environment can be listed, so only with the default getter.
+*/
+static vram_status
+check_hami_names(const struct env_load *L)
+{
+    extern char **environ;
+    static const char prefix[] = "CUDA_DEVICE_MEMORY_LIMIT_";
+    if (L->get != getenv_getter || environ == NULL)
+        return VRAM_OK;
+    for (char **e = environ; *e != NULL; e++) {
+        if (strncmp(*e, prefix, sizeof prefix - 1) != 0)
+            continue;
+        const char *p = *e + sizeof prefix - 1, *eq = strchr(p, '=');
+        size_t n = eq != NULL ? (size_t)(eq - p) : strlen(p);
+        bool digits = n > 0 && strspn(p, "0123456789") == n;
+        bool ok = digits && (n == 1 || (n == 2 && p[0] == '1' && p[1] <= '5'));
+        if (!ok)
+            return error_set(VRAM_E_CONFIG,
+                             "%s%.*s: HAMi's per-device limits are %s0 to %s15 (no leading "
+                             "zero); this one would limit nothing",
+                             prefix, (int)(n > 32 ? 32 : n), p, prefix, prefix);
+    }
+    return VRAM_OK;
+}
+
 vram_status
 env_quota_load(env_getter get, void *user, struct quota_env *out)
 {
@@ -619,11 +671,23 @@ env_quota_load(env_getter get, void *user, struct quota_env *out)
                                        ENV_CUDA_DEVICE_MEMORY_LIMIT_};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
         load_read(&L, own[k], own[k] + 1);
+    vram_status empty = check_not_empty(&L, ENV_VRAM_LIMIT);
+    if (empty != VRAM_OK)
+        return empty;
     /* HAMi's variables are not even read when vram's own are set: a
     ** malformed one cannot stop a job that does not use it. */
     bool with_hami = hami_applies(&L);
     for (size_t k = 0; with_hami && k < sizeof hami / sizeof hami[0]; k++)
         load_read(&L, hami[k], hami[k] + 1);
+    if (with_hami) {
+        empty = check_not_empty(&L, ENV_CUDA_DEVICE_MEMORY_LIMIT);
+        if (empty == VRAM_OK)
+            empty = check_not_empty(&L, ENV_CUDA_DEVICE_MEMORY_LIMIT_);
+        if (empty == VRAM_OK)
+            empty = check_hami_names(&L);
+        if (empty != VRAM_OK)
+            return empty;
+    }
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
         vram_status st = load_var(&L, own[k]);
         if (st != VRAM_OK)
@@ -964,7 +1028,9 @@ env_markdown(FILE *out)
           "  Units are K, M, G, T and P; `1.5G` is allowed; a plain number is bytes.\n"
           "- Limits fail closed: a malformed value is an error with a one-line message\n"
           "  naming the variable. It never means \"unlimited\".\n"
-          "- An empty value is the same as an unset one.\n"
+          "- An empty value is the same as an unset one, except for the quota's\n"
+          "  limits: an empty `VRAM_LIMIT` (or HAMi limit, where those are read) is an\n"
+          "  error, as is a `CUDA_DEVICE_MEMORY_LIMIT_<i>` past 15 or with a leading zero.\n"
           "\n"
           "## The allocator\n"
           "\n"

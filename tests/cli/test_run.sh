@@ -124,6 +124,18 @@ for bad in 0 150% 1.5 "6G,4G" "0:6G,0:4G" "0:6G," "64:1G" "GPU-8c6f:1G" "6 G"; d
     run -- $P --limit "$bad" -- true
     expect_error "--limit '$bad'" 2 "run: --limit: VRAM_LIMIT='$bad': "
 done
+# Empty limits (an unset shell variable) and HAMi names that limit nothing.
+run -- $P --limit '' -- touch "$TMP/ran"
+expect_error "--limit ''" 2 "run: --limit: VRAM_LIMIT is set but empty"
+if [ -e "$TMP/ran" ]; then fail "--limit '' runs nothing" "the command ran"; else pass "--limit '' runs nothing"; fi
+run VRAM_LIMIT= -- $P -- true
+expect_error "VRAM_LIMIT=''" 2 "run: VRAM_LIMIT is set but empty"
+run CUDA_DEVICE_MEMORY_LIMIT= -- $P -- true
+expect_error "CUDA_DEVICE_MEMORY_LIMIT=''" 2 "run: CUDA_DEVICE_MEMORY_LIMIT is set but empty"
+for name in CUDA_DEVICE_MEMORY_LIMIT_16 CUDA_DEVICE_MEMORY_LIMIT_00 CUDA_DEVICE_MEMORY_LIMIT_01; do
+    run "$name=1G" -- $P -- true
+    expect_error "$name" 2 "run: $name: HAMi's per-device limits are"
+done
 run -- $P --group "a b" -- true
 expect_error "--group 'a b'" 2 "run: --group: VRAM_GROUP='a b': ' ' is not allowed"
 run -- $P --group "$(printf 'g%.0s' $(seq 1 64))" -- true

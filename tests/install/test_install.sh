@@ -53,7 +53,7 @@ if [ "${1:-}" != "--inside" ]; then
         skip "the build's prefix is not /usr (make test-plain configures -DCMAKE_INSTALL_PREFIX=/usr)"
 
     TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-install.XXXXXX") || exit 1
-    trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-*-install$$-*' EXIT INT TERM
+    trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-*/install$$*' EXIT INT TERM
 
     # ---- the package ----
     start=$(date +%s)
@@ -152,7 +152,7 @@ check "vram --version" vram --version
 GROUP=install$$
 check "vram run --limit 64M with the stand-in driver" \
     env LD_LIBRARY_PATH="$FAKE" vram run --limit 64M --group "$GROUP" -- "$PROBE" info 0 64 64
-rm -f /dev/shm/vram-*-"$GROUP"-*
+rm -f /dev/shm/vram-*/"$GROUP"*
 
 # vram plan --model runs its tracer from the installed Python package: a
 # stand-in interpreter (VRAM_PYTHON) prints the PYTHONPATH it is given.

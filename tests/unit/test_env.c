@@ -964,12 +964,20 @@ test_quota_unset(void **state)
     assert_int_equal(q.all.kind, QUOTA_NONE);
     assert_int_equal(q.n_entries, 0);
     assert_string_equal(q.group, "");
-    /* Empty values are unset ones. */
-    q = quota_ok(VARS({"VRAM_LIMIT", ""}, {"VRAM_GROUP", ""},
-                      {"CUDA_DEVICE_MEMORY_LIMIT", ""},
-                      {"CUDA_DEVICE_MEMORY_LIMIT_0", ""}));
+    /* An empty group is an unset one; an empty limit is an error (an
+    ** unset shell variable must not mean "unlimited"). */
+    q = quota_ok(VARS({"VRAM_GROUP", ""}));
     assert_false(q.active);
     assert_int_equal(q.n_entries, 0);
+    static const char *const empties[] = {"VRAM_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT",
+                                          "CUDA_DEVICE_MEMORY_LIMIT_0",
+                                          "CUDA_DEVICE_MEMORY_LIMIT_15"};
+    for (size_t k = 0; k < sizeof empties / sizeof empties[0]; k++) {
+        struct kv one[] = {{empties[k], ""}, {NULL, NULL}};
+        assert_int_equal(env_quota_load(fake_get, (void *)one, &q), VRAM_E_CONFIG);
+        assert_non_null(strstr(vram_last_error(), empties[k]));
+        assert_non_null(strstr(vram_last_error(), "set but empty"));
+    }
     assert_int_equal(env_quota_load(fake_get, (void *)no_vars, NULL), VRAM_E_INVALID);
 }
 
