@@ -528,6 +528,28 @@ touch "$STOP2"
 kill -KILL "$(cat "$TMP/locked.pid")" 2>/dev/null
 rm -f "$SHM/link" "$SHM/trunc" "$SHM/huge" "$SHM/fifo" "$SHM/random" "$SHM/mode" "$SHM/crafted"
 
+# ---- HAMi: two "containers" on one device, vram in HAMi's place ----
+# As HAMi's device plugin sets them: a limit per device index and one
+# shared-cache file per container; the library comes from
+# /etc/ld.so.preload (as HAMi's own does); root: not under the policy.
+STOP3=$TMP/stop3
+mkdir -p "$TMP/vgpu"
+hold root 48 0 "$STOP3" CUDA_DEVICE_MEMORY_LIMIT_0=64m \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c1.cache"
+h1=$HELD
+as root CUDA_DEVICE_MEMORY_LIMIT_0=64m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c1.cache" \
+    -- "$PROBE" alloc 32 0 $OOM
+expect_run "HAMi container 1: its second process is refused past the container's 64m ($h1 48)" \
+    "refused by HAMi's CUDA_DEVICE_MEMORY_LIMIT; quota 64.00 MiB, group hami-[0-9a-f]{16} uses 48.00 MiB"
+as root CUDA_DEVICE_MEMORY_LIMIT_0=64m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c2.cache" \
+    -- "$PROBE" alloc 48 0 0
+expect_run "HAMi container 2 on the same device has a quota of its own" ""
+as root CUDA_DEVICE_MEMORY_LIMIT_0=64m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c1.cache" \
+    -- "$PROBE" alloc 16 0 0
+expect_run "container 1 may still take the 16 MiB left" ""
+touch "$STOP3"
+sleep 0.3
+
 # ---- disable keeps the other lines ----
 "$VRAM" admin disable >"$TMP/out" 2>"$TMP/err"
 if [ $? -eq 0 ] && [ "$(cat /etc/ld.so.preload)" = "$ZLIB" ]; then
