@@ -297,6 +297,7 @@ fi
 # lengths; the traces and the frameworks' own figures stay in $OUT/record.
 want record && STEP_OUT=$WORK/record.json run_step "record: planted leaks in real training" 200 \
     python3 bench/gpu/record_checks.py --vram "$VRAM" --work "$OUT/record" --budget 170
+
 # ---- 10. policy: two users' PyTorch processes under a 4 GiB host policy ----
 # In a private mount namespace (the machine's /etc never changes):
 # /etc/vram/policy.conf "default 4096M", the library in /etc/ld.so.preload,
