@@ -81,9 +81,16 @@ def inside(args):
         stop = os.path.join(tmp, "stop")
         procs = []
         for u in users:
+            home = os.path.join(tmp, "home-" + u)
+            os.makedirs(home)
+            shutil.chown(home, user=u)
+            env = dict(os.environ, HOME=home)
+            for k in list(env):
+                if k.startswith("VRAM_") or k.startswith("CUDA_DEVICE_MEMORY"):
+                    del env[k]
             p = subprocess.Popen(["setpriv", "--reuid", u, "--regid", "users", "--init-groups",
                                   args.python, worker, stop], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+                                 stderr=subprocess.PIPE, text=True, env=env)
             procs.append((u, p))
         held = {}
         for u, p in procs:
