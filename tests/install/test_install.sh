@@ -231,7 +231,7 @@ for cmd in $(vram help | awk '/^Commands:/ {on = 1; next} on && /^$/ {exit} on &
 done
 COMPLETION=$(grep '/bash-completion/completions/vram$' "$TMP/files")
 check "bash completion of 'vram r'" bash -c ". '$COMPLETION'; COMP_WORDS=(vram r); COMP_CWORD=1; _vram; echo \${COMPREPLY[*]}"
-[ "$(cat "$TMP/out")" = "replay run" ] || fail "bash completion of 'vram r'" "'$(cat "$TMP/out")'"
+[ "$(cat "$TMP/out")" = "replay run record" ] || fail "bash completion of 'vram r'" "'$(cat "$TMP/out")'"
 
 # ---- Python: pip into a virtual environment, offline ----
 # --system-site-packages: Debian's setuptools and wheel build the package
