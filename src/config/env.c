@@ -58,6 +58,7 @@ struct env_state {
     int tf_force_growth;    /* TF_FORCE_GPU_ALLOW_GROWTH: likewise */
     struct quota_env quota; /* VRAM_LIMIT (all, entries) and VRAM_GROUP (group) */
     uint64_t hami_all;      /* CUDA_DEVICE_MEMORY_LIMIT, bytes; 0 = unset */
+    char hami_cache[512];   /* CUDA_DEVICE_MEMORY_SHARED_CACHE; "" = unset */
     uint64_t hami_dev[ENV_INDEXED_COUNT]; /* CUDA_DEVICE_MEMORY_LIMIT_<i>, bytes;
                                               0 = unset */
     struct env_run run;                   /* VRAM_PRELOAD_LIBRARY, LD_PRELOAD */
@@ -182,6 +183,10 @@ typedef char KIND_TEXT_type[4096];
       "a size above 0, e.g. 6144m",                                                      \
       "HAMi's limit of CUDA device i (0..15), ahead of CUDA_DEVICE_MEMORY_LIMIT; read "  \
       "only when VRAM_LIMIT and VRAM_GROUP are both unset.")                            \
+    X(CUDA_DEVICE_MEMORY_SHARED_CACHE, KIND_PATH, hami_cache, "", "a file path",       \
+      "HAMi's per-container accounting file: where it is set (and VRAM_LIMIT and "       \
+      "VRAM_GROUP are not), the processes that share it share one quota, as in HAMi "   \
+      "(group hami-<hash of the path>).")                                                \
     X(VRAM_CONTEXT, KIND_TRISTATE, quota.context, "", ENV_BOOL_WORDS,                       \
       "Charge each process's CUDA context and the driver's own reservations (NVML's "   \
       "per-process used memory beyond its allocations) to the job's quota. Under the "  \
@@ -612,6 +617,16 @@ quota_assemble(const struct env_load *L, struct quota_env *q)
     }
     q->active = q->all.kind != QUOTA_NONE || q->n_entries > 0;
     q->source = q->active ? "CUDA_DEVICE_MEMORY_LIMIT" : NULL;
+    /* HAMi's shared cache names one container's accounting: its
+    ** processes share a quota. The path itself cannot be a group name
+    ** (it names a file in /dev/shm), so a hash of it is (FNV-1a, 64 bit:
+    ** two containers of one host colliding is as likely as 1 in 2^64). */
+    if (q->active && L->s.hami_cache[0] != '\0') {
+        uint64_t h = UINT64_C(14695981039346656037);
+        for (const char *c = L->s.hami_cache; *c != '\0'; c++)
+            h = (h ^ (unsigned char)*c) * UINT64_C(1099511628211);
+        snprintf(q->group, sizeof q->group, "hami-%016" PRIx64, h);
+    }
 }
 
 /*
@@ -668,7 +683,8 @@ env_quota_load(env_getter get, void *user, struct quota_env *out)
     load_begin(&L, get, user);
     static const enum env_id own[] = {ENV_VRAM_LIMIT, ENV_VRAM_GROUP};
     static const enum env_id hami[] = {ENV_CUDA_DEVICE_MEMORY_LIMIT,
-                                       ENV_CUDA_DEVICE_MEMORY_LIMIT_};
+                                       ENV_CUDA_DEVICE_MEMORY_LIMIT_,
+                                       ENV_CUDA_DEVICE_MEMORY_SHARED_CACHE};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
         load_read(&L, own[k], own[k] + 1);
     vram_status empty = check_not_empty(&L, ENV_VRAM_LIMIT);

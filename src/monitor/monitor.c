@@ -8,6 +8,9 @@
 ** process lists) with the older name as the fallback.
 */
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -17,6 +20,7 @@
 #include "base/error.h"
 #include "driver/nvml_api.h"
 #include "monitor/monitor.h"
+#include "policy/policy.h"
 
 /* ------------------------------------------------------------------ */
 /* The metric table                                                     */
@@ -183,6 +187,8 @@ struct monitor {
     struct mon_view view;
     struct ledger_snapshot snap; /* scratch: large, so not on the stack */
     char groups[MON_MAX_GROUPS][LEDGER_GROUP_LEN]; /* scratch: ledger_list's names */
+    bool all_users;                                 /* every user's ledgers */
+    uid_t uids[MON_MAX_USERS];                      /* scratch: ledger_list_users' */
     int n_tracks;
     struct track tracks[MON_MAX_PROCS];
 };
@@ -200,8 +206,31 @@ monitor_open(bool use_nvml, struct monitor **out)
     if (gethostname(m->view.hostname, sizeof m->view.hostname) != 0)
         m->view.hostname[0] = '\0';
     m->view.hostname[sizeof m->view.hostname - 1] = '\0';
+    /* Root, or a reader by the policy (which then also needs the right to
+    ** read other users' 0600 files: CAP_DAC_READ_SEARCH, see
+    ** contrib/systemd). A policy that does not load grants nothing. */
+    m->all_users = geteuid() == 0;
+    if (!m->all_users) {
+        struct policy p;
+        bool present = false;
+        struct policy_who w;
+        if (policy_load(policy_path(), &p, &present) == VRAM_OK && present) {
+            struct policy_verdict v;
+            if (policy_who_current(&w) == VRAM_OK) {
+                policy_resolve(&p, &w, &v);
+                m->all_users = v.reader;
+            }
+            policy_free(&p);
+        }
+    }
     *out = m;
     return VRAM_OK;
+}
+
+bool
+monitor_all_users(const struct monitor *m)
+{
+    return m != NULL && m->all_users;
 }
 
 void
@@ -277,6 +306,8 @@ sample_nvml(struct monitor *m)
     }
 }
 
+static bool proc_identity(pid_t pid, uid_t *uid, char *comm, size_t len);
+
 /* NVML's processes that no ledger lists (not running under vram). */
 static void
 sample_nvml_procs(struct monitor *m)
@@ -311,8 +342,10 @@ sample_nvml_procs(struct monitor *m)
             memset(p, 0, sizeof *p);
             snprintf(p->uuid, sizeof p->uuid, "%s", uuid);
             p->pid = pid;
-            p->uid = (uid_t)-1;
-            snprintf(p->comm, sizeof p->comm, "?");
+            if (!proc_identity(pid, &p->uid, p->comm, sizeof p->comm)) {
+                p->uid = (uid_t)-1;
+                snprintf(p->comm, sizeof p->comm, "?");
+            }
             p->used_bytes = v2 ? p2[k].used : p1[k].used;
             p->peak_bytes = p->used_bytes;
         }
@@ -370,18 +403,13 @@ track_add(struct track *t, double time, uint64_t used)
     return den > 0 ? num / den * 60.0 : 0;
 }
 
+/* The rows of the snapshot in m->snap, its group shown as LABEL. */
 static void
-sample_ledger(struct monitor *m, const char *group)
+add_snapshot(struct monitor *m, const char *label)
 {
     struct mon_view *v = &m->view;
-    struct ledger *l = NULL;
-    if (ledger_attach_existing(group, &l) != VRAM_OK)
-        return; /* gone meanwhile, or not ours */
-    vram_status st = ledger_snapshot(l, &m->snap);
-    ledger_close(l);
-    if (st != VRAM_OK)
-        return;
-    const struct ledger_snapshot *s = &m->snap;
+    struct ledger_snapshot *s = &m->snap;
+    snprintf(s->group, sizeof s->group, "%s", label);
     for (int d = 0; d < s->n_devices && d < LEDGER_MAX_DEVICES; d++) {
         if ((size_t)v->n_groups < sizeof v->groups / sizeof v->groups[0]) {
             struct mon_group *g = &v->groups[v->n_groups++];
@@ -420,6 +448,93 @@ sample_ledger(struct monitor *m, const char *group)
     }
 }
 
+static void
+sample_ledger(struct monitor *m, const char *group)
+{
+    struct ledger *l = NULL;
+    if (ledger_attach_existing(group, &l) != VRAM_OK)
+        return; /* gone meanwhile, or not ours */
+    vram_status st = ledger_snapshot(l, &m->snap);
+    ledger_close(l);
+    if (st == VRAM_OK)
+        add_snapshot(m, group);
+}
+
+/* User UID's name into BUF, else the uid in digits. */
+static void
+user_label(uid_t uid, char *buf, size_t len)
+{
+    struct passwd pw, *res = NULL;
+    char tmp[2048];
+    if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res != NULL)
+        snprintf(buf, len, "%s", res->pw_name);
+    else
+        snprintf(buf, len, "%lu", (unsigned long)uid);
+}
+
+/* Every other user's ledgers, read-only (ledger_attach_user): each group
+** as "<user>/<group>". A ledger that cannot be opened is left out. */
+static vram_status
+sample_all_users(struct monitor *m)
+{
+    int n = 0;
+    vram_status st = ledger_list_users(m->uids, MON_MAX_USERS, &n);
+    if (st != VRAM_OK)
+        return st;
+    for (int i = 0; i < n; i++) {
+        uid_t uid = m->uids[i];
+        int ng = 0;
+        if (uid == geteuid() ||
+            ledger_list_user(uid, m->groups, MON_MAX_GROUPS, &ng) != VRAM_OK)
+            continue;
+        char user[64];
+        user_label(uid, user, sizeof user);
+        for (int k = 0; k < ng; k++) {
+            struct ledger *l = NULL;
+            if (ledger_attach_user(uid, m->groups[k], &l) != VRAM_OK)
+                continue;
+            vram_status s2 = ledger_snapshot(l, &m->snap);
+            ledger_close(l);
+            if (s2 != VRAM_OK)
+                continue;
+            char label[LEDGER_GROUP_LEN];
+            int w = snprintf(label, sizeof label, "%s/%s", user, m->groups[k]);
+            if (w < 0 || (size_t)w >= sizeof label) /* a long name: the uid is shorter */
+                snprintf(label, sizeof label, "%lu/%.40s", (unsigned long)uid, m->groups[k]);
+            add_snapshot(m, label);
+        }
+    }
+    return VRAM_OK;
+}
+
+/* A process's real uid and command name from /proc (for processes NVML
+** lists outside any ledger); false when it cannot be read. */
+static bool
+proc_identity(pid_t pid, uid_t *uid, char *comm, size_t len)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *name = strstr(buf, "Name:\t");
+    const char *u = strstr(buf, "\nUid:\t");
+    if (name == NULL || u == NULL)
+        return false;
+    name += 6;
+    size_t k = 0;
+    for (; k + 1 < len && name[k] != '\n' && name[k] != '\0'; k++)
+        comm[k] = (name[k] >= 0x20 && name[k] < 0x7f) ? name[k] : '?';
+    comm[k] = '\0';
+    *uid = (uid_t)strtoul(u + 6, NULL, 10);
+    return true;
+}
+
 vram_status
 monitor_sample(struct monitor *m, const struct mon_view **view)
 {
@@ -440,6 +555,8 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
         m->tracks[i].seen = false;
     for (int i = 0; i < n; i++)
         sample_ledger(m, groups[i]);
+    if (m->all_users && (st = sample_all_users(m)) != VRAM_OK)
+        return st;
     if (m->have_nvml)
         sample_nvml_procs(m);
     /* Forget the histories of processes gone (killed ones included). */

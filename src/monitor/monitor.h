@@ -6,9 +6,11 @@
 ** outside vram. Between samples it keeps a short history per process, from
 ** which the trend (least squares, bytes per minute) and top's graph come.
 **
-** Scope: ledger_list and ledger_attach_existing only see the calling
-** user's ledgers (files owned by the effective uid), so even root sees
-** only root's groups; other users' jobs appear only through NVML.
+** Scope: the calling user's ledgers; root, and the users and groups the
+** host's policy names as readers, see every user's, read-only
+** (ledger_attach_user: nothing written, nothing waited on), another
+** user's group labelled "<user>/<group>". Processes seen only through
+** NVML show their uid and command from /proc.
 **
 ** Not thread-safe: one thread samples and reads a monitor at a time (the
 ** exporter holds its own lock). Nothing here prints or exits.
@@ -30,7 +32,8 @@ struct mon_view;
 
 /* The row of device UUID in V; NULL if V has none. */
 const struct mon_device *mon_device_of(const struct mon_view *v, const char *uuid);
-#define MON_MAX_GROUPS 64
+#define MON_MAX_GROUPS 256
+#define MON_MAX_USERS 1024
 #define MON_MAX_PROCS 2048
 #define MON_HISTORY 32 /* samples kept per process */
 
@@ -89,6 +92,9 @@ vram_status monitor_open(bool use_nvml, struct monitor **out);
 
 /* Free M. NULL does nothing. */
 void monitor_close(struct monitor *m);
+
+/* Whether M reads every user's ledgers (root, or a reader of the policy). */
+bool monitor_all_users(const struct monitor *m);
 
 /* Take a sample: *VIEW then points to it (owned by M, valid until the next
 ** monitor_sample or monitor_close). VRAM_E_IO when /dev/shm cannot be

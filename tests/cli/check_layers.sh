@@ -24,7 +24,7 @@ plan       src/plan       base
 ledger     src/ledger     base
 policy     src/policy     base quota
 preload    src/preload    base quota config trace driver ledger policy
-monitor    src/monitor    base driver ledger
+monitor    src/monitor    base driver ledger policy
 common     tools/common   base trace
 tools      tools/vram     common torch analyze plan preload monitor
 slurm      slurm          base ledger

@@ -32,6 +32,10 @@
 #    leaks and clean runs (bench/gpu/record_checks.py, under 3 minutes):
 #    each leak found at the framework's own rate within 5%, no leak on the
 #    clean runs, the recording's step-time cost; traces in $OUT/record.
+# 10. policy: two Unix users' PyTorch processes under a 4 GiB host policy
+#     through /etc/ld.so.preload in a private mount namespace
+#     (bench/gpu/policy_checks.py): nvidia-smi's per-process used memory
+#     within 4 GiB + 64 MiB, the OOM at the quota. $WORK/policy.json.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -39,7 +43,7 @@
 #
 # VRAM_GPU_SECTIONS picks sections (a comma list; default all): ctest (1),
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
-# torchperf (8), record (9).
+# torchperf (8), record (9), policy (10).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -293,6 +297,17 @@ fi
 # lengths; the traces and the frameworks' own figures stay in $OUT/record.
 want record && STEP_OUT=$WORK/record.json run_step "record: planted leaks in real training" 200 \
     python3 bench/gpu/record_checks.py --vram "$VRAM" --work "$OUT/record" --budget 170
+
+# ---- 10. policy: two users' PyTorch processes under a 4 GiB host policy ----
+# In a private mount namespace (the machine's /etc never changes):
+# /etc/vram/policy.conf "default 4096M", the library in /etc/ld.so.preload,
+# each user's process allocates until PyTorch's OOM; nvidia-smi's
+# per-process used memory must stay within 4 GiB + 64 MiB (the context is
+# counted), and each must have reached 3 GiB first.
+if want policy && [ -f "$BUILD/lib/libvram-preload.so" ]; then
+    STEP_OUT=$WORK/policy.json run_step "policy: two users under a 4 GiB policy" 180 \
+        python3 bench/gpu/policy_checks.py --preload "$BUILD/lib/libvram-preload.so"
+fi
 
 # ---- 7. `vram plan` against measured peaks ----
 if want plan; then
@@ -683,6 +698,22 @@ if rec is not None:
             "-" if o.get("ratio") is None else "%.2f" % o["ratio"]))
     for s in rec.get("skipped") or []:
         lines.append("  skipped: %s" % s)
+pol_path = os.path.join(work, "policy.json")
+if os.path.exists(pol_path):
+    try:
+        pol = json.loads(open(pol_path).read().strip().splitlines()[-1])
+    except Exception:
+        pol = {"ok": None, "users": []}
+    lines.append("Host policy, 4 GiB per user (two users, PyTorch):")
+    for u in pol.get("users", []):
+        lines.append("  %s: tensors %s MiB, nvidia-smi %s MiB, OOM: %s" % (
+            u.get("user"), u.get("tensors_mib"), u.get("nvidia_smi_mib"), u.get("oom")))
+        targets.append(("policy %s: nvidia-smi <= 4096 + 64 MiB" % u.get("user"),
+                        verdict(u.get("within_quota"))))
+        targets.append(("policy %s: OOM at the quota (>= 3 GiB held)" % u.get("user"),
+                        verdict(u.get("oom_at_quota"))))
+    if not pol.get("users"):
+        targets.append(("policy: two users under a 4 GiB policy", verdict(None)))
     lines.append("")
 
 failed = [s["step"] for s in steps if s["status"] != "ok"]

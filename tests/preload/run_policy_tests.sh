@@ -31,6 +31,7 @@ BIN=$2
 FAKE=$3
 VRAM=$4
 PROBE=$BIN/preload_probe
+FILL=$(dirname "$BIN")/ledger_fill
 SELF=$(readlink -f "$0")
 
 if [ "$(id -u)" -ne 0 ] || ! command -v unshare >/dev/null || ! command -v useradd >/dev/null ||
@@ -417,6 +418,137 @@ chmod 755 /etc/vram
 rm -f $PC
 as "$UA" -- "$PROBE" alloc 80 0 0
 expect_run "no policy file: no policy" ""
+
+# ---- the admin sees everyone; users see only themselves ----
+policy "default 64M" "reader group $GROUP_ML"
+STOP2=$TMP/stop2
+hold "$UA" 16 0 "$STOP2"
+hA=$HELD
+hold "$UB" 8 0 "$STOP2" VRAM_GROUP=jobb
+hB=$HELD
+"$VRAM" stat --json --no-nvml >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ "$hA $hB" = "held held" ] && [ $rc -eq 0 ] &&
+    python3 - "$TMP/out" "$UA" "$UB" "$UIDA" "$UIDB" <<'PY'
+import json, sys
+v = json.load(open(sys.argv[1]))
+a, b, ia, ib = sys.argv[2:6]
+groups = {g["group"]: g for g in v["groups"]}
+assert groups[f"{a}/user-{ia}"]["used_bytes"] == 16 << 20, groups
+assert groups[f"{b}/user-{ib}"]["used_bytes"] == 8 << 20, groups
+assert groups[f"{b}/jobb"]["used_bytes"] == 8 << 20, groups
+procs = {(p["group"], p["uid"]) for p in v["processes"]}
+assert (f"{a}/user-{ia}", int(ia)) in procs and (f"{b}/jobb", int(ib)) in procs, procs
+PY
+then
+    pass "root's stat --json shows both users' accounts and groups, with their names"
+else
+    fail "root's stat --json shows both users" "exit $rc, holds $hA $hB"
+fi
+"$VRAM" stat --prometheus --no-nvml >"$TMP/out" 2>"$TMP/err"
+if grep -q "group=\"$UB/jobb\"" "$TMP/out" && grep -q "group=\"$UA/user-$UIDA\"" "$TMP/out"; then
+    pass "the exporter's metrics show both users"
+else
+    fail "the exporter's metrics show both users" "$(head -c 300 "$TMP/out")"
+fi
+as "$UB" -- "$VRAM" stat --json --no-nvml
+if [ "$rc" -eq 0 ] && grep -q "jobb" "$TMP/out" && ! grep -q "user-$UIDA" "$TMP/out"; then
+    pass "$UB's stat shows $UB's groups only"
+else
+    fail "$UB's stat shows $UB's groups only" "exit $rc"
+fi
+as "$UA" -- /bin/cat "/dev/shm/vram-$UIDB/jobb"
+if [ "$rc" -ne 0 ] && grep -q "Permission denied" "$TMP/err"; then
+    pass "$UA cannot read $UB's ledger"
+else
+    fail "$UA cannot read $UB's ledger" "exit $rc"
+fi
+as "$UA" -- /bin/sh -c "echo x >> /dev/shm/vram-$UIDB/jobb"
+if [ "$rc" -ne 0 ]; then
+    pass "$UA cannot change $UB's ledger"
+else
+    fail "$UA cannot change $UB's ledger" "exit $rc"
+fi
+# A file named as B's, made by A: nobody takes it for B's.
+as "$UA" -- /bin/sh -c "umask 077; echo x > /dev/shm/vram-$UIDB-fake"
+"$VRAM" stat --json --no-nvml >"$TMP/out" 2>"$TMP/err"
+if ! grep -q "$UB/fake" "$TMP/out" && grep -q "$UB/jobb" "$TMP/out"; then
+    pass "a file named as $UB's but $UA's is not $UB's ledger"
+else
+    fail "a file named as $UB's but $UA's is not $UB's ledger" ""
+fi
+
+# Hostile ledgers of A: root's monitor neither crashes, hangs nor slows.
+SHM=/dev/shm/vram-$UIDA
+REAL=$SHM/user-$UIDA
+SIZE=$(stat -c %s "$REAL")
+as "$UA" -- /bin/sh -c "umask 077
+ln -s /etc/shadow $SHM/link
+head -c 100 /dev/zero > $SHM/trunc
+truncate -s 1G $SHM/huge
+mkfifo $SHM/fifo
+head -c $SIZE /dev/urandom > $SHM/random
+umask 022; head -c $SIZE /dev/zero > $SHM/mode"
+python3 - "$REAL" "$SHM/crafted" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+# keep the first 16 bytes (magic, version, size); every other byte 0x7f:
+# counts past their arrays, strings without an end, pids that exist
+# nowhere, huge sums
+for i in range(16, len(data)):
+    data[i] = 0x7f
+open(sys.argv[2], "wb").write(data)
+PY
+chown "$UA" "$SHM/crafted"
+chmod 600 "$SHM/crafted"
+( env -i PATH=/usr/bin:/bin setpriv --reuid="$UA" --regid=users --init-groups \
+    "$FILL" --stopped locked GPU-facecda0-0001-4000-8000-000000000000 4 >"$TMP/locked" 2>&1 & echo $! >"$TMP/locked.pid" )
+PIDS="$PIDS $(cat "$TMP/locked.pid")"
+i=0
+while ! grep -q ready "$TMP/locked" 2>/dev/null && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
+t0=$(date +%s%N)
+timeout 20 "$VRAM" stat --json --no-nvml >"$TMP/out" 2>"$TMP/err"
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+if [ $rc -eq 0 ] && grep -q "$UB/jobb" "$TMP/out" && grep -q "$UA/locked" "$TMP/out" &&
+    ! grep -q "$UA/\(link\|trunc\|huge\|fifo\|random\|mode\)\"" "$TMP/out" && [ $ms -lt 5000 ]; then
+    pass "hostile ledgers (link, truncated, resized, FIFO, random, mode, crafted, a member stopped mid-reservation): root's stat in $ms ms"
+else
+    fail "hostile ledgers: root's stat" "exit $rc, $ms ms"
+fi
+python3 - "$TMP/out" "$UA" <<'PY' && pass "the crafted ledger shows bounded rows, no process" || fail "the crafted ledger" "see $TMP/out"
+import json, sys
+v = json.load(open(sys.argv[1]))
+rows = [g for g in v["groups"] if g["group"] == sys.argv[2] + "/crafted"]
+assert len(rows) <= 16, len(rows)
+assert all(len(g["uuid"]) < 48 for g in rows)
+assert not [p for p in v["processes"] if p["group"] == sys.argv[2] + "/crafted"]
+PY
+touch "$STOP2"
+kill -KILL "$(cat "$TMP/locked.pid")" 2>/dev/null
+rm -f "$SHM/link" "$SHM/trunc" "$SHM/huge" "$SHM/fifo" "$SHM/random" "$SHM/mode" "$SHM/crafted"
+
+# ---- HAMi: two "containers" on one device, vram in HAMi's place ----
+# As HAMi's device plugin sets them: a limit per device index and one
+# shared-cache file per container; the library comes from
+# /etc/ld.so.preload (as HAMi's own does); root: not under the policy.
+STOP3=$TMP/stop3
+mkdir -p "$TMP/vgpu"
+hold root 48 0 "$STOP3" CUDA_DEVICE_MEMORY_LIMIT_0=64m \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c1.cache"
+h1=$HELD
+as root CUDA_DEVICE_MEMORY_LIMIT_0=64m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c1.cache" \
+    -- "$PROBE" alloc 32 0 $OOM
+expect_run "HAMi container 1: its second process is refused past the container's 64m ($h1 48)" \
+    "refused by HAMi's CUDA_DEVICE_MEMORY_LIMIT; quota 64.00 MiB, group hami-[0-9a-f]{16} uses 48.00 MiB"
+as root CUDA_DEVICE_MEMORY_LIMIT_0=64m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c2.cache" \
+    -- "$PROBE" alloc 48 0 0
+expect_run "HAMi container 2 on the same device has a quota of its own" ""
+as root CUDA_DEVICE_MEMORY_LIMIT_0=64m CUDA_DEVICE_MEMORY_SHARED_CACHE="$TMP/vgpu/c1.cache" \
+    -- "$PROBE" alloc 16 0 0
+expect_run "container 1 may still take the 16 MiB left" ""
+touch "$STOP3"
+sleep 0.3
 
 # ---- disable keeps the other lines ----
 "$VRAM" admin disable >"$TMP/out" 2>"$TMP/err"

@@ -123,6 +123,7 @@ static const char *const other_rows[] = {
     "VRAM_GROUP",
     "CUDA_DEVICE_MEMORY_LIMIT",
     "CUDA_DEVICE_MEMORY_LIMIT_<i>",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
     "VRAM_CONTEXT",
     "VRAM_LIMIT_SOURCE",
     "CUDA_VISIBLE_DEVICES",
@@ -1279,7 +1280,7 @@ test_quota_hami(void **state)
 }
 
 struct quota_record {
-    int limit, group, hami_all, hami_dev[17], source, context, others;
+    int limit, group, hami_all, hami_dev[17], hami_cache, source, context, others;
 };
 
 static const char *
@@ -1295,6 +1296,8 @@ quota_recording_get(const char *name, void *user)
         r->source++;
     else if (strcmp(name, "VRAM_CONTEXT") == 0)
         r->context++;
+    else if (strcmp(name, "CUDA_DEVICE_MEMORY_SHARED_CACHE") == 0)
+        r->hami_cache++;
     else if (strcmp(name, "CUDA_DEVICE_MEMORY_LIMIT") == 0)
         r->hami_all++;
     else if (strncmp(name, prefix, strlen(prefix)) == 0) {
@@ -1327,6 +1330,7 @@ test_quota_reads(void **state)
     assert_int_equal(r.hami_dev[16], 0);
     assert_int_equal(r.source, 1);
     assert_int_equal(r.context, 1);
+    assert_int_equal(r.hami_cache, 1);
     assert_int_equal(r.others, 0);
 
     memset(&r, 0, sizeof r);
@@ -1357,6 +1361,51 @@ test_quota_origin(void **state)
         env_quota_load(fake_get, (void *)VARS({"VRAM_LIMIT_SOURCE", "vram-run"}), &q), VRAM_OK);
     assert_string_equal(q.origin, "");
     assert_false(q.active);
+}
+
+/* HAMi's shared cache: one group per path, only where HAMi's limits apply. */
+static void
+test_quota_hami_cache(void **state)
+{
+    (void)state;
+    struct quota_env a, b, c, d;
+    assert_int_equal(env_quota_load(fake_get,
+                                    (void *)VARS({"CUDA_DEVICE_MEMORY_LIMIT_0", "64m"},
+                                                 {"CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                                  "/usr/local/vgpu/c1.cache"}),
+                                    &a),
+                     VRAM_OK);
+    assert_int_equal(env_quota_load(fake_get,
+                                    (void *)VARS({"CUDA_DEVICE_MEMORY_LIMIT", "64m"},
+                                                 {"CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                                  "/usr/local/vgpu/c1.cache"}),
+                                    &b),
+                     VRAM_OK);
+    assert_int_equal(env_quota_load(fake_get,
+                                    (void *)VARS({"CUDA_DEVICE_MEMORY_LIMIT_0", "64m"},
+                                                 {"CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                                  "/usr/local/vgpu/c2.cache"}),
+                                    &c),
+                     VRAM_OK);
+    assert_true(strncmp(a.group, "hami-", 5) == 0 && strlen(a.group) == 21);
+    assert_string_equal(a.group, b.group);
+    assert_string_not_equal(a.group, c.group);
+    /* VRAM_GROUP wins (HAMi's variables are not read then); no HAMi limit:
+    ** the cache alone makes no group. */
+    assert_int_equal(env_quota_load(fake_get,
+                                    (void *)VARS({"VRAM_GROUP", "mine"},
+                                                 {"CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                                  "/usr/local/vgpu/c1.cache"}),
+                                    &d),
+                     VRAM_OK);
+    assert_string_equal(d.group, "mine");
+    assert_int_equal(env_quota_load(fake_get,
+                                    (void *)VARS({"CUDA_DEVICE_MEMORY_SHARED_CACHE",
+                                                  "/usr/local/vgpu/c1.cache"}),
+                                    &d),
+                     VRAM_OK);
+    assert_string_equal(d.group, "");
+    assert_false(d.active);
 }
 
 /* CUDA_VISIBLE_DEVICES: set, set and empty, unset. */
@@ -1534,6 +1583,7 @@ main(void)
         cmocka_unit_test(test_quota_reads),
         cmocka_unit_test(test_quota_origin),
         cmocka_unit_test(test_visible_load),
+        cmocka_unit_test(test_quota_hami_cache),
         cmocka_unit_test(test_env_load_ignores_quota),
         cmocka_unit_test(test_run_settings),
         cmocka_unit_test(test_print_quota),

@@ -276,7 +276,9 @@ print_json(const struct mon_view *v)
     json_object_object_add(root, "devices", devs);
     json_object_object_add(root, "groups", groups);
     json_object_object_add(root, "processes", procs);
-    puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));
+    /* Group labels hold a '/' ("alice/exp42"): no escaping needed in JSON. */
+    puts(json_object_to_json_string_ext(root,
+                                        JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     return 0;
 }

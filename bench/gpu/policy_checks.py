@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""policy_checks.py -- the host policy with real PyTorch on the GPU.
+
+Two Unix users, each running a PyTorch process, under a policy of 4 GiB per
+user loaded through /etc/ld.so.preload, in a private mount namespace (a
+copy of /etc bound over /etc, a fresh /dev/shm: the machine's own files
+never change, and the users exist only there). Each process allocates
+256 MiB tensors until PyTorch raises its out-of-memory error, then holds
+them; while both hold, nvidia-smi's per-process used memory must be at
+most 4 GiB + 64 MiB for each (the context counted in the quota), and each
+must have reached at least 3 GiB before the OOM (the OOM comes at the
+quota, not before). Prints one JSON object; exit 0 when every check held.
+
+Usage (root): policy_checks.py --preload build-gpu/lib/libvram-preload.so
+      [--python /usr/bin/python3] [--out FILE]
+      --cpu: no GPU: check the namespace, the users and the preload line only.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+QUOTA_MIB = 4096
+SLACK_MIB = 64
+
+WORKER = r"""
+import sys, time, torch
+chunks = []
+err = None
+try:
+    while True:
+        chunks.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+except torch.OutOfMemoryError as e:
+    err = str(e).splitlines()[0][:200]
+torch.cuda.synchronize()
+print("held %d %s" % (len(chunks) * 256, err), flush=True)
+stop = sys.argv[1]
+import os
+for _ in range(1200):
+    if os.path.exists(stop):
+        break
+    time.sleep(0.1)
+"""
+
+
+def inside(args):
+    """In the namespace: users, policy, preload, the two workers."""
+    tmp = os.environ["VRAM_POLICY_GPU_TMP"]
+    subprocess.run(["cp", "-a", "/etc", tmp + "/etc"], check=True)
+    subprocess.run(["mount", "--bind", tmp + "/etc", "/etc"], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "vram-gpu-shm", "/dev/shm"],
+                   check=True)
+    users = ["vramgpua%d" % os.getpid(), "vramgpub%d" % os.getpid()]
+    res = {"users": [], "ok": False}
+    try:
+        for u in users:
+            subprocess.run(["useradd", "-M", "-N", "-g", "users", "-s", "/bin/sh", u],
+                           check=True)
+        os.makedirs("/etc/vram", mode=0o755, exist_ok=True)
+        with open("/etc/vram/policy.conf", "w") as f:
+            f.write("default %dM\n" % QUOTA_MIB)
+        os.chmod("/etc/vram/policy.conf", 0o644)
+        with open("/etc/ld.so.preload", "w") as f:
+            f.write(os.path.realpath(args.preload) + "\n")
+        worker = os.path.join(tmp, "worker.py")
+        with open(worker, "w") as f:
+            f.write(WORKER)
+        os.chmod(tmp, 0o755)
+        os.chmod(worker, 0o644)
+        if args.cpu:
+            out = subprocess.run(["setpriv", "--reuid", users[0], "--regid", "users",
+                                  "--init-groups", "/bin/true"], capture_output=True,
+                                 text=True)
+            res["ok"] = out.returncode == 0 and out.stderr == ""
+            res["cpu"] = "users, policy and preload line set up; /bin/true quiet"
+            return res
+        stop = os.path.join(tmp, "stop")
+        procs = []
+        for u in users:
+            home = os.path.join(tmp, "home-" + u)
+            os.makedirs(home)
+            shutil.chown(home, user=u)
+            env = dict(os.environ, HOME=home)
+            for k in list(env):
+                if k.startswith("VRAM_") or k.startswith("CUDA_DEVICE_MEMORY"):
+                    del env[k]
+            p = subprocess.Popen(["setpriv", "--reuid", u, "--regid", "users", "--init-groups",
+                                  args.python, worker, stop], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+            procs.append((u, p))
+        held = {}
+        for u, p in procs:
+            line = p.stdout.readline().strip()
+            held[u] = line
+        time.sleep(1.0)
+        smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True)
+        used = {}
+        for row in smi.stdout.splitlines():
+            parts = [x.strip() for x in row.split(",")]
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                used[int(parts[0])] = int(parts[1])
+        open(stop, "w").close()
+        ok = True
+        for u, p in procs:
+            try:
+                _, err = p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+            words = held[u].split(" ", 2)
+            mib = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+            smi_mib = used.get(p.pid)
+            r = {"user": u, "tensors_mib": mib, "nvidia_smi_mib": smi_mib,
+                 "oom": words[2] if len(words) > 2 else None,
+                 "vram_lines": [x for x in err.splitlines() if x.startswith("vram:")][:3]}
+            r["within_quota"] = smi_mib is not None and smi_mib <= QUOTA_MIB + SLACK_MIB
+            r["oom_at_quota"] = mib >= QUOTA_MIB - 1024
+            ok = ok and r["within_quota"] and r["oom_at_quota"]
+            res["users"].append(r)
+        res["ok"] = ok
+        return res
+    finally:
+        for u in users:
+            subprocess.run(["userdel", u], capture_output=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preload", required=True)
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--out")
+    ap.add_argument("--cpu", action="store_true")
+    args = ap.parse_args()
+    if os.environ.get("VRAM_POLICY_GPU_INSIDE") == "1":
+        res = inside(args)
+        print(json.dumps(res))
+        return 0 if res["ok"] else 1
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        print(json.dumps({"ok": False, "error": "needs root and unshare"}))
+        return 1
+    tmp = tempfile.mkdtemp(prefix="vram-policy-gpu.")
+    try:
+        env = dict(os.environ, VRAM_POLICY_GPU_INSIDE="1", VRAM_POLICY_GPU_TMP=tmp)
+        r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable,
+                            os.path.abspath(__file__)] + sys.argv[1:], env=env,
+                           capture_output=True, text=True)
+        line = (r.stdout.strip().splitlines() or ["{}"])[-1]
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(line + "\n")
+        print(line)
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr[-2000:])
+        return r.returncode
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
