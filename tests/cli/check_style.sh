@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check_style.sh -- the mechanical part of docs/STYLE.md: banned functions
 # (habit 14), getenv only in the environment module (habit 6), no exit in
 # the library (habit 7), no issue numbers anywhere (habit 16), an SPDX

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** slots.c -- per-allocation state of a trace replay (see slots.h).
 */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** slots.h -- per-allocation state of a trace replay, indexed by the dense
 ** slot the trace loader gives every id (trace.h). Shared by `vram replay`
