@@ -1,9 +1,10 @@
+# SPDX-License-Identifier: MIT
 # The two commands a newcomer needs: `make demo` and `make test`. Both
 # install missing Debian packages first (scripts/install-deps.sh); `make
 # demo` only those the build needs.
 #
 #   make install [PREFIX=/usr/local] [DESTDIR=]   build and install (cmake/Install.cmake)
-#   make uninstall                                remove what `make install` installed
+#   make uninstall [DESTDIR=]                     remove what `make install` installed
 #   make package                                  build-package/packages/vram_<version>_<arch>.deb
 MAKEFLAGS += --no-print-directory
 BUILD  ?= build
@@ -64,7 +65,7 @@ install: build
 
 uninstall:
 	@test -f $(BUILD)/install_manifest.txt || { echo "vram: nothing installed from $(BUILD)" >&2; exit 1; }
-	@xargs -d '\n' rm -f -- <$(BUILD)/install_manifest.txt
+	@sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt | xargs -d '\n' rm -f --
 	@if [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
 
 # A build of its own under /usr, with the man pages and the Slurm plug-in

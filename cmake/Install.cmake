@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Install.cmake -- what `cmake --install` (and `make install`, and the
 # Debian package) puts where, with GNUInstallDirs' directories:
 #

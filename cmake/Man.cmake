@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Man.cmake -- man pages and bash completion (included by Install.cmake).
 #
 # The man pages are made at build time by help2man from the --help texts

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Package.cmake -- `make package`: a Debian package (CPack's DEB generator)
 # of everything Install.cmake installs, named vram_<version>_<arch>.deb.
 #

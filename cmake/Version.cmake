@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Version.cmake -- the project's VERSION (project() in CMakeLists.txt) is the
 # one source of vram's version: vram_version.h (VRAM_VERSION, hence
 # `vram --version`), vram.pc, the CMake package, the Debian package and the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # gen-man.sh -- the man pages of vram, made at build time by help2man from
 # the --help texts themselves, so that they cannot drift from the program:
 # vram(1) from `vram --help`, and vram-CMD(1) from `vram CMD --help` for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** vram.h -- the whole public API of libvram, a GPU memory allocator with
 ** TensorFlow's strategies for every framework.

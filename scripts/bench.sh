@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # bench.sh -- `make bench`: replay the traces under every strategy five
 # times (median ns/op) and print the machine and the table as Markdown that
 # can be pasted into BENCHMARKS.md.

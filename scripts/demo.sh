@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # demo.sh -- `make demo`: replay the real traces under every strategy on a
 # simulated H200 and print vram's table beside the other allocators'
 # figures, which are read from the README.md next to the traces (the one

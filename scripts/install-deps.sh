@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Install the Debian packages vram needs, and only those missing. Safe to
 # run again; does nothing when everything is present. Off Debian (no
 # apt-get), it prints the packages to get instead.

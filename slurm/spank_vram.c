@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** spank_vram.c -- the Slurm SPANK plug-in behind `srun --gpu-mem=SIZE`
 ** and `#SBATCH --gpu-mem=SIZE`: it runs every task of a job under the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # install.cmake -- the install test (included by tests/CMakeLists.txt): the
 # build packaged as a Debian package, installed with apt-get inside a
 # private mount namespace, and used from the installed paths only

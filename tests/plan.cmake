@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # plan.cmake -- the tests of `vram plan` (included by tests/CMakeLists.txt):
 # the model's unit tests, the CLI, and the accuracy against the 61 measured
 # training runs of data/measurements (docs/PLAN.md).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """child.py -- run a piece of Python in a child process and read its result.
 
 Shared by the GPU checks that plug vram into PyTorch (python_checks.py,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """plan_compare.py -- errors of `vram plan`'s predictions against the
 measured peaks of bench/gpu/plan_measure.py, per kind of run.
 

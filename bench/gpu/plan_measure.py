@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """plan_measure.py -- measure peak GPU memory of real runs and predict the
 same runs with `vram plan` (tracing, and the structural model where it
 applies), in one go, for data/measurements and BENCHMARKS.md.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """plugin_oom.py -- what PyTorch does when vram, plugged in, is out of memory.
 
 Run on the GPU machine, from the repository root, after building

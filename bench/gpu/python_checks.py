@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """python_checks.py -- the Python package (python/vram) with PyTorch on a real GPU.
 
 Run on the GPU machine, from the repository root, after building

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """quota_checks.py -- the quota enforcer on a real GPU, with real frameworks.
 
 Run by tests/gpu/run.sh on the GPU machine:

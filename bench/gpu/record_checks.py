@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """record_checks.py -- `vram record` on real training (tests/gpu/run.sh,
 section record): each case of bench/gpu/record_train.py recorded, then
 `vram analyze --json` on its trace, against the framework's own figures.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """record_train.py -- a small training loop with a planted leak (or none),
 for `vram record` on the GPU (tests/gpu/run.sh, section record).
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** replay_peers.c -- replay allocation traces on a real GPU through the two
 ** allocators vram is compared with, so that `vram replay --backend cuda`

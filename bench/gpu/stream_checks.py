@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """stream_checks.py -- vram as PyTorch's allocator keeps results right across
 streams and CUDA graphs: each scenario's results, bit for bit, against
 PyTorch's own allocator in the same run.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """torchperf.py -- vram inside PyTorch: the out-of-memory exception and
 empty_cache, against runs without them, on the GPU.
 

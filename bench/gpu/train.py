@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """train.py -- train a real model for a few steps with PyTorch's own CUDA
 allocator or with vram plugged in, and write what it cost to a JSON file.
 

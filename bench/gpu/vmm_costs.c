@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** vmm_costs.c -- what the CUDA driver's virtual-memory calls cost on this
 ** GPU: the figures behind the expandable strategy's unit size and its

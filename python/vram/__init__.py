@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """vram -- libvram's memory statistics and phase marks for Python programs.
 
 Pure ctypes over libvram.so, nothing to compile (docs/PYTHON.md):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """vram.callbacks -- memory per epoch (Keras) and per step (any training loop).
 
 MemoryCallback is a Keras callback: at the start of each epoch it resets the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """vram.import_torch -- a PyTorch memory snapshot as a vram trace.
 
     python -m vram.import_torch SNAPSHOT.pickle -o run.trace.csv.gz

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """vram.plan -- the GPU memory of any PyTorch program, traced without a GPU.
 
     python -m vram.plan [--json] [--trace FILE] [--gpu-memory SIZE] PATH.py:FUNCTION

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """vram as PyTorch's CUDA allocator, with every hook PyTorch offers.
 
     import vram.torch

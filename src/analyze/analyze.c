@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** analyze.c -- what a trace says about a program's memory: analyze_trace()
 ** and the text and JSON reports of `vram analyze` (src/analyze/analyze.h

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** analyze.h -- what `vram analyze`, `vram doctor` and the HTML report know
 ** about a trace: its peak and what was live then, its iterations (from

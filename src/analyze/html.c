@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** html.c -- `vram analyze --html`: the analysis of one trace as a single
 ** self-contained HTML5 page. Inline CSS and inline SVG only: no script, no

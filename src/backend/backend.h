@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** backend.h -- the contract between the allocator and a source of device
 ** memory: the CUDA driver (cuda.c) or the simulated device (sim.c).

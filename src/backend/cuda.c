@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cuda.c -- the CUDA driver backend: device memory from libcuda.so.1,
 ** loaded with dlopen at run time, so that vram builds and runs (on the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** fault.c -- a backend wrapper that fails one chosen call, for torture
 ** tests in the manner of SQLite's and curl's: run a scenario with call N

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** sim.c -- the simulated device backend: GPUs that exist only in host
 ** bookkeeping, so that every allocator path runs and is tested without a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** clock.h -- the clocks vram reads, written once: monotonic time for
 ** intervals and timeouts, wall-clock microseconds for the trace's t_us

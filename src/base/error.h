@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** error.h -- the thread's last-error line behind vram_last_error().
 */

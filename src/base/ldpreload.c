@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ldpreload.c -- the LD_PRELOAD with one library first (see ldpreload.h).
 */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ldpreload.h -- the value of LD_PRELOAD that puts one library first, for
 ** `vram run` and the Slurm plug-in alike.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** log.c -- allocation logging (see log.h for the levels).
 */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** log.h -- allocation logging behind VRAM_LOG=1..4 (to stderr or
 ** VRAM_LOG_FILE). Levels, each including the ones below:

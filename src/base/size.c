@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** size.c -- parsing and printing of byte sizes ("6G", "512MiB", "1.5G")
 ** and fractions ("50%", "0.5"). Every unit is 1024-based.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** size.h -- parsing and printing of byte sizes and fractions, shared by
 ** the environment module, the quota grammar, the CLI, the preload library

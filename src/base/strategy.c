@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** strategy.c -- the names of the allocation strategies (VRAM_STRATEGY_LIST
 ** in vram.h), in the base layer because the environment loader and the

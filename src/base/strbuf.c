@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** strbuf.c -- appending to a fixed, NUL-terminated buffer (strbuf.h).
 */

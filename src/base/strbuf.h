@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** strbuf.h -- appending to a fixed, NUL-terminated buffer.
 */

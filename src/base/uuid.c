@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** uuid.c -- a GPU's UUID as text (uuid.h).
 */

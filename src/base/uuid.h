@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** uuid.h -- a GPU's UUID as text, the way nvidia-smi and NVML print it:
 ** "GPU-" and 16 bytes in the groups 8-4-4-4-12 of lowercase hex digits.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** zmem.c -- zeroed arrays: mmap'ed from 64 KiB on, calloc below.
 */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** zmem.h -- zeroed arrays too large for calloc to be cheap: the
 ** expandable strategy's per-unit tables (one entry per 8 MiB of twice the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** env.c -- the one file that reads the environment (see env.h).
 **

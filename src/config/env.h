@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** env.h -- the one module that reads the environment.
 **

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** parse.c -- the parsers of the allocator's settings (parse.h): whole
 ** numbers, the backend, boolean words and VRAM_MEMORY_LIMIT. Each writes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** parse.h -- the parsers of the allocator's settings, shared by the
 ** environment loader (env.c). Each returns true and writes its result

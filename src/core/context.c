@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** context.c -- opening a backend, configuring physical devices with
 ** TensorFlow's semantics and initializing their logical devices; and the

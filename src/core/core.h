@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** core.h -- what the layers above the allocator (the PyTorch plug-in) may
 ** use besides the public API of vram.h. Everything else of src/core is

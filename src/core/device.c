@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** device.c -- a logical device: its cap, its strategy's growth policy and
 ** the allocate/free paths around the heap.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** expand.c -- physical backing for the expandable strategy (see expand.h
 ** for the design, docs/ALLOCATOR.md for invariants E1-E4).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** expand.h -- the expandable strategy's physical backing: one virtual
 ** range per logical device, mapped to physical memory unit by unit where

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** heap.c -- best fit with coalescing over a two-level bitmap of size
 ** classes (see heap.h). No locks and no backend calls here: the device

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** heap.h -- the best-fit-with-coalescing heap of one logical device.
 **

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** internal.h -- the structs behind the public handles, shared by the
 ** files of src/core. Nothing here is exported.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** oom.c -- what the user reads when memory runs out: one line that says
 ** what was asked, what is held and the one setting worth trying, and on

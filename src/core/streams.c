@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** streams.c -- the stream-ordered side of a logical device: when a block
 ** the user freed may be handed out again (docs/ALLOCATOR.md, "Streams").

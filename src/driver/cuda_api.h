@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cuda_api.h -- the small part of the CUDA driver API that vram uses,
 ** declared by us so that vram builds without the CUDA SDK and loads the

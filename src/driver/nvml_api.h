@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** nvml_api.h -- the little of NVML (libnvidia-ml.so.1) that vram uses,
 ** declared by us as cuda_api.h declares the driver: nvml.h is not

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ledger.c -- the accounts of the group ledger (ledger.h): entries,
 ** devices, reservations, reclaiming the dead, snapshots and removal. The

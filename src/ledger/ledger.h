@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ledger.h -- the shared record of a group's GPU memory use, so that the
 ** processes of one job share one quota.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ledger_file.c -- where the group ledgers live and how a file is made,
 ** checked and mapped (docs/LEDGER.md, "The directory" and "The file").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ledger_internal.h -- what the three parts of the group ledger share:
 ** the layout of the shared file (ledger_file.c maps it, ledger.c keeps the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ledger_proc.c -- the group ledger's view of processes, from /proc: who
 ** this process is (pid, start time, pid namespace, program image) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ledger_testing.h -- test controls of the group ledger, kept out of its
 ** production contract (ledger.h). Each fault point is one relaxed load of

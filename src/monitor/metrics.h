@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** metrics.h -- the one list of what vram's monitoring shows (docs/STYLE.md,
 ** habit 9). `vram stat` (its columns and --json keys), `vram top`, the

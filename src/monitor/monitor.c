@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** monitor.c -- the collector of `vram stat/top/exporter` (see monitor.h)
 ** and the metric table generated from VRAM_METRICS_LIST (metrics.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** monitor.h -- the collector behind `vram stat`, `vram top` and
 ** `vram exporter`: one sample of every group ledger of the calling user

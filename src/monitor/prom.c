@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** prom.c -- one sample as Prometheus text exposition (format 0.0.4), for
 ** `vram exporter` and `vram stat --prometheus`. Every family, its HELP and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** prom.h -- a monitor sample as Prometheus text exposition (prom.c).
 */

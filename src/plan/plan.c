@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** plan.c -- the memory model of `vram plan` (plan.h): the peak tensor
 ** memory of a training step, term by term, from the model's structure.

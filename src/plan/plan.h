@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** plan.h -- the memory model behind `vram plan`: the peak GPU memory of a
 ** training step of a transformer (GPT-2, BERT, LLaMA families) under

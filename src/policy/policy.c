@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** policy.c -- the host's GPU memory policy file (see policy.h and
 ** docs/POLICY.md): the safety checks on the file, the parser with its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** policy.h -- the host's GPU memory policy: /etc/vram/policy.conf (the
 ** path is VRAM_POLICY_PATH, a CMake cache variable), read by the preload

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** hooks.c -- what libvram-preload.so does when a program takes or gives
 ** back GPU memory: the state, the settings, the trace, the devices and the

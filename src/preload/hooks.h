@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** hooks.h -- the one list of every entry point that libvram-preload.so
 ** interposes, and the contract between its two halves:

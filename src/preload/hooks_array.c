@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** hooks_array.c -- the hooks of CUDA arrays: cuArrayCreate_v2, cuArray3DCreate_v2
 ** and cuArrayDestroy (preload.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** hooks_info.c -- the hooks that report memory: cuInit, cuMemGetInfo_v2,
 ** cuDeviceTotalMem_v2 and NVML's nvmlDeviceGetMemoryInfo[_v2], each showing

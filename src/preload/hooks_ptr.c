@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** hooks_ptr.c -- the hooks of device pointers: cuMemAlloc_v2, cuMemAllocManaged,
 ** cuMemAllocPitch_v2, the stream-ordered allocations and their frees

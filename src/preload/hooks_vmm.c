@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** hooks_vmm.c -- the hooks of virtual memory: cuMemCreate, cuMemRelease and
 ** cuMemRetainAllocationHandle (preload.h).

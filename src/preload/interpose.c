@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** interpose.c -- how calls reach the hooks of libvram-preload.so, and how
 ** the hooks reach the real driver (docs/QUOTA.md, "How the interposer

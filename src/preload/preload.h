@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** preload.h -- what the files of the preload library share: the process's
 ** state (P), the per-thread hook depth, and the steps every hook family

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** track.c -- the table of live allocations of the preload library
 ** (track.h): chained buckets keyed by (kind, key), doubled as the table

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** track.h -- the preload library's table of this process's live
 ** allocations: what each counted pointer, handle or array holds in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** quota.c -- resolve the quota settings (quota.h, parsed by env.c) for one
 ** device, once the driver has said which GPUs exist.

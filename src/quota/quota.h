@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** quota.h -- the quota settings of the preload library: their grammar
 ** (quota_parse.c), read from the environment by src/config/env.c (the one

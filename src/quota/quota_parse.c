@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** quota_parse.c -- the grammar of the quota settings (quota.h): VRAM_LIMIT
 ** and VRAM_GROUP as the environment loader (src/config/env.c) hands them

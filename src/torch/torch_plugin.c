@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** torch_plugin.c -- the functions PyTorch's CUDAPluggableAllocator calls
 ** (vram_torch_malloc, vram_torch_free), the statistic a script reads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** trace.h -- reading and writing allocation traces (docs/TRACE_FORMAT.md).
 **

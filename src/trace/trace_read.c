@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** trace_read.c -- load a trace file (docs/TRACE_FORMAT.md) into memory,
 ** validated, with every id mapped to a dense slot.

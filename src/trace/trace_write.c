@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** trace_write.c -- write allocation traces (docs/TRACE_FORMAT.md), plain or
 ** gzip-compressed, from any number of threads.

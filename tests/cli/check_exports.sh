@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check_exports.sh -- the shared library exports only vram_* symbols
 # (docs/STYLE.md, habit 2); the linker's own markers are allowed.
 # Usage: tests/cli/check_exports.sh path/to/libvram.so

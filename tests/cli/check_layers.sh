@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check_layers.sh -- the layers of docs/INTERNALS.md point one way: every
 # #include "..." of a C file in src/, tools/, slurm/ and bench/ names a
 # file of its own layer, of a layer below it, or include/vram.h (the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check_preload_exports.sh -- libvram-preload.so exports exactly the
 # interposed symbols: the global list of its version script (generated from
 # PRELOAD_HOOKS in src/preload/hooks.h), nothing else and nothing less; the

@@ -1,7 +1,9 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check_style.sh -- the mechanical part of docs/STYLE.md: banned functions
 # (habit 14), getenv only in the environment module (habit 6), no exit in
-# the library (habit 7), no issue numbers anywhere (habit 16).
+# the library (habit 7), no issue numbers anywhere (habit 16), an SPDX
+# licence line in every source file (scripts/spdx.sh).
 # Usage: check_style.sh REPO_ROOT
 set -u
 cd "$1" || exit 2
@@ -29,6 +31,12 @@ texts=$(find include src tools tests bench slurm python scripts docs contrib \
 texts="$texts $(ls ./*.md CMakeLists.txt Makefile 2>/dev/null)"
 if grep -nIiE '\bissues? #?[0-9]|\(issue\b|\bthe issue'"'"'s\b' $texts; then
     echo "check_style: an issue is cited above (say what the thing is instead)" >&2
+    bad=1
+fi
+# Every source file names its licence (LICENSE, MIT) in an SPDX line:
+# scripts/spdx.sh lists those that do not (and --add writes the line).
+if ! sh scripts/spdx.sh .; then
+    echo "check_style: source files without 'SPDX-License-Identifier: MIT' above" >&2
     bad=1
 fi
 [ $bad -eq 0 ] && echo "style: ok"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check_targets.sh -- the performance targets of the allocator, on every
 # trace in data/traces (median of 3 runs each):
 #   growth      fragmentation at most 1.10, host time at most 100 ns per

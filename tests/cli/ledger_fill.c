@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** ledger_fill.c -- a stand-in for a GPU job, for the monitoring tests
 ** (test_stat.sh, test_top.sh, test_exporter.sh): joins GROUP's ledger and

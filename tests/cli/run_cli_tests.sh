@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run_cli_tests.sh -- drive the `vram` command as a user would: exit codes,
 # one-line errors, `vram replay` on a real trace under every strategy (the
 # strategy names are read from `vram replay --help`, so new ones are tested

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_analyze.sh -- `vram analyze` and `vram doctor` as a user runs them:
 # the JSON keys and the verdicts on the real traces (leak_mlp leaks at
 # 12 MiB a step, the others do not), exit codes and one-line errors,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_conventions.sh -- the command-line conventions every `vram` subcommand
 # keeps (tools/common/cliopt.c): --help and -h print the same complete help
 # on standard output and exit 0 (a usage line, "Options:", -h/--help,

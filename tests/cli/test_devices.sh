@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_devices.sh -- `vram devices` as a user runs it: against the fake CUDA
 # driver (found as libcuda.so.1 through LD_LIBRARY_PATH), on the simulated
 # backend, with logical devices from VRAM_MEMORY_LIMIT / _FRACTION, and

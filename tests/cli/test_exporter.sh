@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_exporter.sh -- `vram exporter` on a free loopback port, against
 # ledgers filled by ledger_fill: /metrics by curl (names, types, values),
 # 404 and 405, bad --listen; hostile clients (garbage, a huge header, 20

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_html.sh -- `vram analyze --html` checked as a person would: the
 # report of each trace below is written, read back as HTML (it parses, its
 # tags balance, every section is there, nothing in it points outside the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_plan.sh -- `vram plan` as a user runs it: the text report, the
 # --json keys, flags instead of a config, the what-ifs, the largest
 # micro-batch against --gpu-memory, and malformed input (bad config JSON,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_record.sh -- `vram record` as a user runs it: bad usage is one line
 # and exit 2 before anything runs; the environment the command gets (the
 # trace path, the frameworks' allocator settings, kept when the user set

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_run.sh -- `vram run` as a user runs it: settings checked before
 # anything runs (exit 2, one line), the environment the command gets
 # (VRAM_LIMIT, VRAM_GROUP, LD_PRELOAD first with the library and the old

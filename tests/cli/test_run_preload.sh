@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_run_preload.sh -- `vram run` with the real preload library over the
 # fake driver (tests/fakecuda), where the quota acts: --report on a command
 # whose only allocation is refused (it counts the refusal, not "no GPU

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_squat.sh -- another user cannot block a group: two real Unix users,
 # A and B (made here with useradd, removed at the end even on failure).
 # B's files where A's ledgers used to live, or on A's directory's name

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_stat.sh -- `vram stat` against ledgers filled by ledger_fill (a
 # stand-in for GPU jobs): the tables, --json keys and values (integer
 # bytes), --prometheus names, --config, --metrics-markdown matching

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_top.sh -- `vram top` driven in tmux (send-keys, capture-pane)
 # against ledgers filled by ledger_fill: the processes, their group and
 # quota show; a growing process gets a positive trend; sort keys switch;

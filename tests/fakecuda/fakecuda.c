@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** fakecuda.c -- a fake CUDA driver, built as libcuda.so.1, so that the CUDA
 ** backend (src/backend/cuda.c) is tested where there is no GPU (CI).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** fuzz_plan.c -- a fuzz test of `vram plan` over config files and flags.
 **

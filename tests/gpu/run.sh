@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # tests/gpu/run.sh -- every GPU check in one command, for a machine with an
 # NVIDIA GPU, run from the repository root:
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_cuda_decls.c -- proof, at compile time, that src/driver/cuda_api.h
 ** (and, where nvml.h is installed, src/driver/nvml_api.h) declares the

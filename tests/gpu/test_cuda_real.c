@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_cuda_real.c -- the CUDA backend on a real GPU through the real
 ** driver (label "gpu"). Exits 77 (skipped) where no driver loads or no

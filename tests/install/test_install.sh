@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_install.sh -- vram as a user or an administrator gets it: the build
 # is packaged (CPack, the Debian package `make package` makes), the package
 # is installed with apt-get, and then, from the installed paths only

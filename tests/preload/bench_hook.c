@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** bench_hook.c -- what libvram-preload.so costs a program: nanoseconds per
 ** cuMemAlloc_v2 + cuMemFree_v2 pair, reached by dlopen + dlsym as XLA

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** bench_startup.c -- what libvram-preload.so costs a program that never
 ** touches CUDA: the wall time from posix_spawn to waitpid of PROGRAM

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** fakenvml.c -- a fake NVML, built as libnvidia-ml.so.1, for the preload
 ** tests: the two devices of the fake CUDA driver (same UUIDs, physical

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** hook_cost.c -- one run of the hook-cost measurement: nanoseconds per
 ** call of cuMemGetInfo_v2 (a hook that finds the calling thread's device

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """hook_cost.py -- what libvram-preload.so adds to a hooked driver call, with
 a 95 % confidence interval that resolves a few tens of nanoseconds on a noisy
 machine.

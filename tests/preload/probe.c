@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** probe.c -- a CUDA program for the preload tests (run_preload_tests.sh):
 ** it reaches the (fake) driver the way real programs do, and checks what

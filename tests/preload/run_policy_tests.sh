@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run_policy_tests.sh -- the host's policy file (/etc/vram/policy.conf)
 # applied to every process through /etc/ld.so.preload, with two Unix users
 # whose processes reach the fake CUDA driver (probe.c).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run_preload_tests.sh -- libvram-preload.so preloaded into test programs
 # (probe.c) that reach the fake CUDA driver as real programs do: a direct
 # link, dlopen + dlsym, and cuGetProcAddress the way the CUDA runtime uses

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Small programs for the tracing tests of `vram plan --model`
 (tests/python/test_plan.py, tests/cli/test_plan.sh): ordinary PyTorch code
 for device "cuda", as a user writes it. The expected figures are derived by

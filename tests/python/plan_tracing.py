@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Tracing a PyTorch program's GPU memory without a GPU (python/vram/plan.py),
 checked against figures derived by hand for two small programs
 (tests/python/plan_models.py): a CNN and a transformer.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_import_torch.py -- `python -m vram.import_torch` on hand-made PyTorch
 memory snapshots (the dict torch.cuda.memory._dump_snapshot pickles): the
 events it writes, and one line with exit 2 for a truncated pickle, a pickle

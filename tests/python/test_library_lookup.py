@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_library_lookup.py -- which libvram.so the Python package loads.
 
 A copy of the package outside any checkout, in a child interpreter (so the

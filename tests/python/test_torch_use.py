@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_torch_use.py -- vram.torch.use() wires every hook PyTorch's allocator
 object offers to the right entry point of libvram.so.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """test_vram.py -- the Python package (python/vram) against the simulated device.
 
 Run by CTest as `python3 -m unittest` with VRAM_LIBRARY (the built

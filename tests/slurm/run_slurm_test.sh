@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run_slurm_test.sh -- the SPANK plug-in (slurm/spank_vram.c) on a real,
 # single-node Slurm cluster started here on loopback: munged (its own key
 # and socket in a temporary directory), slurmctld and slurmd. Jobs run the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_alloc.c -- unit tests of every public function of the allocator on
 ** the simulated device: statuses, strategies, contexts, devices,

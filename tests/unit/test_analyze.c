@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_analyze.c -- the trace analysis behind `vram analyze` and `vram
 ** doctor` (src/analyze/analyze.c; the rules in docs/ANALYZE.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_config.c -- the environment as a user sets it, seen through
 ** vram_open: strategies, caps, per-device lists, TensorFlow's own

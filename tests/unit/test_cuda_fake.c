@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_cuda_fake.c -- the CUDA backend (src/backend/cuda.c) against the fake
 ** driver (tests/fakecuda), so that every path runs without a GPU: loading,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_env.c -- the environment module (src/config/env.c), driven through
 ** a fake getter so that no test touches the real environment: defaults,

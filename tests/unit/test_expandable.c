@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_expandable.c -- the expandable strategy on the simulated device:
 ** one address range, physical memory mapped unit by unit where live

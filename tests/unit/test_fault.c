@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_fault.c -- torture: run scenarios with backend call N failing, for
 ** N = 1, 2, ... until a run meets no failure. Every failure must come back

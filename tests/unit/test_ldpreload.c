@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_ldpreload.c -- the LD_PRELOAD builder that `vram run` and the Slurm
 ** plug-in share (src/base/ldpreload.c): the library first and once, the

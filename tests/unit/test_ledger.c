@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_ledger.c -- the group ledger (src/ledger/ledger.h): quota
 ** arithmetic, devices by UUID, processes and threads racing for one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_plan.c -- the memory model of `vram plan` (src/plan/plan.c, the
 ** formulas in docs/PLAN.md): parameter counts of GPT-2 small, BERT-base

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_plan_accuracy.c -- `vram plan`'s model against real training runs:
 ** every row of data/measurements/training_peaks.jsonl (61 runs on an

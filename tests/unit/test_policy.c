@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_policy.c -- the policy file (src/policy/policy.c): every rule and
 ** how rules combine (user over groups over default, the largest group,

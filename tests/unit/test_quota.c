@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_quota.c -- quota_for_device (src/quota/quota.c): which setting
 ** applies to a device (UUID entry, then ordinal entry, then all), UUID

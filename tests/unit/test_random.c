@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_random.c -- a long randomized run of every strategy against a
 ** simple reference model: the model keeps each live allocation (address,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_size.c -- sizes, fractions and their messages (src/base/size.c):
 ** every accepted spelling gives the exact byte count, every rejected one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_streams.c -- the stream rule (vram.h, "Streams") on the simulated
 ** device with events that complete after two queries: same-stream reuse

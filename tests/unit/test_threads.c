@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_threads.c -- threads hammering one device and several logical
 ** devices at once, and racing to initialize a device. Run under TSan by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_torch_plugin.c -- the PyTorch plug-in (vram_torch_malloc/free) as
 ** PyTorch drives it: no context in sight, settings from the environment.

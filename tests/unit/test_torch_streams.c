@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_torch_streams.c -- the PyTorch plug-in's hooks beyond malloc and
 ** free, as PyTorch calls them, on the CUDA backend over the fake driver

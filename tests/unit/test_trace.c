@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** test_trace.c -- the trace reader and writer (src/trace/, the format in
 ** docs/TRACE_FORMAT.md).

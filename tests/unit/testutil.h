@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** testutil.h -- helpers shared by the unit tests: open a simulated
 ** context that ignores the environment, and fetch a configured device.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cliopt.c -- the command-line layer of the tools (see cliopt.h).
 **

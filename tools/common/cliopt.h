@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cliopt.h -- the command-line layer of every `vram` subcommand (and of
 ** the GPU benchmarks), on glibc's getopt_long. One description per

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** installdirs.c -- files installed beside the vram binary (see installdirs.h).
 */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** installdirs.h -- where the files installed beside the vram binary are,
 ** found from the binary's own location so that an installed tree can be

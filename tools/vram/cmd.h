@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd.h -- the subcommands of the `vram` tool. Each takes the arguments
 ** after its own name (argv[0] is the subcommand) and returns the exit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_admin.c -- `vram admin enable|disable|status|check`: put the quota
 ** enforcer in /etc/ld.so.preload (so that the host's policy reaches every

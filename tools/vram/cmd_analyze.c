@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_analyze.c -- `vram analyze`: what a trace says about a program's
 ** memory (its peak and what was live then, its iterations, a leak verdict,

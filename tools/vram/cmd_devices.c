@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_devices.c -- `vram devices`: the physical devices the backend sees
 ** (index, UUID, name, total and free memory) and the logical devices the

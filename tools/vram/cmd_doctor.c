@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_doctor.c -- `vram doctor [TRACE]`: the troubleshooting table of the
 ** TensorFlow articles vram comes from, turned into checks. Each check

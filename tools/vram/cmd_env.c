@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_env.c -- `vram env`: every setting vram reads from the environment,
 ** its effective value and where it came from (`--json`: as JSON); `--markdown` prints the

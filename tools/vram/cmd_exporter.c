@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_exporter.c -- `vram exporter`: the monitor's samples as Prometheus
 ** text exposition at GET /metrics, served by libmicrohttpd.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_plan.c -- `vram plan`: predict a training job's peak GPU memory
 ** before it runs, from a Hugging Face config.json (or the same values as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_record.c -- `vram record`: run a command with the preload library
 ** recording every allocation and free into a trace (docs/RECORD.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_replay.c -- `vram replay`: replay allocation traces through each
 ** strategy on the simulated device (or, with --backend cuda, on the real

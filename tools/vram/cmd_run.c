@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_run.c -- `vram run`: run a command under the quota enforcer.
 **

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_stat.c -- `vram stat`: one sample of the monitor (src/monitor/) as
 ** tables, --json (integer bytes) or --prometheus; `--config` prints every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** cmd_top.c -- `vram top`: the monitor (src/monitor/) live in the terminal,
 ** through ncurses. Per GPU: total, used and each group's quota and use; per

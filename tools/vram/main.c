@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** main.c -- the `vram` command: dispatch to a subcommand.
 ** The table below is the one list of subcommands; `vram help` prints it.
