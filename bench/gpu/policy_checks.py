@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """policy_checks.py -- the host policy with real PyTorch on the GPU.
 
 Two Unix users, each running a PyTorch process, under a policy of 4 GiB per

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** trace_replay.c -- the replay state's memory (see trace_replay.h; the
 ** loop itself is inline there).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
 ** trace_replay.h -- the one loop that replays a trace's allocations and
 ** frees, for `vram replay` (through libvram), `vram analyze` (its
