@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: MIT */
+/*
+** compare.c -- `vram analyze --compare A B`: two results side by side
+** (an_compare()): peak live and reserved, iterations, the leak verdict,
+** phase peaks matched by mark label and live bytes at the peak matched by
+** size class; printed as text or as JSON (both results and the deltas).
+*/
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analyze/analyze.h"
+#include "analyze/analyze_internal.h"
+#include "base/error.h"
+
+/* Phase rows: one per distinct label of A then of B, largest peak each. */
+static void
+add_phase_rows(struct an_cmp_row *rows, size_t *n, const struct an_result *r, bool is_a)
+{
+    const struct trace *t = r->trace;
+    for (size_t i = 0; i < r->n_phases; i++) {
+        int32_t label = r->phases[i].label;
+        const char *text = label >= 0 ? label_text(t, label) : NULL;
+        size_t k = 0;
+        for (; k < *n; k++) {
+            bool same = (text == NULL && rows[k].label == NULL) ||
+                        (text != NULL && rows[k].label != NULL &&
+                         strcmp(text, rows[k].label) == 0);
+            if (same)
+                break;
+        }
+        if (k == *n) {
+            memset(&rows[k], 0, sizeof rows[k]);
+            rows[k].label = text;
+            (*n)++;
+        }
+        uint64_t *v = is_a ? &rows[k].a : &rows[k].b;
+        if (r->phases[i].peak_live > *v)
+            *v = r->phases[i].peak_live;
+        if (is_a)
+            rows[k].in_a = true;
+        else
+            rows[k].in_b = true;
+    }
+}
+
+static int
+cmp_row_lo_desc(const void *x, const void *y)
+{
+    const struct an_cmp_row *a = x, *b = y;
+    return (a->lo < b->lo) - (a->lo > b->lo);
+}
+
+vram_status
+an_compare(const struct an_result *a, const struct an_result *b, struct an_compare **out)
+{
+    if (a == NULL || b == NULL || out == NULL)
+        return error_set(VRAM_E_INVALID, "an_compare: NULL argument");
+    struct an_compare *c = calloc(1, sizeof *c);
+    size_t max_phases = a->n_phases + b->n_phases;
+    size_t max_classes = a->n_peak_classes + b->n_peak_classes;
+    if (c != NULL) {
+        c->phases = calloc(max_phases > 0 ? max_phases : 1, sizeof *c->phases);
+        c->classes = calloc(max_classes > 0 ? max_classes : 1, sizeof *c->classes);
+    }
+    if (c == NULL || c->phases == NULL || c->classes == NULL) {
+        an_compare_free(c);
+        return no_memory();
+    }
+    c->a = a;
+    c->b = b;
+    add_phase_rows(c->phases, &c->n_phases, a, true);
+    add_phase_rows(c->phases, &c->n_phases, b, false);
+
+    for (int side = 0; side < 2; side++) {
+        const struct an_result *r = side == 0 ? a : b;
+        for (size_t i = 0; i < r->n_peak_classes; i++) {
+            const struct an_class *cl = &r->peak_classes[i];
+            size_t k = 0;
+            while (k < c->n_classes && c->classes[k].lo != cl->lo)
+                k++;
+            if (k == c->n_classes) {
+                c->classes[k].lo = cl->lo;
+                c->classes[k].hi = cl->hi;
+                c->n_classes++;
+            }
+            if (side == 0) {
+                c->classes[k].a = cl->bytes;
+                c->classes[k].in_a = true;
+            } else {
+                c->classes[k].b = cl->bytes;
+                c->classes[k].in_b = true;
+            }
+        }
+    }
+    qsort(c->classes, c->n_classes, sizeof *c->classes, cmp_row_lo_desc);
+    *out = c;
+    return VRAM_OK;
+}
+
+void
+an_compare_free(struct an_compare *c)
+{
+    if (c == NULL)
+        return;
+    free(c->phases);
+    free(c->classes);
+    free(c);
+}
+
+/* "+1.50 GiB (+12.3%)" or "0 B" into BUF. */
+static const char *
+fmt_change(uint64_t a, uint64_t b, char *buf, size_t len)
+{
+    char d[32];
+    if (a == b) {
+        snprintf(buf, len, "0 B");
+        return buf;
+    }
+    an_fmt_signed((double)b - (double)a, d, sizeof d);
+    if (a > 0)
+        snprintf(buf, len, "%s (%+.1f%%)", d,
+                 100.0 * ((double)b - (double)a) / (double)a);
+    else
+        snprintf(buf, len, "%s (new)", d);
+    return buf;
+}
+
+static void
+cmp_line(FILE *out, const char *name, uint64_t a, uint64_t b, bool in_a, bool in_b)
+{
+    char x[32], y[32], z[64];
+    fprintf(out, "  %-32s %14s %14s  %s\n", name, in_a ? fmt_size(a, x, sizeof x) : "-",
+            in_b ? fmt_size(b, y, sizeof y) : "-", fmt_change(a, b, z, sizeof z));
+}
+
+void
+an_print_compare_text(FILE *out, const struct an_compare *c)
+{
+    if (out == NULL || c == NULL)
+        return;
+    const struct an_result *a = c->a, *b = c->b;
+    char name[80];
+    fprintf(out, "A  %s\nB  %s\n\n", a->trace != NULL ? a->trace->path : "?",
+            b->trace != NULL ? b->trace->path : "?");
+    fprintf(out, "  %-32s %14s %14s  %s\n", "", "A", "B", "change (B - A)");
+    cmp_line(out, "peak live", a->peak_bytes, b->peak_bytes, true, true);
+    snprintf(name, sizeof name, "peak reserved (%s)", vram_strategy_name(a->strategy));
+    cmp_line(out, name, a->peak_reserved, b->peak_reserved, true, true);
+    cmp_line(out, "least live per iteration, last",
+             a->n_iters > 0 ? a->iters[a->n_iters - 1].min_live : 0,
+             b->n_iters > 0 ? b->iters[b->n_iters - 1].min_live : 0, a->n_iters > 0,
+             b->n_iters > 0);
+    fprintf(out, "  %-32s %14zu %14zu\n", "iterations", a->n_iters, b->n_iters);
+    char la[32], lb[32];
+    snprintf(la, sizeof la, "%s", a->leak ? "yes" : "no");
+    snprintf(lb, sizeof lb, "%s", b->leak ? "yes" : "no");
+    fprintf(out, "  %-32s %14s %14s\n", "leak", la, lb);
+    if (c->n_phases > 0) {
+        fprintf(out, "\nphase peaks (by mark label; the largest of each):\n");
+        for (size_t i = 0; i < c->n_phases; i++) {
+            const struct an_cmp_row *row = &c->phases[i];
+            cmp_line(out, row->label != NULL ? row->label : "(before the first mark)",
+                     row->a, row->b, row->in_a, row->in_b);
+        }
+    }
+    if (c->n_classes > 0) {
+        fprintf(out, "\nlive at the peak by size class:\n");
+        for (size_t i = 0; i < c->n_classes; i++) {
+            const struct an_cmp_row *row = &c->classes[i];
+            char lo[32], hi[32];
+            fmt_size(row->lo, lo, sizeof lo);
+            if (row->hi == UINT64_MAX)
+                snprintf(hi, sizeof hi, "...");
+            else
+                fmt_size(row->hi, hi, sizeof hi);
+            snprintf(name, sizeof name, "[%s, %s)", lo, hi);
+            cmp_line(out, name, row->a, row->b, row->in_a, row->in_b);
+        }
+    }
+}
+
+/* {"a": A, "b": B, "delta": B - A} for one quantity. */
+static struct json_object *
+json_pair(uint64_t a, uint64_t b)
+{
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, "a", an_json_u64(a));
+    json_object_object_add(o, "b", an_json_u64(b));
+    json_object_object_add(o, "delta", json_object_new_int64((int64_t)(b - a)));
+    return o;
+}
+
+static struct json_object *
+json_rows(const struct an_cmp_row *rows, size_t n, bool classes)
+{
+    struct json_object *arr = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        const struct an_cmp_row *row = &rows[i];
+        struct json_object *o = json_object_new_object();
+        if (classes) {
+            json_object_object_add(o, "lo", an_json_u64(row->lo));
+            json_object_object_add(o, "hi", an_json_u64(row->hi));
+        } else {
+            json_object_object_add(o, "label",
+                                   row->label != NULL ? json_object_new_string(row->label)
+                                                      : NULL);
+        }
+        json_object_object_add(o, "a", row->in_a ? an_json_u64(row->a) : NULL);
+        json_object_object_add(o, "b", row->in_b ? an_json_u64(row->b) : NULL);
+        json_object_object_add(o, "delta",
+                               json_object_new_int64((int64_t)(row->b - row->a)));
+        json_object_array_add(arr, o);
+    }
+    return arr;
+}
+
+int
+an_print_compare_json(FILE *out, const struct an_compare *c)
+{
+    if (out == NULL || c == NULL)
+        return (int)error_set(VRAM_E_INVALID, "an_print_compare_json: NULL argument");
+    struct json_object *o = json_object_new_object();
+    if (o == NULL)
+        return (int)no_memory();
+    json_object_object_add(o, "a", an_result_json(c->a));
+    json_object_object_add(o, "b", an_result_json(c->b));
+    struct json_object *d = json_object_new_object();
+    json_object_object_add(d, "peak_bytes",
+                           json_pair(c->a->peak_bytes, c->b->peak_bytes));
+    json_object_object_add(d, "peak_reserved_bytes",
+                           json_pair(c->a->peak_reserved, c->b->peak_reserved));
+    json_object_object_add(d, "iterations", json_pair(c->a->n_iters, c->b->n_iters));
+    json_object_object_add(o, "delta", d);
+    json_object_object_add(o, "phases", json_rows(c->phases, c->n_phases, false));
+    json_object_object_add(o, "classes", json_rows(c->classes, c->n_classes, true));
+    return an_put_json(out, o);
+}

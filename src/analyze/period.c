@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: MIT */
+/*
+** period.c -- the iterations of a trace (step 3 of analyze.c): from its
+** marks when it has them; else the period of the event stream (an
+** autocorrelation of hashed (op, size) tokens, O(n log n) by FFT, checked
+** exactly on a few candidates) cut at the quietest point of each period;
+** or, for inference requests of varying length, the points where live
+** bytes come back to their floor (docs/ANALYZE.md explains both to users).
+*/
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "analyze/analyze.h"
+#include "analyze/analyze_internal.h"
+
+/* Shortest period, in events, taken for an iteration. */
+#define PERIOD_MIN 8
+/* Least fraction of events equal to the event one period later. */
+#define PERIOD_MATCH_MIN 0.5
+/* Lags of the FFT estimate checked exactly. */
+#define PERIOD_CANDIDATES 16
+/* Up to this many events every lag is checked exactly (no FFT). */
+#define PERIOD_EXACT_MAX_EVENTS 4096
+/* A divisor of the best period is preferred when it matches this well. */
+#define PERIOD_DIVISOR_SHARE 0.95
+
+/* The floor: live bytes within max(1 MiB, floor / 1000) of the least. */
+#define FLOOR_TOL_MIN MIB
+/* Floor segmentation is taken over the period when segments are at
+** least this many periods long (requests, not steps). */
+#define FLOOR_MIN_PERIODS 3
+/* ...and segments shorter than the median over this are merged. */
+#define FLOOR_SHORT_DIVISOR 8
+
+/* A 64-bit mix (splitmix64's finalizer). */
+static inline uint64_t
+mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* The token of an event: what repeats from one iteration to the next. */
+static inline uint64_t
+token_of(const struct trace_event *ev)
+{
+    return mix64(ev->size * 8 + (uint64_t)(unsigned char)ev->op);
+}
+
+/* Fraction of i in [0, n - lag) with tok[i] == tok[i + lag]. */
+static double
+match_rate(const uint64_t *tok, uint64_t n, uint64_t lag)
+{
+    if (lag == 0 || lag >= n)
+        return 0.0;
+    uint64_t m = 0;
+    for (uint64_t i = 0; i + lag < n; i++)
+        m += tok[i] == tok[i + lag];
+    return (double)m / (double)(n - lag);
+}
+
+/*
+** In-place radix-2 FFT of (RE, IM), N a power of two; COS/SIN hold
+** cos/sin(2 pi k / N) for k < N/2. The inverse is not scaled.
+*/
+static void
+fft(double *re, double *im, size_t n, const double *cosv, const double *sinv,
+    bool inverse)
+{
+    for (size_t i = 1, j = 0; i < n; i++) {
+        size_t bit = n >> 1;
+        for (; j & bit; bit >>= 1)
+            j ^= bit;
+        j ^= bit;
+        if (i < j) {
+            double tr = re[i], ti = im[i];
+            re[i] = re[j];
+            im[i] = im[j];
+            re[j] = tr;
+            im[j] = ti;
+        }
+    }
+    for (size_t len = 2; len <= n; len <<= 1) {
+        size_t half = len / 2, step = n / len;
+        for (size_t i = 0; i < n; i += len) {
+            for (size_t k = 0; k < half; k++) {
+                double wr = cosv[k * step];
+                double wi = inverse ? sinv[k * step] : -sinv[k * step];
+                size_t a = i + k, b = a + half;
+                double xr = re[b] * wr - im[b] * wi;
+                double xi = re[b] * wi + im[b] * wr;
+                re[b] = re[a] - xr;
+                im[b] = im[a] - xi;
+                re[a] += xr;
+                im[a] += xi;
+            }
+        }
+    }
+}
+
+/*
+** Estimated match rate of every lag 0..max_lag into EST, by FFT: each
+** token becomes a + ib with a, b = +-1 from two bits of its hash, so that
+** Re(sum x[i+L] conj(x[i])) is twice the number of matches at lag L plus
+** zero-mean noise of order sqrt(n). O(n log n).
+*/
+static vram_status
+estimate_rates(const uint64_t *tok, uint64_t n, uint64_t max_lag, double *est)
+{
+    size_t size = 1;
+    while (size < n + max_lag + 1)
+        size <<= 1;
+    double *re = calloc(size, sizeof *re), *im = calloc(size, sizeof *im);
+    double *cosv = malloc((size / 2 + 1) * sizeof *cosv);
+    double *sinv = malloc((size / 2 + 1) * sizeof *sinv);
+    if (re == NULL || im == NULL || cosv == NULL || sinv == NULL) {
+        free(re);
+        free(im);
+        free(cosv);
+        free(sinv);
+        return no_memory();
+    }
+    const double two_pi = 6.283185307179586476925286766559;
+    for (size_t k = 0; k <= size / 2; k++) {
+        cosv[k] = cos(two_pi * (double)k / (double)size);
+        sinv[k] = sin(two_pi * (double)k / (double)size);
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        re[i] = (tok[i] & 1) ? 1.0 : -1.0;
+        im[i] = (tok[i] & 2) ? 1.0 : -1.0;
+    }
+    fft(re, im, size, cosv, sinv, false);
+    for (size_t i = 0; i < size; i++) {
+        re[i] = re[i] * re[i] + im[i] * im[i];
+        im[i] = 0.0;
+    }
+    fft(re, im, size, cosv, sinv, true);
+    for (uint64_t lag = 0; lag <= max_lag; lag++)
+        est[lag] = re[lag] / (double)size / 2.0 / (double)(n - lag);
+    free(re);
+    free(im);
+    free(cosv);
+    free(sinv);
+    return VRAM_OK;
+}
+
+/*
+** The period of the event stream: the lag in [PERIOD_MIN, n/3] at which
+** the most events equal the event one lag later, preferring a divisor of
+** it that matches almost as well. *PERIOD = 0 when no lag reaches
+** PERIOD_MATCH_MIN.
+*/
+static vram_status
+detect_period(struct work *w, uint64_t *period, double *rate)
+{
+    *period = 0;
+    *rate = 0.0;
+    uint64_t n = w->n, max_lag = n / 3;
+    if (max_lag < PERIOD_MIN)
+        return VRAM_OK;
+    uint64_t *tok = malloc(n * sizeof *tok);
+    double *est = malloc((max_lag + 1) * sizeof *est);
+    if (tok == NULL || est == NULL) {
+        free(tok);
+        free(est);
+        return no_memory();
+    }
+    for (uint64_t i = 0; i < n; i++)
+        tok[i] = token_of(&w->t->events[i]);
+
+    uint64_t best = 0;
+    double best_rate = 0.0;
+    if (n <= PERIOD_EXACT_MAX_EVENTS) {
+        for (uint64_t lag = PERIOD_MIN; lag <= max_lag; lag++) {
+            est[lag] = match_rate(tok, n, lag);
+            if (est[lag] > best_rate) {
+                best_rate = est[lag];
+                best = lag;
+            }
+        }
+    } else {
+        vram_status s = estimate_rates(tok, n, max_lag, est);
+        if (s != VRAM_OK) {
+            free(tok);
+            free(est);
+            return s;
+        }
+        /* The highest local maxima of the estimate, checked exactly. */
+        uint64_t cand[PERIOD_CANDIDATES];
+        double cand_est[PERIOD_CANDIDATES];
+        size_t n_cand = 0;
+        for (uint64_t lag = PERIOD_MIN; lag <= max_lag; lag++) {
+            double e = est[lag];
+            if ((lag > PERIOD_MIN && est[lag - 1] > e) ||
+                (lag < max_lag && est[lag + 1] >= e))
+                continue;
+            size_t pos = n_cand;
+            while (pos > 0 && cand_est[pos - 1] < e)
+                pos--;
+            if (pos >= PERIOD_CANDIDATES)
+                continue;
+            size_t last = n_cand < PERIOD_CANDIDATES ? n_cand : PERIOD_CANDIDATES - 1;
+            for (size_t j = last; j > pos; j--) {
+                cand[j] = cand[j - 1];
+                cand_est[j] = cand_est[j - 1];
+            }
+            cand[pos] = lag;
+            cand_est[pos] = e;
+            if (n_cand < PERIOD_CANDIDATES)
+                n_cand++;
+        }
+        for (size_t j = 0; j < n_cand; j++) {
+            double m = match_rate(tok, n, cand[j]);
+            if (m > best_rate) {
+                best_rate = m;
+                best = cand[j];
+            }
+        }
+    }
+    /* A divisor of the best lag that matches almost as well is the
+     * period (the best is then one of its multiples): the smallest such,
+     * looking within one event of best / k. */
+    for (uint64_t k = 16; best > 0 && k >= 2; k--) {
+        uint64_t base = (best + k / 2) / k, lag_k = 0;
+        double rate_k = 0.0;
+        for (uint64_t lag = base > 1 ? base - 1 : 1; lag <= base + 1; lag++) {
+            if (lag < PERIOD_MIN || lag >= best)
+                continue;
+            double m = match_rate(tok, n, lag);
+            if (m > rate_k) {
+                rate_k = m;
+                lag_k = lag;
+            }
+        }
+        if (lag_k > 0 && rate_k >= PERIOD_DIVISOR_SHARE * best_rate) {
+            best = lag_k;
+            best_rate = rate_k;
+            break;
+        }
+    }
+    free(tok);
+    free(est);
+    if (best_rate >= PERIOD_MATCH_MIN) {
+        *period = best;
+        *rate = best_rate;
+    }
+    return VRAM_OK;
+}
+
+/* Index of the least of live[lo..hi] (the first one). */
+static uint64_t
+argmin_live(const uint64_t *live, uint64_t lo, uint64_t hi)
+{
+    uint64_t at = lo;
+    for (uint64_t i = lo + 1; i <= hi; i++)
+        if (live[i] < live[at])
+            at = i;
+    return at;
+}
+
+/*
+** Drop cuts so that no iteration is shorter than MIN_LEN events: a short
+** one is merged into the next, a short last one into the one before.
+** Returns the number of cuts kept.
+*/
+static size_t
+prune_cuts(uint64_t *cuts, size_t n_cuts, uint64_t n, uint64_t min_len)
+{
+    size_t k = 0;
+    uint64_t start = 0;
+    for (size_t i = 0; i < n_cuts; i++) {
+        if (cuts[i] >= n - 1 || cuts[i] + 1 < start)
+            continue;
+        if (cuts[i] + 1 - start >= min_len) {
+            cuts[k++] = cuts[i];
+            start = cuts[i] + 1;
+        }
+    }
+    if (k > 0 && n - start < min_len)
+        k--;
+    return k;
+}
+
+/*
+** Cuts for period P: the quietest phase of the period over the steady
+** windows (the last n/P - 1 of them; the first iteration is often a
+** warm-up of another length), then one cut per period at the least live
+** bytes within P/4 of where the period puts it, following any drift.
+*/
+static vram_status
+cuts_by_period(struct work *w, uint64_t p, struct u64_list *cuts)
+{
+    uint64_t n = w->n, m = n / p - 1, s0 = n - m * p;
+    double *sum = calloc(p, sizeof *sum);
+    if (sum == NULL)
+        return no_memory();
+    for (uint64_t j = 0; j < m; j++)
+        for (uint64_t r = 0; r < p; r++)
+            sum[r] += (double)w->live[s0 + j * p + r];
+    uint64_t phase = 0;
+    for (uint64_t r = 1; r < p; r++)
+        if (sum[r] < sum[phase])
+            phase = r;
+    free(sum);
+
+    uint64_t anchor = s0 + phase, q = p / 4;
+    struct u64_list back = {0};
+    /* Backwards from the anchor... */
+    uint64_t c = anchor;
+    while (c >= p) {
+        uint64_t e = c - p;
+        uint64_t lo = e > q ? e - q : 0, hi = e + q < c ? e + q : c - 1;
+        uint64_t at = argmin_live(w->live, lo, hi);
+        if (!list_push(&back, at)) {
+            free(back.v);
+            return no_memory();
+        }
+        c = at;
+    }
+    for (size_t i = back.n; i > 0; i--)
+        if (!list_push(cuts, back.v[i - 1])) {
+            free(back.v);
+            return no_memory();
+        }
+    free(back.v);
+    /* ...then forwards. */
+    c = anchor;
+    for (;;) {
+        if (!list_push(cuts, c))
+            return no_memory();
+        uint64_t e = c + p;
+        if (e >= n)
+            break;
+        uint64_t lo = e - q > c ? e - q : c + 1, hi = e + q < n ? e + q : n - 1;
+        c = argmin_live(w->live, lo, hi);
+    }
+    cuts->n = prune_cuts(cuts->v, cuts->n, n, p / 2 > 0 ? p / 2 : 1);
+    return VRAM_OK;
+}
+
+/* Live bytes within this much of the floor count as at the floor. */
+static uint64_t
+floor_tolerance(uint64_t floor)
+{
+    return floor / 1000 > FLOOR_TOL_MIN ? floor / 1000 : FLOOR_TOL_MIN;
+}
+
+static uint64_t median_segment(const struct u64_list *cuts, uint64_t n);
+
+/*
+** Cuts where live bytes come back to their floor: the least live bytes
+** after the first tenth of the trace, within max(1 MiB, floor / 1000).
+** Each stretch at the floor ends an iteration where it begins. Iterations
+** shorter than MIN_LEN events, or than an eighth of the median, are
+** merged. *VALID when this yields three
+** iterations or more, none longer than half the trace.
+*/
+static vram_status
+cuts_by_floor(struct work *w, uint64_t min_len, struct u64_list *cuts,
+              uint64_t *floor_out, bool *valid)
+{
+    uint64_t n = w->n;
+    *valid = false;
+    if (n < 16)
+        return VRAM_OK;
+    uint64_t floor = UINT64_MAX;
+    for (uint64_t i = n / 10; i < n; i++)
+        if (w->live[i] < floor)
+            floor = w->live[i];
+    uint64_t tol = floor_tolerance(floor);
+    bool at_floor = true; /* the start counts as a floor: nothing is live */
+    for (uint64_t i = 0; i < n; i++) {
+        bool low = w->live[i] <= floor + tol;
+        if (low && !at_floor && !list_push(cuts, i))
+            return no_memory();
+        at_floor = low;
+    }
+    /* Twice: blips at the floor between requests first, then whatever is
+     * far shorter than a typical request (loading the model before the
+     * first request joins that request, as a warm-up). */
+    cuts->n = prune_cuts(cuts->v, cuts->n, n, min_len > 0 ? min_len : 1);
+    uint64_t typical = median_segment(cuts, n) / FLOOR_SHORT_DIVISOR;
+    if (typical > min_len)
+        cuts->n = prune_cuts(cuts->v, cuts->n, n, typical);
+    uint64_t start = 0, longest = 0;
+    for (size_t k = 0; k <= cuts->n; k++) {
+        uint64_t end = k < cuts->n ? cuts->v[k] + 1 : n;
+        if (end - start > longest)
+            longest = end - start;
+        start = end;
+    }
+    *floor_out = floor;
+    *valid = cuts->n + 1 >= 3 && longest <= n / 2;
+    return VRAM_OK;
+}
+
+/* The median length in events of cut segments. */
+static uint64_t
+median_segment(const struct u64_list *cuts, uint64_t n)
+{
+    size_t k = cuts->n + 1;
+    uint64_t *len = malloc(k * sizeof *len);
+    if (len == NULL)
+        return 0;
+    uint64_t start = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint64_t end = i < cuts->n ? cuts->v[i] + 1 : n;
+        len[i] = end - start;
+        start = end;
+    }
+    qsort(len, k, sizeof *len, cmp_u64);
+    uint64_t m = len[k / 2];
+    free(len);
+    return m;
+}
+
+vram_status
+an_find_iterations(struct work *w, struct an_result *r)
+{
+    bool done = false;
+    vram_status s = an_iters_by_marks(w, r, &done);
+    if (s != VRAM_OK || done)
+        return s;
+
+    uint64_t period = 0;
+    double rate = 0.0;
+    if ((s = detect_period(w, &period, &rate)) != VRAM_OK)
+        return s;
+
+    struct u64_list floor_cuts = {0}, cuts = {0};
+    bool floor_ok = false;
+    uint64_t floor = 0;
+    uint64_t min_len = period > 0 ? period : 8;
+    s = cuts_by_floor(w, min_len, &floor_cuts, &floor, &floor_ok);
+    if (s == VRAM_OK && floor_ok &&
+        (period == 0 ||
+         median_segment(&floor_cuts, w->n) >= FLOOR_MIN_PERIODS * period)) {
+        r->iters_from_floor = true;
+        r->floor_bytes = floor;
+        r->period_match = rate;
+        w->last_partial = w->live[w->n - 1] > floor + floor_tolerance(floor);
+        s = an_iters_from_cuts(w, r, 0, floor_cuts.v, floor_cuts.n);
+    } else if (s == VRAM_OK && period > 0) {
+        s = cuts_by_period(w, period, &cuts);
+        if (s == VRAM_OK) {
+            r->period_events = period;
+            r->period_match = rate;
+            /* The last iteration is what follows the last quiet point
+             * found: the recording stopped before its own. */
+            w->last_partial = true;
+            s = an_iters_from_cuts(w, r, 0, cuts.v, cuts.n);
+        }
+    } else if (s == VRAM_OK) {
+        s = an_iters_from_cuts(w, r, 0, NULL, 0); /* one iteration: the whole trace */
+    }
+    free(floor_cuts.v);
+    free(cuts.v);
+    return s;
+}
