@@ -23,7 +23,8 @@
 ** granted and not yet given back. So that sum is at least the group's use
 ** at that moment, and it is granted only when it is within the limit. A
 ** grant then moves the bytes from pending to in use (added first, so they
-** are never uncounted).
+** are never uncounted), and a sum reads each entry's pending bytes before
+** its use, so that bytes on their way between the two are never missed.
 ** Racing reservations may both see each other and both back off: a
 ** refusal is retried (after a look for the dead, then once more) before
 ** it is reported.
@@ -436,8 +437,14 @@ device_index(struct ledger *l, const char *uuid, bool add, int *out)
                      LEDGER_MAX_DEVICES, uuid);
 }
 
-/* The sum of the LIVE entries' use of device D (L1), saturating; with
-** their pending reservations if PENDING. */
+/*
+** The sum of the LIVE entries' use of device D (L1), saturating; with
+** their pending reservations if PENDING. Pending bytes are read before
+** the use: a grant adds to the use first and then takes off the pending
+** bytes, so a reader that meets the pending bytes gone reads the use
+** after they arrived there. In the other order a grant made between the
+** two loads would be in neither.
+*/
 static uint64_t
 group_sum(const struct layout *m, int d, bool pending)
 {
@@ -447,9 +454,11 @@ group_sum(const struct layout *m, int d, bool pending)
         struct slot *s = (struct slot *)&m->slots[i];
         if (owner_state(atomic_load(&s->owner)) != SLOT_LIVE)
             continue;
-        sum = add_sat(sum, atomic_load(&s->used[d]));
-        if (pending)
+        if (pending) {
             sum = add_sat(sum, atomic_load(&s->pending[d]));
+            ledger_fault(LEDGER_FAULT_SUMMING);
+        }
+        sum = add_sat(sum, atomic_load(&s->used[d]));
     }
     return sum;
 }
@@ -684,6 +693,7 @@ ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limi
                          "%" PRIu64 " (%" PRIu64 " in use)",
                          l->group, bytes, uuid, limit, used);
     }
+    ledger_fault(LEDGER_FAULT_CHECKED);
     /* In use first, then no longer pending: counted twice for a moment
     ** (never a moment uncounted). */
     use_add(&s->used[d], added);

@@ -23,6 +23,8 @@ enum ledger_fault_point {
     LEDGER_FAULT_HEADER,   /* a new file's header written, its magic not yet set */
     LEDGER_FAULT_REMOVING, /* a removal marked, the entries not yet checked */
     LEDGER_FAULT_RECLAIM,  /* a look for the dead begun */
+    LEDGER_FAULT_CHECKED,  /* a reservation found within its limit, not yet in use */
+    LEDGER_FAULT_SUMMING,  /* a sum has read one entry's pending bytes, not its use */
     LEDGER_FAULT_COUNT
 };
 

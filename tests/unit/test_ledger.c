@@ -660,6 +660,62 @@ test_stopped_member(void **state)
     alarm(0);
 }
 
+/*
+** A grant that moves its bytes from pending to in use while another
+** member's sum is reading that very entry: the sum still counts them.
+** W reserves 40 of 64 MiB and is stopped once it is found within the
+** limit; R reserves 40 MiB and is stopped inside its sum, between the two
+** words of W's entry; W finishes its grant; then R's sum goes on. A sum
+** that read W's use before W moved its bytes and W's pending bytes after
+** would miss them and grant R: 80 MiB on a 64 MiB quota.
+*/
+static void
+test_sum_during_grant(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "sumgrant");
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t w = fork_child();
+    if (w == 0) {
+        struct ledger *wl = NULL;
+        if (ledger_open(g, &wl) != VRAM_OK) /* entry 0: the first one R's sum reads */
+            _exit(2);
+        ledger_test_stop_at(LEDGER_FAULT_CHECKED);
+        if (ledger_reserve(wl, UUID0, 40 * MiB, 64 * MiB, NULL) != VRAM_OK)
+            _exit(3);
+        child_ready_and_wait(ready[1]);
+    }
+    if (!wait_stopped(w, 5000))
+        fail_msg("W did not stop after its check");
+    pid_t r = fork_child();
+    if (r == 0) {
+        struct ledger *rl = NULL;
+        if (ledger_open(g, &rl) != VRAM_OK)
+            _exit(2);
+        ledger_test_stop_at(LEDGER_FAULT_SUMMING);
+        vram_status st = ledger_reserve(rl, UUID0, 40 * MiB, 64 * MiB, NULL);
+        _exit(st == VRAM_E_OOM ? 0 : st == VRAM_OK ? 1 : 4);
+    }
+    if (!wait_stopped(r, 5000))
+        fail_msg("R did not stop inside its sum");
+    assert_int_equal(kill(w, SIGCONT), 0);
+    read_ready(ready[0]); /* W's grant is complete: its 40 MiB in use */
+    assert_int_equal(kill(r, SIGCONT), 0);
+    int rc = wait_child(r);
+    if (rc == 1)
+        fail_msg("R was granted 40 MiB beside W's 40 MiB on a 64 MiB quota");
+    assert_int_equal(rc, 0);
+    assert_int_equal(kill(w, SIGKILL), 0);
+    assert_int_equal(wait_child(w), 128 + SIGKILL);
+    close(ready[0]);
+    close(ready[1]);
+    unlink_group(g);
+    alarm(0);
+}
+
 #define RS_STOPS 1000
 #define RS_LIMIT (64 * MiB)
 
@@ -1395,6 +1451,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_devices_by_uuid),
         cmocka_unit_test(test_processes_and_threads),
         cmocka_unit_test(test_stopped_member),
+        cmocka_unit_test(test_sum_during_grant),
         cmocka_unit_test(test_random_stops),
         cmocka_unit_test(test_kill_usage_holder),
         cmocka_unit_test(test_recycled_pid),
