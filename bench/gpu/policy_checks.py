@@ -13,7 +13,7 @@ must have reached at least 3 GiB before the OOM (the OOM comes at the
 quota, not before). Prints one JSON object; exit 0 when every check held.
 
 Usage (root): policy_checks.py --preload build-gpu/lib/libvram-preload.so
-      [--python /usr/bin/python3] [--out FILE]
+      [--python PYTHON (default: this one)] [--out FILE]
       --cpu: no GPU: check the namespace, the users and the preload line only.
 """
 import argparse
@@ -118,7 +118,8 @@ def inside(args):
             smi_mib = used.get(p.pid)
             r = {"user": u, "tensors_mib": mib, "nvidia_smi_mib": smi_mib,
                  "oom": words[2] if len(words) > 2 else None,
-                 "vram_lines": [x for x in err.splitlines() if x.startswith("vram:")][:3]}
+                 "vram_lines": [x for x in err.splitlines() if x.startswith("vram:")][:3],
+                 "stderr_tail": err.strip().splitlines()[-3:]}
             r["within_quota"] = smi_mib is not None and smi_mib <= QUOTA_MIB + SLACK_MIB
             r["oom_at_quota"] = mib >= QUOTA_MIB - 1024
             ok = ok and r["within_quota"] and r["oom_at_quota"]
@@ -133,7 +134,7 @@ def inside(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preload", required=True)
-    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out")
     ap.add_argument("--cpu", action="store_true")
     args = ap.parse_args()

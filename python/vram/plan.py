@@ -629,13 +629,33 @@ def _patched(torch, tracer, meta, gpu_memory):
                     "needed); this one (%s) is CPU-only" % torch.__version__)
             return orig_enter(self)
         patch(amp, "__enter__", enter)
+    # Module.to()/.cuda() on fake parameters: a new Parameter in the module
+    # (PyTorch 1.13's way), never torch.utils.swap_tensors, which PyTorch
+    # 2.x uses when the swap flag is set or the new tensor looks like a
+    # wrapper subclass, and which refuses a fake tensor that FakeTensorMode
+    # holds a weak reference to ("Cannot swap t1 because it has weakref
+    # associated with it").
     fut = torch.__future__
     overwrite = fut.get_overwrite_module_params_on_conversion()
     fut.set_overwrite_module_params_on_conversion(True)
+    swap = getattr(fut, "get_swap_module_params_on_conversion", None)
+    swap_was = swap() if swap is not None else None
+    if swap is not None:
+        fut.set_swap_module_params_on_conversion(False)
+    module_mod = sys.modules.get("torch.nn.modules.module")
+    wrapper_check = getattr(module_mod, "is_traceable_wrapper_subclass", None)
+    if wrapper_check is not None:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        def not_fake(t, _orig=wrapper_check):
+            return not isinstance(t, FakeTensor) and _orig(t)
+        patch(module_mod, "is_traceable_wrapper_subclass", not_fake)
     try:
         yield
     finally:
         fut.set_overwrite_module_params_on_conversion(overwrite)
+        if swap is not None:
+            fut.set_swap_module_params_on_conversion(swap_was)
         for obj, attr, value, had in reversed(saved):
             if had:
                 setattr(obj, attr, value)

@@ -709,6 +709,8 @@ if os.path.exists(pol_path):
     for u in pol.get("users", []):
         lines.append("  %s: tensors %s MiB, nvidia-smi %s MiB, OOM: %s" % (
             u.get("user"), u.get("tensors_mib"), u.get("nvidia_smi_mib"), u.get("oom")))
+        for x in (u.get("vram_lines") or []) + (u.get("stderr_tail") or []):
+            lines.append("    %s" % x[:200])
         targets.append(("policy %s: nvidia-smi <= 4096 + 64 MiB" % u.get("user"),
                         verdict(u.get("within_quota"))))
         targets.append(("policy %s: OOM at the quota (>= 3 GiB held)" % u.get("user"),
