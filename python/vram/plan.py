@@ -629,33 +629,40 @@ def _patched(torch, tracer, meta, gpu_memory):
                     "needed); this one (%s) is CPU-only" % torch.__version__)
             return orig_enter(self)
         patch(amp, "__enter__", enter)
-    # Module.to()/.cuda() on fake parameters: a new Parameter in the module
-    # (PyTorch 1.13's way), never torch.utils.swap_tensors, which PyTorch
-    # 2.x uses when the swap flag is set or the new tensor looks like a
-    # wrapper subclass, and which refuses a fake tensor that FakeTensorMode
-    # holds a weak reference to ("Cannot swap t1 because it has weakref
-    # associated with it").
+    # Module.to()/.cuda()/.half() on fake parameters: each parameter is
+    # replaced by a new Parameter (PyTorch 1.x's way, with the overwrite flag
+    # set). PyTorch 2.x swaps a fake parameter's contents in place with
+    # torch.utils.swap_tensors instead, which refuses a tensor that anything
+    # holds a weak reference to, and FakeTensorMode does ("_apply(): Couldn't
+    # swap Conv2d.weight ... Cannot swap t1 because it has weakref associated
+    # with it"). Subclasses that override _apply call this one through super().
+    no_grad = torch.no_grad
+    Parameter = torch.nn.Parameter
+
+    def fake_apply(self, fn, recurse=True):
+        if recurse:
+            for child in self.children():
+                child._apply(fn)
+        for key, p in list(self._parameters.items()):
+            if p is None:
+                continue
+            with no_grad():
+                new = Parameter(fn(p), p.requires_grad)
+                if p.grad is not None:
+                    new.grad = fn(p.grad)
+            self._parameters[key] = new
+        for key, b in list(self._buffers.items()):
+            if b is not None:
+                self._buffers[key] = fn(b)
+        return self
+    patch(torch.nn.Module, "_apply", fake_apply)
     fut = torch.__future__
     overwrite = fut.get_overwrite_module_params_on_conversion()
     fut.set_overwrite_module_params_on_conversion(True)
-    swap = getattr(fut, "get_swap_module_params_on_conversion", None)
-    swap_was = swap() if swap is not None else None
-    if swap is not None:
-        fut.set_swap_module_params_on_conversion(False)
-    module_mod = sys.modules.get("torch.nn.modules.module")
-    wrapper_check = getattr(module_mod, "is_traceable_wrapper_subclass", None)
-    if wrapper_check is not None:
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        def not_fake(t, _orig=wrapper_check):
-            return not isinstance(t, FakeTensor) and _orig(t)
-        patch(module_mod, "is_traceable_wrapper_subclass", not_fake)
     try:
         yield
     finally:
         fut.set_overwrite_module_params_on_conversion(overwrite)
-        if swap is not None:
-            fut.set_swap_module_params_on_conversion(swap_was)
         for obj, attr, value, had in reversed(saved):
             if had:
                 setattr(obj, attr, value)
