@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """policy_checks.py -- the host policy with real PyTorch on the GPU.
 
-Two Unix users, each running a PyTorch process, under a policy of 4 GiB per
+Two Unix users, each running a PyTorch process (then a JAX one, then a
+CuPy one: --frameworks), under a policy of 4 GiB per
 user loaded through /etc/ld.so.preload, in a private mount namespace (a
 copy of /etc bound over /etc, a fresh /dev/shm: the machine's own files
 never change, and the users exist only there). Each process allocates
@@ -28,24 +29,55 @@ import time
 QUOTA_MIB = 4096
 SLACK_MIB = 64
 
-WORKER = r"""
-import sys, time, torch
-chunks = []
-err = None
+# Each framework's worker allocates 256 MiB buffers until the framework's
+# own out-of-memory error, prints "held MIB ERROR", then holds them until
+# the file named by its argument exists.
+HOLD = r"""
+import os, sys, time
+print("held %d %s" % (len(chunks) * 256, err), flush=True)
+for _ in range(1200):
+    if os.path.exists(sys.argv[1]):
+        break
+    time.sleep(0.1)
+"""
+WORKERS = {
+    "torch": r"""
+import torch
+chunks, err = [], None
 try:
     while True:
         chunks.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
 except torch.OutOfMemoryError as e:
     err = str(e).splitlines()[0][:200]
 torch.cuda.synchronize()
-print("held %d %s" % (len(chunks) * 256, err), flush=True)
-stop = sys.argv[1]
+""" + HOLD,
+    # JAX preallocates 75% of what the device reports by default, and its
+    # OOM then comes at 75% of the quota; on demand it comes at the quota.
+    "jax": r"""
 import os
-for _ in range(1200):
-    if os.path.exists(stop):
-        break
-    time.sleep(0.1)
-"""
+os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+import jax, jax.numpy as jnp
+chunks, err = [], None
+try:
+    while True:
+        x = jnp.zeros((256 << 20,), dtype=jnp.uint8)
+        x.block_until_ready()
+        chunks.append(x)
+except Exception as e:
+    err = (type(e).__name__ + ": " + str(e)).splitlines()[0][:200]
+""" + HOLD,
+    "cupy": r"""
+import cupy
+chunks, err = [], None
+try:
+    while True:
+        chunks.append(cupy.empty(256 << 20, dtype=cupy.uint8))
+except cupy.cuda.memory.OutOfMemoryError as e:
+    err = str(e).splitlines()[0][:200]
+cupy.cuda.Device().synchronize()
+""" + HOLD,
+}
+
 
 
 def inside(args):
@@ -67,11 +99,7 @@ def inside(args):
         os.chmod("/etc/vram/policy.conf", 0o644)
         with open("/etc/ld.so.preload", "w") as f:
             f.write(os.path.realpath(args.preload) + "\n")
-        worker = os.path.join(tmp, "worker.py")
-        with open(worker, "w") as f:
-            f.write(WORKER)
         os.chmod(tmp, 0o755)
-        os.chmod(worker, 0o644)
         if args.cpu:
             out = subprocess.run(["setpriv", "--reuid", users[0], "--regid", "users",
                                   "--init-groups", "/bin/true"], capture_output=True,
@@ -79,56 +107,77 @@ def inside(args):
             res["ok"] = out.returncode == 0 and out.stderr == ""
             res["cpu"] = "users, policy and preload line set up; /bin/true quiet"
             return res
-        stop = os.path.join(tmp, "stop")
-        procs = []
         for u in users:
             home = os.path.join(tmp, "home-" + u)
             os.makedirs(home)
             shutil.chown(home, user=u)
-            env = dict(os.environ, HOME=home)
-            for k in list(env):
-                if k.startswith("VRAM_") or k.startswith("CUDA_DEVICE_MEMORY"):
-                    del env[k]
-            p = subprocess.Popen(["setpriv", "--reuid", u, "--regid", "users", "--init-groups",
-                                  args.python, worker, stop], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=env)
-            procs.append((u, p))
-        held = {}
-        for u, p in procs:
-            line = p.stdout.readline().strip()
-            held[u] = line
-        time.sleep(1.0)
-        smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True)
-        used = {}
-        for row in smi.stdout.splitlines():
-            parts = [x.strip() for x in row.split(",")]
-            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-                used[int(parts[0])] = int(parts[1])
-        open(stop, "w").close()
         ok = True
-        for u, p in procs:
-            try:
-                _, err = p.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, err = p.communicate()
-            words = held[u].split(" ", 2)
-            mib = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
-            smi_mib = used.get(p.pid)
-            r = {"user": u, "tensors_mib": mib, "nvidia_smi_mib": smi_mib,
-                 "oom": words[2] if len(words) > 2 else None,
-                 "vram_lines": [x for x in err.splitlines() if x.startswith("vram:")][:3],
-                 "stderr_tail": err.strip().splitlines()[-3:]}
-            r["within_quota"] = smi_mib is not None and smi_mib <= QUOTA_MIB + SLACK_MIB
-            r["oom_at_quota"] = mib >= QUOTA_MIB - 1024
-            ok = ok and r["within_quota"] and r["oom_at_quota"]
-            res["users"].append(r)
+        res["runs"] = []
+        for fw in args.frameworks.split(","):
+            if subprocess.run([args.python, "-c", "import " + fw],
+                              capture_output=True).returncode != 0:
+                res["runs"].append({"framework": fw, "skipped": "not importable"})
+                continue
+            run = both_users(args, tmp, users, fw)
+            res["runs"].append(run)
+            ok = ok and run["ok"]
         res["ok"] = ok
         return res
     finally:
         for u in users:
             subprocess.run(["userdel", u], capture_output=True)
+
+
+def both_users(args, tmp, users, fw):
+    """Both users run FW's worker at once; nvidia-smi while both hold."""
+    worker = os.path.join(tmp, "worker_%s.py" % fw)
+    with open(worker, "w") as f:
+        f.write(WORKERS[fw])
+    os.chmod(worker, 0o644)
+    stop = os.path.join(tmp, "stop_" + fw)
+    procs = []
+    for u in users:
+        env = dict(os.environ, HOME=os.path.join(tmp, "home-" + u))
+        for k in list(env):
+            if k.startswith("VRAM_") or k.startswith("CUDA_DEVICE_MEMORY") or \
+                    k.startswith("XLA_PYTHON_CLIENT"):
+                del env[k]
+        p = subprocess.Popen(["setpriv", "--reuid", u, "--regid", "users", "--init-groups",
+                              args.python, worker, stop], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        procs.append((u, p))
+    held = {}
+    for u, p in procs:
+        held[u] = p.stdout.readline().strip()
+    time.sleep(1.0)
+    smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                          "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    used = {}
+    for row in smi.stdout.splitlines():
+        parts = [x.strip() for x in row.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            used[int(parts[0])] = int(parts[1])
+    open(stop, "w").close()
+    run = {"framework": fw, "users": [], "ok": True}
+    for u, p in procs:
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        words = held[u].split(" ", 2)
+        mib = int(words[1]) if len(words) > 1 and words[1].isdigit() else 0
+        smi_mib = used.get(p.pid)
+        r = {"user": u, "tensors_mib": mib, "nvidia_smi_mib": smi_mib,
+             "oom": words[2] if len(words) > 2 else None,
+             "vram_lines": [x for x in err.splitlines() if x.startswith("vram:")][:2],
+             "stderr_tail": [x for x in err.strip().splitlines()
+                             if not x.startswith("vram:")][-3:]}
+        r["within_quota"] = smi_mib is not None and smi_mib <= QUOTA_MIB + SLACK_MIB
+        r["oom_at_quota"] = mib >= QUOTA_MIB - 1024
+        run["ok"] = run["ok"] and r["within_quota"] and r["oom_at_quota"]
+        run["users"].append(r)
+    return run
 
 
 def main():
@@ -137,6 +186,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--out")
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--frameworks", default="torch,jax,cupy")
     args = ap.parse_args()
     if os.environ.get("VRAM_POLICY_GPU_INSIDE") == "1":
         res = inside(args)

@@ -33,7 +33,7 @@
 #    leaks and clean runs (bench/gpu/record_checks.py, under 3 minutes):
 #    each leak found at the framework's own rate within 5%, no leak on the
 #    clean runs, the recording's step-time cost; traces in $OUT/record.
-# 10. policy: two Unix users' PyTorch processes under a 4 GiB host policy
+# 10. policy: two Unix users' PyTorch, JAX and CuPy processes under a 4 GiB host policy
 #     through /etc/ld.so.preload in a private mount namespace
 #     (bench/gpu/policy_checks.py): nvidia-smi's per-process used memory
 #     within 4 GiB + 64 MiB, the OOM at the quota. $WORK/policy.json.
@@ -705,17 +705,23 @@ if os.path.exists(pol_path):
         pol = json.loads(open(pol_path).read().strip().splitlines()[-1])
     except Exception:
         pol = {"ok": None, "users": []}
-    lines.append("Host policy, 4 GiB per user (two users, PyTorch):")
-    for u in pol.get("users", []):
-        lines.append("  %s: tensors %s MiB, nvidia-smi %s MiB, OOM: %s" % (
-            u.get("user"), u.get("tensors_mib"), u.get("nvidia_smi_mib"), u.get("oom")))
-        for x in (u.get("vram_lines") or []) + (u.get("stderr_tail") or []):
-            lines.append("    %s" % x[:200])
-        targets.append(("policy %s: nvidia-smi <= 4096 + 64 MiB" % u.get("user"),
-                        verdict(u.get("within_quota"))))
-        targets.append(("policy %s: OOM at the quota (>= 3 GiB held)" % u.get("user"),
-                        verdict(u.get("oom_at_quota"))))
-    if not pol.get("users"):
+    lines.append("Host policy, 4 GiB per user (two users at once, each framework):")
+    for run in pol.get("runs", []):
+        fw = run.get("framework")
+        if run.get("skipped"):
+            lines.append("  %s: skipped (%s)" % (fw, run["skipped"]))
+            continue
+        for u in run.get("users", []):
+            lines.append("  %-5s %s: held %s MiB, nvidia-smi %s MiB, OOM: %s" % (
+                fw, u.get("user"), u.get("tensors_mib"), u.get("nvidia_smi_mib"),
+                (u.get("oom") or "")[:90]))
+            for x in (u.get("vram_lines") or [])[:1] + (u.get("stderr_tail") or []):
+                lines.append("      %s" % x[:200])
+            targets.append(("policy %s %s: nvidia-smi <= 4096 + 64 MiB" % (fw, u.get("user")),
+                            verdict(u.get("within_quota"))))
+            targets.append(("policy %s %s: OOM at the quota (>= 3 GiB held)" % (
+                fw, u.get("user")), verdict(u.get("oom_at_quota"))))
+    if not pol.get("runs"):
         targets.append(("policy: two users under a 4 GiB policy", verdict(None)))
     lines.append("")
 
