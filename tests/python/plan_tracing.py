@@ -185,10 +185,43 @@ class Robustness(unittest.TestCase):
 
     def test_patches_undone(self):
         import torch
-        before = (torch.cuda.is_available, torch.autograd.backward, torch.nn.Parameter.__new__)
+        before = (torch.cuda.is_available, torch.autograd.backward, torch.nn.Parameter.__new__,
+                  torch.nn.Module._apply)
         plan.trace(m.cnn)
-        after = (torch.cuda.is_available, torch.autograd.backward, torch.nn.Parameter.__new__)
+        after = (torch.cuda.is_available, torch.autograd.backward, torch.nn.Parameter.__new__,
+                 torch.nn.Module._apply)
         self.assertEqual(before, after)
+
+    def test_constants_keep_their_values(self):
+        """A constant made inside the trace (torch.tensor([...])) keeps its
+        values through later ops and tolist(): a network that sizes its
+        layers from such values (torchvision's RegNet) builds as it would."""
+        import torch
+        seen = {}
+
+        def fn():
+            t = torch.tensor([0, 1, 3, 7])
+            seen["diff"] = torch.diff(t).int().tolist()
+            seen["widths"] = (torch.arange(3) * 8 + 16).tolist()
+            layer = torch.nn.Linear(4, int(t[-1])).cuda()
+            layer(torch.randn(2, 4, device="cuda"))
+        res = plan.trace(fn)
+        self.assertEqual(seen["diff"], [1, 2, 4])
+        self.assertEqual(seen["widths"], [16, 24, 32])
+        # Linear(4, 7) on cuda: weight 28 and bias 7 floats, each rounded.
+        self.assertEqual(res.breakdown["weights"], r(f32(7, 4)) + r(f32(7)))
+
+    def test_grouped_heads_take_the_math_path(self):
+        """Grouped query heads rule out the memory-efficient kernel: fp32
+        attention with enable_gqa is the math path, whose S x S scores the
+        trace then holds."""
+        import torch
+        q = torch.empty(2, 4, 64, 32, device="meta")
+        k = torch.empty(2, 2, 64, 32, device="meta")
+        self.assertEqual(plan._sdp_choice_cuda(torch, (q, k, k), {"enable_gqa": True}), 0)
+        self.assertEqual(plan._sdp_choice_cuda(torch, (q, q, q), {}), 2)
+        self.assertEqual(plan._sdp_choice_cuda(torch, (q.half(), k.half(), k.half()),
+                                               {"enable_gqa": True}), 1)
 
 
 if __name__ == "__main__":
