@@ -314,11 +314,16 @@ def main():
     ap.add_argument("--workers", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--cpu", action="store_true", help="dry run on the CPU, tiny sizes")
     ap.add_argument("--kinds", default="generate,lora,vision")
+    ap.add_argument("--models", default="",
+                    help="only these networks or families (comma list; default all)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import torch
     kinds = a.kinds.split(",")
     todo = [s for s in specs(a.cpu) if s["kind"] in kinds]
+    if a.models:
+        names = set(a.models.split(","))
+        todo = [s for s in todo if (s.get("model") or s.get("family") or s["kind"]) in names]
     missing = {}
     for s in todo:
         for mod in needs(s):
