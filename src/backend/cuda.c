@@ -287,6 +287,14 @@ cuda_leave(struct cuda_backend *c, vram_status st)
     return st;
 }
 
+/* The driver call of entry point E, made after cuda_enter, returned R:
+** leave (cuda_leave) with its status. */
+static vram_status
+cuda_leave_after(struct cuda_backend *c, enum vcu_entry e, vcu_result r)
+{
+    return cuda_leave(c, cuda_check(c, e, r));
+}
+
 /* ================================================================== */
 /* Devices                                                             */
 /* ================================================================== */
@@ -306,8 +314,7 @@ cuda_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes, uint64_t *to
     if (st != VRAM_OK)
         return st;
     size_t fr = 0, tot = 0;
-    st = cuda_check(c, VCU_ENTRY_cuMemGetInfo, c->api.cuMemGetInfo(&fr, &tot));
-    st = cuda_leave(c, st);
+    st = cuda_leave_after(c, VCU_ENTRY_cuMemGetInfo, c->api.cuMemGetInfo(&fr, &tot));
     if (st != VRAM_OK)
         return st;
     *free_bytes = fr;
@@ -488,8 +495,8 @@ cuda_mem_free(struct backend *b, int dev, uint64_t addr)
     vram_status st = cuda_enter(c, dev);
     if (st != VRAM_OK)
         return st;
-    st = cuda_check(c, VCU_ENTRY_cuMemFree, c->api.cuMemFree((vcu_deviceptr)addr));
-    return cuda_leave(c, st);
+    return cuda_leave_after(c, VCU_ENTRY_cuMemFree,
+                            c->api.cuMemFree((vcu_deviceptr)addr));
 }
 
 /* ================================================================== */
@@ -539,9 +546,8 @@ cuda_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
     vram_status st = cuda_enter_vm(c, dev, size, "va_release");
     if (st != VRAM_OK)
         return st;
-    st = cuda_check(c, VCU_ENTRY_cuMemAddressFree,
-                    c->api.cuMemAddressFree((vcu_deviceptr)addr, (size_t)size));
-    return cuda_leave(c, st);
+    return cuda_leave_after(c, VCU_ENTRY_cuMemAddressFree,
+                            c->api.cuMemAddressFree((vcu_deviceptr)addr, (size_t)size));
 }
 
 static vram_status
@@ -576,9 +582,8 @@ cuda_phys_release(struct backend *b, int dev, uint64_t handle)
     vram_status st = cuda_enter(c, dev);
     if (st != VRAM_OK)
         return st;
-    st = cuda_check(c, VCU_ENTRY_cuMemRelease,
-                    c->api.cuMemRelease((vcu_mem_handle)handle));
-    return cuda_leave(c, st);
+    return cuda_leave_after(c, VCU_ENTRY_cuMemRelease,
+                            c->api.cuMemRelease((vcu_mem_handle)handle));
 }
 
 /* Map HANDLE at [addr, addr+size) and make it readable and writable from
@@ -617,9 +622,8 @@ cuda_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
     vram_status st = cuda_enter_vm(c, dev, size, "unmap");
     if (st != VRAM_OK)
         return st;
-    st = cuda_check(c, VCU_ENTRY_cuMemUnmap,
-                    c->api.cuMemUnmap((vcu_deviceptr)addr, (size_t)size));
-    return cuda_leave(c, st);
+    return cuda_leave_after(c, VCU_ENTRY_cuMemUnmap,
+                            c->api.cuMemUnmap((vcu_deviceptr)addr, (size_t)size));
 }
 
 /* ================================================================== */
@@ -676,8 +680,7 @@ cuda_synchronize(struct backend *b, int dev)
     vram_status st = cuda_enter(c, dev);
     if (st != VRAM_OK)
         return st;
-    st = cuda_check(c, VCU_ENTRY_cuCtxSynchronize, c->api.cuCtxSynchronize());
-    return cuda_leave(c, st);
+    return cuda_leave_after(c, VCU_ENTRY_cuCtxSynchronize, c->api.cuCtxSynchronize());
 }
 
 /* The legacy default stream (0) never captures, and asking about it while
@@ -694,9 +697,9 @@ cuda_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
     if (st != VRAM_OK)
         return st;
     vcu_stream_capture_status status = VCU_STREAM_CAPTURE_STATUS_NONE;
-    st = cuda_check(c, VCU_ENTRY_cuStreamIsCapturing,
-                    c->api.cuStreamIsCapturing((vcu_stream)(uintptr_t)stream, &status));
-    st = cuda_leave(c, st);
+    st = cuda_leave_after(
+        c, VCU_ENTRY_cuStreamIsCapturing,
+        c->api.cuStreamIsCapturing((vcu_stream)(uintptr_t)stream, &status));
     if (st != VRAM_OK)
         return st;
     *active = status != VCU_STREAM_CAPTURE_STATUS_NONE;
@@ -710,9 +713,8 @@ cuda_event_destroy(struct backend *b, int dev, uint64_t event)
     vram_status st = cuda_enter(c, dev);
     if (st != VRAM_OK)
         return st;
-    st = cuda_check(c, VCU_ENTRY_cuEventDestroy,
-                    c->api.cuEventDestroy((vcu_event)(uintptr_t)event));
-    return cuda_leave(c, st);
+    return cuda_leave_after(c, VCU_ENTRY_cuEventDestroy,
+                            c->api.cuEventDestroy((vcu_event)(uintptr_t)event));
 }
 
 /* ================================================================== */

@@ -38,150 +38,43 @@ fault_hit(struct fault_backend *f, const char *what)
     return true;
 }
 
-static vram_status
-fault_device_count(struct backend *b, int *out)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "device_count"))
-        return f->status;
-    return f->inner->ops->device_count(f->inner, out);
-}
+/*
+** Every backend call but close: its name, its parameters after the
+** backend, and the arguments passed on to the inner backend. Each becomes
+** fault_NAME, which counts the call and fails it or passes it on.
+*/
+#define FAULT_CALLS(X)                                                                   \
+    X(device_count, (int *out), (out))                                                   \
+    X(device_info, (int dev, vram_physical_info *out), (dev, out))                       \
+    X(mem_get_info, (int dev, uint64_t *free_bytes, uint64_t *total_bytes),              \
+      (dev, free_bytes, total_bytes))                                                    \
+    X(mem_alloc, (int dev, uint64_t size, uint64_t *addr), (dev, size, addr))            \
+    X(mem_free, (int dev, uint64_t addr), (dev, addr))                                   \
+    X(va_reserve, (int dev, uint64_t size, uint64_t *addr), (dev, size, addr))           \
+    X(va_release, (int dev, uint64_t addr, uint64_t size), (dev, addr, size))            \
+    X(phys_create, (int dev, uint64_t size, uint64_t *handle), (dev, size, handle))      \
+    X(phys_release, (int dev, uint64_t handle), (dev, handle))                           \
+    X(map, (int dev, uint64_t addr, uint64_t size, uint64_t handle),                     \
+      (dev, addr, size, handle))                                                         \
+    X(unmap, (int dev, uint64_t addr, uint64_t size), (dev, addr, size))                 \
+    X(event_record, (int dev, uint64_t stream, uint64_t *event), (dev, stream, event))   \
+    X(event_query, (int dev, uint64_t event, bool *done), (dev, event, done))            \
+    X(event_destroy, (int dev, uint64_t event), (dev, event))                            \
+    X(synchronize, (int dev), (dev))                                                     \
+    X(stream_capturing, (int dev, uint64_t stream, bool *active), (dev, stream, active))
 
-static vram_status
-fault_device_info(struct backend *b, int dev, vram_physical_info *out)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "device_info"))
-        return f->status;
-    return f->inner->ops->device_info(f->inner, dev, out);
-}
+#define FAULT_UNPAREN(...) __VA_ARGS__
 
-static vram_status
-fault_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes,
-                   uint64_t *total_bytes)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "mem_get_info"))
-        return f->status;
-    return f->inner->ops->mem_get_info(f->inner, dev, free_bytes, total_bytes);
-}
-
-static vram_status
-fault_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "mem_alloc"))
-        return f->status;
-    return f->inner->ops->mem_alloc(f->inner, dev, size, addr);
-}
-
-static vram_status
-fault_mem_free(struct backend *b, int dev, uint64_t addr)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "mem_free"))
-        return f->status;
-    return f->inner->ops->mem_free(f->inner, dev, addr);
-}
-
-static vram_status
-fault_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "va_reserve"))
-        return f->status;
-    return f->inner->ops->va_reserve(f->inner, dev, size, addr);
-}
-
-static vram_status
-fault_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "va_release"))
-        return f->status;
-    return f->inner->ops->va_release(f->inner, dev, addr, size);
-}
-
-static vram_status
-fault_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "phys_create"))
-        return f->status;
-    return f->inner->ops->phys_create(f->inner, dev, size, handle);
-}
-
-static vram_status
-fault_phys_release(struct backend *b, int dev, uint64_t handle)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "phys_release"))
-        return f->status;
-    return f->inner->ops->phys_release(f->inner, dev, handle);
-}
-
-static vram_status
-fault_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handle)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "map"))
-        return f->status;
-    return f->inner->ops->map(f->inner, dev, addr, size, handle);
-}
-
-static vram_status
-fault_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "unmap"))
-        return f->status;
-    return f->inner->ops->unmap(f->inner, dev, addr, size);
-}
-
-static vram_status
-fault_event_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "event_record"))
-        return f->status;
-    return f->inner->ops->event_record(f->inner, dev, stream, event);
-}
-
-static vram_status
-fault_event_query(struct backend *b, int dev, uint64_t event, bool *done)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "event_query"))
-        return f->status;
-    return f->inner->ops->event_query(f->inner, dev, event, done);
-}
-
-static vram_status
-fault_event_destroy(struct backend *b, int dev, uint64_t event)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "event_destroy"))
-        return f->status;
-    return f->inner->ops->event_destroy(f->inner, dev, event);
-}
-
-static vram_status
-fault_synchronize(struct backend *b, int dev)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "synchronize"))
-        return f->status;
-    return f->inner->ops->synchronize(f->inner, dev);
-}
-
-static vram_status
-fault_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
-{
-    struct fault_backend *f = fault_of(b);
-    if (fault_hit(f, "stream_capturing"))
-        return f->status;
-    return f->inner->ops->stream_capturing(f->inner, dev, stream, active);
-}
+#define X(name, params, args)                                                            \
+    static vram_status fault_##name(struct backend *b, FAULT_UNPAREN params)             \
+    {                                                                                    \
+        struct fault_backend *f = fault_of(b);                                           \
+        if (fault_hit(f, #name))                                                         \
+            return f->status;                                                            \
+        return f->inner->ops->name(f->inner, FAULT_UNPAREN args);                        \
+    }
+FAULT_CALLS(X)
+#undef X
 
 static void
 fault_close(struct backend *b)
@@ -208,27 +101,15 @@ backend_fault_open(struct backend *inner, uint64_t fail_call, vram_status status
         return error_set(VRAM_E_HOST_MEMORY, "fault: out of host memory");
     }
     /* The ops table mirrors INNER's: a function INNER lacks stays NULL, so
-    ** callers see the same capabilities through the wrapper. */
+    ** callers see the same capabilities through the wrapper (the inner
+    ** backends always have the calls through mem_free). */
     struct backend_ops *ops = &f->ops;
     const struct backend_ops *in = inner->ops;
     ops->name = "fault";
     ops->close = fault_close;
-    ops->device_count = fault_device_count;
-    ops->device_info = fault_device_info;
-    ops->mem_get_info = fault_mem_get_info;
-    ops->mem_alloc = fault_mem_alloc;
-    ops->mem_free = fault_mem_free;
-    ops->va_reserve = in->va_reserve ? fault_va_reserve : NULL;
-    ops->va_release = in->va_release ? fault_va_release : NULL;
-    ops->phys_create = in->phys_create ? fault_phys_create : NULL;
-    ops->phys_release = in->phys_release ? fault_phys_release : NULL;
-    ops->map = in->map ? fault_map : NULL;
-    ops->unmap = in->unmap ? fault_unmap : NULL;
-    ops->event_record = in->event_record ? fault_event_record : NULL;
-    ops->event_query = in->event_query ? fault_event_query : NULL;
-    ops->event_destroy = in->event_destroy ? fault_event_destroy : NULL;
-    ops->synchronize = in->synchronize ? fault_synchronize : NULL;
-    ops->stream_capturing = in->stream_capturing ? fault_stream_capturing : NULL;
+#define X(name, params, args) ops->name = in->name != NULL ? fault_##name : NULL;
+    FAULT_CALLS(X)
+#undef X
     f->base.ops = ops;
     f->inner = inner;
     f->fail_call = fail_call;

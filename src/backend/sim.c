@@ -15,6 +15,7 @@
 ** Memory is accounted in granules, as the driver does.
 */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -112,6 +113,20 @@ sim_lock_dev(struct sim_backend *s, int dev, struct sim_device **d)
     return VRAM_OK;
 }
 
+/* Release the simulator's lock and fail with STATUS and the message FMT:
+** the way out of every call that found something wrong under the lock. */
+static vram_status __attribute__((format(printf, 3, 4)))
+sim_unlock_fail(struct sim_backend *s, vram_status status, const char *fmt, ...)
+{
+    pthread_mutex_unlock(&s->lock);
+    char line[512]; /* the size of the last-error line */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    return error_set(status, "%s", line);
+}
+
 static vram_status
 sim_device_count(struct backend *b, int *out)
 {
@@ -166,6 +181,21 @@ sim_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes, uint64_t *tot
     return VRAM_OK;
 }
 
+/* VRAM_OK if device DEV has CHARGED bytes free for CALL (of SIZE bytes);
+** else VRAM_E_OOM, the lock released. Called with s->lock held. */
+static vram_status
+sim_room_locked(struct sim_backend *s, int dev, const char *call, uint64_t size,
+                uint64_t charged)
+{
+    uint64_t avail = sim_free_locked(s, dev);
+    if (charged <= avail)
+        return VRAM_OK;
+    return sim_unlock_fail(s, VRAM_E_OOM,
+                           "sim: %s(%" PRIu64 " bytes) on device %d: out of memory "
+                           "(%" PRIu64 " bytes free)",
+                           call, size, dev, avail);
+}
+
 /* Make room in *ARR (elements of ELEM bytes, *CAP of them) for NEED;
 ** new room is zeroed. False when out of host memory (nothing changed). */
 static bool
@@ -185,6 +215,21 @@ grow_array(void **arr, size_t elem, uint64_t *cap, uint64_t need)
     return true;
 }
 
+/* SLOT (a free one, or *N for a new one at the end) of the table *ARR
+** (*N used of *CAP, ELEM bytes each) made usable; VRAM_E_HOST_MEMORY, the
+** lock released, when the table cannot grow. Called with s->lock held. */
+static vram_status
+sim_slot_locked(struct sim_backend *s, void **arr, size_t elem, uint64_t *n,
+                uint64_t *cap, uint64_t slot)
+{
+    if (slot < *n)
+        return VRAM_OK;
+    if (!grow_array(arr, elem, cap, *n + 1))
+        return sim_unlock_fail(s, VRAM_E_HOST_MEMORY, "sim: out of host memory");
+    (*n)++;
+    return VRAM_OK;
+}
+
 static vram_status
 sim_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 {
@@ -200,28 +245,20 @@ sim_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 
     pthread_mutex_lock(&s->lock);
     struct sim_device *d = &s->dev[dev];
-    if (charged > sim_free_locked(s, dev)) {
-        uint64_t avail = sim_free_locked(s, dev);
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_OOM,
-                         "sim: mem_alloc(%" PRIu64 " bytes) on device %d: out of memory "
-                         "(%" PRIu64 " bytes free)",
-                         size, dev, avail);
-    }
+    st = sim_room_locked(s, dev, "mem_alloc", size, charged);
+    if (st != VRAM_OK)
+        return st;
     if (!grow_array((void **)&d->allocs, sizeof *d->allocs, &d->cap_allocs,
-                    d->n_allocs + 1)) {
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
-    }
+                    d->n_allocs + 1))
+        return sim_unlock_fail(s, VRAM_E_HOST_MEMORY, "sim: out of host memory");
     struct sim_alloc a = {0, charged, 0};
     if (s->opt.host_backed) {
         void *p = mmap(NULL, charged, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) {
-            pthread_mutex_unlock(&s->lock);
-            return error_set(
-                VRAM_E_OOM, "sim: host-backed mem_alloc(%" PRIu64 "): mmap failed", size);
-        }
+        if (p == MAP_FAILED)
+            return sim_unlock_fail(s, VRAM_E_OOM,
+                                   "sim: host-backed mem_alloc(%" PRIu64 "): mmap failed",
+                                   size);
         a.addr = (uint64_t)(uintptr_t)p;
         a.mapped = charged;
     } else {
@@ -256,12 +293,41 @@ sim_mem_free(struct backend *b, int dev, uint64_t addr)
             munmap((void *)(uintptr_t)a.addr, a.mapped);
         return VRAM_OK;
     }
-    pthread_mutex_unlock(&s->lock);
-    return error_set(VRAM_E_INVALID, "sim: mem_free(0x%" PRIx64 "): not an allocation",
-                     addr);
+    return sim_unlock_fail(s, VRAM_E_INVALID,
+                           "sim: mem_free(0x%" PRIx64 "): not an allocation", addr);
 }
 
 /* ---- virtual memory: the calls of the expandable strategy ---- */
+
+/* Give the range R (its size and granule table set) an address on device
+** DEV and add it to the device's ranges. Called with s->lock held. */
+static vram_status
+sim_add_range_locked(struct sim_backend *s, int dev, struct sim_range *r)
+{
+    struct sim_device *d = &s->dev[dev];
+    if (!grow_array((void **)&d->ranges, sizeof *d->ranges, &d->cap_ranges,
+                    d->n_ranges + 1))
+        return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
+    if (s->opt.host_backed) {
+        /* Inaccessible until mapped: a write to an unmapped granule faults,
+        ** as it does on a GPU. */
+        void *p = mmap(NULL, r->size, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            return error_set(VRAM_E_OOM, "sim: va_reserve(%" PRIu64 "): mmap failed",
+                             r->size);
+        r->addr = (uint64_t)(uintptr_t)p;
+        r->host = true;
+    } else {
+        if (d->next_addr + r->size > SIM_BASE + (uint64_t)(dev + 1) * SIM_WINDOW)
+            return error_set(VRAM_E_OOM, "sim: address space of device %d exhausted",
+                             dev);
+        r->addr = d->next_addr;
+        d->next_addr += r->size;
+    }
+    d->ranges[d->n_ranges++] = *r;
+    return VRAM_OK;
+}
 
 static vram_status
 sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
@@ -278,38 +344,12 @@ sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     if (r.mapped == NULL)
         return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
     pthread_mutex_lock(&s->lock);
-    struct sim_device *d = &s->dev[dev];
-    if (!grow_array((void **)&d->ranges, sizeof *d->ranges, &d->cap_ranges,
-                    d->n_ranges + 1)) {
-        pthread_mutex_unlock(&s->lock);
-        zmem_free(r.mapped, size / SIM_GRANULARITY, sizeof(uint64_t));
-        return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
-    }
-    if (s->opt.host_backed) {
-        /* Inaccessible until mapped: a write to an unmapped granule faults,
-        ** as it does on a GPU. */
-        void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
-        if (p == MAP_FAILED) {
-            pthread_mutex_unlock(&s->lock);
-            zmem_free(r.mapped, size / SIM_GRANULARITY, sizeof(uint64_t));
-            return error_set(VRAM_E_OOM, "sim: va_reserve(%" PRIu64 "): mmap failed",
-                             size);
-        }
-        r.addr = (uint64_t)(uintptr_t)p;
-        r.host = true;
-    } else {
-        if (d->next_addr + size > SIM_BASE + (uint64_t)(dev + 1) * SIM_WINDOW) {
-            pthread_mutex_unlock(&s->lock);
-            zmem_free(r.mapped, size / SIM_GRANULARITY, sizeof(uint64_t));
-            return error_set(VRAM_E_OOM, "sim: address space of device %d exhausted",
-                             dev);
-        }
-        r.addr = d->next_addr;
-        d->next_addr += size;
-    }
-    d->ranges[d->n_ranges++] = r;
+    st = sim_add_range_locked(s, dev, &r);
     pthread_mutex_unlock(&s->lock);
+    if (st != VRAM_OK) {
+        zmem_free(r.mapped, size / SIM_GRANULARITY, sizeof(uint64_t));
+        return st;
+    }
     *addr = r.addr;
     return VRAM_OK;
 }
@@ -340,13 +380,11 @@ sim_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
         if (r->addr != addr || r->size != size)
             continue;
         for (uint64_t g = 0; g < size / SIM_GRANULARITY; g++)
-            if (r->mapped[g] != 0) {
-                pthread_mutex_unlock(&s->lock);
-                return error_set(VRAM_E_INVALID,
-                                 "sim: va_release(0x%" PRIx64 "): granule %" PRIu64
-                                 " still mapped",
-                                 addr, g);
-            }
+            if (r->mapped[g] != 0)
+                return sim_unlock_fail(s, VRAM_E_INVALID,
+                                       "sim: va_release(0x%" PRIx64 "): granule %" PRIu64
+                                       " still mapped",
+                                       addr, g);
         if (r->host)
             munmap((void *)(uintptr_t)r->addr, r->size);
         zmem_free(r->mapped, r->size / SIM_GRANULARITY, sizeof(uint64_t));
@@ -354,9 +392,8 @@ sim_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
         pthread_mutex_unlock(&s->lock);
         return VRAM_OK;
     }
-    pthread_mutex_unlock(&s->lock);
-    return error_set(VRAM_E_INVALID,
-                     "sim: va_release(0x%" PRIx64 "): not a reserved range", addr);
+    return sim_unlock_fail(s, VRAM_E_INVALID,
+                           "sim: va_release(0x%" PRIx64 "): not a reserved range", addr);
 }
 
 static vram_status
@@ -371,40 +408,28 @@ sim_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
                          "sim: phys_create(%" PRIu64 "): not a multiple of 2 MiB", size);
     pthread_mutex_lock(&s->lock);
     struct sim_device *d = &s->dev[dev];
-    if (size > sim_free_locked(s, dev)) {
-        uint64_t avail = sim_free_locked(s, dev);
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_OOM,
-                         "sim: phys_create(%" PRIu64
-                         " bytes) on device %d: out of memory "
-                         "(%" PRIu64 " bytes free)",
-                         size, dev, avail);
-    }
+    st = sim_room_locked(s, dev, "phys_create", size, size);
+    if (st != VRAM_OK)
+        return st;
     uint64_t offset = 0;
     if (s->opt.host_backed) {
         /* Bytes of a sparse memory file, never reused after a release
         ** (whose pages are punched out). */
         if (d->memfd < 0)
             d->memfd = memfd_create("vram-sim-physical", MFD_CLOEXEC);
-        if (d->memfd < 0 || ftruncate(d->memfd, (off_t)(d->memfd_size + size)) != 0) {
-            pthread_mutex_unlock(&s->lock);
-            return error_set(VRAM_E_HOST_MEMORY,
-                             "sim: no memory file for physical allocations");
-        }
+        if (d->memfd < 0 || ftruncate(d->memfd, (off_t)(d->memfd_size + size)) != 0)
+            return sim_unlock_fail(s, VRAM_E_HOST_MEMORY,
+                                   "sim: no memory file for physical allocations");
         offset = d->memfd_size;
         d->memfd_size += size;
     }
     uint64_t slot = d->free_phys;
     while (slot < d->n_phys && d->phys[slot].size != 0)
         slot++;
-    if (slot == d->n_phys) {
-        if (!grow_array((void **)&d->phys, sizeof *d->phys, &d->cap_phys,
-                        d->n_phys + 1)) {
-            pthread_mutex_unlock(&s->lock);
-            return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
-        }
-        d->n_phys++;
-    }
+    st = sim_slot_locked(s, (void **)&d->phys, sizeof *d->phys, &d->n_phys, &d->cap_phys,
+                         slot);
+    if (st != VRAM_OK)
+        return st;
     d->phys[slot].size = size;
     d->phys[slot].maps = 0;
     d->phys[slot].offset = offset;
@@ -423,16 +448,12 @@ sim_phys_release(struct backend *b, int dev, uint64_t handle)
     vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    if (handle == 0 || handle > d->n_phys || d->phys[handle - 1].size == 0) {
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_INVALID, "sim: phys_release(%" PRIu64 "): no such handle",
-                         handle);
-    }
-    if (d->phys[handle - 1].maps != 0) {
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_INVALID, "sim: phys_release(%" PRIu64 "): still mapped",
-                         handle);
-    }
+    if (handle == 0 || handle > d->n_phys || d->phys[handle - 1].size == 0)
+        return sim_unlock_fail(s, VRAM_E_INVALID,
+                               "sim: phys_release(%" PRIu64 "): no such handle", handle);
+    if (d->phys[handle - 1].maps != 0)
+        return sim_unlock_fail(s, VRAM_E_INVALID,
+                               "sim: phys_release(%" PRIu64 "): still mapped", handle);
     d->used -= d->phys[handle - 1].size;
     if (s->opt.host_backed)
         (void)fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
@@ -475,11 +496,10 @@ sim_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handl
             if (r->mapped[g] != 0)
                 why = "already mapped";
     }
-    if (why != NULL) {
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_INVALID, "sim: map(0x%" PRIx64 ", %" PRIu64 "): %s", addr,
-                         size, why);
-    }
+    if (why != NULL)
+        return sim_unlock_fail(s, VRAM_E_INVALID,
+                               "sim: map(0x%" PRIx64 ", %" PRIu64 "): %s", addr, size,
+                               why);
     for (uint64_t g = g0; g < g1; g++)
         r->mapped[g] = handle;
     if (r->host &&
@@ -487,8 +507,8 @@ sim_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handl
              d->memfd, (off_t)d->phys[handle - 1].offset) == MAP_FAILED) {
         for (uint64_t g = g0; g < g1; g++)
             r->mapped[g] = 0;
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_HOST_MEMORY, "sim: map(0x%" PRIx64 "): mmap failed", addr);
+        return sim_unlock_fail(s, VRAM_E_HOST_MEMORY,
+                               "sim: map(0x%" PRIx64 "): mmap failed", addr);
     }
     d->phys[handle - 1].maps += g1 - g0;
     pthread_mutex_unlock(&s->lock);
@@ -512,12 +532,10 @@ sim_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
         for (uint64_t g = g0; g < g1; g++)
             ok = ok && r->mapped[g] != 0;
     }
-    if (!ok) {
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_INVALID,
-                         "sim: unmap(0x%" PRIx64 ", %" PRIu64 "): not mapped", addr,
-                         size);
-    }
+    if (!ok)
+        return sim_unlock_fail(s, VRAM_E_INVALID,
+                               "sim: unmap(0x%" PRIx64 ", %" PRIu64 "): not mapped", addr,
+                               size);
     for (uint64_t g = g0; g < g1; g++) {
         d->phys[r->mapped[g] - 1].maps--;
         r->mapped[g] = 0;
@@ -543,17 +561,25 @@ sim_event_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
     uint64_t slot = 0;
     while (slot < s->n_events && s->events[slot] >= 0)
         slot++;
-    if (slot == s->n_events) {
-        if (!grow_array((void **)&s->events, sizeof *s->events, &s->cap_events,
-                        s->n_events + 1)) {
-            pthread_mutex_unlock(&s->lock);
-            return error_set(VRAM_E_HOST_MEMORY, "sim: out of host memory");
-        }
-        s->n_events++;
-    }
+    st = sim_slot_locked(s, (void **)&s->events, sizeof *s->events, &s->n_events,
+                         &s->cap_events, slot);
+    if (st != VRAM_OK)
+        return st;
     s->events[slot] = s->opt.event_queries;
     pthread_mutex_unlock(&s->lock);
     *event = slot + 1;
+    return VRAM_OK;
+}
+
+/* The queries left of EVENT, for CALL; else VRAM_E_INVALID, the lock
+** released. Called with s->lock held. */
+static vram_status
+sim_event_locked(struct sim_backend *s, const char *call, uint64_t event, int **left)
+{
+    if (event == 0 || event > s->n_events || s->events[event - 1] < 0)
+        return sim_unlock_fail(s, VRAM_E_INVALID, "sim: %s(%" PRIu64 "): no such event",
+                               call, event);
+    *left = &s->events[event - 1];
     return VRAM_OK;
 }
 
@@ -562,13 +588,11 @@ sim_event_query(struct backend *b, int dev, uint64_t event, bool *done)
 {
     struct sim_backend *s = sim_of(b);
     (void)dev;
+    int *left = NULL;
     pthread_mutex_lock(&s->lock);
-    if (event == 0 || event > s->n_events || s->events[event - 1] < 0) {
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_INVALID, "sim: event_query(%" PRIu64 "): no such event",
-                         event);
-    }
-    int *left = &s->events[event - 1];
+    vram_status st = sim_event_locked(s, "event_query", event, &left);
+    if (st != VRAM_OK)
+        return st;
     if (*left > 0)
         (*left)--;
     *done = *left == 0;
@@ -581,13 +605,12 @@ sim_event_destroy(struct backend *b, int dev, uint64_t event)
 {
     struct sim_backend *s = sim_of(b);
     (void)dev;
+    int *left = NULL;
     pthread_mutex_lock(&s->lock);
-    if (event == 0 || event > s->n_events || s->events[event - 1] < 0) {
-        pthread_mutex_unlock(&s->lock);
-        return error_set(VRAM_E_INVALID, "sim: event_destroy(%" PRIu64 "): no such event",
-                         event);
-    }
-    s->events[event - 1] = -1;
+    vram_status st = sim_event_locked(s, "event_destroy", event, &left);
+    if (st != VRAM_OK)
+        return st;
+    *left = -1;
     pthread_mutex_unlock(&s->lock);
     return VRAM_OK;
 }
