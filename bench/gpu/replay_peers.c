@@ -38,7 +38,7 @@
 ** or malformed trace. Built only where the CUDA toolkit is installed.
 */
 #include <cuda_runtime_api.h>
-#include <errno.h>
+#include <json-c/json.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -47,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/median.h"
 #include "cliopt.h"
 #include "trace/trace.h"
 #include "trace/trace_replay.h"
@@ -128,23 +129,6 @@ static const struct cli_command peers_cmd = {
     .n_opts = N_OPTS,
     .exit_status = "0 ok, 1 failure, 2 bad usage or malformed trace.",
 };
-
-/* Parse a whole number in [LO, HI] for option NAME. */
-static bool
-parse_number(const char *name, const char *text, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < lo ||
-        v > hi) {
-        fail("--%s '%s': expected a whole number from %llu to %llu", name, text,
-             (unsigned long long)lo, (unsigned long long)hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
 
 /* ------------------------------------------------------------------ */
 /* CUDA helpers                                                         */
@@ -270,13 +254,6 @@ replay_once(uint64_t n, struct peer *pr, struct trace_replay *sl, bool cold,
     return true;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* REPEAT runs; the statistics of the first, the median ns/op. */
 static bool
 replay_repeated(uint64_t n, unsigned repeat, struct peer *pr,
@@ -299,9 +276,7 @@ replay_repeated(uint64_t n, unsigned repeat, struct peer *pr,
     /* Leave nothing reserved for whatever is replayed next. */
     if (pr->which == ALLOC_POOL && !pool_reset(pr))
         return false;
-    qsort(times, repeat, sizeof times[0], cmp_double);
-    first.ns_per_op = repeat % 2 ? times[repeat / 2]
-                                 : (times[repeat / 2 - 1] + times[repeat / 2]) / 2.0;
+    first.ns_per_op = median_of(times, repeat);
     *out = first;
     return true;
 }
@@ -309,47 +284,6 @@ replay_repeated(uint64_t n, unsigned repeat, struct peer *pr,
 /* ------------------------------------------------------------------ */
 /* Output                                                               */
 /* ------------------------------------------------------------------ */
-
-/* The trace's name for the report, as `vram replay` prints it: the
-** basename without ".trace.csv.gz" (or ".trace.csv", ".csv.gz", ".csv",
-** ".gz"). */
-static void
-display_name(const char *path, char *buf, size_t len)
-{
-    static const char *const suffixes[] = {".trace.csv.gz", ".trace.csv", ".csv.gz",
-                                           ".csv", ".gz"};
-    const char *base = strrchr(path, '/');
-    base = base != NULL ? base + 1 : path;
-    size_t n = strlen(base);
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        size_t sn = strlen(suffixes[i]);
-        if (n > sn && strcmp(base + n - sn, suffixes[i]) == 0) {
-            n -= sn;
-            break;
-        }
-    }
-    if (n >= len)
-        n = len - 1;
-    memcpy(buf, base, n);
-    buf[n] = '\0';
-}
-
-/* Print S as a JSON string (quotes, backslashes and controls escaped). */
-static void
-json_string(const char *s)
-{
-    putchar('"');
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
 
 static double
 fragmentation_of(const struct result *r)
@@ -359,22 +293,40 @@ fragmentation_of(const struct result *r)
                : 0.0;
 }
 
-static void
+/* V with DECIMALS digits after the point, as `vram replay --json` writes
+** it. */
+static struct json_object *
+json_fixed(double v, int decimals)
+{
+    char num[64];
+    snprintf(num, sizeof num, "%.*f", decimals, v);
+    return json_object_new_double_s(v, num);
+}
+
+static bool
 print_json(const char *name, enum allocator a, const struct result *r,
            uint64_t trace_events)
 {
-    fputs("{\"trace\":", stdout);
-    json_string(name);
-    printf(",\"allocator\":\"%s\",\"ops\":%llu,\"ns_per_op\":%.1f,"
-           "\"peak_in_use_bytes\":%llu,\"peak_reserved_bytes\":%llu,"
-           "\"fragmentation\":%.3f,\"ooms\":%llu,\"trace_events\":%llu,"
-           "\"prefix\":%s,\"warm\":%s}\n",
-           allocator_names[a], (unsigned long long)r->ops, r->ns_per_op,
-           (unsigned long long)r->peak_live_bytes,
-           (unsigned long long)r->peak_reserved_bytes, fragmentation_of(r),
-           (unsigned long long)r->ooms, (unsigned long long)trace_events,
-           r->ops < trace_events ? "true" : "false", warm_mode ? "true" : "false");
+    struct json_object *o = json_object_new_object();
+    if (o == NULL)
+        return false;
+    json_object_object_add(o, "trace", json_object_new_string(name));
+    json_object_object_add(o, "allocator", json_object_new_string(allocator_names[a]));
+    json_object_object_add(o, "ops", json_object_new_uint64(r->ops));
+    json_object_object_add(o, "ns_per_op", json_fixed(r->ns_per_op, 1));
+    json_object_object_add(o, "peak_in_use_bytes",
+                           json_object_new_uint64(r->peak_live_bytes));
+    json_object_object_add(o, "peak_reserved_bytes",
+                           json_object_new_uint64(r->peak_reserved_bytes));
+    json_object_object_add(o, "fragmentation", json_fixed(fragmentation_of(r), 3));
+    json_object_object_add(o, "ooms", json_object_new_uint64(r->ooms));
+    json_object_object_add(o, "trace_events", json_object_new_uint64(trace_events));
+    json_object_object_add(o, "prefix", json_object_new_boolean(r->ops < trace_events));
+    json_object_object_add(o, "warm", json_object_new_boolean(warm_mode));
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     fflush(stdout);
+    json_object_put(o);
+    return true;
 }
 
 static void
@@ -398,64 +350,73 @@ print_row(const char *name, enum allocator a, const struct result *r,
 /* ------------------------------------------------------------------ */
 /* The program                                                          */
 
+/* Where parse_args puts what it reads. */
+struct peers_args {
+    struct settings *set;
+    const char **paths; /* the traces, pointing into ARGV */
+    int n_paths;
+};
+
+/* One option or operand (cliopt_handler). */
+static int
+peers_arg(void *ctx, const struct cli_opt *o, const char *value)
+{
+    struct peers_args *a = ctx;
+    struct settings *set = a->set;
+    if (o == NULL) {
+        a->paths[a->n_paths++] = value;
+        return CLIOPT_GO_ON;
+    }
+    uint64_t v = 0;
+    switch (o->id) {
+    case OPT_ALLOCATOR:
+        if (strcmp(value, "all") == 0) {
+            set->use[ALLOC_POOL] = set->use[ALLOC_MALLOC] = true;
+        } else if (strcmp(value, allocator_names[ALLOC_POOL]) == 0) {
+            set->use[ALLOC_POOL] = true;
+            set->use[ALLOC_MALLOC] = false;
+        } else if (strcmp(value, allocator_names[ALLOC_MALLOC]) == 0) {
+            set->use[ALLOC_POOL] = false;
+            set->use[ALLOC_MALLOC] = true;
+        } else {
+            return cliopt_usage_error(
+                &peers_cmd,
+                "--allocator '%s': expected cudaMallocAsync, cudaMalloc or all", value);
+        }
+        break;
+    case OPT_REPEAT:
+        if (!cliopt_count(&peers_cmd, o->name, value, 1, 1000, &v))
+            return CLI_EXIT_USAGE;
+        set->repeat = (unsigned)v;
+        break;
+    case OPT_MAX_EVENTS:
+        if (!cliopt_count(&peers_cmd, o->name, value, 1, UINT64_MAX, &set->max_events))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_DEVICE:
+        if (!cliopt_count(&peers_cmd, o->name, value, 0, 1023, &v))
+            return CLI_EXIT_USAGE;
+        set->device = (int)v;
+        break;
+    case OPT_WARM:
+        warm_mode = true;
+        break;
+    case OPT_JSON:
+        set->json = true;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
 /* Parse ARGV into SET and PATHS. Returns -1 to go on, else the exit code. */
 static int
 parse_args(int argc, char **argv, struct settings *set, const char **paths, int *n_paths)
 {
-    struct cliopt_iter it;
-    const struct cli_opt *o = NULL;
-    const char *value = NULL;
-    *n_paths = 0;
-    cliopt_begin(&it, &peers_cmd, argc, argv);
-    for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &o, &value);
-        if (k == CLIOPT_END)
-            break;
-        if (k == CLIOPT_EXIT)
-            return it.status;
-        if (k == CLIOPT_OPERAND) {
-            paths[(*n_paths)++] = value;
-            continue;
-        }
-        uint64_t v = 0;
-        switch (o->id) {
-        case OPT_ALLOCATOR:
-            if (strcmp(value, "all") == 0) {
-                set->use[ALLOC_POOL] = set->use[ALLOC_MALLOC] = true;
-            } else if (strcmp(value, allocator_names[ALLOC_POOL]) == 0) {
-                set->use[ALLOC_POOL] = true;
-                set->use[ALLOC_MALLOC] = false;
-            } else if (strcmp(value, allocator_names[ALLOC_MALLOC]) == 0) {
-                set->use[ALLOC_POOL] = false;
-                set->use[ALLOC_MALLOC] = true;
-            } else {
-                fail("--allocator '%s': expected cudaMallocAsync, cudaMalloc or all",
-                     value);
-                return 2;
-            }
-            break;
-        case OPT_REPEAT:
-            if (!parse_number(o->name, value, 1, 1000, &v))
-                return 2;
-            set->repeat = (unsigned)v;
-            break;
-        case OPT_MAX_EVENTS:
-            if (!parse_number(o->name, value, 1, UINT64_MAX, &set->max_events))
-                return 2;
-            break;
-        case OPT_DEVICE:
-            if (!parse_number(o->name, value, 0, 1023, &v))
-                return 2;
-            set->device = (int)v;
-            break;
-        case OPT_WARM:
-            warm_mode = true;
-            break;
-        case OPT_JSON:
-            set->json = true;
-            break;
-        }
-    }
+    struct peers_args a = {set, paths, 0};
+    int rc = cliopt_parse(&peers_cmd, argc, argv, peers_arg, &a, NULL);
+    *n_paths = a.n_paths;
+    if (rc != CLIOPT_GO_ON)
+        return rc;
     if (*n_paths == 0)
         return cliopt_usage_error(&peers_cmd, "no trace given");
     return -1;
@@ -541,7 +502,7 @@ main(int argc, char **argv)
     for (int i = 0; i < n_paths && rc == 0; i++) {
         const struct trace *t = traces[i];
         char name[256];
-        display_name(paths[i], name, sizeof name);
+        trace_display_name(paths[i], name, sizeof name);
         uint64_t n = t->n_events;
         if (set.max_events > 0 && set.max_events < n)
             n = set.max_events;
@@ -560,9 +521,12 @@ main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            if (set.json)
-                print_json(name, (enum allocator)a, &r, t->n_events);
-            else
+            if (set.json && !print_json(name, (enum allocator)a, &r, t->n_events)) {
+                fail("out of host memory");
+                rc = 1;
+                break;
+            }
+            if (!set.json)
                 print_row(name, (enum allocator)a, &r, t->n_events);
         }
         trace_replay_fini(&sl);

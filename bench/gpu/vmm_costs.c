@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/median.h"
+
 #define MIB ((size_t)1 << 20)
 #define REPS 64
 
@@ -40,20 +42,6 @@ now_us(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double
-median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static CUmemAllocationProp prop;
@@ -83,8 +71,9 @@ unit_costs(size_t size, int json, int last)
         unmap[i] = t4 - t3, release[i] = t5 - t4;
     }
     check(cuMemAddressFree(va, size), "cuMemAddressFree");
-    double c = median(create, REPS), m = median(map, REPS), a = median(acc, REPS);
-    double u = median(unmap, REPS), r = median(release, REPS);
+    double c = median_of(create, REPS), m = median_of(map, REPS),
+           a = median_of(acc, REPS);
+    double u = median_of(unmap, REPS), r = median_of(release, REPS);
     if (json)
         printf("    {\"unit_mib\": %zu, \"create_us\": %.1f, \"map_us\": %.1f, "
                "\"set_access_us\": %.1f, \"unmap_us\": %.1f, \"release_us\": %.1f}%s\n",
@@ -167,10 +156,10 @@ main(int argc, char **argv)
     if (json)
         printf("{\n  \"sync_idle_us\": %.1f,\n  \"mem_alloc_free_8mib_us\": %.1f,\n"
                "  \"units\": [\n",
-               median(sync, REPS), median(alloc, REPS));
+               median_of(sync, REPS), median_of(alloc, REPS));
     else
         printf("cuCtxSynchronize (idle) %.1f us; cuMemAlloc + cuMemFree 8 MiB %.1f us\n",
-               median(sync, REPS), median(alloc, REPS));
+               median_of(sync, REPS), median_of(alloc, REPS));
     for (int i = 0; i < n_units && !failed; i++)
         unit_costs(units[i], json, i == n_units - 1);
     if (json)

@@ -16,6 +16,7 @@
 #define VRAM_TRACE_TRACE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "vram.h"
@@ -80,6 +81,11 @@ vram_status trace_load(const char *path, struct trace **out);
 
 /* Free T. NULL does nothing. */
 void trace_free(struct trace *t);
+
+/* The name of the trace at PATH for a report, in BUF (LEN bytes): its
+** basename without ".trace.csv.gz" (or ".trace.csv", ".csv.gz", ".csv",
+** ".gz"). Returns BUF. */
+const char *trace_display_name(const char *path, char *buf, size_t len);
 
 /* ---- writing ---- */
 

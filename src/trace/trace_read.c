@@ -1149,3 +1149,25 @@ trace_free(struct trace *t)
     free(t->labels);
     free(t);
 }
+
+const char *
+trace_display_name(const char *path, char *buf, size_t len)
+{
+    static const char *const suffixes[] = {".trace.csv.gz", ".trace.csv", ".csv.gz",
+                                           ".csv", ".gz"};
+    const char *base = strrchr(path, '/');
+    base = base != NULL ? base + 1 : path;
+    size_t n = strlen(base);
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        size_t sn = strlen(suffixes[i]);
+        if (n > sn && strcmp(base + n - sn, suffixes[i]) == 0) {
+            n -= sn;
+            break;
+        }
+    }
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, base, n);
+    buf[n] = '\0';
+    return buf;
+}

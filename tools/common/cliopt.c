@@ -272,6 +272,49 @@ cliopt_next_option(struct cliopt_iter *it, const struct cli_opt **opt, const cha
     return k;
 }
 
+int
+cliopt_parse(const struct cli_command *cmd, int argc, char **argv, cliopt_handler on_arg,
+             void *ctx, char ***rest)
+{
+    struct cliopt_iter it;
+    const struct cli_opt *opt = NULL;
+    const char *value = NULL;
+    if (rest != NULL)
+        *rest = NULL;
+    cliopt_begin(&it, cmd, argc, argv);
+    for (;;) {
+        enum cliopt_kind k = cliopt_next(&it, &opt, &value);
+        if (k == CLIOPT_END)
+            return CLIOPT_GO_ON;
+        if (k == CLIOPT_EXIT)
+            return it.status;
+        if (k == CLIOPT_OPERAND && rest != NULL) {
+            *rest = argv + it.next - 1;
+            return CLIOPT_GO_ON;
+        }
+        int rc = on_arg(ctx, k == CLIOPT_OPTION ? opt : NULL, value);
+        if (rc != CLIOPT_GO_ON)
+            return rc;
+    }
+}
+
+bool
+cliopt_count(const struct cli_command *cmd, const char *name, const char *text,
+             uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < lo ||
+        v > hi) {
+        cliopt_usage_error(cmd, "--%s '%s': expected a whole number from %llu to %llu",
+                           name, text, (unsigned long long)lo, (unsigned long long)hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 void
 cliopt_wrap(FILE *out, int indent, int col, const char *text)
 {

@@ -86,6 +86,29 @@ enum cliopt_kind cliopt_next(struct cliopt_iter *it, const struct cli_opt **opt,
 enum cliopt_kind cliopt_next_option(struct cliopt_iter *it, const struct cli_opt **opt,
                                     const char **value);
 
+/* What a command does with one option (OPT set; VALUE its value, NULL for
+** a flag) or one operand (OPT NULL; VALUE the operand), CTX being the
+** command's settings: CLIOPT_GO_ON, or an exit status that ends the walk
+** (after printing why). */
+#define CLIOPT_GO_ON (-1)
+typedef int (*cliopt_handler)(void *ctx, const struct cli_opt *opt, const char *value);
+
+/*
+** Walk ARGV against CMD, giving every option and operand to ON_ARG.
+** Returns CLIOPT_GO_ON when the walk got to the end, else the exit status
+** (help, version, a usage error, or ON_ARG's). With REST not NULL (a
+** command with stop_at_operand), the first operand ends the walk instead
+** of going to ON_ARG: *REST points at it in ARGV, or is NULL when there is
+** none.
+*/
+int cliopt_parse(const struct cli_command *cmd, int argc, char **argv,
+                 cliopt_handler on_arg, void *ctx, char ***rest);
+
+/* Parse TEXT as a whole number in [LO, HI] for option NAME of CMD (false,
+** the usage error printed, otherwise). */
+bool cliopt_count(const struct cli_command *cmd, const char *name, const char *text,
+                  uint64_t lo, uint64_t hi, uint64_t *out);
+
 /* CMD's whole --help text to OUT. */
 void cliopt_help(const struct cli_command *cmd, FILE *out);
 

@@ -70,6 +70,7 @@ struct admin {
     const char *root;    /* "" or DIR */
     const char *user;    /* --user, or NULL */
     const char *preload; /* --preload, or NULL */
+    const char *verb;    /* enable, disable, status or check */
     char preload_file[PATH_MAX];
     char policy_file[PATH_MAX];
     char cgroup_dir[PATH_MAX];
@@ -710,36 +711,35 @@ do_status(const struct admin *a)
     return 0;
 }
 
+/* One option or operand of `vram admin` (cliopt_handler). */
+static int
+admin_arg(void *ctx, const struct cli_opt *opt, const char *value)
+{
+    struct admin *a = ctx;
+    if (opt == NULL) {
+        if (a->verb != NULL)
+            return cliopt_usage_error(&admin_cmd, "unexpected argument '%s'", value);
+        a->verb = value;
+    } else if (opt->id == OPT_USER) {
+        a->user = value;
+    } else if (opt->id == OPT_ROOT) {
+        a->root = value;
+    } else if (opt->id == OPT_PRELOAD) {
+        a->preload = value;
+    }
+    return CLIOPT_GO_ON;
+}
+
 int
 cmd_admin(int argc, char **argv)
 {
     struct admin a;
     memset(&a, 0, sizeof a);
     a.root = "";
-    const char *verb = NULL;
-    struct cliopt_iter it;
-    cliopt_begin(&it, &admin_cmd, argc, argv);
-    const struct cli_opt *opt;
-    const char *value;
-    for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &opt, &value);
-        if (k == CLIOPT_END)
-            break;
-        if (k == CLIOPT_EXIT)
-            return it.status;
-        if (k == CLIOPT_OPERAND) {
-            if (verb != NULL)
-                return cliopt_usage_error(&admin_cmd, "unexpected argument '%s'", value);
-            verb = value;
-            continue;
-        }
-        if (opt->id == OPT_USER)
-            a.user = value;
-        else if (opt->id == OPT_ROOT)
-            a.root = value;
-        else if (opt->id == OPT_PRELOAD)
-            a.preload = value;
-    }
+    int rc = cliopt_parse(&admin_cmd, argc, argv, admin_arg, &a, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
+    const char *verb = a.verb;
     if (verb == NULL)
         return cliopt_usage_error(&admin_cmd, "no action given (enable, disable, status or "
                                               "check)");

@@ -116,51 +116,51 @@ struct analyze_settings {
     int n_paths;
 };
 
+/* One option or operand of `vram analyze` (cliopt_handler). */
+static int
+analyze_arg(void *ctx, const struct cli_opt *o, const char *value)
+{
+    struct analyze_settings *set = ctx;
+    if (o == NULL) {
+        if (set->n_paths == 2)
+            return cliopt_usage_error(&analyze_cmd,
+                                      "too many traces (one, or two with --compare)");
+        set->paths[set->n_paths++] = value;
+        return CLIOPT_GO_ON;
+    }
+    switch (o->id) {
+    case OPT_STRATEGY:
+        if (!cliopt_strategy(&analyze_cmd, value, &set->opts.strategy))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_LIMIT:
+        if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.limit))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_DEVICE_MEMORY:
+        if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.device_memory))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_JSON:
+        set->json = true;
+        break;
+    case OPT_HTML:
+        set->html = value;
+        break;
+    case OPT_COMPARE:
+        set->compare = true;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
 /* Parse ARGV into SET. Returns -1 to go on, else the exit code. */
 static int
 parse_args(int argc, char **argv, struct analyze_settings *set)
 {
-    struct cliopt_iter it;
-    const struct cli_opt *o = NULL;
-    const char *value = NULL;
-    cliopt_begin(&it, &analyze_cmd, argc, argv);
-    for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &o, &value);
-        if (k == CLIOPT_END)
-            break;
-        if (k == CLIOPT_EXIT)
-            return it.status;
-        if (k == CLIOPT_OPERAND) {
-            if (set->n_paths == 2)
-                return cliopt_usage_error(&analyze_cmd,
-                                          "too many traces (one, or two with --compare)");
-            set->paths[set->n_paths++] = value;
-            continue;
-        }
-        switch (o->id) {
-        case OPT_STRATEGY:
-            if (!cliopt_strategy(&analyze_cmd, value, &set->opts.strategy))
-                return 2;
-            break;
-        case OPT_LIMIT:
-            if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.limit))
-                return 2;
-            break;
-        case OPT_DEVICE_MEMORY:
-            if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.device_memory))
-                return 2;
-            break;
-        case OPT_JSON:
-            set->json = true;
-            break;
-        case OPT_HTML:
-            set->html = value;
-            break;
-        case OPT_COMPARE:
-            set->compare = true;
-            break;
-        }
-    }
+    int rc = cliopt_parse(&analyze_cmd, argc, argv, analyze_arg, set, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
     if (set->compare && set->n_paths != 2)
         return cliopt_usage_error(&analyze_cmd, "--compare needs two traces A B");
     if (!set->compare && set->n_paths != 1)

@@ -595,48 +595,53 @@ doctor_environment(bool json)
     return print_report(&rep, json);
 }
 
+/* What the command line asks of `vram doctor`. */
+struct doctor_args {
+    struct an_options opts;
+    bool json;
+    const char *path; /* the trace, or NULL: the environment */
+    bool trace_opts;  /* --strategy or --limit was given */
+};
+
+/* One option or operand of `vram doctor` (cliopt_handler). */
+static int
+doctor_arg(void *ctx, const struct cli_opt *o, const char *value)
+{
+    struct doctor_args *a = ctx;
+    if (o == NULL) {
+        if (a->path != NULL)
+            return cliopt_usage_error(&doctor_cmd, "one trace at a time");
+        a->path = value;
+        return CLIOPT_GO_ON;
+    }
+    switch (o->id) {
+    case OPT_STRATEGY:
+        if (!cliopt_strategy(&doctor_cmd, value, &a->opts.strategy))
+            return CLI_EXIT_USAGE;
+        a->trace_opts = true;
+        break;
+    case OPT_LIMIT:
+        if (!cliopt_size(&doctor_cmd, o->name, value, &a->opts.limit))
+            return CLI_EXIT_USAGE;
+        a->trace_opts = true;
+        break;
+    case OPT_JSON:
+        a->json = true;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
 int
 cmd_doctor(int argc, char **argv)
 {
-    struct an_options opts = {
-        .strategy = VRAM_STRATEGY_GROWTH, .device_memory = 0, .limit = 0};
-    bool json = false;
-    const char *path = NULL;
-    struct cliopt_iter it;
-    const struct cli_opt *o = NULL;
-    const char *value = NULL;
-    bool trace_opts = false;
-
-    cliopt_begin(&it, &doctor_cmd, argc, argv);
-    for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &o, &value);
-        if (k == CLIOPT_END)
-            break;
-        if (k == CLIOPT_EXIT)
-            return it.status;
-        if (k == CLIOPT_OPERAND) {
-            if (path != NULL)
-                return cliopt_usage_error(&doctor_cmd, "one trace at a time");
-            path = value;
-            continue;
-        }
-        switch (o->id) {
-        case OPT_STRATEGY:
-            if (!cliopt_strategy(&doctor_cmd, value, &opts.strategy))
-                return 2;
-            trace_opts = true;
-            break;
-        case OPT_LIMIT:
-            if (!cliopt_size(&doctor_cmd, o->name, value, &opts.limit))
-                return 2;
-            trace_opts = true;
-            break;
-        case OPT_JSON:
-            json = true;
-            break;
-        }
-    }
-    if (path == NULL && trace_opts)
+    struct doctor_args a = {
+        .opts = {.strategy = VRAM_STRATEGY_GROWTH, .device_memory = 0, .limit = 0}};
+    int rc = cliopt_parse(&doctor_cmd, argc, argv, doctor_arg, &a, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
+    if (a.path == NULL && a.trace_opts)
         return cliopt_usage_error(&doctor_cmd, "--strategy and --limit apply to a trace");
-    return path != NULL ? doctor_trace(path, &opts, json) : doctor_environment(json);
+    return a.path != NULL ? doctor_trace(a.path, &a.opts, a.json)
+                          : doctor_environment(a.json);
 }

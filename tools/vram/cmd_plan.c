@@ -475,18 +475,9 @@ cmd_plan(int argc, char **argv)
                            .precision = PLAN_FP32, .optimizer = PLAN_ADAMW,
                            .attention = PLAN_SDPA, .checkpointing = false};
 
+    enum cliopt_kind kind;
     cliopt_begin(&it, &plan_cmd, argc, argv);
-    for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &o, &value);
-        if (k == CLIOPT_END)
-            break;
-        if (k == CLIOPT_EXIT)
-            return it.status;
-        if (k == CLIOPT_OPERAND) {
-            char shown[TEXT_EXCERPT_LEN];
-            return cliopt_usage_error(&plan_cmd, "unexpected argument '%s'",
-                                      text_excerpt(value, shown, sizeof shown));
-        }
+    while ((kind = cliopt_next_option(&it, &o, &value)) == CLIOPT_OPTION) {
         switch (o->id) {
         case OPT_CONFIG: config = value; break;
         case OPT_ARCH: arch = value; break;
@@ -562,6 +553,8 @@ cmd_plan(int argc, char **argv)
         case OPT_JSON: json = true; break;
         }
     }
+    if (kind == CLIOPT_EXIT)
+        return it.status;
     if (model_spec != NULL) {
         if (config != NULL || arch != NULL || generate || have_batch || have_seq) {
             cli_error("plan: --model traces the program as it is: its sizes come from it, "

@@ -94,42 +94,43 @@ struct record_args {
     char **command;
 };
 
+/* One option of `vram record` (cliopt_handler; the command is no
+** operand of it: cliopt_parse stops there). */
+static int
+record_option(void *ctx, const struct cli_opt *opt, const char *value)
+{
+    struct record_args *a = ctx;
+    switch ((enum opt_id)opt->id) {
+    case OPT_OUTPUT:
+        a->output = value;
+        break;
+    case OPT_LIMIT:
+        a->limit = value;
+        break;
+    case OPT_DRIVER_VIEW:
+        a->driver_view = true;
+        break;
+    case OPT_PRELOAD:
+        a->preload = value;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
+/* Parse ARGV into A. Returns -1 to go on, else the exit status. */
 static int
 parse_args(int argc, char **argv, struct record_args *a)
 {
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
     memset(a, 0, sizeof *a);
     a->output = REC_DEFAULT_OUTPUT;
-    cliopt_begin(&it, &record_cmd, argc, argv);
-    for (;;) {
-        switch (cliopt_next(&it, &opt, &value)) {
-        case CLIOPT_END:
-            return cliopt_usage_error(&record_cmd, "no command given");
-        case CLIOPT_EXIT:
-            return it.status;
-        case CLIOPT_OPERAND:
-            a->command = argv + it.next - 1;
-            return -1;
-        case CLIOPT_OPTION:
-            break;
-        }
-        switch ((enum opt_id)opt->id) {
-        case OPT_OUTPUT:
-            a->output = value;
-            break;
-        case OPT_LIMIT:
-            a->limit = value;
-            break;
-        case OPT_DRIVER_VIEW:
-            a->driver_view = true;
-            break;
-        case OPT_PRELOAD:
-            a->preload = value;
-            break;
-        }
-    }
+    /* The command starts at the first operand: what follows are its own
+    ** arguments, options or not. */
+    int rc = cliopt_parse(&record_cmd, argc, argv, record_option, a, &a->command);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
+    if (a->command == NULL)
+        return cliopt_usage_error(&record_cmd, "no command given");
+    return -1;
 }
 
 /*

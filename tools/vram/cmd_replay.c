@@ -32,6 +32,7 @@
 
 #include "cliopt.h"
 #include "cmd.h"
+#include "base/median.h"
 #include "trace/trace.h"
 #include "trace/trace_replay.h"
 #include "base/size.h"
@@ -216,22 +217,6 @@ parse_strategies(const char *text, struct replay_settings *s)
     }
 }
 
-static bool
-parse_repeat(const char *text, unsigned *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(text, &end, 10);
-    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < 1 ||
-        v > 1000) {
-        cliopt_usage_error(&replay_cmd, "--repeat '%s': expected a whole number from 1 to 1000",
-                           text);
-        return false;
-    }
-    *out = (unsigned)v;
-    return true;
-}
-
 /* ------------------------------------------------------------------ */
 /* One replay                                                           */
 /* ------------------------------------------------------------------ */
@@ -410,13 +395,6 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
     return rc;
 }
 
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /*
 ** Replay T REPEAT times under ST; the statistics are those of the first
 ** run (they do not depend on timing) and ns_per_op is the median.
@@ -438,9 +416,7 @@ replay_repeated(const struct trace *t, vram_strategy st,
             first = r;
         times[i] = r.ns_per_op;
     }
-    qsort(times, set->repeat, sizeof times[0], cmp_double);
-    unsigned n = set->repeat;
-    first.ns_per_op = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2.0;
+    first.ns_per_op = median_of(times, set->repeat);
     *out = first;
     return REPLAY_OK;
 }
@@ -489,30 +465,6 @@ find_min_limit(const struct trace *t, vram_strategy st, const struct replay_sett
 /* ------------------------------------------------------------------ */
 /* Output                                                               */
 /* ------------------------------------------------------------------ */
-
-/* The name of a trace for the report: the basename without
-** ".trace.csv.gz" (or ".csv.gz", ".csv", ".gz"), in BUF. */
-static const char *
-trace_display_name(const char *path, char *buf, size_t len)
-{
-    static const char *const suffixes[] = {".trace.csv.gz", ".trace.csv", ".csv.gz",
-                                           ".csv", ".gz"};
-    const char *base = strrchr(path, '/');
-    base = base != NULL ? base + 1 : path;
-    size_t n = strlen(base);
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        size_t sn = strlen(suffixes[i]);
-        if (n > sn && strcmp(base + n - sn, suffixes[i]) == 0) {
-            n -= sn;
-            break;
-        }
-    }
-    if (n >= len)
-        n = len - 1;
-    memcpy(buf, base, n);
-    buf[n] = '\0';
-    return buf;
-}
 
 static double
 fragmentation_of(const struct replay_result *r)
@@ -666,6 +618,73 @@ print_table(const struct replay_row *rows, size_t n_rows, bool with_min_limit)
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
 
+/* Where parse_args puts what it reads. */
+struct replay_args {
+    struct replay_settings *set;
+    const char **paths; /* the traces, pointing into ARGV */
+    int n_paths;
+};
+
+/* One option or operand of `vram replay` (cliopt_handler). */
+static int
+replay_arg(void *ctx, const struct cli_opt *o, const char *value)
+{
+    struct replay_args *a = ctx;
+    struct replay_settings *set = a->set;
+    if (o == NULL) {
+        a->paths[a->n_paths++] = value;
+        return CLIOPT_GO_ON;
+    }
+    switch (o->id) {
+    case OPT_BACKEND:
+        if (strcmp(value, "sim") == 0) {
+            set->backend = VRAM_BACKEND_SIM;
+        } else if (strcmp(value, "cuda") == 0) {
+            set->backend = VRAM_BACKEND_CUDA;
+        } else {
+            return cliopt_usage_error(&replay_cmd, "--backend '%s': expected sim or cuda",
+                                      value);
+        }
+        break;
+    case OPT_STRATEGY:
+        if (!parse_strategies(value, set))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_LIMIT:
+        if (!cliopt_size(&replay_cmd, o->name, value, &set->limit_bytes))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_DEVICE_MEMORY:
+        if (!cliopt_size(&replay_cmd, o->name, value, &set->device_memory))
+            return CLI_EXIT_USAGE;
+        set->device_memory_given = true;
+        break;
+    case OPT_REPEAT: {
+        uint64_t n = 0;
+        if (!cliopt_count(&replay_cmd, o->name, value, 1, 1000, &n))
+            return CLI_EXIT_USAGE;
+        set->repeat = (unsigned)n;
+        break;
+    }
+    case OPT_MIN_LIMIT:
+        set->min_limit = true;
+        break;
+    case OPT_WARM:
+        set->warm = true;
+        break;
+    case OPT_DRIVER_COSTS:
+        if (strcmp(value, "h200") != 0)
+            return cliopt_usage_error(
+                &replay_cmd, "--driver-costs '%s': the known model is h200", value);
+        replay_driver_costs = "h200";
+        break;
+    case OPT_JSON:
+        set->json = true;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
 /*
 ** Parse ARGV into SET and the trace paths (which point into ARGV, stored
 ** in PATHS, *N_PATHS of them). Returns -1 to go on, else the exit code.
@@ -674,67 +693,11 @@ static int
 parse_args(int argc, char **argv, struct replay_settings *set, const char **paths,
            int *n_paths)
 {
-    struct cliopt_iter it;
-    const struct cli_opt *o = NULL;
-    const char *value = NULL;
-    *n_paths = 0;
-    cliopt_begin(&it, &replay_cmd, argc, argv);
-    for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &o, &value);
-        if (k == CLIOPT_END)
-            break;
-        if (k == CLIOPT_EXIT)
-            return it.status;
-        if (k == CLIOPT_OPERAND) {
-            paths[(*n_paths)++] = value;
-            continue;
-        }
-        switch (o->id) {
-        case OPT_BACKEND:
-            if (strcmp(value, "sim") == 0) {
-                set->backend = VRAM_BACKEND_SIM;
-            } else if (strcmp(value, "cuda") == 0) {
-                set->backend = VRAM_BACKEND_CUDA;
-            } else {
-                return cliopt_usage_error(&replay_cmd, "--backend '%s': expected sim or cuda",
-                                          value);
-            }
-            break;
-        case OPT_STRATEGY:
-            if (!parse_strategies(value, set))
-                return 2;
-            break;
-        case OPT_LIMIT:
-            if (!cliopt_size(&replay_cmd, o->name, value, &set->limit_bytes))
-                return 2;
-            break;
-        case OPT_DEVICE_MEMORY:
-            if (!cliopt_size(&replay_cmd, o->name, value, &set->device_memory))
-                return 2;
-            set->device_memory_given = true;
-            break;
-        case OPT_REPEAT:
-            if (!parse_repeat(value, &set->repeat))
-                return 2;
-            break;
-        case OPT_MIN_LIMIT:
-            set->min_limit = true;
-            break;
-        case OPT_WARM:
-            set->warm = true;
-            break;
-        case OPT_DRIVER_COSTS:
-            if (strcmp(value, "h200") != 0)
-                return cliopt_usage_error(&replay_cmd,
-                                          "--driver-costs '%s': the known model is h200",
-                                          value);
-            replay_driver_costs = "h200";
-            break;
-        case OPT_JSON:
-            set->json = true;
-            break;
-        }
-    }
+    struct replay_args a = {set, paths, 0};
+    int rc = cliopt_parse(&replay_cmd, argc, argv, replay_arg, &a, NULL);
+    *n_paths = a.n_paths;
+    if (rc != CLIOPT_GO_ON)
+        return rc;
     if (*n_paths == 0)
         return cliopt_usage_error(&replay_cmd, "no trace given");
     if (set->backend == VRAM_BACKEND_CUDA && replay_driver_costs != NULL)

@@ -139,45 +139,42 @@ struct run_args {
     char **command; /* NULL-terminated: argv's tail */
 };
 
+/* One option of `vram run` (cliopt_handler; the command is no
+** operand of it: cliopt_parse stops there). */
+static int
+run_option(void *ctx, const struct cli_opt *opt, const char *value)
+{
+    struct run_args *a = ctx;
+    switch ((enum opt_id)opt->id) {
+    case OPT_LIMIT:
+        a->limit = value;
+        break;
+    case OPT_GROUP:
+        a->group = value;
+        break;
+    case OPT_PRELOAD:
+        a->preload = value;
+        break;
+    case OPT_REPORT:
+        a->report = true;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
 /* Parse ARGV into A. Returns -1 to go on, else the exit status. */
 static int
 parse_args(int argc, char **argv, struct run_args *a)
 {
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
-
     memset(a, 0, sizeof *a);
-    cliopt_begin(&it, &run_cmd, argc, argv);
-    for (;;) {
-        switch (cliopt_next(&it, &opt, &value)) {
-        case CLIOPT_END:
-            return cliopt_usage_error(&run_cmd, "no command given");
-        case CLIOPT_EXIT:
-            return it.status;
-        case CLIOPT_OPERAND:
-            /* The command starts at the first operand: what follows are
-            ** its own arguments, options or not. */
-            a->command = argv + it.next - 1;
-            return -1;
-        case CLIOPT_OPTION:
-            break;
-        }
-        switch ((enum opt_id)opt->id) {
-        case OPT_LIMIT:
-            a->limit = value;
-            break;
-        case OPT_GROUP:
-            a->group = value;
-            break;
-        case OPT_PRELOAD:
-            a->preload = value;
-            break;
-        case OPT_REPORT:
-            a->report = true;
-            break;
-        }
-    }
+    /* The command starts at the first operand: what follows are its own
+    ** arguments, options or not. */
+    int rc = cliopt_parse(&run_cmd, argc, argv, run_option, a, &a->command);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
+    if (a->command == NULL)
+        return cliopt_usage_error(&run_cmd, "no command given");
+    return -1;
 }
 
 /* ------------------------------------------------------------------ */
