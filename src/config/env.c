@@ -493,6 +493,30 @@ load_rows(struct env_load *L, int first, int end)
     return VRAM_OK;
 }
 
+/* Parse the N rows IDS, already read; the first malformed one's status. */
+static vram_status
+load_vars(struct env_load *L, const enum env_id *ids, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        vram_status st = load_var(L, ids[k]);
+        if (st != VRAM_OK)
+            return st;
+    }
+    return VRAM_OK;
+}
+
+/* Copy TEXT, a loaded string, into OUT (LEN bytes); too long for it is
+** "WHAT longer than N bytes". */
+static vram_status
+copy_loaded(const char *text, char *out, size_t len, const char *what)
+{
+    size_t n = strlen(text);
+    if (n >= len)
+        return error_set(VRAM_E_CONFIG, "%s longer than %zu bytes", what, len - 1);
+    memcpy(out, text, n + 1);
+    return VRAM_OK;
+}
+
 /* Write "NAME='value'" for each growth switch that is set into BUF,
 ** joined by " and ", so that a conflict message names them all. */
 static void
@@ -705,24 +729,16 @@ env_quota_load(env_getter get, void *user, struct quota_env *out)
         if (empty != VRAM_OK)
             return empty;
     }
-    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
-        vram_status st = load_var(&L, own[k]);
-        if (st != VRAM_OK)
-            return st;
-    }
-    for (size_t k = 0; with_hami && k < sizeof hami / sizeof hami[0]; k++) {
-        vram_status st = load_var(&L, hami[k]);
-        if (st != VRAM_OK)
-            return st;
-    }
-    load_read(&L, ENV_VRAM_CONTEXT, ENV_VRAM_CONTEXT + 1);
-    vram_status cst = load_var(&L, ENV_VRAM_CONTEXT);
-    if (cst != VRAM_OK)
-        return cst;
+    vram_status st = load_vars(&L, own, sizeof own / sizeof own[0]);
+    if (st == VRAM_OK && with_hami)
+        st = load_vars(&L, hami, sizeof hami / sizeof hami[0]);
+    if (st == VRAM_OK)
+        st = load_rows(&L, ENV_VRAM_CONTEXT, ENV_VRAM_CONTEXT + 1);
+    if (st != VRAM_OK)
+        return st;
     /* VRAM_LIMIT_SOURCE is a label: a malformed one is dropped, never an
     ** error that could stop a job. */
-    load_read(&L, ENV_VRAM_LIMIT_SOURCE, ENV_VRAM_LIMIT_SOURCE + 1);
-    if (load_var(&L, ENV_VRAM_LIMIT_SOURCE) != VRAM_OK)
+    if (load_rows(&L, ENV_VRAM_LIMIT_SOURCE, ENV_VRAM_LIMIT_SOURCE + 1) != VRAM_OK)
         L.s.quota.origin[0] = '\0';
     quota_assemble(&L, out);
     return VRAM_OK;
@@ -737,17 +753,13 @@ env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set)
     load_begin(&L, get, user);
     /* load_read drops an empty value; the driver reads "" as no GPU. */
     const char *raw = L.get("CUDA_VISIBLE_DEVICES", L.user);
-    load_read(&L, ENV_CUDA_VISIBLE_DEVICES, ENV_CUDA_VISIBLE_DEVICES + 1);
-    vram_status st = load_var(&L, ENV_CUDA_VISIBLE_DEVICES);
-    if (st != VRAM_OK)
-        return st;
-    size_t n = strlen(L.s.visible);
-    if (n >= len)
-        return error_set(VRAM_E_CONFIG, "CUDA_VISIBLE_DEVICES: longer than %zu bytes",
-                         len - 1);
-    memcpy(out, L.s.visible, n + 1);
-    *set = raw != NULL;
-    return VRAM_OK;
+    vram_status st =
+        load_rows(&L, ENV_CUDA_VISIBLE_DEVICES, ENV_CUDA_VISIBLE_DEVICES + 1);
+    if (st == VRAM_OK)
+        st = copy_loaded(L.s.visible, out, len, "CUDA_VISIBLE_DEVICES:");
+    if (st == VRAM_OK)
+        *set = raw != NULL;
+    return st;
 }
 
 vram_status
@@ -757,16 +769,10 @@ env_trace_load(env_getter get, void *user, char *out, size_t len)
         return error_set(VRAM_E_INVALID, "env_trace_load: OUT is NULL");
     struct env_load L;
     load_begin(&L, get, user);
-    load_read(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE + 1);
-    vram_status st = load_var(&L, ENV_VRAM_TRACE);
+    vram_status st = load_rows(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE + 1);
     if (st != VRAM_OK)
         return st;
-    size_t n = strlen(L.s.env.trace_path);
-    if (n >= len)
-        return error_set(VRAM_E_CONFIG, "VRAM_TRACE: path longer than %zu bytes",
-                         len - 1);
-    memcpy(out, L.s.env.trace_path, n + 1);
-    return VRAM_OK;
+    return copy_loaded(L.s.env.trace_path, out, len, "VRAM_TRACE: path");
 }
 
 vram_status
