@@ -296,39 +296,38 @@ pool_id(uint64_t first, uint64_t second)
     return first == 0 ? second : first | (1ULL << 63);
 }
 
+/* CALL (vram_pool_begin, _end or _release) on DEVICE for PyTorch's pool
+** id; a failure is reported, as PyTorch's hooks return nothing. */
+static void
+pool_call(int device, uint64_t pool_first, uint64_t pool_second,
+          vram_status (*call)(vram_device *dev, uint64_t pool))
+{
+    vram_device *dev = NULL;
+    vram_status st = plugin_device(device, &dev);
+    if (st == VRAM_OK)
+        st = call(dev, pool_id(pool_first, pool_second));
+    if (st != VRAM_OK)
+        report(st);
+}
+
 void
 vram_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
                                   void *filter)
 {
     (void)filter; /* vram asks the driver which streams capture instead */
-    vram_device *dev = NULL;
-    vram_status st = plugin_device(device, &dev);
-    if (st == VRAM_OK)
-        st = vram_pool_begin(dev, pool_id(pool_first, pool_second));
-    if (st != VRAM_OK)
-        report(st);
+    pool_call(device, pool_first, pool_second, vram_pool_begin);
 }
 
 void
 vram_torch_end_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second)
 {
-    vram_device *dev = NULL;
-    vram_status st = plugin_device(device, &dev);
-    if (st == VRAM_OK)
-        st = vram_pool_end(dev, pool_id(pool_first, pool_second));
-    if (st != VRAM_OK)
-        report(st);
+    pool_call(device, pool_first, pool_second, vram_pool_end);
 }
 
 void
 vram_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_second)
 {
-    vram_device *dev = NULL;
-    vram_status st = plugin_device(device, &dev);
-    if (st == VRAM_OK)
-        st = vram_pool_release(dev, pool_id(pool_first, pool_second));
-    if (st != VRAM_OK)
-        report(st);
+    pool_call(device, pool_first, pool_second, vram_pool_release);
 }
 
 void
