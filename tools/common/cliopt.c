@@ -285,7 +285,8 @@ cliopt_parse(const struct cli_command *cmd, int argc, char **argv, cliopt_handle
     for (;;) {
         enum cliopt_kind k = cliopt_next(&it, &opt, &value);
         if (k == CLIOPT_END)
-            return CLIOPT_GO_ON;
+            return rest != NULL ? cliopt_usage_error(cmd, "no command given")
+                                : CLIOPT_GO_ON;
         if (k == CLIOPT_EXIT)
             return it.status;
         if (k == CLIOPT_OPERAND && rest != NULL) {

@@ -98,8 +98,8 @@ typedef int (*cliopt_handler)(void *ctx, const struct cli_opt *opt, const char *
 ** Returns CLIOPT_GO_ON when the walk got to the end, else the exit status
 ** (help, version, a usage error, or ON_ARG's). With REST not NULL (a
 ** command with stop_at_operand), the first operand ends the walk instead
-** of going to ON_ARG: *REST points at it in ARGV, or is NULL when there is
-** none.
+** of going to ON_ARG: *REST points at it in ARGV (no operand is the usage
+** error "no command given").
 */
 int cliopt_parse(const struct cli_command *cmd, int argc, char **argv,
                  cliopt_handler on_arg, void *ctx, char ***rest);

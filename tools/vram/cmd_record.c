@@ -125,12 +125,7 @@ parse_args(int argc, char **argv, struct record_args *a)
     a->output = REC_DEFAULT_OUTPUT;
     /* The command starts at the first operand: what follows are its own
     ** arguments, options or not. */
-    int rc = cliopt_parse(&record_cmd, argc, argv, record_option, a, &a->command);
-    if (rc != CLIOPT_GO_ON)
-        return rc;
-    if (a->command == NULL)
-        return cliopt_usage_error(&record_cmd, "no command given");
-    return -1;
+    return cliopt_parse(&record_cmd, argc, argv, record_option, a, &a->command);
 }
 
 /*

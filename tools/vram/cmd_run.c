@@ -169,12 +169,7 @@ parse_args(int argc, char **argv, struct run_args *a)
     memset(a, 0, sizeof *a);
     /* The command starts at the first operand: what follows are its own
     ** arguments, options or not. */
-    int rc = cliopt_parse(&run_cmd, argc, argv, run_option, a, &a->command);
-    if (rc != CLIOPT_GO_ON)
-        return rc;
-    if (a->command == NULL)
-        return cliopt_usage_error(&run_cmd, "no command given");
-    return -1;
+    return cliopt_parse(&run_cmd, argc, argv, run_option, a, &a->command);
 }
 
 /* ------------------------------------------------------------------ */
