@@ -301,6 +301,36 @@ put_byte_tick(struct page *p, double v, int k)
     putf(p, " %s", iec_units[k]);
 }
 
+/* An SVG line from (X1, Y1) to (X2, Y2) with ATTRS ("stroke=..."). */
+static void
+svg_line(struct page *p, double x1, double x2, double y1, double y2, const char *attrs)
+{
+    put(p, "<line x1=\"");
+    put_num(p, x1, 1);
+    put(p, "\" x2=\"");
+    put_num(p, x2, 1);
+    put(p, "\" y1=\"");
+    put_num(p, y1, 1);
+    put(p, "\" y2=\"");
+    put_num(p, y2, 1);
+    putf(p, "\" %s/>", attrs);
+}
+
+/* The opening of an SVG text at (X, Y) anchored at ANCHOR ("start",
+** "middle", "end"), of class CLS (or none), before its '>'. */
+static void
+svg_text(struct page *p, const char *cls, double x, double y, const char *anchor)
+{
+    put(p, "<text");
+    if (cls != NULL)
+        putf(p, " class=\"%s\"", cls);
+    put(p, " x=\"");
+    put_num(p, x, 1);
+    put(p, "\" y=\"");
+    put_num(p, y, 1);
+    putf(p, "\" text-anchor=\"%s\"", anchor);
+}
+
 /* Horizontal grid lines and labels of Y (bytes) from its lo to its hi, in
 ** steps of STEP (unit K), across X0..X1. */
 static void
@@ -308,19 +338,9 @@ y_grid(struct page *p, const struct scale *y, double step, int k, double x0, dou
 {
     for (int i = 0; i <= 1000 && y->lo + i * step <= y->hi + step * 1e-6; i++) {
         double v = y->lo + i * step, py = sc(y, v);
-        put(p, "<line x1=\"");
-        put_num(p, x0, 1);
-        put(p, "\" x2=\"");
-        put_num(p, x1, 1);
-        put(p, "\" y1=\"");
-        put_num(p, py, 1);
-        put(p, "\" y2=\"");
-        put_num(p, py, 1);
-        put(p, "\" stroke=\"" C_GRID "\"/><text x=\"");
-        put_num(p, x0 - 8, 1);
-        put(p, "\" y=\"");
-        put_num(p, py + 4, 1);
-        put(p, "\" text-anchor=\"end\">");
+        svg_line(p, x0, x1, py, py, "stroke=\"" C_GRID "\"");
+        svg_text(p, NULL, x0 - 8, py + 4, "end");
+        put(p, ">");
         put_byte_tick(p, v, k);
         put(p, "</text>\n");
     }
@@ -331,19 +351,9 @@ y_grid(struct page *p, const struct scale *y, double step, int k, double x0, dou
 static void
 x_tick_open(struct page *p, double x, double y0)
 {
-    put(p, "<line x1=\"");
-    put_num(p, x, 1);
-    put(p, "\" x2=\"");
-    put_num(p, x, 1);
-    put(p, "\" y1=\"");
-    put_num(p, y0, 1);
-    put(p, "\" y2=\"");
-    put_num(p, y0 + 5, 1);
-    put(p, "\" stroke=\"" C_AXIS "\"/><text x=\"");
-    put_num(p, x, 1);
-    put(p, "\" y=\"");
-    put_num(p, y0 + 20, 1);
-    put(p, "\" text-anchor=\"middle\">");
+    svg_line(p, x, x, y0, y0 + 5, "stroke=\"" C_AXIS "\"");
+    svg_text(p, NULL, x, y0 + 20, "middle");
+    put(p, ">");
 }
 
 static void
@@ -752,29 +762,15 @@ in_gap(const struct time_axis *ax, double t)
 static void
 vline(struct page *p, double x, double y0, double y1, const char *attrs)
 {
-    put(p, "<line x1=\"");
-    put_num(p, x, 1);
-    put(p, "\" x2=\"");
-    put_num(p, x, 1);
-    put(p, "\" y1=\"");
-    put_num(p, y0, 1);
-    put(p, "\" y2=\"");
-    put_num(p, y1, 1);
-    putf(p, "\" %s/>\n", attrs);
+    svg_line(p, x, x, y0, y1, attrs);
+    put(p, "\n");
 }
 
 static void
 hline(struct page *p, double x0, double x1, double y, const char *attrs)
 {
-    put(p, "<line x1=\"");
-    put_num(p, x0, 1);
-    put(p, "\" x2=\"");
-    put_num(p, x1, 1);
-    put(p, "\" y1=\"");
-    put_num(p, y, 1);
-    put(p, "\" y2=\"");
-    put_num(p, y, 1);
-    putf(p, "\" %s/>\n", attrs);
+    svg_line(p, x0, x1, y, y, attrs);
+    put(p, "\n");
 }
 
 /* The bottom axis of the timeline: the shaded gaps with their length, the
@@ -792,15 +788,11 @@ time_ticks(struct page *p, const struct time_axis *ax, double top, double bottom
         put_num(p, b - a, 1);
         put(p, "\" height=\"");
         put_num(p, bottom - top, 1);
-        put(p, "\" fill=\"#eef0f3\"/>\n<text x=\"");
-        put_num(p, mid, 1);
-        put(p, "\" y=\"");
-        put_num(p, top + 16, 1);
-        put(p, "\" text-anchor=\"middle\">no events</text>\n<text class=\"strong\" x=\"");
-        put_num(p, mid, 1);
-        put(p, "\" y=\"");
-        put_num(p, top + 32, 1);
-        put(p, "\" text-anchor=\"middle\">");
+        put(p, "\" fill=\"#eef0f3\"/>\n");
+        svg_text(p, NULL, mid, top + 16, "middle");
+        put(p, ">no events</text>\n");
+        svg_text(p, "strong", mid, top + 32, "middle");
+        put(p, ">");
         double len = (ax->hi[i] - ax->lo[i]) / 1e6;
         put_num(p, len, len < 10 ? 2 : len < 100 ? 1 : 0);
         put(p, " s</text>\n");
@@ -814,15 +806,9 @@ time_ticks(struct page *p, const struct time_axis *ax, double top, double bottom
             double b = tx(ax, ax->hi[i]);
             for (int k = 0; k < 2; k++) {
                 double cx = k == 0 ? to : b - 4;
-                put(p, "<line x1=\"");
-                put_num(p, cx - 4, 1);
-                put(p, "\" x2=\"");
-                put_num(p, cx + 4, 1);
-                put(p, "\" y1=\"");
-                put_num(p, bottom + 6, 1);
-                put(p, "\" y2=\"");
-                put_num(p, bottom - 6, 1);
-                put(p, "\" stroke=\"" C_AXIS "\" stroke-width=\"1.5\"/>\n");
+                svg_line(p, cx - 4, cx + 4, bottom + 6, bottom - 6,
+                         "stroke=\"" C_AXIS "\" stroke-width=\"1.5\"");
+                put(p, "\n");
             }
             from = b - 4;
         }
@@ -935,11 +921,8 @@ timeline_chart(struct page *p, double w0, double w1, const char *aria)
     putf(p, "\" role=\"img\" aria-label=\"%s\">\n", aria);
     y_grid(p, &y, ystep, k, left, right);
     time_ticks(p, &x, top, bottom);
-    put(p, "<text x=\"");
-    put_num(p, (left + right) / 2, 1);
-    put(p, "\" y=\"");
-    put_num(p, h - 8, 1);
-    put(p, "\" text-anchor=\"middle\">seconds since the first event</text>\n");
+    svg_text(p, NULL, (left + right) / 2, h - 8, "middle");
+    put(p, ">seconds since the first event</text>\n");
 
     step_path(p, &x, &y, first, end, false, true,
               "fill=\"" C_LIVE "\" fill-opacity=\"0.18\" stroke=\"none\"");
@@ -960,21 +943,15 @@ timeline_chart(struct page *p, double w0, double w1, const char *aria)
         vline(p, px, top, bottom, "stroke=\"" C_ITER "\" stroke-dasharray=\"4 3\"");
         if (px - last_label >= ITER_LABEL_GAP && px <= right - 6) {
             last_label = px;
-            put(p, "<text x=\"");
-            put_num(p, px, 1);
-            put(p, "\" y=\"");
-            put_num(p, top - 12, 1);
-            put(p, "\" text-anchor=\"middle\">");
+            svg_text(p, NULL, px, top - 12, "middle");
+            put(p, ">");
             put_count(p, i + 1);
             put(p, "</text>\n");
         }
     }
     if (any) {
-        put(p, "<text x=\"");
-        put_num(p, left - 8, 1);
-        put(p, "\" y=\"");
-        put_num(p, top - 12, 1);
-        put(p, "\" text-anchor=\"end\">iteration</text>\n");
+        svg_text(p, NULL, left - 8, top - 12, "end");
+        put(p, ">iteration</text>\n");
     }
 
     /* Reserved, then live on top. */
@@ -989,11 +966,8 @@ timeline_chart(struct page *p, double w0, double w1, const char *aria)
     if (r->ends_in_oom && t_oom >= w0 && t_oom <= w1) {
         double px = tx(&x, t_oom);
         vline(p, px, top, bottom, "stroke=\"" C_ALERT "\" stroke-width=\"2\"");
-        put(p, "<text class=\"halo strong\" x=\"");
-        put_num(p, px - 6, 1);
-        put(p, "\" y=\"");
-        put_num(p, bottom - 10, 1);
-        put(p, "\" text-anchor=\"end\" style=\"fill:" C_ALERT "\">OOM: ");
+        svg_text(p, "halo strong", px - 6, bottom - 10, "end");
+        put(p, " style=\"fill:" C_ALERT "\">OOM: ");
         put_size(p, r->oom_request);
         put(p, " refused</text>\n");
     }
@@ -1015,11 +989,9 @@ timeline_chart(struct page *p, double w0, double w1, const char *aria)
         put(p,
             "\" r=\"5.5\" fill=\"" C_ALERT "\" stroke=\"#fff\" stroke-width=\"2\"/>\n");
         bool to_left = px > left + 0.7 * (right - left);
-        put(p, "<text class=\"halo strong\" x=\"");
-        put_num(p, to_left ? px - 6 : px + 6, 1);
-        put(p, "\" y=\"");
-        put_num(p, ty, 1);
-        putf(p, "\" text-anchor=\"%s\">peak ", to_left ? "end" : "start");
+        svg_text(p, "halo strong", to_left ? px - 6 : px + 6, ty,
+                 to_left ? "end" : "start");
+        put(p, ">peak ");
         put_size(p, r->peak_bytes);
         put(p, " at ");
         put_time(p, r->peak_time_us);
@@ -1433,11 +1405,8 @@ leak_chart(struct page *p)
         x_tick_open(p, sc(&x, 1), bottom);
         put(p, "1</text>\n");
     }
-    put(p, "<text x=\"");
-    put_num(p, (left + right) / 2, 1);
-    put(p, "\" y=\"");
-    put_num(p, h - 8, 1);
-    put(p, "\" text-anchor=\"middle\">iteration</text>\n");
+    svg_text(p, NULL, (left + right) / 2, h - 8, "middle");
+    put(p, ">iteration</text>\n");
     hline(p, left, right, bottom, "stroke=\"" C_AXIS "\"");
 
     put(p,
@@ -1449,15 +1418,9 @@ leak_chart(struct page *p)
     }
     put(p, "\"/>\n");
     /* The trend under the dots, so that a perfect fit still shows both. */
-    put(p, "<line x1=\"");
-    put_num(p, sc(&x, xa), 1);
-    put(p, "\" x2=\"");
-    put_num(p, sc(&x, xb), 1);
-    put(p, "\" y1=\"");
-    put_num(p, sc(&y, ya), 1);
-    put(p, "\" y2=\"");
-    put_num(p, sc(&y, yb), 1);
-    put(p, "\" stroke=\"" C_ALERT "\" stroke-width=\"2.5\" stroke-dasharray=\"8 5\"/>\n");
+    svg_line(p, sc(&x, xa), sc(&x, xb), sc(&y, ya), sc(&y, yb),
+             "stroke=\"" C_ALERT "\" stroke-width=\"2.5\" stroke-dasharray=\"8 5\"");
+    put(p, "\n");
     double radius = n > 200 ? 1.5 : n > 60 ? 2.5 : 4;
     for (size_t i = 0; i < n; i++) {
         put(p, "<circle cx=\"");
