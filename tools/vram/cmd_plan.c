@@ -389,6 +389,38 @@ gen_max(const struct plan_model *m, const struct plan_gen_job *j, uint64_t limit
     return lo;
 }
 
+/* The last lines of a text breakdown, training or generation alike. */
+static void
+print_peak_lines(uint64_t tensor_peak, const char *phase, uint64_t allocator,
+                 uint64_t context, uint64_t total)
+{
+    char a[32];
+    printf("  tensor peak        %12s  (max_memory_allocated, at the %s)\n",
+           fmt(tensor_peak, a, sizeof a), phase);
+    printf("  allocator overhead %12s\n", fmt(allocator, a, sizeof a));
+    printf("  CUDA context       %12s\n", fmt(context, a, sizeof a));
+    printf("  total              %12s\n", fmt(total, a, sizeof a));
+}
+
+/* The peak of a JSON report, training or generation alike. */
+static void
+json_add_peak(struct json_object *root, const char *phase, uint64_t tensor_peak,
+              uint64_t total)
+{
+    json_object_object_add(root, "peak_phase", json_object_new_string(phase));
+    json_object_object_add(root, "tensor_peak_bytes",
+                           json_object_new_uint64(tensor_peak));
+    json_object_object_add(root, "total_bytes", json_object_new_uint64(total));
+}
+
+/* With --gpu-memory: the GPU's memory and whether TOTAL fits it. */
+static void
+json_add_fit(struct json_object *root, uint64_t gpu_memory, uint64_t total)
+{
+    json_object_object_add(root, "gpu_memory_bytes", json_object_new_uint64(gpu_memory));
+    json_object_object_add(root, "fits", json_object_new_boolean(total <= gpu_memory));
+}
+
 static int
 report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64_t gpu_memory,
                 bool json)
@@ -412,10 +444,7 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
         json_object_object_add(root, "batch", json_object_new_uint64(j->batch));
         json_object_object_add(root, "prompt", json_object_new_uint64(j->prompt));
         json_object_object_add(root, "new_tokens", json_object_new_uint64(j->new_tokens));
-        json_object_object_add(root, "peak_phase", json_object_new_string(r.peak_phase));
-        json_object_object_add(root, "tensor_peak_bytes",
-                               json_object_new_uint64(r.tensor_peak_bytes));
-        json_object_object_add(root, "total_bytes", json_object_new_uint64(r.total_bytes));
+        json_add_peak(root, r.peak_phase, r.tensor_peak_bytes, r.total_bytes);
         struct json_object *b = json_object_new_object();
         json_object_object_add(b, "weights", json_object_new_uint64(r.weights_bytes));
         json_object_object_add(b, "kv_cache", json_object_new_uint64(r.kv_cache_bytes));
@@ -424,9 +453,7 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
         json_object_object_add(b, "cuda_context", json_object_new_uint64(r.context_bytes));
         json_object_object_add(root, "breakdown", b);
         if (gpu_memory) {
-            json_object_object_add(root, "gpu_memory_bytes", json_object_new_uint64(gpu_memory));
-            json_object_object_add(root, "fits",
-                                   json_object_new_boolean(r.total_bytes <= gpu_memory));
+            json_add_fit(root, gpu_memory, r.total_bytes);
             json_object_object_add(root, "max_batch", json_object_new_uint64(mb));
             json_object_object_add(root, "max_prompt", json_object_new_uint64(mp));
             json_object_object_add(root, "recommended_limit_bytes",
@@ -444,11 +471,8 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
     printf("  weights            %12s\n", fmt(r.weights_bytes, a, sizeof a));
     printf("  KV cache           %12s\n", fmt(r.kv_cache_bytes, a, sizeof a));
     printf("  activations        %12s\n", fmt(r.activations_bytes, a, sizeof a));
-    printf("  tensor peak        %12s  (max_memory_allocated, at the %s)\n",
-           fmt(r.tensor_peak_bytes, a, sizeof a), r.peak_phase);
-    printf("  allocator overhead %12s\n", fmt(r.allocator_bytes, a, sizeof a));
-    printf("  CUDA context       %12s\n", fmt(r.context_bytes, a, sizeof a));
-    printf("  total              %12s\n", fmt(r.total_bytes, a, sizeof a));
+    print_peak_lines(r.tensor_peak_bytes, r.peak_phase, r.allocator_bytes,
+                     r.context_bytes, r.total_bytes);
     if (gpu_memory) {
         printf("GPU memory %s: %s; largest batch that fits: %llu; largest prompt: %llu\n",
                fmt(gpu_memory, a, sizeof a), r.total_bytes <= gpu_memory ? "fits" : "does NOT fit",
@@ -649,14 +673,10 @@ cmd_plan(int argc, char **argv)
                                json_object_new_string(plan_optimizer_name(job.optimizer)));
         json_object_object_add(root, "micro_batch",
                                json_object_new_uint64(job.batch / job.accum));
-        json_object_object_add(root, "peak_phase", json_object_new_string(r.peak_phase));
-        json_object_object_add(root, "tensor_peak_bytes",
-                               json_object_new_uint64(r.tensor_peak_bytes));
-        json_object_object_add(root, "total_bytes", json_object_new_uint64(r.total_bytes));
+        json_add_peak(root, r.peak_phase, r.tensor_peak_bytes, r.total_bytes);
         json_object_object_add(root, "breakdown", breakdown_json(&r));
         if (gpu_memory) {
-            json_object_object_add(root, "gpu_memory_bytes", json_object_new_uint64(gpu_memory));
-            json_object_object_add(root, "fits", json_object_new_boolean(r.total_bytes <= gpu_memory));
+            json_add_fit(root, gpu_memory, r.total_bytes);
             json_object_object_add(root, "max_micro_batch", json_object_new_uint64(mmb));
             json_object_object_add(root, "recommended_limit_bytes",
                                    json_object_new_uint64(recommended));
@@ -689,11 +709,8 @@ cmd_plan(int argc, char **argv)
     printf("  optimizer states   %12s\n", fmt(r.optimizer_bytes, a, sizeof a));
     printf("  activations        %12s\n", fmt(r.activations_bytes, a, sizeof a));
     printf("  temporary buffers  %12s\n", fmt(r.temporary_bytes, a, sizeof a));
-    printf("  tensor peak        %12s  (max_memory_allocated, at the %s)\n",
-           fmt(r.tensor_peak_bytes, a, sizeof a), r.peak_phase);
-    printf("  allocator overhead %12s\n", fmt(r.allocator_bytes, a, sizeof a));
-    printf("  CUDA context       %12s\n", fmt(r.context_bytes, a, sizeof a));
-    printf("  total              %12s\n", fmt(r.total_bytes, a, sizeof a));
+    print_peak_lines(r.tensor_peak_bytes, r.peak_phase, r.allocator_bytes,
+                     r.context_bytes, r.total_bytes);
     if (gpu_memory) {
         printf("GPU memory %s: %s; largest micro-batch that fits: %llu\n",
                fmt(gpu_memory, a, sizeof a), r.total_bytes <= gpu_memory ? "fits" : "does NOT fit",
