@@ -210,6 +210,10 @@ struct an_cmp_row {
     bool in_a, in_b;    /* present in A, in B */
 };
 
+/* The name of the size class ROW of a comparison, "[1.00 MiB, 2.00 MiB)",
+** in BUF (LEN bytes). Returns BUF. */
+const char *an_cmp_class_name(const struct an_cmp_row *row, char *buf, size_t len);
+
 struct an_compare {
     const struct an_result *a, *b; /* borrowed */
     struct an_cmp_row *phases;     /* A's labels in order, then B's others */

@@ -137,6 +137,19 @@ cmp_line(FILE *out, const char *name, uint64_t a, uint64_t b, bool in_a, bool in
             in_b ? fmt_size(b, y, sizeof y) : "-", fmt_change(a, b, z, sizeof z));
 }
 
+const char *
+an_cmp_class_name(const struct an_cmp_row *row, char *buf, size_t len)
+{
+    char lo[32], hi[32];
+    fmt_size(row->lo, lo, sizeof lo);
+    if (row->hi == UINT64_MAX)
+        snprintf(hi, sizeof hi, "...");
+    else
+        fmt_size(row->hi, hi, sizeof hi);
+    snprintf(buf, len, "[%s, %s)", lo, hi);
+    return buf;
+}
+
 void
 an_print_compare_text(FILE *out, const struct an_compare *c)
 {
@@ -171,14 +184,8 @@ an_print_compare_text(FILE *out, const struct an_compare *c)
         fprintf(out, "\nlive at the peak by size class:\n");
         for (size_t i = 0; i < c->n_classes; i++) {
             const struct an_cmp_row *row = &c->classes[i];
-            char lo[32], hi[32];
-            fmt_size(row->lo, lo, sizeof lo);
-            if (row->hi == UINT64_MAX)
-                snprintf(hi, sizeof hi, "...");
-            else
-                fmt_size(row->hi, hi, sizeof hi);
-            snprintf(name, sizeof name, "[%s, %s)", lo, hi);
-            cmp_line(out, name, row->a, row->b, row->in_a, row->in_b);
+            cmp_line(out, an_cmp_class_name(row, name, sizeof name), row->a, row->b,
+                     row->in_a, row->in_b);
         }
     }
 }

@@ -1723,14 +1723,8 @@ an_write_compare_html(FILE *out, const struct an_compare *c)
         compare_table_head(p, "Live at the peak, by size class");
         for (size_t i = 0; i < c->n_classes; i++) {
             const struct an_cmp_row *row = &c->classes[i];
-            char lo[32], hi[32];
-            size_format(row->lo, lo, sizeof lo);
-            if (row->hi == UINT64_MAX)
-                snprintf(hi, sizeof hi, "...");
-            else
-                size_format(row->hi, hi, sizeof hi);
-            snprintf(name, sizeof name, "[%s, %s)", lo, hi);
-            compare_row(p, name, row->a, row->b, row->in_a, row->in_b);
+            compare_row(p, an_cmp_class_name(row, name, sizeof name), row->a, row->b,
+                        row->in_a, row->in_b);
         }
         put(p, "</tbody>\n</table>\n</section>\n");
     }
