@@ -471,17 +471,72 @@ leak_fit(const struct work *w, struct an_result *r)
 }
 
 /*
-** Suspects: allocations never freed, born after the first iteration and
-** before the last (so that each outlived the iteration that made it).
+** Suspects' order: by the bytes of their size, most first (then the size,
+** larger first, then the id), so that the leak's own tensor leads, the
+** one kept every iteration, and not a single larger allocation kept once.
+*/
+static void
+order_suspects(struct an_suspect *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_suspect); /* by size, so that a size's suspects are together */
+    uint64_t *group = malloc((n > 0 ? n : 1) * sizeof *group);
+    struct an_suspect *tmp = malloc((n > 0 ? n : 1) * sizeof *tmp);
+    if (group == NULL || tmp == NULL) { /* kept by size alone */
+        free(group);
+        free(tmp);
+        return;
+    }
+    /* Selection of whole groups, most bytes first (few groups). */
+    size_t done = 0;
+    bool *taken = calloc(n > 0 ? n : 1, sizeof *taken);
+    if (taken == NULL) {
+        free(group);
+        free(tmp);
+        return;
+    }
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        uint64_t bytes = 0;
+        while (j < n && v[j].size == v[i].size)
+            bytes += v[j++].size;
+        for (size_t k = i; k < j; k++)
+            group[k] = bytes;
+        i = j;
+    }
+    while (done < n) {
+        size_t best = n;
+        for (size_t i = 0; i < n; i++)
+            if (!taken[i] && (best == n || group[i] > group[best]))
+                best = i; /* the first of the group: sizes descend within ties */
+        for (size_t i = best; i < n && v[i].size == v[best].size; i++) {
+            tmp[done++] = v[i];
+            taken[i] = true;
+        }
+    }
+    memcpy(v, tmp, n * sizeof *v);
+    free(taken);
+    free(group);
+    free(tmp);
+}
+
+/*
+** Suspects: allocations still live at the end of the last fitted
+** iteration, born in a fitted iteration before it (so that each outlived
+** the iteration that made it, and every later one the fit saw). Not "never
+** freed": a program that keeps a tensor every step frees them all at its
+** exit (an interpreter's teardown), after the steps the fit covers.
 */
 static vram_status
 find_suspects(struct work *w, struct an_result *r)
 {
     const struct trace *t = w->t;
-    if (!r->leak || r->n_iters < 3)
+    if (!r->leak || r->n_iters < 3 || r->leak_iters_used < 2)
         return VRAM_OK;
+    size_t last_fit = r->leak_iters_used; /* the fit covers 1 .. leak_iters_used */
+    if (last_fit >= r->n_iters)
+        last_fit = r->n_iters - 1;
     memset(w->alive, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *w->alive);
-    for (uint64_t i = 0; i < w->n; i++) {
+    for (uint64_t i = 0; i <= r->iters[last_fit].last_event && i < w->n; i++) {
         const struct trace_event *ev = &t->events[i];
         if (ev->slot >= t->n_slots)
             continue;
@@ -495,7 +550,7 @@ find_suspects(struct work *w, struct an_result *r)
         if (!w->alive[s])
             continue;
         uint32_t born = iter_of(r, w->born_event[s]);
-        if (born != AN_NO_ITER && born >= 1 && born + 1 < r->n_iters)
+        if (born != AN_NO_ITER && born >= 1 && born < last_fit)
             count++;
     }
     if (count == 0)
@@ -509,7 +564,7 @@ find_suspects(struct work *w, struct an_result *r)
             continue;
         uint64_t e = w->born_event[s];
         uint32_t born = iter_of(r, e);
-        if (born == AN_NO_ITER || born < 1 || born + 1 >= r->n_iters)
+        if (born == AN_NO_ITER || born < 1 || born >= last_fit)
             continue;
         const struct trace_event *ev = &t->events[e];
         r->suspects[k++] = (struct an_suspect){
@@ -517,7 +572,7 @@ find_suspects(struct work *w, struct an_result *r)
         r->suspect_bytes += ev->size;
     }
     r->n_suspects = k;
-    qsort(r->suspects, k, sizeof *r->suspects, cmp_suspect);
+    order_suspects(r->suspects, k);
     return VRAM_OK;
 }
 

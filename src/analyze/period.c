@@ -151,28 +151,22 @@ estimate_rates(const uint64_t *tok, uint64_t n, uint64_t max_lag, double *est)
 }
 
 /*
-** The period of the event stream: the lag in [PERIOD_MIN, n/3] at which
-** the most events equal the event one lag later, preferring a divisor of
-** it that matches almost as well. *PERIOD = 0 when no lag reaches
-** PERIOD_MATCH_MIN.
+** The period of the token stream TOK (N tokens): the lag in
+** [PERIOD_MIN, n/3] at which the most tokens equal the token one lag
+** later, preferring a divisor of it that matches almost as well.
+** *PERIOD = 0 when no lag reaches PERIOD_MATCH_MIN.
 */
 static vram_status
-detect_period(struct work *w, uint64_t *period, double *rate)
+detect_period(const uint64_t *tok, uint64_t n, uint64_t *period, double *rate)
 {
     *period = 0;
     *rate = 0.0;
-    uint64_t n = w->n, max_lag = n / 3;
+    uint64_t max_lag = n / 3;
     if (max_lag < PERIOD_MIN)
         return VRAM_OK;
-    uint64_t *tok = malloc(n * sizeof *tok);
     double *est = malloc((max_lag + 1) * sizeof *est);
-    if (tok == NULL || est == NULL) {
-        free(tok);
-        free(est);
+    if (est == NULL)
         return no_memory();
-    }
-    for (uint64_t i = 0; i < n; i++)
-        tok[i] = token_of(&w->t->events[i]);
 
     uint64_t best = 0;
     double best_rate = 0.0;
@@ -187,7 +181,6 @@ detect_period(struct work *w, uint64_t *period, double *rate)
     } else {
         vram_status s = estimate_rates(tok, n, max_lag, est);
         if (s != VRAM_OK) {
-            free(tok);
             free(est);
             return s;
         }
@@ -244,7 +237,6 @@ detect_period(struct work *w, uint64_t *period, double *rate)
             break;
         }
     }
-    free(tok);
     free(est);
     if (best_rate >= PERIOD_MATCH_MIN) {
         *period = best;
@@ -288,15 +280,93 @@ prune_cuts(uint64_t *cuts, size_t n_cuts, uint64_t n, uint64_t min_len)
 }
 
 /*
-** Cuts for period P: the quietest phase of the period over the steady
-** windows (the last n/P - 1 of them; the first iteration is often a
-** warm-up of another length), then one cut per period at the least live
-** bytes within P/4 of where the period puts it, following any drift.
+** The period of the steady state: detected on the whole trace and on its
+** second half, whichever repeats better. A program's warm-up comes first
+** and can fill a third of a short recording: a JIT compiler's autotuning
+** (rounds of trial workspaces that repeat on a period of their own, four
+** steps long in a recorded JAX step), cuDNN's benchmark runs, the first
+** allocations of every buffer. Over the whole trace it dilutes the steps'
+** match and can make a multiple of the step, or the warm-up's own period,
+** win; the second half holds the steps alone.
 */
 static vram_status
-cuts_by_period(struct work *w, uint64_t p, struct u64_list *cuts)
+steady_period(const uint64_t *tok, uint64_t n, uint64_t *period, double *rate)
 {
-    uint64_t n = w->n, m = n / p - 1, s0 = n - m * p;
+    vram_status s = detect_period(tok, n, period, rate);
+    if (s != VRAM_OK)
+        return s;
+    uint64_t half_period = 0;
+    double half_rate = 0.0;
+    s = detect_period(tok + n / 2, n - n / 2, &half_period, &half_rate);
+    if (s == VRAM_OK && half_period > 0 && half_rate > *rate) {
+        *period = half_period;
+        *rate = half_rate;
+    }
+    return s;
+}
+
+/*
+** The steady stretch [*LO, *HI) of a stream with period P: the longest run
+** of consecutive windows of P events (counted back from the end) in which
+** at least PERIOD_MATCH_MIN of the events equal the event one period
+** before or after, and which allocate. Before it: the warm-up (a JIT
+** compiler's autotuning repeats on a period of its own, not the steps');
+** after it: a teardown, which only frees (an interpreter releasing the
+** arrays a program kept, all of one size, repeats at any period).
+*/
+static vram_status
+steady_stretch(struct work *w, const uint64_t *tok, uint64_t p, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t n = w->n, windows = n / p;
+    *lo = 0;
+    *hi = n;
+    uint64_t run = 0, best = 0, best_end = 0; /* windows, counted from the end */
+    for (uint64_t j = 0; j < windows; j++) {
+        uint64_t start = n - (j + 1) * p, m = 0;
+        bool allocates = false;
+        for (uint64_t i = start; i < start + p; i++) {
+            m += (i + p < n && tok[i] == tok[i + p]) || (i >= p && tok[i] == tok[i - p]);
+            allocates |= w->t->events[i].op == TRACE_ALLOC;
+        }
+        if (allocates && (double)m >= PERIOD_MATCH_MIN * (double)p) {
+            if (++run > best) {
+                best = run;
+                best_end = j + 1 - run; /* the run's last window */
+            }
+        } else {
+            run = 0;
+        }
+    }
+    if (best >= 2) {
+        *hi = n - best_end * p;
+        *lo = *hi - best * p;
+        /* A window can hold both the last step and the first frees of a
+         * teardown: the stretch ends at its last allocation. */
+        while (*hi > *lo + 1 && w->t->events[*hi - 1].op != TRACE_ALLOC)
+            (*hi)--;
+    }
+    return VRAM_OK;
+}
+
+/*
+** Cuts for period P: the quietest phase of the period over the windows of
+** the steady stretch (steady_stretch), then one cut per period at the
+** least live bytes within P/4 of where the period puts it, following any
+** drift, within the stretch. What comes before it is the first iteration
+** (a warm-up, however long: a compiler's), what comes after the last.
+*/
+static vram_status
+cuts_by_period(struct work *w, const uint64_t *tok, uint64_t p, struct u64_list *cuts)
+{
+    uint64_t n = w->n, lo = 0, hi = n;
+    vram_status st = steady_stretch(w, tok, p, &lo, &hi);
+    if (st != VRAM_OK)
+        return st;
+    uint64_t m = (hi - lo) / p, s0 = hi - m * p;
+    if (lo == 0 && hi == n) { /* no stretch: the first window as a warm-up */
+        m = n / p - 1;
+        s0 = n - m * p;
+    }
     double *sum = calloc(p, sizeof *sum);
     if (sum == NULL)
         return no_memory();
@@ -311,12 +381,12 @@ cuts_by_period(struct work *w, uint64_t p, struct u64_list *cuts)
 
     uint64_t anchor = s0 + phase, q = p / 4;
     struct u64_list back = {0};
-    /* Backwards from the anchor... */
+    /* Backwards from the anchor to the start of the stretch... */
     uint64_t c = anchor;
-    while (c >= p) {
+    while (c >= p && c - p + q >= lo) {
         uint64_t e = c - p;
-        uint64_t lo = e > q ? e - q : 0, hi = e + q < c ? e + q : c - 1;
-        uint64_t at = argmin_live(w->live, lo, hi);
+        uint64_t lo_e = e > q ? e - q : 0, hi_e = e + q < c ? e + q : c - 1;
+        uint64_t at = argmin_live(w->live, lo_e, hi_e);
         if (!list_push(&back, at)) {
             free(back.v);
             return no_memory();
@@ -329,16 +399,16 @@ cuts_by_period(struct work *w, uint64_t p, struct u64_list *cuts)
             return no_memory();
         }
     free(back.v);
-    /* ...then forwards. */
+    /* ...then forwards to its end. */
     c = anchor;
     for (;;) {
         if (!list_push(cuts, c))
             return no_memory();
         uint64_t e = c + p;
-        if (e >= n)
+        if (e >= hi)
             break;
-        uint64_t lo = e - q > c ? e - q : c + 1, hi = e + q < n ? e + q : n - 1;
-        c = argmin_live(w->live, lo, hi);
+        uint64_t lo_e = e - q > c ? e - q : c + 1, hi_e = e + q < hi ? e + q : hi - 1;
+        c = argmin_live(w->live, lo_e, hi_e);
     }
     cuts->n = prune_cuts(cuts->v, cuts->n, n, p / 2 > 0 ? p / 2 : 1);
     return VRAM_OK;
@@ -430,8 +500,15 @@ an_find_iterations(struct work *w, struct an_result *r)
 
     uint64_t period = 0;
     double rate = 0.0;
-    if ((s = detect_period(w, &period, &rate)) != VRAM_OK)
+    uint64_t *tok = malloc((w->n > 0 ? w->n : 1) * sizeof *tok);
+    if (tok == NULL)
+        return no_memory();
+    for (uint64_t i = 0; i < w->n; i++)
+        tok[i] = token_of(&w->t->events[i]);
+    if ((s = steady_period(tok, w->n, &period, &rate)) != VRAM_OK) {
+        free(tok);
         return s;
+    }
 
     struct u64_list floor_cuts = {0}, cuts = {0};
     bool floor_ok = false;
@@ -447,7 +524,7 @@ an_find_iterations(struct work *w, struct an_result *r)
         w->last_partial = w->live[w->n - 1] > floor + floor_tolerance(floor);
         s = an_iters_from_cuts(w, r, 0, floor_cuts.v, floor_cuts.n);
     } else if (s == VRAM_OK && period > 0) {
-        s = cuts_by_period(w, period, &cuts);
+        s = cuts_by_period(w, tok, period, &cuts);
         if (s == VRAM_OK) {
             r->period_events = period;
             r->period_match = rate;
@@ -461,5 +538,6 @@ an_find_iterations(struct work *w, struct an_result *r)
     }
     free(floor_cuts.v);
     free(cuts.v);
+    free(tok);
     return s;
 }
