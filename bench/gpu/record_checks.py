@@ -7,13 +7,22 @@ section record): each case of bench/gpu/record_train.py recorded, then
     python3 bench/gpu/record_checks.py --vram build-gpu/bin/vram --work DIR \
         [--frameworks torch,jax] [--steps 40] [--budget SECONDS]
 
+(--frameworks fake: the same on tests/fakecuda's driver, a CPU dry run.)
+
 For each framework that imports (JAX is skipped when absent) and each case:
   kept_logits, step_cache  a leak; its rate within 5% of the framework's own
                            (torch.cuda.memory_allocated / jax.live_arrays
                            slope per step); the largest suspects are the
                            planted tensor's size
   clean, bounded, varlen   no leak
-and the clean case once more without vram record: the median step time
+and, for JAX, the kept_logits case once more under XLA_PYTHON_CLIENT_ALLOCATOR=
+cuda_async (its stream-ordered pool, which vram record keeps): whether each
+array then reaches the driver at its own size. Every case also gives the
+driver's figure (the slope of the device's used bytes, device_bytes_per_step)
+and its trace's share of allocations that are whole 2 MiB multiples (an allocator that rounds every array up to the
+driver's 2 MiB granularity shows 1.0; then the framework's own count and the
+card's loss differ, and the trace can only show the latter). Also the clean
+case once more without vram record: the median step time
 recorded / not recorded. The traces stay in DIR (rec_FW_CASE.trace.csv.gz)
 with the framework's figures (truth_FW_CASE.json).
 
@@ -22,6 +31,7 @@ Prints one JSON object: {"cases": [...], "overhead": {...}, "checks":
 (the table judges).
 """
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -34,7 +44,11 @@ CASES = ("kept_logits", "step_cache", "clean", "bounded", "varlen")
 
 
 def importable(mod):
-    return subprocess.run([sys.executable, "-c", "import " + mod],
+    if mod == "fake":  # the fake driver: a libcuda.so.1 on LD_LIBRARY_PATH
+        code = "import ctypes; ctypes.CDLL('libcuda.so.1')"
+    else:
+        code = "import " + mod
+    return subprocess.run([sys.executable, "-c", code],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
 
 
@@ -46,20 +60,45 @@ def load(path):
         return None
 
 
-def one(vram, work, fw, case, steps, timeout):
-    trace = os.path.join(work, "rec_%s_%s.trace.csv.gz" % (fw, case))
-    truth_path = os.path.join(work, "truth_%s_%s.json" % (fw, case))
-    r = {"framework": fw, "case": case, "trace": trace}
+def rounded_share(trace):
+    """Share of the trace's allocations whose size is a whole multiple of
+    2 MiB (None when unreadable)."""
+    n = whole = 0
+    try:
+        with gzip.open(trace, "rt") as f:
+            for line in f:
+                p = line.split(",")
+                if len(p) > 3 and p[1] == "a" and p[3].isdigit():
+                    n += 1
+                    whole += int(p[3]) % (2 << 20) == 0
+    except (OSError, EOFError, ValueError):
+        return None
+    return round(whole / n, 3) if n else None
+
+
+def one(vram, work, fw, case, steps, timeout, allocator=None):
+    tag = case if allocator is None else "%s_%s" % (case, allocator)
+    trace = os.path.join(work, "rec_%s_%s.trace.csv.gz" % (fw, tag))
+    truth_path = os.path.join(work, "truth_%s_%s.json" % (fw, tag))
+    r = {"framework": fw, "case": case if allocator is None else "%s@%s" % (case, allocator),
+         "trace": trace}
     cmd = [vram, "record", "-o", trace, "--", sys.executable, TRAIN, "--framework", fw,
            "--case", case, "--steps", str(steps), "--out", truth_path]
+    env = dict(os.environ)
+    if allocator is not None:
+        env["XLA_PYTHON_CLIENT_ALLOCATOR"] = allocator
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     t = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=env)
     r["record_seconds"] = round(time.time() - t, 1)
     r["record_rc"] = p.returncode
     r["record_stderr"] = p.stderr[-600:]
     truth = load(truth_path) or {}
     r["truth_bytes_per_step"] = truth.get("truth_bytes_per_step")
+    r["device_bytes_per_step"] = truth.get("device_bytes_per_step")
+    r["env"] = truth.get("env")
+    r["rounded_2mib_share"] = rounded_share(trace)
     r["planted_bytes"] = truth.get("planted_bytes")
     r["truth_source"] = truth.get("truth_source")
     r["planted_line"] = truth.get("planted_line")
@@ -80,7 +119,26 @@ def one(vram, work, fw, case, steps, timeout):
     r["iterations_to_full"] = j.get("leak_iterations_to_full")
     sus = j.get("suspects") or []
     r["suspect_sizes"] = [s.get("size") for s in sus[:5]]
+    r["period_events"] = j.get("period_events")
     return r
+
+
+def judge(out, r):
+    """The checks of one case into out["checks"]."""
+    name = "%s %s" % (r["framework"], r["case"])
+    if r["case"].split("@")[0] in ("kept_logits", "step_cache"):
+        truth, rate, ok = r.get("truth_bytes_per_step"), r.get("leak_bytes_per_iteration"), None
+        if truth and rate is not None:
+            ok = bool(r.get("leak")) and abs(rate - truth) <= 0.05 * truth
+        out["checks"][name + ": leak found, rate within 5% of the framework's"] = ok
+        sizes = r.get("suspect_sizes") or []
+        out["checks"][name + ": the largest suspect is the planted tensor"] = (
+            None if r.get("planted_bytes") is None or r.get("leak") is None else
+            bool(sizes) and sizes[0] == r["planted_bytes"])
+    else:
+        leak = r.get("leak")
+        recorded = leak is not None and r.get("truth_bytes_per_step") is not None
+        out["checks"][name + ": no leak"] = (not leak) if recorded else None
 
 
 def main():
@@ -95,35 +153,24 @@ def main():
     t0 = time.time()
     out = {"cases": [], "overhead": {}, "checks": {}, "skipped": []}
     for fw in a.frameworks.split(","):
-        mod = "torch" if fw == "torch" else "jax"
-        if not importable(mod):
+        if not importable(fw):
             out["skipped"].append("%s: not importable" % fw)
             continue
-        for case in CASES:
+        runs = [(case, None) for case in CASES]
+        if fw == "jax":
+            runs.append(("kept_logits", "cuda_async"))
+        for case, allocator in runs:
             left = a.budget - (time.time() - t0)
+            label = case if allocator is None else "%s@%s" % (case, allocator)
             if left < 15:
-                out["skipped"].append("%s %s: past the budget" % (fw, case))
+                out["skipped"].append("%s %s: past the budget" % (fw, label))
                 continue
             try:
-                r = one(a.vram, a.work, fw, case, a.steps, min(left, 120))
+                r = one(a.vram, a.work, fw, case, a.steps, min(left, 60), allocator)
             except subprocess.TimeoutExpired:
-                r = {"framework": fw, "case": case, "error": "timeout"}
+                r = {"framework": fw, "case": label, "error": "timeout"}
             out["cases"].append(r)
-            name = "%s %s" % (fw, case)
-            if case in ("kept_logits", "step_cache"):
-                truth, rate = r.get("truth_bytes_per_step"), r.get("leak_bytes_per_iteration")
-                ok = None
-                if truth and rate is not None:
-                    ok = bool(r.get("leak")) and abs(rate - truth) <= 0.05 * truth
-                out["checks"][name + ": leak found, rate within 5% of the framework's"] = ok
-                sizes = r.get("suspect_sizes") or []
-                out["checks"][name + ": the largest suspect is the planted tensor"] = (
-                    None if r.get("planted_bytes") is None or r.get("leak") is None else
-                    bool(sizes) and sizes[0] == r["planted_bytes"])
-            else:
-                leak = r.get("leak")
-                recorded = leak is not None and r.get("truth_bytes_per_step") is not None
-                out["checks"][name + ": no leak"] = (not leak) if recorded else None
+            judge(out, r)
         # The recording's cost: the clean case without vram record.
         if a.budget - (time.time() - t0) > 15:
             path = os.path.join(a.work, "truth_%s_clean_plain.json" % fw)

@@ -3,7 +3,7 @@
 """record_train.py -- a small training loop with a planted leak (or none),
 for `vram record` on the GPU (tests/gpu/run.sh, section record).
 
-    python3 bench/gpu/record_train.py --framework torch|jax --case CASE \
+    python3 bench/gpu/record_train.py --framework torch|jax|fake --case CASE \
         [--steps N] --out FILE.json
 
 Cases:
@@ -13,7 +13,17 @@ Cases:
   clean         nothing kept
   bounded       a cache of 4 MiB masks filled during the first 5 steps,
                 then full (no growth after)
-  varlen        batches of 32..128 rows, drawn from a fixed seed
+  varlen        batches of 32..128 rows, drawn from a fixed seed (JAX: padded
+                to a multiple of 32 rows, as JAX programs bucket their
+                shapes: one compilation per bucket, not per length)
+
+The framework "fake" is the same loop without a framework, for a dry run
+of the section on the CPU (tests/fakecuda's driver on LD_LIBRARY_PATH): each
+array is one cuMemAlloc_v2 of its own size, called through the process's
+global symbols (so that vram record's hook sees it, as it sees a
+framework's), after a warm-up like a JIT compiler's (rounds of trial
+workspaces), and everything is freed at the end like an interpreter's
+teardown; its own count of live bytes is its figure.
 
 The ground truth is the framework's own count, independent of vram: for
 PyTorch torch.cuda.memory_allocated() after each step (synchronized); for
@@ -25,6 +35,7 @@ written as planted_line ("record_train.py:NN") for the call-site check.
 Exit status 0 ok, 1 failure (the JSON then holds "error").
 """
 import argparse
+import ctypes
 import inspect
 import json
 import os
@@ -46,6 +57,35 @@ def slope(ys):
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
 
 
+class DriverUsed:
+    """The device's used bytes (total - free) from libcuda's own
+    cuMemGetInfo_v2 (a handle's symbol, so a preloaded hook is bypassed),
+    in the primary context the frameworks use. None when unreadable."""
+
+    def __init__(self):
+        self.cu = None
+        try:
+            cu = ctypes.CDLL("libcuda.so.1")
+            dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+            if cu.cuInit(0) != 0 or cu.cuDeviceGet(ctypes.byref(dev), 0) != 0:
+                return
+            if cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != 0:
+                return
+            self.cu, self.ctx = cu, ctx
+        except (OSError, AttributeError):
+            self.cu = None
+
+    def __call__(self):
+        if self.cu is None:
+            return None
+        free, total, popped = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_void_p()
+        if self.cu.cuCtxPushCurrent_v2(self.ctx) != 0:
+            return None
+        rc = self.cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
+        self.cu.cuCtxPopCurrent_v2(ctypes.byref(popped))
+        return int(total.value - free.value) if rc == 0 else None
+
+
 def line_of(marker):
     """The line of this file holding MARKER (the planted allocation)."""
     src, first = inspect.getsourcelines(sys.modules[__name__])
@@ -64,7 +104,8 @@ def run_torch(case, steps):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     kept, cache = [], []
     gen = torch.Generator().manual_seed(1)
-    allocated, times = [], []
+    allocated, times, used = [], [], []
+    driver = DriverUsed()
     for step in range(steps):
         rows = 64
         if case == "varlen":
@@ -88,7 +129,8 @@ def run_torch(case, steps):
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t) * 1000.0)
         allocated.append(torch.cuda.memory_allocated())
-    return allocated, times, torch.__version__
+        used.append(driver())
+    return allocated, times, used, torch.__version__
 
 
 def run_jax(case, steps):
@@ -111,13 +153,16 @@ def run_jax(case, steps):
         return jax.tree_util.tree_map(lambda a, b: a - 1e-3 * b, p, g), loss, logits
 
     kept, cache = [], []
-    allocated, times = [], []
+    allocated, times, used = [], [], []
+    driver = DriverUsed()
     rng = jax.random.PRNGKey(1)
     for step in range(steps):
         rows = 64
         rng, kx, ky, kr = jax.random.split(rng, 4)
         if case == "varlen":
-            rows = int(jax.random.randint(kr, (), 32, 129))
+            # Padded up to a multiple of 32 rows: step_fn compiles once per
+            # bucket (4), not once per length (97: minutes of compiling).
+            rows = -(-int(jax.random.randint(kr, (), 32, 129)) // 32) * 32
         x = jax.random.normal(kx, (rows, 512))
         y = jax.random.randint(ky, (rows,), 0, 1000)
         t = time.perf_counter()
@@ -132,12 +177,77 @@ def run_jax(case, steps):
         del logits, loss, x, y
         times.append((time.perf_counter() - t) * 1000.0)
         allocated.append(sum(a.nbytes for a in jax.live_arrays()))
-    return allocated, times, jax.__version__
+        used.append(driver())
+    return allocated, times, used, jax.__version__
+
+
+def run_fake(case, steps):
+    ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+    cu = ctypes.CDLL(None)  # the global scope: a preloaded hook comes first
+    cu.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+    cu.cuMemFree_v2.argtypes = [ctypes.c_uint64]
+    cu.cuInit(0)
+    dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+    cu.cuDeviceGet(ctypes.byref(dev), 0)
+    cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    cu.cuCtxPushCurrent_v2(ctx)
+    live = {}
+
+    def alloc(size):
+        p = ctypes.c_uint64()
+        if cu.cuMemAlloc_v2(ctypes.byref(p), size) != 0:
+            raise MemoryError("cuMemAlloc_v2 of %d bytes" % size)
+        live[p.value] = size
+        return p.value
+
+    def free(p):
+        cu.cuMemFree_v2(p)
+        del live[p]
+
+    params = [alloc(512 * 2048 * 4), alloc(2048 * 1000 * 4)]
+    for _ in range(8):  # a compiler's autotuning: trial workspaces
+        for trial in range(11):
+            a, b = alloc((34 + (trial % 3) * 18) << 20), alloc(2 << 20)
+            free(b)
+            free(a)
+    kept, cache, allocated, times, used = [], [], [], [], []
+    driver = DriverUsed()
+    seed = 1
+    for step in range(steps):
+        rows = 64
+        if case == "varlen":
+            seed = (seed * 1103515245 + 12345) % (1 << 31)
+            rows = 32 + seed % 97
+        t = time.perf_counter()
+        x, y = alloc(rows * 512 * 4), alloc(rows * 4)
+        h = alloc(rows * 2048 * 4)
+        grads = [alloc(512 * 2048 * 4), alloc(2048 * 1000 * 4)]
+        logits = alloc(rows * 1000 * 4)
+        new = [alloc(512 * 2048 * 4), alloc(2048 * 1000 * 4)]
+        for g in grads + [h] + params:
+            free(g)
+        params = new
+        if case == "kept_logits":
+            kept.append(logits)  # planted: kept_logits
+        else:
+            free(logits)
+        if case == "step_cache":
+            cache.append(alloc(MASK_BYTES))  # planted: step_cache
+        elif case == "bounded" and len(cache) < 5:
+            cache.append(alloc(4 * MASK_BYTES))
+        free(x)
+        free(y)
+        times.append((time.perf_counter() - t) * 1000.0)
+        allocated.append(sum(live.values()))
+        used.append(driver())
+    for p in list(live):  # the teardown
+        free(p)
+    return allocated, times, used, "fake"
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--framework", choices=("torch", "jax"), required=True)
+    ap.add_argument("--framework", choices=("torch", "jax", "fake"), required=True)
     ap.add_argument("--case", choices=("kept_logits", "step_cache", "clean", "bounded",
                                        "varlen"), required=True)
     ap.add_argument("--steps", type=int, default=40)
@@ -153,11 +263,14 @@ def main():
                                                   "VRAM_TRACE")}}
     rc = 0
     try:
-        run = run_torch if a.framework == "torch" else run_jax
-        allocated, times, version = run(a.case, a.steps)
+        run = {"torch": run_torch, "jax": run_jax, "fake": run_fake}[a.framework]
+        allocated, times, used, version = run(a.case, a.steps)
         res["version"] = version
         res["allocated_per_step"] = allocated
         res["truth_bytes_per_step"] = slope(allocated[1:-1])
+        res["device_used_per_step"] = used
+        res["device_bytes_per_step"] = (slope(used[1:-1]) if None not in used[1:-1]
+                                        else None)
         res["truth_source"] = "framework"
         if res["truth_bytes_per_step"] == 0 and res["planted_bytes"] and max(allocated) == 0:
             # A framework build whose allocator keeps no statistics (an

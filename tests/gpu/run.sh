@@ -295,7 +295,11 @@ fi
 # ---- 9. `vram record` on real training: planted leaks at the framework's rate ----
 # PyTorch (and JAX when importable): a kept-logits leak (250 KB a step), a
 # per-step cache (1 MiB a step), a clean run, a bounded cache, variable
-# lengths; the traces and the frameworks' own figures stay in $OUT/record.
+# lengths, and JAX's kept logits once more under its cuda_async allocator;
+# the traces and the frameworks' own figures stay in $OUT/record. The table
+# gives the driver's figure (device used bytes per step) and each trace's
+# share of 2 MiB-multiple allocations (1.0: the allocator rounds every array
+# up to the driver's granularity) beside the framework's.
 want record && STEP_OUT=$WORK/record.json run_step "record: planted leaks in real training" 200 \
     python3 bench/gpu/record_checks.py --vram "$VRAM" --work "$OUT/record" --budget 170
 
@@ -680,15 +684,18 @@ if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost
 rec = load(os.path.join(work, "record.json"))
 if rec is not None:
     lines.append("vram record: planted leaks in real training (vram analyze on the trace)")
-    lines.append("  %-24s %8s %14s %14s %9s %s" % (
-        "framework case", "leak", "vram B/step", "framework", "planted", "suspect sizes"))
+    lines.append("  %-28s %6s %12s %12s %12s %9s %6s %5s %s" % (
+        "framework case", "leak", "vram B/step", "framework", "driver", "planted",
+        "2MiB", "P", "suspect sizes"))
     for c in rec.get("cases") or []:
-        lines.append("  %-24s %8s %14s %14s %9s %s" % (
+        lines.append("  %-28s %6s %12s %12s %12s %9s %6s %5s %s" % (
             "%s %s" % (c.get("framework"), c.get("case")),
             {True: "yes", False: "no"}.get(c.get("leak"), "FAILED"),
             c.get("leak_bytes_per_iteration"),
             "-" if c.get("truth_bytes_per_step") is None else "%.0f" % c["truth_bytes_per_step"],
-            c.get("planted_bytes") or "-", (c.get("suspect_sizes") or [])[:3]))
+            "-" if c.get("device_bytes_per_step") is None else "%.0f" % c["device_bytes_per_step"],
+            c.get("planted_bytes") or "-", c.get("rounded_2mib_share"),
+            c.get("period_events"), (c.get("suspect_sizes") or [])[:3]))
         if c.get("error") or c.get("analyze_error"):
             lines.append("    %s" % (c.get("error") or c.get("analyze_error")).strip()[-200:])
     for what, ok in sorted((rec.get("checks") or {}).items()):
