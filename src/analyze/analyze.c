@@ -470,53 +470,46 @@ leak_fit(const struct work *w, struct an_result *r)
         r->leak_iters_to_full = (double)(r->leak_capacity - r->peak_bytes) / slope;
 }
 
+/* A suspect with the bytes of all suspects of its size. */
+struct grouped_suspect {
+    struct an_suspect s;
+    uint64_t group_bytes;
+};
+
+static int
+cmp_grouped_suspect(const void *a, const void *b)
+{
+    const struct grouped_suspect *x = a, *y = b;
+    if (x->group_bytes != y->group_bytes)
+        return x->group_bytes < y->group_bytes ? 1 : -1;
+    return cmp_suspect(&x->s, &y->s);
+}
+
 /*
 ** Suspects' order: by the bytes of their size, most first (then the size,
 ** larger first, then the id), so that the leak's own tensor leads, the
 ** one kept every iteration, and not a single larger allocation kept once.
+** Left by size alone without the memory to group them.
 */
 static void
 order_suspects(struct an_suspect *v, size_t n)
 {
-    qsort(v, n, sizeof *v, cmp_suspect); /* by size, so that a size's suspects are together */
-    uint64_t *group = malloc((n > 0 ? n : 1) * sizeof *group);
-    struct an_suspect *tmp = malloc((n > 0 ? n : 1) * sizeof *tmp);
-    if (group == NULL || tmp == NULL) { /* kept by size alone */
-        free(group);
-        free(tmp);
+    qsort(v, n, sizeof *v, cmp_suspect); /* by size: a size's suspects together */
+    struct grouped_suspect *g = malloc((n > 0 ? n : 1) * sizeof *g);
+    if (g == NULL)
         return;
-    }
-    /* Selection of whole groups, most bytes first (few groups). */
-    size_t done = 0;
-    bool *taken = calloc(n > 0 ? n : 1, sizeof *taken);
-    if (taken == NULL) {
-        free(group);
-        free(tmp);
-        return;
-    }
     for (size_t i = 0; i < n;) {
         size_t j = i;
         uint64_t bytes = 0;
         while (j < n && v[j].size == v[i].size)
             bytes += v[j++].size;
-        for (size_t k = i; k < j; k++)
-            group[k] = bytes;
-        i = j;
+        for (; i < j; i++)
+            g[i] = (struct grouped_suspect){.s = v[i], .group_bytes = bytes};
     }
-    while (done < n) {
-        size_t best = n;
-        for (size_t i = 0; i < n; i++)
-            if (!taken[i] && (best == n || group[i] > group[best]))
-                best = i; /* the first of the group: sizes descend within ties */
-        for (size_t i = best; i < n && v[i].size == v[best].size; i++) {
-            tmp[done++] = v[i];
-            taken[i] = true;
-        }
-    }
-    memcpy(v, tmp, n * sizeof *v);
-    free(taken);
-    free(group);
-    free(tmp);
+    qsort(g, n, sizeof *g, cmp_grouped_suspect);
+    for (size_t i = 0; i < n; i++)
+        v[i] = g[i].s;
+    free(g);
 }
 
 /*

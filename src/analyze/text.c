@@ -143,14 +143,15 @@ print_leak(FILE *out, const struct an_result *r)
                      b, sizeof b));
     print_leak_projection(out, r);
     if (r->n_suspects == 0) {
-        fprintf(out, "  no allocation outlived its iteration to the end of the trace\n");
+        fprintf(out, "  no allocation outlived its iteration to the end of the fit\n");
         return;
     }
     fprintf(out,
             "  suspects: %zu allocations (%s) born after the first iteration are still "
-            "alive at the end:\n",
-            r->n_suspects, fmt_size(r->suspect_bytes, a, sizeof a));
-    /* Grouped by size (the list is sorted by size): count, birth range. */
+            "alive at the end of iteration %zu:\n",
+            r->n_suspects, fmt_size(r->suspect_bytes, a, sizeof a), r->leak_iters_used + 1);
+    /* Grouped by size (the list has a size's suspects together): count,
+     * birth range. */
     size_t groups = 0;
     for (size_t i = 0; i < r->n_suspects;) {
         size_t j = i;
