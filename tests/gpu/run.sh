@@ -698,6 +698,14 @@ if rec is not None:
             c.get("period_events"), (c.get("suspect_sizes") or [])[:3]))
         if c.get("error") or c.get("analyze_error"):
             lines.append("    %s" % (c.get("error") or c.get("analyze_error")).strip()[-200:])
+    seen = set()
+    for c in rec.get("cases") or []:  # what each run saw: version, allocator settings
+        env = sorted((k, v) for k, v in (c.get("env") or {}).items() if v and k != "VRAM_TRACE")
+        key = (c.get("framework"), c.get("version"), tuple(env))
+        if c.get("version") and key not in seen:
+            seen.add(key)
+            lines.append("  %s %s: %s" % (c.get("framework"), c.get("version"),
+                                          ", ".join("%s=%s" % kv for kv in env)))
     for what, ok in sorted((rec.get("checks") or {}).items()):
         targets.append(("record " + what, verdict(ok)))
     for fw, o in sorted((rec.get("overhead") or {}).items()):
