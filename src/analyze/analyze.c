@@ -517,7 +517,7 @@ order_suspects(struct an_suspect *v, size_t n)
 ** iteration, born in a fitted iteration before it (so that each outlived
 ** the iteration that made it, and every later one the fit saw). Not "never
 ** freed": a program that keeps a tensor every step frees them all at its
-** exit (an interpreter's teardown), after the steps the fit covers.
+** end (an interpreter's teardown), after the steps the fit covers.
 */
 static vram_status
 find_suspects(struct work *w, struct an_result *r)
