@@ -121,7 +121,8 @@ struct an_result {
     bool leak;                     /* a sustained rise of the per-iteration minimum */
     double leak_bytes_per_iter;    /* slope of the minima (least squares), bytes */
     double leak_r2;                /* fit quality of that slope, 0..1 */
-    struct an_suspect *suspects;   /* largest first */
+    struct an_suspect *suspects;   /* by size, the sizes holding the
+                                      most bytes first */
     size_t n_suspects;
     uint64_t suspect_bytes;        /* their sum */
     struct an_point *points;       /* the timeline */

@@ -1198,8 +1198,9 @@ class_table(struct page *p, const struct an_class *c, size_t n, uint64_t total)
 }
 
 /*
-** Allocations A[0..N) (largest first, so equal sizes are neighbours) as a
-** table with one row per size: how many, their bytes, the iterations they
+** Allocations A[0..N) (equal sizes neighbours: largest first, or for
+** suspects the sizes holding the most bytes first) as a table with one
+** row per size: how many, their bytes, the iterations they
 ** were born in, the first one's time and id. At most MAX_ROWS rows; the
 ** rest counted below.
 */
@@ -1454,7 +1455,7 @@ suspect_table(struct page *p)
     put(p, r->n_suspects == 1 ? " allocation outlived" : " allocations outlived");
     put(p, " the iteration that made it and stayed alive: <b>");
     put_size(p, r->suspect_bytes);
-    put(p, "</b> in all. Largest first:</p>\n");
+    put(p, "</b> in all. The sizes that hold the most first:</p>\n");
     alloc_table(p, r->suspects, r->n_suspects, MAX_SUSPECT_ROWS);
 }
 
