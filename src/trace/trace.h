@@ -37,6 +37,41 @@ enum trace_op {
 /* The label of events that have none (all but marks). */
 #define TRACE_NO_LABEL UINT32_MAX
 
+/* The call site of events that have none: no site recorded, or a trace
+** without a frames table. Sites are numbered from 1. */
+#define TRACE_NO_SITE 0
+
+/* The newest format this reader reads (docs/TRACE_FORMAT.md): 1, the
+** events alone; 2, the events with a call-site column and a frames table
+** in "#@" lines. */
+#define TRACE_FORMAT_VERSION 2
+
+/* Most frames in one call site, and the longest text of a frame (a file,
+** a module, a function or symbol, a note), in bytes; writers cut longer
+** text. A frame line stays well under the 4096-byte line limit. */
+#define TRACE_SITE_MAX_FRAMES 64
+#define TRACE_FRAME_TEXT_MAX 1000
+
+/*
+** One frame of a call site: a line of Python source, a native return
+** address (as its module and the offset from the module's load address,
+** which addr2line takes), or a note saying what is honestly known where
+** there is no frame ("no Python frame on thread pt_autograd_0").
+*/
+enum trace_frame_kind {
+    TRACE_FRAME_PY = 'p',     /* file, line, func */
+    TRACE_FRAME_NATIVE = 'n', /* file = module path, offset, func = symbol or "" */
+    TRACE_FRAME_NOTE = 't'    /* func = the note's text; file "" */
+};
+
+struct trace_frame {
+    const char *file; /* py: the source file; native: the module; note: "" */
+    const char *func; /* py: the function; native: the symbol ("" unknown); note: text */
+    uint64_t offset;  /* native: return address - the module's load address */
+    uint32_t line;    /* py: the line number (0 unknown) */
+    char kind;        /* enum trace_frame_kind */
+};
+
 struct trace_event {
     uint64_t t_us;   /* wall-clock microseconds */
     uint64_t id;     /* allocation number, unique within the trace */
@@ -47,6 +82,8 @@ struct trace_event {
     int32_t device;  /* logical device; 0 when the trace has no column */
     uint32_t label;  /* TRACE_MARK: index into trace.labels (loader only);
                         TRACE_NO_LABEL for the other ops */
+    uint32_t site;   /* 'a' and 'o': the call site, 1..trace.n_sites, or
+                        TRACE_NO_SITE */
     char op;         /* enum trace_op */
 };
 
@@ -68,7 +105,19 @@ struct trace {
                                  index (event.label < n_labels) */
     uint32_t n_labels;
     uint64_t n_marks, n_ooms; /* events of those kinds */
+    int format;               /* the file's format version: 1 or 2 */
+    struct trace_frame *frames; /* the frames table, owned (its strings too) */
+    uint32_t n_frames;
+    uint32_t n_sites;           /* call sites 1..n_sites */
+    uint32_t *site_start;       /* site s's frames are site_frames[site_start[s-1]
+                                   .. site_start[s]-1]: n_sites + 1 entries */
+    uint32_t *site_frames;      /* indexes into frames, innermost first */
 };
+
+/* The frames of call site SITE of T (1..n_sites), innermost first, as
+** indexes into t->frames, and their count in *N. NULL and 0 for
+** TRACE_NO_SITE or a site out of range. */
+const uint32_t *trace_site_frames(const struct trace *t, uint32_t site, uint32_t *n);
 
 /*
 ** Load PATH (.csv or .csv.gz). On malformed input: VRAM_E_PARSE and the
@@ -100,8 +149,29 @@ vram_status trace_writer_open(const char *path, const char *meta,
                               struct trace_writer **out);
 
 /*
+** The same, for a trace that carries call sites: format 2, with the
+** "#@format 2" line and the site column (trace_writer_site). A trace
+** opened by trace_writer_open is format 1, as every trace was before.
+*/
+vram_status trace_writer_open_sites(const char *path, const char *meta,
+                                    struct trace_writer **out);
+
+/*
+** The id of the call site made of the N FRAMES (innermost first; at most
+** TRACE_SITE_MAX_FRAMES are kept), into *SITE (1 and up). A site or
+** frame seen before keeps its id; a new one is written to the frames
+** table first, so that its lines always come before the events that use
+** it. Text is made safe as labels are and cut at TRACE_FRAME_TEXT_MAX.
+** Thread-safe. VRAM_E_INVALID for a format-1 writer, N == 0 or a frame of
+** an unknown kind; VRAM_E_HOST_MEMORY, VRAM_E_IO.
+*/
+vram_status trace_writer_site(struct trace_writer *w, const struct trace_frame *frames,
+                              int n, uint32_t *site);
+
+/*
 ** Append one event: 'a', 'f' or 'o' (its slot and label are ignored; an
-** 'o' needs a size above 0). Thread-safe. VRAM_E_INVALID for an op or
+** 'o' needs a size above 0; its site, from trace_writer_site, is written
+** for 'a' and 'o' when the writer carries sites). Thread-safe. VRAM_E_INVALID for an op or
 ** device no reader would accept, VRAM_E_IO.
 */
 vram_status trace_writer_event(struct trace_writer *w, const struct trace_event *ev);

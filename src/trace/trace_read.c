@@ -59,7 +59,8 @@
     X(COL_SIZE, "size", true)                                                            \
     X(COL_STREAM, "stream", true)                                                        \
     X(COL_DEVICE, "device", false)                                                       \
-    X(COL_LABEL, "label", false)
+    X(COL_LABEL, "label", false)                                                     \
+    X(COL_SITE, "site", false)
 
 /* clang-format off */
 enum column_role {
@@ -149,6 +150,14 @@ struct reader {
 
     struct label_table labels;
     uint64_t n_marks, n_ooms;
+
+    int format;              /* 1, or what "#@format" said */
+    bool format_line;        /* a "#@format" line was read */
+    struct trace_frame *frames;
+    uint32_t n_frames, cap_frames;
+    uint32_t *site_start;    /* n_sites + 1 entries when n_sites > 0 */
+    uint32_t *site_frames;
+    uint32_t n_sites, cap_sites, n_site_frames, cap_site_frames;
 };
 
 /* ------------------------------------------------------------------ */
@@ -458,8 +467,8 @@ parse_header(struct reader *r, const char *line, size_t n)
                 memcmp(columns[c].name, f->p, f->n) == 0)
                 break;
         }
-        if (c == COL_COUNT)
-            continue; /* a column this reader does not know */
+        if (c == COL_COUNT || (c == COL_SITE && r->format < 2))
+            continue; /* a column this reader does not know (in this format) */
         if (seen[c])
             return parse_error(r, "column '%s' appears twice in the header",
                                columns[c].name);
@@ -597,12 +606,282 @@ apply_event(struct reader *r, struct trace_event *ev)
     return VRAM_OK;
 }
 
+/* ------------------------------------------------------------------ */
+/* The frames table                                                     */
+/* ------------------------------------------------------------------ */
+
+static void
+frames_free(struct trace_frame *frames, uint32_t n)
+{
+    uint32_t k;
+
+    for (k = 0; k < n; k++) {
+        free((char *)frames[k].file);
+        free((char *)frames[k].func);
+    }
+    free(frames);
+}
+
+/* Split the N bytes at P at commas into at most MAX fields of OUT; the
+** count into *GOT (more than MAX when there are more). */
+static void
+split_args(const char *p, size_t n, struct field *out, int max, int *got)
+{
+    const char *end = p + n;
+    int i = 0;
+
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma != NULL ? comma : end;
+        if (i < max)
+            out[i] = (struct field){p, (size_t)(stop - p)};
+        i++;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    *got = i;
+}
+
+/* A table id in F: the next one expected (EXPECT), else an error naming
+** WHAT. */
+static vram_status
+table_id(const struct reader *r, const struct field *f, const char *what, uint32_t expect)
+{
+    char text[48];
+    uint64_t v;
+
+    if (parse_u64(f, &v) != NUM_OK)
+        return parse_error(r, "%s id '%s' is not a decimal integer", what,
+                           field_text(f, text, sizeof text));
+    if (v != expect)
+        return parse_error(r,
+                           "%s id %" PRIu64 " out of order (expected %" PRIu32
+                           ": ids are 1, 2, 3... in the order defined)",
+                           what, v, expect);
+    return VRAM_OK;
+}
+
+/* "#@format N" */
+static vram_status
+format_directive(struct reader *r, const char *p, size_t n)
+{
+    struct field f = {p, n};
+    char text[48];
+    uint64_t v;
+
+    if (r->format_line)
+        return parse_error(r, "a second '#@format' line");
+    if (r->have_header)
+        return parse_error(r, "'#@format' after the header (it comes before it)");
+    if (parse_u64(&f, &v) != NUM_OK || v == 0)
+        return parse_error(r, "'#@format %s': the version is not a positive integer",
+                           field_text(&f, text, sizeof text));
+    if (v > TRACE_FORMAT_VERSION)
+        return parse_error(r,
+                           "trace format %" PRIu64 " is newer than this vram reads (1 to %d); "
+                           "read it with the vram that wrote it, or a newer one",
+                           v, TRACE_FORMAT_VERSION);
+    r->format = (int)v;
+    r->format_line = true;
+    return VRAM_OK;
+}
+
+/* "#@frame ID,py,FILE,LINE,FUNC" / "ID,native,MODULE,0xOFFSET,SYMBOL" /
+** "ID,note,TEXT" */
+static vram_status
+frame_directive(struct reader *r, const char *p, size_t n)
+{
+    struct field a[6];
+    struct trace_frame fr = {0};
+    char text[48];
+    vram_status st;
+    int got;
+    uint64_t v;
+
+    split_args(p, n, a, 6, &got);
+    if ((st = table_id(r, &a[0], "frame", r->n_frames + 1)) != VRAM_OK)
+        return st;
+    if (got >= 2 && a[1].n == 2 && memcmp(a[1].p, "py", 2) == 0) {
+        if (got != 5)
+            return parse_error(r, "a py frame has 5 fields (ID,py,FILE,LINE,FUNCTION), "
+                                  "found %d", got);
+        fr.kind = TRACE_FRAME_PY;
+        if (parse_u64(&a[3], &v) != NUM_OK || v > UINT32_MAX)
+            return parse_error(r, "frame line '%s' is not a line number",
+                               field_text(&a[3], text, sizeof text));
+        fr.line = (uint32_t)v;
+    } else if (got >= 2 && a[1].n == 6 && memcmp(a[1].p, "native", 6) == 0) {
+        size_t i;
+        if (got != 5)
+            return parse_error(r, "a native frame has 5 fields "
+                                  "(ID,native,MODULE,0xOFFSET,SYMBOL), found %d", got);
+        fr.kind = TRACE_FRAME_NATIVE;
+        if (a[3].n < 3 || a[3].n > 18 || a[3].p[0] != '0' || a[3].p[1] != 'x')
+            return parse_error(r, "frame offset '%s' is not a hexadecimal 0x... offset",
+                               field_text(&a[3], text, sizeof text));
+        for (i = 2; i < a[3].n; i++) {
+            char c = a[3].p[i];
+            unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                         : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                         : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                                : 16u;
+            if (d == 16)
+                return parse_error(r, "frame offset '%s' is not a hexadecimal 0x... offset",
+                                   field_text(&a[3], text, sizeof text));
+            fr.offset = fr.offset << 4 | d;
+        }
+    } else if (got >= 2 && a[1].n == 4 && memcmp(a[1].p, "note", 4) == 0) {
+        if (got != 3)
+            return parse_error(r, "a note frame has 3 fields (ID,note,TEXT), found %d", got);
+        fr.kind = TRACE_FRAME_NOTE;
+    } else {
+        return parse_error(r, "frame kind '%s' is not 'py', 'native' or 'note'",
+                           got >= 2 ? field_text(&a[1], text, sizeof text) : "");
+    }
+    if (a[2].n == 0)
+        return parse_error(r, "a %s frame without its %s", fr.kind == TRACE_FRAME_PY ? "py"
+                           : fr.kind == TRACE_FRAME_NATIVE ? "native" : "note",
+                           fr.kind == TRACE_FRAME_NOTE ? "text"
+                           : fr.kind == TRACE_FRAME_PY ? "file" : "module");
+    if (r->n_frames == r->cap_frames) {
+        uint32_t cap = r->cap_frames == 0 ? 64 : r->cap_frames * 2;
+        struct trace_frame *grown = realloc(r->frames, (size_t)cap * sizeof *grown);
+        if (grown == NULL)
+            return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+        r->frames = grown;
+        r->cap_frames = cap;
+    }
+    if (fr.kind == TRACE_FRAME_NOTE) {
+        fr.file = strdup("");
+        fr.func = strndup(a[2].p, a[2].n);
+    } else {
+        fr.file = strndup(a[2].p, a[2].n);
+        fr.func = strndup(a[4].p, a[4].n);
+    }
+    if (fr.file == NULL || fr.func == NULL) {
+        free((char *)fr.file);
+        free((char *)fr.func);
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    }
+    r->frames[r->n_frames++] = fr;
+    return VRAM_OK;
+}
+
+/* Make room for one more site of N frames. */
+static bool
+sites_reserve(struct reader *r, uint32_t n)
+{
+    if (r->n_sites + 2 > r->cap_sites) {
+        uint32_t cap = r->cap_sites == 0 ? 64 : r->cap_sites * 2;
+        uint32_t *grown = realloc(r->site_start, (size_t)cap * sizeof *grown);
+        if (grown == NULL)
+            return false;
+        r->site_start = grown;
+        r->cap_sites = cap;
+        if (r->n_sites == 0)
+            r->site_start[0] = 0;
+    }
+    while (r->n_site_frames + n > r->cap_site_frames) {
+        uint32_t cap = r->cap_site_frames == 0 ? 256 : r->cap_site_frames * 2;
+        uint32_t *grown = realloc(r->site_frames, (size_t)cap * sizeof *grown);
+        if (grown == NULL)
+            return false;
+        r->site_frames = grown;
+        r->cap_site_frames = cap;
+    }
+    return true;
+}
+
+/* "#@site ID,FRAME,FRAME,..." (innermost first) */
+static vram_status
+site_directive(struct reader *r, const char *p, size_t n)
+{
+    struct field a[TRACE_SITE_MAX_FRAMES + 1];
+    char text[48];
+    vram_status st;
+    int got, i;
+
+    split_args(p, n, a, TRACE_SITE_MAX_FRAMES + 1, &got);
+    if ((st = table_id(r, &a[0], "site", r->n_sites + 1)) != VRAM_OK)
+        return st;
+    if (got < 2)
+        return parse_error(r, "site %" PRIu32 " has no frames", r->n_sites + 1);
+    if (got > TRACE_SITE_MAX_FRAMES + 1)
+        return parse_error(r, "site %" PRIu32 " has %d frames (at most %d)", r->n_sites + 1,
+                           got - 1, TRACE_SITE_MAX_FRAMES);
+    if (r->n_sites == UINT32_MAX - 1 || !sites_reserve(r, (uint32_t)got - 1))
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    for (i = 1; i < got; i++) {
+        uint64_t v;
+        if (parse_u64(&a[i], &v) != NUM_OK || v == 0)
+            return parse_error(r, "site frame '%s' is not a frame id",
+                               field_text(&a[i], text, sizeof text));
+        if (v > r->n_frames)
+            return parse_error(r, "site %" PRIu32 " names frame %" PRIu64
+                                  ", which is not defined before it",
+                               r->n_sites + 1, v);
+        r->site_frames[r->n_site_frames++] = (uint32_t)v - 1;
+    }
+    r->n_sites++;
+    r->site_start[r->n_sites] = r->n_site_frames;
+    return VRAM_OK;
+}
+
+/*
+** A "#@" line: the format version or the frames table. Directives a
+** reader does not know are ignored, as unknown columns are, so that later
+** additions that older readers may skip need no new version.
+*/
+static vram_status
+parse_directive(struct reader *r, const char *line, size_t n)
+{
+    const char *sp = memchr(line, ' ', n);
+    size_t word = sp != NULL ? (size_t)(sp - line) : n;
+    const char *args = sp != NULL ? sp + 1 : line + n;
+    size_t n_args = n - word - (sp != NULL);
+
+    if (word == 6 && memcmp(line, "format", 6) == 0)
+        return format_directive(r, args, n_args);
+    if ((word == 5 && memcmp(line, "frame", 5) == 0) ||
+        (word == 4 && memcmp(line, "site", 4) == 0)) {
+        if (r->format < 2)
+            return parse_error(r, "'#@%.*s' needs a '#@format 2' line before the header",
+                               (int)word, line);
+        return word == 5 ? frame_directive(r, args, n_args) : site_directive(r, args, n_args);
+    }
+    return VRAM_OK;
+}
+
+/* The site column of EV: empty or 0 for none, else a site defined above,
+** and only on 'a' and 'o'. */
+static vram_status
+site_field(const struct reader *r, const struct field *f, struct trace_event *ev)
+{
+    char text[48];
+    uint64_t v;
+
+    if (parse_u64(f, &v) != NUM_OK)
+        return parse_error(r, "site '%s' is not a non-negative decimal integer",
+                           field_text(f, text, sizeof text));
+    if (v == TRACE_NO_SITE)
+        return VRAM_OK;
+    if (ev->op != TRACE_ALLOC && ev->op != TRACE_OOM)
+        return parse_error(r, "site %" PRIu64 " on an '%c' event (only 'a' and 'o' "
+                              "events have call sites)", v, ev->op);
+    if (v > r->n_sites)
+        return parse_error(r, "site %" PRIu64 " is not defined (no '#@site %" PRIu64
+                              "' line before it)", v, v);
+    ev->site = (uint32_t)v;
+    return VRAM_OK;
+}
+
 /* One event line. */
 static vram_status
 parse_event(struct reader *r, const char *line, size_t n)
 {
-    struct trace_event ev = {.label = TRACE_NO_LABEL};
-    const struct field *label = NULL;
+    struct trace_event ev = {.label = TRACE_NO_LABEL, .site = TRACE_NO_SITE};
+    const struct field *label = NULL, *site = NULL;
     vram_status st;
     int i;
 
@@ -617,6 +896,10 @@ parse_event(struct reader *r, const char *line, size_t n)
             continue;
         if (role == COL_LABEL) {
             label = f; /* may be empty: checked with the op below */
+            continue;
+        }
+        if (role == COL_SITE) {
+            site = f; /* may be empty: checked with the op below */
             continue;
         }
         if (f->n == 0)
@@ -646,6 +929,7 @@ parse_event(struct reader *r, const char *line, size_t n)
             st = device_field(r, f, &ev.device);
             break;
         case COL_LABEL:
+        case COL_SITE:
         case COL_IGNORED:
         case COL_COUNT:
         default:
@@ -656,6 +940,8 @@ parse_event(struct reader *r, const char *line, size_t n)
             return st;
     }
 
+    if (site != NULL && site->n > 0 && (st = site_field(r, site, &ev)) != VRAM_OK)
+        return st;
     if (ev.op != TRACE_MARK && label != NULL && label->n > 0) {
         char text[48];
         st = parse_error(r, "label '%s' on an '%c' event (only marks have labels)",
@@ -705,6 +991,8 @@ handle_line(struct reader *r, const char *line, size_t n)
         line += 3;
         n -= 3;
     }
+    if (n >= 2 && line[0] == '#' && line[1] == '@')
+        return parse_directive(r, line + 2, n - 2);
     if (n > 0 && line[0] == '#') {
         /* Only the first line's comment is the trace's metadata. */
         if (r->line == 1) {
@@ -1047,6 +1335,9 @@ reader_destroy(struct reader *r)
     free(r->events);
     ids_destroy(&r->ids);
     labels_destroy(&r->labels);
+    frames_free(r->frames, r->n_frames);
+    free(r->site_start);
+    free(r->site_frames);
 }
 
 /* Move what R built into a new struct trace. */
@@ -1082,6 +1373,16 @@ reader_finish(struct reader *r, struct trace **out)
     t->n_labels = r->labels.n;
     t->n_marks = r->n_marks;
     t->n_ooms = r->n_ooms;
+    t->format = r->format;
+    t->frames = r->frames;
+    t->n_frames = r->n_frames;
+    t->n_sites = r->n_sites;
+    t->site_start = r->site_start;
+    t->site_frames = r->site_frames;
+    r->frames = NULL;
+    r->n_frames = 0;
+    r->site_start = NULL;
+    r->site_frames = NULL;
     r->meta = NULL;
     r->events = NULL;
     r->labels.list = NULL;
@@ -1103,6 +1404,7 @@ trace_load(const char *path, struct trace **out)
         return error_set(VRAM_E_INVALID, "trace_load: NULL argument");
     r.path = path;
     r.max_device = -1;
+    r.format = 1;
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -1147,6 +1449,9 @@ trace_free(struct trace *t)
     for (k = 0; k < t->n_labels; k++)
         free(t->labels[k]);
     free(t->labels);
+    frames_free(t->frames, t->n_frames);
+    free(t->site_start);
+    free(t->site_frames);
     free(t);
 }
 
@@ -1170,4 +1475,15 @@ trace_display_name(const char *path, char *buf, size_t len)
     memcpy(buf, base, n);
     buf[n] = '\0';
     return buf;
+}
+
+const uint32_t *
+trace_site_frames(const struct trace *t, uint32_t site, uint32_t *n)
+{
+    if (t == NULL || site == TRACE_NO_SITE || site > t->n_sites) {
+        *n = 0;
+        return NULL;
+    }
+    *n = t->site_start[site] - t->site_start[site - 1];
+    return t->site_frames + t->site_start[site - 1];
 }

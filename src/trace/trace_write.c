@@ -25,13 +25,35 @@
 #include "base/error.h"
 #include "trace/trace.h"
 
-/* The header every writer emits; readers find columns by these names. */
+/* The header every writer emits; readers find columns by these names. A
+** writer with call sites declares format 2 first and adds the site
+** column. */
 static const char trace_header[] = "t_us,op,id,size,stream,device,label\n";
+static const char trace_header_sites[] = "#@format 2\n"
+                                         "t_us,op,id,size,stream,device,label,site\n";
 
 /* Limits of the reader (trace_read.c): the highest logical device and the
 ** longest line, in bytes without its line end. */
 #define TRACE_MAX_DEVICE 1023
 #define TRACE_MAX_LINE 4096
+
+/*
+** What a writer has already written to the frames table: an open-addressing
+** table from a line's text (its key) to the id it was given, kept at most
+** half full. Keys are the text of the line after its id, so the table
+** compares exactly what a reader would see.
+*/
+struct intern_entry {
+    uint64_t hash;
+    char *key; /* owned; NULL marks an empty bucket */
+    uint32_t len, id;
+};
+
+struct intern {
+    struct intern_entry *b; /* 1 << bits buckets */
+    unsigned bits;
+    uint32_t n; /* ids given: 1..n */
+};
 
 struct trace_writer {
     pthread_mutex_t lock; /* guards everything below */
@@ -40,6 +62,9 @@ struct trace_writer {
     FILE *fp;             /* ... else this */
     bool failed;          /* a write failed; the file is incomplete */
     bool finished;        /* the file is closed (trace_writer_finish) */
+    bool sites;           /* format 2: the site column and the frames table */
+    struct intern frames; /* frame text -> frame id */
+    struct intern site_ids; /* "F,F,F" -> site id */
 };
 
 static bool
@@ -92,8 +117,8 @@ put_u64(char *p, uint64_t v)
     return p;
 }
 
-vram_status
-trace_writer_open(const char *path, const char *meta, struct trace_writer **out)
+static vram_status
+writer_open(const char *path, const char *meta, bool sites, struct trace_writer **out)
 {
     struct trace_writer *w;
     vram_status st = VRAM_OK;
@@ -142,7 +167,10 @@ trace_writer_open(const char *path, const char *meta, struct trace_writer **out)
             free(line);
         }
     }
-    if (st == VRAM_OK)
+    w->sites = sites;
+    if (st == VRAM_OK && sites)
+        st = write_bytes_locked(w, trace_header_sites, sizeof trace_header_sites - 1);
+    else if (st == VRAM_OK)
         st = write_bytes_locked(w, trace_header, sizeof trace_header - 1);
 
     if (st != VRAM_OK) {
@@ -158,6 +186,18 @@ trace_writer_open(const char *path, const char *meta, struct trace_writer **out)
     }
     *out = w;
     return VRAM_OK;
+}
+
+vram_status
+trace_writer_open(const char *path, const char *meta, struct trace_writer **out)
+{
+    return writer_open(path, meta, false, out);
+}
+
+vram_status
+trace_writer_open_sites(const char *path, const char *meta, struct trace_writer **out)
+{
+    return writer_open(path, meta, true, out);
 }
 
 /*
@@ -226,30 +266,35 @@ trace_writer_event(struct trace_writer *w, const struct trace_event *ev)
 
     p = put_columns(line, ev->t_us, ev->op, ev->op == TRACE_OOM ? 0 : ev->id, ev->size,
                     ev->stream, ev->device);
-    *p++ = '\n'; /* an empty label */
+    if (w->sites) {
+        *p++ = ','; /* an empty label */
+        if (ev->op != TRACE_FREE && ev->site != TRACE_NO_SITE)
+            p = put_u64(p, ev->site);
+    }
+    *p++ = '\n'; /* an empty label (and site) */
     return write_line(w, line, (size_t)(p - line));
 }
 
 /*
 ** Copy LABEL into OUT as the format allows it (see the top of the file):
-** at most TRACE_LABEL_MAX bytes, never cutting a UTF-8 sequence in two.
-** Returns the bytes written.
+** at most MAX bytes, never cutting a UTF-8 sequence in two. Returns the
+** bytes written. Labels and the text of frames both come this way.
 */
 static size_t
-sanitize_label(const char *label, char *out)
+sanitize_text(const char *label, size_t max, char *out)
 {
-    size_t n = strnlen(label, TRACE_LABEL_MAX + 1), i;
+    size_t n = strnlen(label, max + 1), i;
 
-    if (n > TRACE_LABEL_MAX) {
+    if (n > max) {
         /* Back up over continuation bytes (10xxxxxx) to the start of the
          * sequence that the cut splits, and drop that sequence whole: at
          * most 3 bytes, since a UTF-8 sequence has at most 4 (text that is
          * not UTF-8 is simply cut). */
-        n = TRACE_LABEL_MAX;
-        while (n > TRACE_LABEL_MAX - 3 && ((unsigned char)label[n] & 0xc0) == 0x80)
+        n = max;
+        while (n > max - 3 && ((unsigned char)label[n] & 0xc0) == 0x80)
             n--;
         if (((unsigned char)label[n] & 0xc0) == 0x80)
-            n = TRACE_LABEL_MAX;
+            n = max;
     }
     for (i = 0; i < n; i++) {
         unsigned char c = (unsigned char)label[i];
@@ -263,7 +308,7 @@ trace_writer_mark(struct trace_writer *w, uint64_t t_us, int32_t device,
                   const char *label)
 {
     /* The columns (91 bytes at most), the label and the line end. */
-    char line[96 + TRACE_LABEL_MAX + 1], *p;
+    char line[96 + TRACE_LABEL_MAX + 2], *p;
     vram_status st;
 
     if (w == NULL || label == NULL)
@@ -274,9 +319,204 @@ trace_writer_mark(struct trace_writer *w, uint64_t t_us, int32_t device,
         return st;
 
     p = put_columns(line, t_us, TRACE_MARK, 0, 0, 0, device);
-    p += sanitize_label(label, p);
+    p += sanitize_text(label, TRACE_LABEL_MAX, p);
+    if (w->sites)
+        *p++ = ','; /* no site */
     *p++ = '\n';
     return write_line(w, line, (size_t)(p - line));
+}
+
+/* ------------------------------------------------------------------ */
+/* The frames table                                                     */
+/* ------------------------------------------------------------------ */
+
+static void
+intern_destroy(struct intern *t)
+{
+    size_t i;
+
+    if (t->b == NULL)
+        return;
+    for (i = 0; i < ((size_t)1 << t->bits); i++)
+        free(t->b[i].key);
+    free(t->b);
+    t->b = NULL;
+}
+
+/* FNV-1a over the N bytes at P. */
+static uint64_t
+text_hash(const char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        h ^= (unsigned char)p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static struct intern_entry *
+intern_bucket(const struct intern *t, uint64_t h, const char *key, size_t n)
+{
+    size_t mask = ((size_t)1 << t->bits) - 1, i = (size_t)h & mask;
+
+    while (t->b[i].key != NULL &&
+           !(t->b[i].hash == h && t->b[i].len == n && memcmp(t->b[i].key, key, n) == 0))
+        i = (i + 1) & mask;
+    return &t->b[i];
+}
+
+/*
+** The id of KEY (N bytes) in T into *ID; *ADDED when it is new (the
+** caller then writes its line). False when out of host memory.
+*/
+static bool
+intern_get(struct intern *t, const char *key, size_t n, uint32_t *id, bool *added)
+{
+    uint64_t h = text_hash(key, n);
+    struct intern_entry *e;
+
+    if (t->b == NULL || ((size_t)t->n + 1) * 2 > ((size_t)1 << t->bits)) {
+        struct intern bigger = {.bits = t->b == NULL ? 8 : t->bits + 1, .n = t->n};
+        size_t i;
+        bigger.b = calloc((size_t)1 << bigger.bits, sizeof *bigger.b);
+        if (bigger.b == NULL)
+            return false;
+        for (i = 0; t->b != NULL && i < ((size_t)1 << t->bits); i++)
+            if (t->b[i].key != NULL)
+                *intern_bucket(&bigger, t->b[i].hash, t->b[i].key, t->b[i].len) = t->b[i];
+        free(t->b);
+        *t = bigger;
+    }
+    e = intern_bucket(t, h, key, n);
+    *added = e->key == NULL;
+    if (*added) {
+        if ((e->key = malloc(n > 0 ? n : 1)) == NULL)
+            return false;
+        memcpy(e->key, key, n);
+        e->hash = h;
+        e->len = (uint32_t)n;
+        e->id = ++t->n;
+    }
+    *id = e->id;
+    return true;
+}
+
+/* Write the table line "#@WHAT ID,KEY" (the caller holds the lock). */
+static vram_status
+write_table_line_locked(struct trace_writer *w, const char *what, uint32_t id,
+                        const char *key, size_t n)
+{
+    char head[32], *p = head;
+
+    *p++ = '#';
+    *p++ = '@';
+    p = (char *)memcpy(p, what, strlen(what)) + strlen(what);
+    *p++ = ' ';
+    p = put_u64(p, id);
+    *p++ = ',';
+    vram_status st = write_bytes_locked(w, head, (size_t)(p - head));
+    if (st == VRAM_OK)
+        st = write_bytes_locked(w, key, n);
+    if (st == VRAM_OK)
+        st = write_bytes_locked(w, "\n", 1);
+    return st;
+}
+
+/* The key of frame F, as its line has it after the id: at most 3 texts of
+** TRACE_FRAME_TEXT_MAX and two numbers. */
+static size_t
+frame_key(const struct trace_frame *f, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *p = out;
+
+    switch (f->kind) {
+    case TRACE_FRAME_PY:
+        p = (char *)memcpy(p, "py,", 3) + 3;
+        p += sanitize_text(f->file != NULL && f->file[0] != '\0' ? f->file : "?",
+                           TRACE_FRAME_TEXT_MAX, p);
+        *p++ = ',';
+        p = put_u64(p, f->line);
+        *p++ = ',';
+        p += sanitize_text(f->func != NULL ? f->func : "", TRACE_FRAME_TEXT_MAX, p);
+        break;
+    case TRACE_FRAME_NATIVE: {
+        char digits[16];
+        int n = 0;
+        uint64_t v = f->offset;
+        p = (char *)memcpy(p, "native,", 7) + 7;
+        p += sanitize_text(f->file != NULL && f->file[0] != '\0' ? f->file : "?",
+                           TRACE_FRAME_TEXT_MAX, p);
+        *p++ = ',';
+        *p++ = '0';
+        *p++ = 'x';
+        do {
+            digits[n++] = hex[v & 15];
+            v >>= 4;
+        } while (v != 0);
+        while (n > 0)
+            *p++ = digits[--n];
+        *p++ = ',';
+        p += sanitize_text(f->func != NULL ? f->func : "", TRACE_FRAME_TEXT_MAX, p);
+        break;
+    }
+    default: /* TRACE_FRAME_NOTE */
+        p = (char *)memcpy(p, "note,", 5) + 5;
+        p += sanitize_text(f->func != NULL && f->func[0] != '\0' ? f->func : "?",
+                           TRACE_FRAME_TEXT_MAX, p);
+        break;
+    }
+    return (size_t)(p - out);
+}
+
+vram_status
+trace_writer_site(struct trace_writer *w, const struct trace_frame *frames, int n,
+                  uint32_t *site)
+{
+    char key[3 * TRACE_FRAME_TEXT_MAX + 64];
+    char ids[TRACE_SITE_MAX_FRAMES * 11], *p = ids;
+    vram_status st = VRAM_OK;
+    uint32_t id;
+    bool added;
+    int i;
+
+    if (w == NULL || frames == NULL || site == NULL)
+        return error_set(VRAM_E_INVALID, "trace_writer_site: NULL argument");
+    if (!w->sites)
+        return error_set(VRAM_E_INVALID, "%s: the trace was opened without call sites",
+                         w->path);
+    if (n <= 0)
+        return error_set(VRAM_E_INVALID, "%s: a call site needs a frame", w->path);
+    if (n > TRACE_SITE_MAX_FRAMES)
+        n = TRACE_SITE_MAX_FRAMES;
+    for (i = 0; i < n; i++)
+        if (frames[i].kind != TRACE_FRAME_PY && frames[i].kind != TRACE_FRAME_NATIVE &&
+            frames[i].kind != TRACE_FRAME_NOTE)
+            return error_set(VRAM_E_INVALID, "%s: frame kind '%c' is unknown", w->path,
+                             frames[i].kind);
+
+    pthread_mutex_lock(&w->lock);
+    for (i = 0; i < n && st == VRAM_OK; i++) {
+        size_t len = frame_key(&frames[i], key);
+        if (!intern_get(&w->frames, key, len, &id, &added))
+            st = error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", w->path);
+        else if (added)
+            st = write_table_line_locked(w, "frame", id, key, len);
+        if (i > 0)
+            *p++ = ',';
+        p = put_u64(p, id);
+    }
+    if (st == VRAM_OK && !intern_get(&w->site_ids, ids, (size_t)(p - ids), &id, &added))
+        st = error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", w->path);
+    else if (st == VRAM_OK && added)
+        st = write_table_line_locked(w, "site", id, ids, (size_t)(p - ids));
+    pthread_mutex_unlock(&w->lock);
+    if (st == VRAM_OK)
+        *site = id;
+    return st;
 }
 
 /* Close W's file once; later writes fail. The caller holds w->lock. */
@@ -350,6 +590,8 @@ trace_writer_close(struct trace_writer *w)
     if (w == NULL)
         return VRAM_OK;
     st = finish_locked(w); /* W is the caller's alone now */
+    intern_destroy(&w->frames);
+    intern_destroy(&w->site_ids);
     pthread_mutex_destroy(&w->lock);
     free(w->path);
     free(w);

@@ -11,6 +11,9 @@
 ** through the reader, plain and gzip, from several threads. Marks ('m')
 ** and refused allocations ('o') round-trip too, and a trace of the old
 ** format (no label column, only 'a' and 'f') reads exactly as before.
+** Call sites (format 2: the site column and the "#@" frames table)
+** round-trip, interned; a format-1 trace with a site column reads as
+** before; a newer format and every kind of damaged table is one line.
 */
 #include <stdarg.h>
 #include <stddef.h>
@@ -834,6 +837,295 @@ test_round_trip_marks(void **state)
     unlink(path);
 }
 
+/* ------------------------------------------------------------------ */
+/* Call sites (format 2)                                                */
+/* ------------------------------------------------------------------ */
+
+static void
+round_trip_sites(const char *suffix)
+{
+    char path[64];
+    struct trace_writer *w;
+    struct trace *t;
+    uint32_t s1, s2, s3, n;
+    const uint32_t *fr;
+    int fd;
+    const struct trace_frame py[] = {
+        {.kind = TRACE_FRAME_PY, .file = "model.py", .line = 88, .func = "forward"},
+        {.kind = TRACE_FRAME_PY, .file = "train,loop.py", .line = 12, .func = "main"},
+    };
+    const struct trace_frame other[] = {
+        {.kind = TRACE_FRAME_NOTE, .func = "no Python frame on thread pt_autograd_0"},
+        {.kind = TRACE_FRAME_NATIVE, .file = "/lib/libtorch.so", .offset = 0x1a2b,
+         .func = "_ZN5torch8autograd6Engine11thread_mainE"},
+        {.kind = TRACE_FRAME_PY, .file = "train,loop.py", .line = 12, .func = "main"},
+    };
+
+    snprintf(path, sizeof path, "/tmp/vram_test_trace_XXXXXX%s", suffix);
+    fd = mkstemps(path, (int)strlen(suffix));
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open_sites(path, "workload=sites", &w), VRAM_OK);
+    assert_int_equal(trace_writer_site(w, py, 2, &s1), VRAM_OK);
+    assert_int_equal(trace_writer_site(w, other, 3, &s2), VRAM_OK);
+    assert_int_equal(trace_writer_site(w, py, 2, &s3), VRAM_OK);
+    assert_int_equal(s1, 1);
+    assert_int_equal(s2, 2);
+    assert_int_equal(s3, s1); /* interned: the same stack, the same id */
+    {
+        struct trace_event a = {.t_us = 1, .op = TRACE_ALLOC, .id = 1, .size = 64, .site = s1};
+        struct trace_event b = {.t_us = 2, .op = TRACE_ALLOC, .id = 2, .size = 32, .site = s2};
+        struct trace_event c = {.t_us = 3, .op = TRACE_ALLOC, .id = 3, .size = 16};
+        struct trace_event o = {.t_us = 4, .op = TRACE_OOM, .size = 1 << 20, .site = s2};
+        struct trace_event f = {.t_us = 5, .op = TRACE_FREE, .id = 1, .size = 64, .site = s1};
+        assert_int_equal(trace_writer_event(w, &a), VRAM_OK);
+        assert_int_equal(trace_writer_event(w, &b), VRAM_OK);
+        assert_int_equal(trace_writer_event(w, &c), VRAM_OK);
+        assert_int_equal(trace_writer_mark(w, 4, 0, "step 1"), VRAM_OK);
+        assert_int_equal(trace_writer_event(w, &o), VRAM_OK);
+        assert_int_equal(trace_writer_event(w, &f), VRAM_OK);
+    }
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+
+    assert_int_equal(trace_load(path, &t), VRAM_OK);
+    assert_int_equal(t->format, 2);
+    assert_string_equal(t->meta, "workload=sites");
+    assert_int_equal(t->n_events, 6);
+    assert_int_equal(t->n_frames, 4); /* main's frame once, in both sites */
+    assert_int_equal(t->n_sites, 2);
+    assert_int_equal(t->events[0].site, 1);
+    assert_int_equal(t->events[1].site, 2);
+    assert_int_equal(t->events[2].site, TRACE_NO_SITE);
+    assert_int_equal(t->events[3].site, TRACE_NO_SITE); /* the mark */
+    assert_int_equal(t->events[4].site, 2);             /* the OOM */
+    assert_int_equal(t->events[5].site, TRACE_NO_SITE); /* frees carry none */
+    fr = trace_site_frames(t, 1, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(t->frames[fr[0]].kind, TRACE_FRAME_PY);
+    assert_string_equal(t->frames[fr[0]].file, "model.py");
+    assert_int_equal(t->frames[fr[0]].line, 88);
+    assert_string_equal(t->frames[fr[0]].func, "forward");
+    assert_string_equal(t->frames[fr[1]].file, "train loop.py"); /* the comma made safe */
+    fr = trace_site_frames(t, 2, &n);
+    assert_int_equal(n, 3);
+    assert_int_equal(t->frames[fr[0]].kind, TRACE_FRAME_NOTE);
+    assert_string_equal(t->frames[fr[0]].func, "no Python frame on thread pt_autograd_0");
+    assert_int_equal(t->frames[fr[1]].kind, TRACE_FRAME_NATIVE);
+    assert_string_equal(t->frames[fr[1]].file, "/lib/libtorch.so");
+    assert_int_equal(t->frames[fr[1]].offset, 0x1a2b);
+    assert_string_equal(t->frames[fr[1]].func, "_ZN5torch8autograd6Engine11thread_mainE");
+    assert_int_equal(fr[2], trace_site_frames(t, 1, &n)[1]);
+    assert_null(trace_site_frames(t, 3, &n));
+    assert_int_equal(n, 0);
+    assert_null(trace_site_frames(t, TRACE_NO_SITE, &n));
+    trace_free(t);
+    unlink(path);
+}
+
+static void
+test_round_trip_sites(void **state)
+{
+    (void)state;
+    round_trip_sites(".csv");
+    round_trip_sites(".csv.gz");
+}
+
+/* What a format-2 writer puts in the file, line by line. */
+static void
+test_sites_text(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX.csv";
+    char text[1024];
+    struct trace_writer *w;
+    uint32_t s;
+    FILE *f;
+    size_t n;
+    int fd;
+    const struct trace_frame fr[] = {
+        {.kind = TRACE_FRAME_PY, .file = "a.py", .line = 3, .func = "f"},
+        {.kind = TRACE_FRAME_NATIVE, .file = "/bin/x", .offset = 0xbeef, .func = ""},
+    };
+    (void)state;
+
+    fd = mkstemps(path, 4);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open_sites(path, "m", &w), VRAM_OK);
+    assert_int_equal(trace_writer_site(w, fr, 2, &s), VRAM_OK);
+    {
+        struct trace_event a = {.t_us = 9, .op = TRACE_ALLOC, .id = 3, .size = 256, .site = s};
+        struct trace_event b = {.t_us = 10, .op = TRACE_FREE, .id = 3, .size = 256};
+        assert_int_equal(trace_writer_event(w, &a), VRAM_OK);
+        assert_int_equal(trace_writer_event(w, &b), VRAM_OK);
+    }
+    assert_int_equal(trace_writer_mark(w, 11, 0, "x"), VRAM_OK);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_string_equal(text, "# m\n"
+                              "#@format 2\n"
+                              "t_us,op,id,size,stream,device,label,site\n"
+                              "#@frame 1,py,a.py,3,f\n"
+                              "#@frame 2,native,/bin/x,0xbeef,\n"
+                              "#@site 1,1,2\n"
+                              "9,a,3,256,0,0,,1\n"
+                              "10,f,3,256,0,0,,\n"
+                              "11,m,0,0,0,0,x,\n");
+    unlink(path);
+
+    /* A format-1 writer has no sites to give. */
+    memcpy(path + strlen(path) - 10, "XXXXXX.csv", 10);
+    fd = mkstemps(path, 4);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open(path, NULL, &w), VRAM_OK);
+    assert_int_equal(trace_writer_site(w, fr, 2, &s), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    unlink(path);
+}
+
+/* Format 1 reads as before: a site column there is an unknown column
+** (even with garbage in it), "#" lines are comments. */
+static void
+test_sites_format1_unchanged(void **state)
+{
+    struct trace *t;
+    (void)state;
+
+    t = load_text("# workload=old\n"
+                  "t_us,op,id,size,stream,site\n"
+                  "1,a,1,64,0,zz\n"
+                  "# frame 1,py,x.py,1,f\n"
+                  "2,f,1,64,0,\n");
+    assert_int_equal(t->format, 1);
+    assert_int_equal(t->n_events, 2);
+    assert_int_equal(t->n_sites, 0);
+    assert_int_equal(t->n_frames, 0);
+    assert_int_equal(t->events[0].site, TRACE_NO_SITE);
+    assert_string_equal(t->meta, "workload=old");
+    trace_free(t);
+
+    /* A "#@format 1" line says what a file without one means; unknown
+     * directives are skipped. */
+    t = load_text("#@format 1\n#@later something\n" HEADER "1,a,1,64,0\n");
+    assert_int_equal(t->format, 1);
+    assert_string_equal(t->meta, ""); /* a directive is not the metadata */
+    trace_free(t);
+}
+
+#define SHEADER "#@format 2\nt_us,op,id,size,stream,device,label,site\n"
+
+static void
+test_sites_errors(void **state)
+{
+    (void)state;
+    /* A newer format: one line that says so. */
+    expect_parse_error("# x\n#@format 3\n" HEADER, 2,
+                       "trace format 3 is newer than this vram reads (1 to 2)");
+    expect_parse_error("#@format two\n" HEADER, 1, "the version is not a positive integer");
+    expect_parse_error("#@format 2\n#@format 2\n" HEADER, 2, "a second '#@format' line");
+    expect_parse_error(HEADER "#@format 2\n", 2, "'#@format' after the header");
+    expect_parse_error(HEADER "#@frame 1,py,a.py,1,f\n", 2,
+                       "'#@frame' needs a '#@format 2' line before the header");
+    expect_parse_error(HEADER "#@site 1,1\n", 2, "'#@site' needs a '#@format 2' line");
+    /* Frames. */
+    expect_parse_error(SHEADER "#@frame 2,py,a.py,1,f\n", 3,
+                       "frame id 2 out of order (expected 1");
+    expect_parse_error(SHEADER "#@frame x,py,a.py,1,f\n", 3, "frame id 'x' is not");
+    expect_parse_error(SHEADER "#@frame 1,lua,a.lua,1,f\n", 3,
+                       "frame kind 'lua' is not 'py', 'native' or 'note'");
+    expect_parse_error(SHEADER "#@frame 1\n", 3, "frame kind '' is not");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1\n", 3, "a py frame has 5 fields");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f,g\n", 3, "a py frame has 5 fields");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,-1,f\n", 3,
+                       "frame line '-1' is not a line number");
+    expect_parse_error(SHEADER "#@frame 1,py,,1,f\n", 3, "a py frame without its file");
+    expect_parse_error(SHEADER "#@frame 1,native,/x,1234,f\n", 3,
+                       "frame offset '1234' is not a hexadecimal");
+    expect_parse_error(SHEADER "#@frame 1,native,/x,0xg,f\n", 3,
+                       "frame offset '0xg' is not a hexadecimal");
+    expect_parse_error(SHEADER "#@frame 1,native,/x,0x12345678123456789,f\n", 3,
+                       "is not a hexadecimal");
+    expect_parse_error(SHEADER "#@frame 1,note,a,b\n", 3, "a note frame has 3 fields");
+    expect_parse_error(SHEADER "#@frame 1,note,\n", 3, "a note frame without its text");
+    /* A table cut short: the file ends inside a frame line. */
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@frame 2,py,mod", 4,
+                       "a py frame has 5 fields (ID,py,FILE,LINE,FUNCTION), found 3");
+    /* Sites. */
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1\n", 4, "site 1 has no frames");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1,2\n", 4,
+                       "site 1 names frame 2, which is not defined before it");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1,0\n", 4,
+                       "site frame '0' is not a frame id");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1,1,\n", 4,
+                       "site frame '' is not a frame id");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 2,1\n", 4,
+                       "site id 2 out of order (expected 1");
+    /* Events. */
+    expect_parse_error(SHEADER "1,a,1,64,0,0,,1\n", 3,
+                       "site 1 is not defined (no '#@site 1' line before it)");
+    expect_parse_error(SHEADER "1,a,1,64,0,0,,x\n", 3,
+                       "site 'x' is not a non-negative decimal integer");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1,1\n"
+                               "1,a,1,64,0,0,,1\n2,f,1,64,0,0,,1\n",
+                       6, "site 1 on an 'f' event (only 'a' and 'o' events have call sites)");
+    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1,1\n1,m,0,0,0,0,x,1\n", 5,
+                       "site 1 on an 'm' event");
+}
+
+/* A site of more than TRACE_SITE_MAX_FRAMES frames: the writer keeps the
+** innermost, the reader refuses a longer one. */
+static void
+test_sites_limits(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX.csv";
+    struct trace_frame fr[TRACE_SITE_MAX_FRAMES + 5];
+    char names[TRACE_SITE_MAX_FRAMES + 5][16], *text, *p;
+    char long_name[3000];
+    struct trace_writer *w;
+    struct trace *t;
+    uint32_t s, n;
+    int fd, i;
+    (void)state;
+
+    memset(long_name, 'n', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    for (i = 0; i < TRACE_SITE_MAX_FRAMES + 5; i++) {
+        snprintf(names[i], sizeof names[i], "f%d", i);
+        fr[i] = (struct trace_frame){.kind = TRACE_FRAME_PY, .file = long_name,
+                                     .line = (uint32_t)i, .func = names[i]};
+    }
+    fd = mkstemps(path, 4);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(trace_writer_open_sites(path, NULL, &w), VRAM_OK);
+    assert_int_equal(trace_writer_site(w, fr, TRACE_SITE_MAX_FRAMES + 5, &s), VRAM_OK);
+    assert_int_equal(trace_writer_site(w, fr, 0, &s), VRAM_E_INVALID);
+    fr[0].kind = 'z';
+    assert_int_equal(trace_writer_site(w, fr, 1, &s), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    assert_int_equal(trace_load(path, &t), VRAM_OK);
+    assert_int_equal(t->n_sites, 1);
+    trace_site_frames(t, 1, &n);
+    assert_int_equal(n, TRACE_SITE_MAX_FRAMES);
+    assert_int_equal(strlen(t->frames[0].file), TRACE_FRAME_TEXT_MAX);
+    trace_free(t);
+    unlink(path);
+
+    /* 65 frames in one site line. */
+    text = malloc(64 * 1024);
+    assert_non_null(text);
+    p = text + sprintf(text, SHEADER "#@frame 1,py,a.py,1,f\n#@site 1");
+    for (i = 0; i < TRACE_SITE_MAX_FRAMES + 1; i++)
+        p += sprintf(p, ",1");
+    sprintf(p, "\n");
+    expect_parse_error(text, 4, "site 1 has 65 frames (at most 64)");
+    free(text);
+}
+
 /* Labels are made safe, never refused: commas, quotes and control
 ** characters become spaces; a long label is cut at 128 bytes, never
 ** inside a UTF-8 sequence. */
@@ -1081,6 +1373,11 @@ main(void)
         cmocka_unit_test(test_mark_labels_sanitized),
         cmocka_unit_test(test_writer_threads),
         cmocka_unit_test(test_writer_errors),
+        cmocka_unit_test(test_round_trip_sites),
+        cmocka_unit_test(test_sites_text),
+        cmocka_unit_test(test_sites_format1_unchanged),
+        cmocka_unit_test(test_sites_errors),
+        cmocka_unit_test(test_sites_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
