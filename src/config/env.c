@@ -64,6 +64,7 @@ struct env_state {
                                               0 = unset */
     struct env_run run;                   /* VRAM_PRELOAD_LIBRARY, LD_PRELOAD */
     char visible[4096];                   /* CUDA_VISIBLE_DEVICES; "" = unset */
+    bool trace_sites;                     /* VRAM_TRACE_SITES */
 };
 
 /*
@@ -163,6 +164,11 @@ typedef char KIND_TEXT_type[4096];
       "Record every allocation and free to this trace file (input of vram replay), "     \
       "with refused allocations and vram_mark's phase marks. The preload library "       \
       "(vram run with a limit) records the allocations it counts there too.")            \
+    X(VRAM_TRACE_SITES, KIND_BOOL, trace_sites, "false", ENV_BOOL_WORDS,                 \
+      "With VRAM_TRACE, the preload library writes each allocation's call site: the "    \
+      "innermost Python frames (file, line, function) of a Python thread that holds "    \
+      "the GIL, and native return addresses as module + offset (vram record sets it)."   \
+      " libvram's own traces have none.")                                                \
     X(VRAM_OOM_DUMP, KIND_BOOL, env.oom_dump, "false", ENV_BOOL_WORDS,                   \
       "On out of memory, also write the full allocator dump (bins, regions, block "      \
       "map) to the log.")
@@ -763,16 +769,21 @@ env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set)
 }
 
 vram_status
-env_trace_load(env_getter get, void *user, char *out, size_t len)
+env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites)
 {
-    if (out == NULL || len == 0)
+    if (out == NULL || len == 0 || sites == NULL)
         return error_set(VRAM_E_INVALID, "env_trace_load: OUT is NULL");
     struct env_load L;
     load_begin(&L, get, user);
-    vram_status st = load_rows(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE + 1);
-    if (st != VRAM_OK)
-        return st;
-    return copy_loaded(L.s.env.trace_path, out, len, "VRAM_TRACE: path");
+    /* The two rows are neighbours in the table: one call reads both. */
+    _Static_assert(ENV_VRAM_TRACE_SITES == ENV_VRAM_TRACE + 1,
+                   "VRAM_TRACE_SITES follows VRAM_TRACE");
+    vram_status st = load_rows(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE_SITES + 1);
+    if (st == VRAM_OK)
+        st = copy_loaded(L.s.env.trace_path, out, len, "VRAM_TRACE: path");
+    if (st == VRAM_OK)
+        *sites = L.s.trace_sites;
+    return st;
 }
 
 vram_status

@@ -85,11 +85,12 @@ vram_status env_visible_load(env_getter get, void *user, char *out, size_t len, 
 
 /*
 ** VRAM_TRACE alone, for the preload library (which reads no other setting
-** of the allocator's section): into OUT (LEN bytes), "" when unset. A
-** malformed value (too long): VRAM_E_CONFIG with one line naming it. OUT
-** is written only on success.
+** of the allocator's section): into OUT (LEN bytes), "" when unset, and
+** VRAM_TRACE_SITES into *SITES. A malformed value (too long, not a
+** boolean): VRAM_E_CONFIG with one line naming it. OUT and *SITES are
+** written only on success.
 */
-vram_status env_trace_load(env_getter get, void *user, char *out, size_t len);
+vram_status env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites);
 
 /* The settings `vram run` reads for itself. Plain data; copy freely. */
 struct env_run {

@@ -30,7 +30,9 @@
 ** driver) as 'o' (docs/TRACE_FORMAT.md): ids from one counter of the
 ** process, the CUDA ordinal as the device, stream 0. Events are written
 ** outside the locks. A trace that cannot be opened or written costs one
-** line on stderr and nothing else: a trace limits nothing.
+** line on stderr and nothing else: a trace limits nothing. With
+** VRAM_TRACE_SITES the trace is format 2 and each 'a' and 'o' names its
+** call site (callsite.c).
 **
 ** Locks: P.dev_lock publishes device facts, the table of live
 ** allocations (track.c) has its own; neither is held across a driver call
@@ -59,6 +61,7 @@
 #include "driver/nvml_api.h"
 #include "ledger/ledger.h"
 #include "policy/policy.h"
+#include "preload/callsite.h"
 #include "preload/hooks.h"
 #include "preload/preload.h"
 #include "preload/track.h"
@@ -175,7 +178,8 @@ static void
 trace_open(void)
 {
     char path[512], meta[200], line[768];
-    if (env_trace_load(NULL, NULL, path, sizeof path) != VRAM_OK) {
+    bool sites = false;
+    if (env_trace_load(NULL, NULL, path, sizeof path, &sites) != VRAM_OK) {
         snprintf(line, sizeof line, "vram: %s; no trace is recorded", vram_last_error());
         say(line);
         return;
@@ -194,18 +198,32 @@ trace_open(void)
             limit = 0;
     if (P.quota.active && limit != 0 && n > 0 && (size_t)n < sizeof meta)
         snprintf(meta + n, sizeof meta - (size_t)n, " limit=%llu", (unsigned long long)limit);
-    if (trace_writer_open(path, meta, &P.trace) != VRAM_OK) {
+    vram_status st = sites ? trace_writer_open_sites(path, meta, &P.trace)
+                           : trace_writer_open(path, meta, &P.trace);
+    if (st != VRAM_OK) {
         snprintf(line, sizeof line, "vram: VRAM_TRACE: %s; no trace is recorded",
                  vram_last_error());
         say(line);
         P.trace = NULL;
+        return;
     }
+    if (sites) {
+        callsite_init(P.trace);
+        P.trace_sites = true;
+    }
+}
+
+/* The call site of the allocation being made, when the trace has sites. */
+static uint32_t
+trace_site(void)
+{
+    return P.trace != NULL && P.trace_sites ? callsite_capture(P.trace) : TRACE_NO_SITE;
 }
 
 /* Write event OP (no lock held). A failed write is said once; the
 ** writer then refuses every later event by itself. */
 static void
-trace_write(char op, uint64_t id, uint64_t bytes, int ord)
+trace_write(char op, uint64_t id, uint64_t bytes, int ord, uint32_t site)
 {
     struct trace_writer *w = P.trace;
     if (w == NULL || ord < 0)
@@ -215,6 +233,7 @@ trace_write(char op, uint64_t id, uint64_t bytes, int ord)
         .id = id,
         .size = bytes,
         .device = ord,
+        .site = site,
         .op = op,
     };
     if (trace_writer_event(w, &ev) != VRAM_OK &&
@@ -240,7 +259,7 @@ vcu_result
 trace_if_refused(vcu_result r, int ord, uint64_t bytes)
 {
     if (r == VCU_ERROR_OUT_OF_MEMORY && bytes > 0)
-        trace_write(TRACE_OOM, 0, bytes, ord);
+        trace_write(TRACE_OOM, 0, bytes, ord, ord >= 0 ? trace_site() : TRACE_NO_SITE);
     return r;
 }
 
@@ -400,6 +419,7 @@ fork_child(void)
     /* The trace is the parent's: the child never writes to it, nor closes
     ** it (its copy of the writer holds no buffered line, and its lock). */
     P.trace = NULL;
+    callsite_fork_child();
     pthread_mutex_init(&P.dev_lock, NULL);
     track_fork_child();
     /* The child has no CUDA context of its own yet, and nothing counted. */
@@ -881,7 +901,7 @@ untrack_release(const struct track *e)
     struct preload_device *d = NULL;
     if (device_get(e->dev, &d) == VCU_SUCCESS)
         unreserve(d, e->bytes);
-    trace_write(TRACE_FREE, e->trace_id, e->bytes, e->dev);
+    trace_write(TRACE_FREE, e->trace_id, e->bytes, e->dev, TRACE_NO_SITE);
 }
 
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */
@@ -906,7 +926,7 @@ track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
 {
     uint64_t id = trace_next_id();
     if (track_put(kind, key, ord, bytes, id)) {
-        trace_write(TRACE_ALLOC, id, bytes, ord);
+        trace_write(TRACE_ALLOC, id, bytes, ord, ord >= 0 ? trace_site() : TRACE_NO_SITE);
         return VCU_SUCCESS;
     }
     vcu_pfn_cuMemFree free_ptr;

@@ -95,6 +95,8 @@ struct preload {
                                    published, dropped in a forked child */
     uint64_t next_trace_id;     /* the next allocation's trace id (atomic) */
     int trace_failed;           /* a trace write failed; said once (atomic) */
+    bool trace_sites;           /* VRAM_TRACE_SITES: each event names its call
+                                   site; set with trace */
 };
 extern struct preload P;
 

@@ -114,6 +114,7 @@ static const char *const all_names[] = {
     "VRAM_LOG_FILE",
     "VRAM_TRACE",
     "VRAM_OOM_DUMP",
+    "VRAM_TRACE_SITES",
 };
 #define N_NAMES (sizeof all_names / sizeof all_names[0])
 

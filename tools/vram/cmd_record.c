@@ -4,12 +4,14 @@
 ** recording every allocation and free into a trace (docs/RECORD.md).
 **
 **   vram record [--output FILE | -o FILE] [--limit SPEC] [--driver-view]
-**               [--preload PATH] [--] COMMAND [ARGS...]
+**               [--no-sites] [--preload PATH] [--] COMMAND [ARGS...]
 **
 ** The quota and preload setup is `vram run`'s (run_prepare): a fresh
 ** group, the preload library first in LD_PRELOAD, --limit checked by the
 ** library's own parser. To that it adds VRAM_TRACE = FILE (absolute, so
-** that a command that changes directory still writes there) and, unless
+** that a command that changes directory still writes there),
+** VRAM_TRACE_SITES=1 unless --no-sites (each allocation's call site: the
+** innermost Python frames and native return addresses) and, unless
 ** --driver-view, the framework settings under which every tensor reaches
 ** the driver as its own allocation:
 **   PYTORCH_CUDA_ALLOC_CONF  += backend:cudaMallocAsync (unless a backend
@@ -46,7 +48,7 @@ enum { REC_FAIL = 1, REC_USAGE = 2 };
 
 #define REC_DEFAULT_OUTPUT "vram.trace.csv"
 
-enum opt_id { OPT_OUTPUT, OPT_LIMIT, OPT_DRIVER_VIEW, OPT_PRELOAD };
+enum opt_id { OPT_OUTPUT, OPT_LIMIT, OPT_DRIVER_VIEW, OPT_NO_SITES, OPT_PRELOAD };
 
 static const struct cli_opt opt_table[] = {
     {OPT_OUTPUT, "output", 'o', "FILE",
@@ -56,6 +58,8 @@ static const struct cli_opt opt_table[] = {
     {OPT_DRIVER_VIEW, "driver-view", 0, NULL,
      "leave the frameworks' own allocators as they are: the trace then holds their "
      "pool segments, not tensors"},
+    {OPT_NO_SITES, "no-sites", 0, NULL,
+     "record no call sites (the code that allocated): a format-1 trace, as before"},
     {OPT_PRELOAD, "preload", 0, "PATH", "the preload library, as vram run --preload"},
 };
 
@@ -69,7 +73,9 @@ record_notes(FILE *out)
             "tensor is its own allocation: PYTORCH_CUDA_ALLOC_CONF gets\n"
             "backend:cudaMallocAsync (PyTorch 2.0 or later), TF_GPU_ALLOCATOR=\n"
             "cuda_malloc_async, XLA_PYTHON_CLIENT_ALLOCATOR=platform; settings already\n"
-            "made are kept. docs/RECORD.md has more.\n");
+            "made are kept. Each allocation names its call site (the innermost Python\n"
+            "frames of a thread holding the GIL, and native return addresses) unless\n"
+            "--no-sites. docs/RECORD.md has more.\n");
 }
 
 static const struct cli_command record_cmd = {
@@ -91,6 +97,7 @@ struct record_args {
     const char *limit;
     const char *preload;
     bool driver_view;
+    bool no_sites;
     char **command;
 };
 
@@ -109,6 +116,9 @@ record_option(void *ctx, const struct cli_opt *opt, const char *value)
         break;
     case OPT_DRIVER_VIEW:
         a->driver_view = true;
+        break;
+    case OPT_NO_SITES:
+        a->no_sites = true;
         break;
     case OPT_PRELOAD:
         a->preload = value;
@@ -269,6 +279,8 @@ cmd_record(int argc, char **argv)
     if ((rc = prepare_output(a.output, path, sizeof path)) >= 0)
         return rc;
     if ((rc = set_or_fail("VRAM_TRACE", path)) >= 0)
+        return rc;
+    if ((rc = set_or_fail("VRAM_TRACE_SITES", a.no_sites ? "0" : "1")) >= 0)
         return rc;
     if (!a.driver_view && (rc = steer_frameworks(&env)) >= 0)
         return rc;

@@ -1,0 +1,435 @@
+/* SPDX-License-Identifier: MIT */
+/*
+** callsite.c -- what made an allocation: the call site written with each
+** 'a' and 'o' event when the trace carries call sites (VRAM_TRACE_SITES).
+**
+** Two sources, both read in the allocating thread:
+**   - Python: when the process runs CPython (Py_IsInitialized found with
+**     dlsym in the running process: nothing is linked, and a program
+**     without Python finds nothing and pays one failed lookup at start),
+**     and only when this thread holds the GIL (PyGILState_Check), the
+**     innermost PY_DEPTH frames, through functions of the C API that
+**     3.9 to 3.13 all export (PyEval_GetFrame, PyFrame_GetCode,
+**     PyFrame_GetBack, PyFrame_GetLasti from 3.11, else
+**     PyFrame_GetLineNumber): no structure layout is read.
+**     A thread that runs without the GIL (PyTorch releases it around
+**     every operator; autograd's worker threads never hold it) cannot be
+**     read safely: reading another frame needs the GIL, and taking the
+**     GIL here could deadlock against a thread that holds it and waits
+**     for a lock our caller holds. Such a thread's allocation gets the
+**     last Python call site this library read on the same thread, behind
+**     a note saying so, or a note naming the thread when there is none.
+**   - Native: the return addresses, recorded as module + offset (dladdr),
+**     with the nearest dynamic symbol, so that addr2line can name the
+**     source line after the run. They come from libunwind's
+**     unw_backtrace when libunwind.so.8 can be loaded (dlopen'ed
+**     RTLD_LOCAL: its _Unwind_* symbols must never take the place of
+**     libgcc's, which C++ exceptions use), else from glibc's backtrace().
+**     Measured on this project's 2-core machine: glibc's backtrace() costs
+**     2.3-3.1 us a call even two frames deep (libgcc's unwinder), 16-frame
+**     unw_backtrace 0.09-0.23 us (it caches what it learnt of each frame).
+**
+** A cache keyed by the raw stack (return addresses, and for Python each
+** frame's code object and instruction offset) maps a stack seen before
+** to its site id without any lookup of names: the names (dladdr, the code
+** object's co_filename and co_qualname) are read once per distinct stack.
+** Each code object in the cache is kept alive (one reference) so that its
+** address can never name another function later.
+*/
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "preload/callsite.h"
+#include "trace/trace.h"
+
+/* Raw return addresses taken: this library's own frames (2 or 3: the
+** capture, the tracking, the hook) and 13 or so of the caller's. */
+#define NATIVE_DEPTH 16
+/* Native frames kept in a site after our own are dropped. */
+#define NATIVE_KEEP 10
+/* Python frames read: the line that allocated and a few callers. */
+#define PY_DEPTH 5
+
+/* CPython's functions, found in the running process. */
+typedef int (*fn_int_void)(void);
+typedef void *(*fn_ptr_void)(void);
+typedef void *(*fn_ptr_ptr)(void *);
+typedef int (*fn_int_ptr)(void *);
+typedef void (*fn_void_ptr)(void *);
+typedef void *(*fn_getattr)(void *, const char *);
+typedef const char *(*fn_utf8)(void *, ssize_t *);
+typedef int (*fn_addr2line)(void *, int);
+typedef void (*fn_void_void)(void);
+typedef void (*fn_fetch)(void **, void **, void **);
+typedef void (*fn_restore)(void *, void *, void *);
+
+static struct {
+    bool ready;                  /* all found: Python frames can be read */
+    fn_int_void is_initialized;  /* Py_IsInitialized */
+    fn_int_void gil_check;       /* PyGILState_Check */
+    fn_ptr_void get_frame;       /* PyEval_GetFrame: borrowed */
+    fn_ptr_ptr frame_code;       /* PyFrame_GetCode: new reference */
+    fn_ptr_ptr frame_back;       /* PyFrame_GetBack: new reference or NULL */
+    fn_int_ptr frame_lasti;      /* PyFrame_GetLasti (3.11+), or NULL */
+    fn_int_ptr frame_line;       /* PyFrame_GetLineNumber */
+    fn_addr2line code_addr2line; /* PyCode_Addr2Line */
+    fn_void_ptr incref, decref;  /* Py_IncRef, Py_DecRef */
+    fn_getattr getattr;          /* PyObject_GetAttrString */
+    fn_utf8 as_utf8;             /* PyUnicode_AsUTF8AndSize */
+    fn_void_void err_clear_fn;   /* PyErr_Clear */
+    fn_fetch err_fetch;          /* PyErr_Fetch: the program's own exception, */
+    fn_restore err_restore;      /* PyErr_Restore: put back as it was */
+} py;
+
+/* The raw stack: what identifies a site without reading a name. */
+struct raw_stack {
+    uintptr_t native[NATIVE_DEPTH];
+    uintptr_t code[PY_DEPTH]; /* code objects, innermost first */
+    int pos[PY_DEPTH];        /* byte offset of the instruction (3.11+), or
+                                 the line, with lasti_is_line */
+    uint32_t inherited;       /* the site id of the thread's last Python
+                                 stack, for an allocation without the GIL */
+    int n_native, n_py;
+    bool note_thread;         /* no Python stack known on this thread */
+};
+
+/* What the cache keeps of a site with Python frames: its frames, so that
+** an allocation without the GIL on the same thread can repeat them. */
+struct py_site {
+    struct trace_frame frames[PY_DEPTH];
+    int n;
+    uint32_t site;
+};
+
+struct cache_entry {
+    uint64_t hash;
+    struct raw_stack key;
+    uint32_t site;            /* 0: an empty bucket */
+    struct py_site *py;       /* its Python frames, when it has some */
+};
+
+typedef int (*fn_backtrace)(void **, int);
+
+static struct {
+    pthread_mutex_t lock;
+    fn_backtrace unwind;   /* unw_backtrace, else glibc's backtrace */
+    struct cache_entry *b; /* 1 << bits buckets, at most half full */
+    unsigned bits;
+    size_t n;
+    void *self_base;       /* this library's load address: its frames drop */
+    bool lasti_is_line;    /* pos[] holds lines (Python before 3.11) */
+} C = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The last Python stack read on this thread (initial-exec: no allocation
+** on first access from inside a hook). */
+static _Thread_local struct py_site *last_py __attribute__((tls_model("initial-exec")));
+
+/* Set the function pointer FIELD of py to NAME's address (NULL if none);
+** through memcpy, as ISO C converts no object pointer to a function's. */
+#define PY_FIND(field, name)                                                             \
+    do {                                                                                 \
+        void *p_ = dlsym(RTLD_DEFAULT, name);                                            \
+        memcpy(&py.field, &p_, sizeof p_);                                               \
+    } while (0)
+
+/* Find CPython's functions, once. A process without Python finds none. */
+static void
+py_find(void)
+{
+    PY_FIND(is_initialized, "Py_IsInitialized");
+    if (py.is_initialized == NULL)
+        return;
+    PY_FIND(gil_check, "PyGILState_Check");
+    PY_FIND(get_frame, "PyEval_GetFrame");
+    PY_FIND(frame_code, "PyFrame_GetCode");
+    PY_FIND(frame_back, "PyFrame_GetBack");
+    PY_FIND(frame_lasti, "PyFrame_GetLasti");
+    PY_FIND(frame_line, "PyFrame_GetLineNumber");
+    PY_FIND(code_addr2line, "PyCode_Addr2Line");
+    PY_FIND(incref, "Py_IncRef");
+    PY_FIND(decref, "Py_DecRef");
+    PY_FIND(getattr, "PyObject_GetAttrString");
+    PY_FIND(as_utf8, "PyUnicode_AsUTF8AndSize");
+    PY_FIND(err_clear_fn, "PyErr_Clear");
+    PY_FIND(err_fetch, "PyErr_Fetch");
+    PY_FIND(err_restore, "PyErr_Restore");
+    C.lasti_is_line = py.frame_lasti == NULL;
+    py.ready = py.gil_check != NULL && py.get_frame != NULL && py.frame_code != NULL &&
+               py.frame_back != NULL && py.frame_line != NULL && py.incref != NULL &&
+               py.decref != NULL && py.getattr != NULL && py.as_utf8 != NULL &&
+               py.err_clear_fn != NULL && py.err_fetch != NULL && py.err_restore != NULL &&
+               (C.lasti_is_line || py.code_addr2line != NULL);
+}
+
+void
+callsite_init(struct trace_writer *w)
+{
+    void *addrs[2];
+    Dl_info info;
+
+    (void)w;
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    void *p = h != NULL ? dlsym(h, "unw_backtrace") : NULL;
+    if (p != NULL)
+        memcpy(&C.unwind, &p, sizeof p);
+    else
+        C.unwind = backtrace;
+    /* The first call loads what the unwinder needs (libgcc_s for glibc's):
+     * here, outside any hook, not in the middle of the first allocation. */
+    (void)C.unwind(addrs, 2);
+    if (dladdr(&C, &info) != 0) /* an object of this library */
+        C.self_base = info.dli_fbase;
+    py_find();
+}
+
+void
+callsite_fork_child(void)
+{
+    pthread_mutex_init(&C.lock, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading the stack                                                    */
+/* ------------------------------------------------------------------ */
+
+/* This thread's Python frames into S, when it holds the GIL. */
+static void
+read_python(struct raw_stack *s)
+{
+    void *frame, *back;
+    int i;
+
+    if (!py.ready || !py.is_initialized() || !py.gil_check())
+        return;
+    frame = py.get_frame(); /* borrowed */
+    if (frame == NULL)
+        return;
+    py.incref(frame); /* every frame below is a reference we drop */
+    for (i = 0; i < PY_DEPTH && frame != NULL; i++) {
+        void *code = py.frame_code(frame);
+        s->code[i] = (uintptr_t)code;
+        s->pos[i] = C.lasti_is_line ? py.frame_line(frame) : py.frame_lasti(frame);
+        py.decref(code); /* the frame keeps it alive while we look */
+        back = py.frame_back(frame);
+        py.decref(frame);
+        frame = back;
+    }
+    if (frame != NULL)
+        py.decref(frame);
+    s->n_py = i;
+}
+
+/* A hash of the whole key, a word at a time (it is hashed at every
+** allocation: bytewise FNV over its 230 bytes cost more than the unwind). */
+static uint64_t
+raw_hash(const struct raw_stack *s)
+{
+    uint64_t w[sizeof *s / 8], h = 0x9e3779b97f4a7c15ULL;
+    size_t i;
+
+    memcpy(w, s, sizeof w);
+    for (i = 0; i < sizeof w / 8; i++) {
+        h ^= w[i];
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    return h;
+}
+
+/* ------------------------------------------------------------------ */
+/* Naming a new stack (once per distinct stack, under C.lock)           */
+/* ------------------------------------------------------------------ */
+
+/* A code object's string attribute NAME as a new C string ("?" if none).
+** The GIL is held (we only name Python frames we just read). */
+static char *
+code_text(void *code, const char *name)
+{
+    void *o = py.getattr(code, name);
+    const char *u;
+    ssize_t n = 0;
+    char *copy;
+
+    if (o == NULL) {
+        py.err_clear_fn();
+        return strdup("?");
+    }
+    u = py.as_utf8(o, &n);
+    if (u == NULL)
+        py.err_clear_fn();
+    copy = u != NULL ? strndup(u, (size_t)n) : strdup("?");
+    py.decref(o);
+    return copy;
+}
+
+/* The Python frames of S, named, kept for good (the cache owns them). */
+static struct py_site *
+name_python(const struct raw_stack *s)
+{
+    struct py_site *ps = calloc(1, sizeof *ps);
+    void *type, *value, *tb;
+    int i;
+
+    if (ps == NULL)
+        return NULL;
+    /* An exception the program has pending (an allocation made while it
+     * handles one) must survive our own lookups, which clear theirs. */
+    py.err_fetch(&type, &value, &tb);
+    for (i = 0; i < s->n_py; i++) {
+        void *code = (void *)s->code[i];
+        struct trace_frame *f = &ps->frames[i];
+        f->kind = TRACE_FRAME_PY;
+        f->file = code_text(code, "co_filename");
+        /* co_qualname (3.11+) says Model.forward where co_name says forward. */
+        f->func = code_text(code, C.lasti_is_line ? "co_name" : "co_qualname");
+        f->line = (uint32_t)(C.lasti_is_line ? s->pos[i]
+                                             : py.code_addr2line(code, s->pos[i]));
+        /* Keep the code object: its address names it in the cache. */
+        py.incref(code);
+    }
+    py.err_restore(type, value, tb);
+    ps->n = s->n_py;
+    return ps;
+}
+
+/* Native frame ADDR (a return address) into F; false for our own. */
+static bool
+name_native(uintptr_t addr, struct trace_frame *f)
+{
+    Dl_info info;
+
+    /* The call instruction ends just before the return address: that
+     * byte is the calling line's. */
+    if (dladdr((void *)(addr - 1), &info) == 0 || info.dli_fname == NULL) {
+        *f = (struct trace_frame){.kind = TRACE_FRAME_NATIVE, .file = "?",
+                                  .offset = addr - 1, .func = ""};
+        return true;
+    }
+    if (info.dli_fbase == C.self_base)
+        return false;
+    *f = (struct trace_frame){.kind = TRACE_FRAME_NATIVE,
+                              .file = info.dli_fname,
+                              .offset = addr - 1 - (uintptr_t)info.dli_fbase,
+                              .func = info.dli_sname != NULL ? info.dli_sname : ""};
+    return true;
+}
+
+/* The site of the new stack S into *SITE, and its Python frames into *PS. */
+static bool
+name_stack(struct trace_writer *w, const struct raw_stack *s, struct py_site **ps,
+           uint32_t *site)
+{
+    struct trace_frame frames[2 + PY_DEPTH + NATIVE_KEEP];
+    char note[96];
+    int n = 0, i, kept = 0;
+
+    *ps = NULL;
+    if (s->n_py > 0) {
+        if ((*ps = name_python(s)) == NULL)
+            return false;
+        memcpy(frames, (*ps)->frames, (size_t)s->n_py * sizeof frames[0]);
+        n = s->n_py;
+    } else if (s->inherited != 0 && last_py != NULL) {
+        frames[n++] = (struct trace_frame){
+            .kind = TRACE_FRAME_NOTE,
+            .func = "ran without the GIL: the last Python call site read on this thread"};
+        memcpy(frames + n, last_py->frames, (size_t)last_py->n * sizeof frames[0]);
+        n += last_py->n;
+    } else if (s->note_thread) {
+        char name[32] = "";
+        pthread_getname_np(pthread_self(), name, sizeof name);
+        snprintf(note, sizeof note, "no Python frame on thread %s",
+                 name[0] != '\0' ? name : "(unnamed)");
+        frames[n++] = (struct trace_frame){.kind = TRACE_FRAME_NOTE, .func = note};
+    }
+    for (i = 0; i < s->n_native && kept < NATIVE_KEEP; i++)
+        if (name_native(s->native[i], &frames[n]))
+            n++, kept++;
+    if (n == 0)
+        return false;
+    return trace_writer_site(w, frames, n, site) == VRAM_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* The cache                                                            */
+/* ------------------------------------------------------------------ */
+
+static struct cache_entry *
+cache_bucket(const struct cache_entry *b, unsigned bits, uint64_t h,
+             const struct raw_stack *s)
+{
+    size_t mask = ((size_t)1 << bits) - 1, i = (size_t)h & mask;
+
+    while (b[i].site != 0 && !(b[i].hash == h && memcmp(&b[i].key, s, sizeof *s) == 0))
+        i = (i + 1) & mask;
+    return (struct cache_entry *)&b[i];
+}
+
+static bool
+cache_grow(void)
+{
+    unsigned bits = C.b == NULL ? 10 : C.bits + 1;
+    struct cache_entry *b = calloc((size_t)1 << bits, sizeof *b);
+    size_t i;
+
+    if (b == NULL)
+        return false;
+    for (i = 0; C.b != NULL && i < ((size_t)1 << C.bits); i++)
+        if (C.b[i].site != 0)
+            *cache_bucket(b, bits, C.b[i].hash, &C.b[i].key) = C.b[i];
+    free(C.b);
+    C.b = b;
+    C.bits = bits;
+    return true;
+}
+
+uint32_t
+callsite_capture(struct trace_writer *w)
+{
+    struct raw_stack s;
+    void *addrs[NATIVE_DEPTH];
+    struct cache_entry *e;
+    uint32_t site = TRACE_NO_SITE;
+    uint64_t h;
+    int i;
+
+    memset(&s, 0, sizeof s); /* the padding too: the key is hashed whole */
+    s.n_native = C.unwind(addrs, NATIVE_DEPTH);
+    for (i = 0; i < s.n_native; i++)
+        s.native[i] = (uintptr_t)addrs[i];
+    read_python(&s);
+    if (s.n_py == 0) {
+        if (last_py != NULL)
+            s.inherited = last_py->site;
+        else
+            s.note_thread = py.ready && py.is_initialized();
+    }
+    h = raw_hash(&s);
+
+    pthread_mutex_lock(&C.lock);
+    if ((C.n + 1) * 2 > (C.b == NULL ? 0 : (size_t)1 << C.bits) && !cache_grow())
+        goto out;
+    e = cache_bucket(C.b, C.bits, h, &s);
+    if (e->site == 0) {
+        struct py_site *ps;
+        if (!name_stack(w, &s, &ps, &site))
+            goto out;
+        if (ps != NULL)
+            ps->site = site;
+        *e = (struct cache_entry){.hash = h, .key = s, .site = site, .py = ps};
+        C.n++;
+    }
+    site = e->site;
+    if (e->py != NULL)
+        last_py = e->py;
+out:
+    pthread_mutex_unlock(&C.lock);
+    return site;
+}

@@ -1,0 +1,139 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test_callsites.sh -- call sites in a recording (`vram record`, format 2
+# of docs/TRACE_FORMAT.md) over the fake driver: a Python program without
+# torch (Debian's /usr/bin/python3, the driver through ctypes) whose 1 MiB
+# allocations must name the planted file:line:function, and whose
+# allocations made without the GIL must say so; a C program whose native
+# frames, symbolized after the run with addr2line, must name the planted
+# line and function, with no Python frame; --no-sites records format 1.
+# The last line is "N passed, M failed"; exit 1 if any failed.
+# Usage: test_callsites.sh VRAM PRELOAD_SO NATIVE_PROGRAM PY_SCRIPT FAKECUDA_DIR
+set -u
+
+if [ $# -ne 5 ]; then
+    echo "usage: test_callsites.sh VRAM PRELOAD_SO NATIVE_PROGRAM PY_SCRIPT FAKECUDA_DIR" >&2
+    exit 2
+fi
+VRAM=$1
+LIB=$2
+NATIVE=$3
+SCRIPT=$4
+FAKE=$5
+
+for v in VRAM LIB NATIVE SCRIPT FAKE; do
+    eval "val=\$$v"
+    case $val in /*) ;; *) eval "$v=\$(pwd)/\$val" ;; esac
+done
+
+passed=0
+failed=0
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-callsites.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\)=.*/\1/p'); do
+    unset "$v"
+done
+
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL $1: $2"
+}
+
+# rec TRACE ARGS...: `vram record -o TRACE ARGS` over the fake driver.
+rec() {
+    out=$1
+    shift
+    env LD_LIBRARY_PATH="$FAKE" "$VRAM" record --preload "$LIB" -o "$out" "$@" \
+        >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+}
+
+# first_frames TRACE SIZE: for each 'a' event of SIZE bytes, the first two
+# frames of its site, as "FRAME1 | FRAME2" (the frame lines' text after
+# the id), one line each; "none" for an event without a site.
+first_frames() {
+    awk -F, -v size="$2" '
+        /^#@frame / { id = substr($1, 9); t = $2; for (i = 3; i <= NF; i++) t = t "," $i; fr[id] = t; next }
+        /^#@site / { id = substr($1, 8); s1[id] = $2; s2[id] = (NF > 2 ? $3 : ""); next }
+        /^#/ || /^t_us/ { next }
+        $2 == "a" && $4 == size {
+            if ($8 == "" || $8 == 0) { print "none"; next }
+            print fr[s1[$8]] " | " fr[s2[$8]]
+        }' "$1"
+}
+
+# ---- a Python program ----
+if [ -x /usr/bin/python3 ]; then
+    held=$(grep -n "# PLANTED held" "$SCRIPT" | cut -d: -f1)
+    rec "$TMP/py.csv" -- /usr/bin/python3 "$SCRIPT"
+    if [ "$rc" -eq 0 ] && sed -n 2p "$TMP/py.csv" | grep -qx "#@format 2"; then
+        pass "python: a format-2 trace"
+    else
+        fail "python: a format-2 trace" "exit $rc: $(cat "$TMP/err")"
+    fi
+    first_frames "$TMP/py.csv" 1048576 >"$TMP/held"
+    want="py,$SCRIPT,$held,leak_step"
+    if [ "$(wc -l <"$TMP/held")" -eq 12 ] &&
+        [ "$(cut -d'|' -f1 "$TMP/held" | sort -u)" = "$want " ]; then
+        pass "python: each allocation with the GIL names $(basename "$SCRIPT"):$held in leak_step"
+    else
+        fail "python: the planted line" "want '$want', got: $(sort "$TMP/held" | uniq -c | head -3)"
+    fi
+    if cut -d'|' -f2 "$TMP/held" | sort -u | grep -qx " py,$SCRIPT,[0-9]*,main"; then
+        pass "python: its caller, main, is the next frame"
+    else
+        fail "python: its caller" "$(sort -u "$TMP/held" | head -2)"
+    fi
+    first_frames "$TMP/py.csv" 4096 >"$TMP/released"
+    if [ "$(wc -l <"$TMP/released")" -eq 12 ] &&
+        [ "$(cut -d'|' -f1 "$TMP/released" | sort -u)" = "note,ran without the GIL: the last Python call site read on this thread " ]; then
+        pass "python: an allocation without the GIL says so"
+    else
+        fail "python: without the GIL" "$(sort "$TMP/released" | uniq -c | head -3)"
+    fi
+    sites=$(grep -c "^#@site " "$TMP/py.csv")
+    if [ "$sites" -le 4 ]; then
+        pass "python: repeated stacks are interned ($sites sites for 24 allocations)"
+    else
+        fail "python: interned" "$sites sites"
+    fi
+    rec "$TMP/no.csv" --no-sites -- /usr/bin/python3 "$SCRIPT"
+    if [ "$rc" -eq 0 ] && ! grep -q "^#@" "$TMP/no.csv" &&
+        sed -n 2p "$TMP/no.csv" | grep -qx "t_us,op,id,size,stream,device,label"; then
+        pass "--no-sites: format 1, as before"
+    else
+        fail "--no-sites: format 1" "exit $rc: $(sed -n 2p "$TMP/no.csv")"
+    fi
+else
+    echo "skip python: no /usr/bin/python3"
+fi
+
+# ---- a C program ----
+planted=$(grep -n "/\* PLANTED \*/" "$(dirname "$SCRIPT")/callsite_native.c" | cut -d: -f1)
+rec "$TMP/c.csv" -- "$NATIVE" 8
+first_frames "$TMP/c.csv" 1048576 >"$TMP/c"
+frame=$(cut -d'|' -f1 "$TMP/c" | sort -u)
+case $frame in
+"native,$NATIVE,0x"*) pass "C: each allocation names the program's own frame first" ;;
+*) fail "C: the program's frame" "exit $rc, got '$frame' ($(cat "$TMP/err"))" ;;
+esac
+if grep -q "^#@frame [0-9]*,\(py\|note\)," "$TMP/c.csv"; then
+    fail "C: no Python frame in a program without Python" "$(grep "^#@frame" "$TMP/c.csv" | head -3)"
+else
+    pass "C: no Python frame in a program without Python"
+fi
+if command -v addr2line >/dev/null 2>&1; then
+    off=$(echo "$frame" | cut -d, -f3)
+    sym=$(addr2line -f -e "$NATIVE" "$off" | tr '\n' ' ')
+    case $sym in
+    "leak_here "*"callsite_native.c:$planted"*) pass "C: addr2line names leak_here at callsite_native.c:$planted" ;;
+    *) fail "C: symbolized after the run" "addr2line -f -e $NATIVE $off: '$sym' (want leak_here, line $planted)" ;;
+    esac
+else
+    echo "skip symbolization: no addr2line"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
