@@ -17,8 +17,17 @@ Each becomes a trace event (docs/TRACE_FORMAT.md):
 
 Frees of addresses allocated before the history began are left out (they
 are counted in the metadata line as skipped=N). Without "time_us" the
-events are one microsecond apart. The frames of each entry (the stack) are
-not carried yet: the trace format has no call-site table.
+events are one microsecond apart.
+
+The stack of each allocation (the entry's "frames": dicts with
+"filename", "line" and "name", innermost first) becomes its call site: the
+trace is then format 2, with a frames table ("#@frame", "#@site") and a
+site column, each distinct frame and stack written once. Only the Python
+frames (files ending in .py) are kept: with context="all" PyTorch puts its
+allocator's own C++ frames innermost, which would name the allocator as
+the source of every tensor, and a C++ frame is not a line of Python (a
+stack of C++ frames alone gives no site). A snapshot without stacks gives
+a format-1 trace, as before.
 
 The pickle is read with an unpickler that builds only plain data (dict,
 list, str, numbers): a snapshot holds nothing else, and a pickle naming any
@@ -87,9 +96,47 @@ def _number(entry, key, where):
     return v
 
 
+# The trace format's limits on frames (docs/TRACE_FORMAT.md).
+SITE_MAX_FRAMES = 64
+FRAME_TEXT_MAX = 1000
+
+
+def _safe_text(text):
+    """TEXT as the trace format allows it: commas, double quotes and
+    control characters become spaces; at most FRAME_TEXT_MAX bytes of UTF-8,
+    never cutting a character."""
+    text = "".join(" " if (c in ',"' or ord(c) < 0x20 or ord(c) == 0x7f) else c
+                   for c in str(text))
+    raw = text.encode("utf-8", "replace")
+    if len(raw) > FRAME_TEXT_MAX:
+        text = raw[:FRAME_TEXT_MAX].decode("utf-8", "ignore")
+    return text or "?"
+
+
+def _stack(entry, where):
+    """The (file, line, function) Python frames of ENTRY's stack, innermost
+    first; () without any."""
+    frames = entry.get("frames")
+    if frames is None:
+        return ()
+    if not isinstance(frames, list):
+        raise BadInput("%s: frames is not a list: a snapshot version this importer does "
+                       "not know" % where)
+    out = []
+    for f in frames:
+        if (not isinstance(f, dict) or not isinstance(f.get("filename"), str)
+                or isinstance(f.get("line"), bool) or not isinstance(f.get("line"), int)
+                or not isinstance(f.get("name"), str)):
+            raise BadInput("%s: a frame is not {filename, line, name}: a snapshot version "
+                           "this importer does not know" % where)
+        out.append((_safe_text(f["filename"]), max(f["line"], 0), _safe_text(f["name"])))
+    return tuple([f for f in out if f[0].endswith(".py")][:SITE_MAX_FRAMES])
+
+
 def convert(snap):
-    """The events of SNAP as (t_us, op, id, size, stream, device) tuples in
-    time order, and the number of frees left out."""
+    """The events of SNAP as (t_us, op, id, size, stream, device, stack)
+    tuples in time order (STACK: the frames kept, () for none), and the
+    number of frees left out."""
     events = []
     next_id = 0
     skipped = 0
@@ -114,7 +161,7 @@ def convert(snap):
                     raise BadInput("%s: address %#x allocated twice without a free"
                                    % (where, addr))
                 live[addr] = (next_id, size)
-                events.append((int(t), "a", next_id, size, stream, dev))
+                events.append((int(t), "a", next_id, size, stream, dev, _stack(e, where)))
                 next_id += 1
             elif action in FREE:
                 addr = _number(e, "addr", where)
@@ -122,11 +169,11 @@ def convert(snap):
                     skipped += 1  # allocated before the history began
                     continue
                 ident, size = live.pop(addr)
-                events.append((int(t), "f", ident, size, stream, dev))
+                events.append((int(t), "f", ident, size, stream, dev, ()))
             elif action in OOM:
                 size = _number(e, "size", where)
                 if size > 0:
-                    events.append((int(t), "o", 0, size, stream, dev))
+                    events.append((int(t), "o", 0, size, stream, dev, _stack(e, where)))
             elif action in IGNORED:
                 continue
             else:
@@ -138,14 +185,37 @@ def convert(snap):
 
 
 def write_trace(path, events, meta):
+    sites = any(e[6] for e in events)
+    frame_ids, site_ids = {}, {}
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", newline="") as f:
+    with opener(path, "wt", newline="", encoding="utf-8") as f:
         f.write("# %s\n" % meta)
-        f.write("t_us,op,id,size,stream,device\n")
+        if sites:
+            f.write("#@format 2\nt_us,op,id,size,stream,device,site\n")
+        else:
+            f.write("t_us,op,id,size,stream,device\n")
         last = 0
-        for t, op, ident, size, stream, dev in events:
+        for t, op, ident, size, stream, dev, stack in events:
             last = max(last, t)  # time never runs backwards in a trace
-            f.write("%d,%s,%d,%d,%d,%d\n" % (last, op, ident, size, stream, dev))
+            line = "%d,%s,%d,%d,%d,%d" % (last, op, ident, size, stream, dev)
+            if not sites:
+                f.write(line + "\n")
+                continue
+            site = 0
+            if stack:
+                ids = []
+                for fr in stack:  # each frame, then the site, before first use
+                    if fr not in frame_ids:
+                        frame_ids[fr] = len(frame_ids) + 1
+                        f.write("#@frame %d,py,%s,%d,%s\n" % (frame_ids[fr], fr[0], fr[1],
+                                                               fr[2]))
+                    ids.append(frame_ids[fr])
+                key = tuple(ids)
+                if key not in site_ids:
+                    site_ids[key] = len(site_ids) + 1
+                    f.write("#@site %d,%s\n" % (site_ids[key], ",".join(map(str, ids))))
+                site = site_ids[key]
+            f.write("%s,%s\n" % (line, site if site else ""))
 
 
 def main(argv=None):

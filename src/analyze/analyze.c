@@ -561,12 +561,12 @@ find_suspects(struct work *w, struct an_result *r)
             continue;
         const struct trace_event *ev = &t->events[e];
         r->suspects[k++] = (struct an_suspect){
-            .id = ev->id, .size = ev->size, .born = born, .t_us = ev->t_us};
+            .id = ev->id, .size = ev->size, .born = born, .t_us = ev->t_us, .site = ev->site};
         r->suspect_bytes += ev->size;
     }
     r->n_suspects = k;
     order_suspects(r->suspects, k);
-    return VRAM_OK;
+    return an_leak_sites(r);
 }
 
 /* ------------------------------------------------------------------ */
@@ -635,6 +635,8 @@ peak_breakdown(struct work *w, struct an_result *r)
         r->peak_iter = SIZE_MAX;
     live_set_at(w, r->peak_event);
     vram_status s = classes_of_alive(w, &r->peak_classes, &r->n_peak_classes);
+    if (s == VRAM_OK)
+        s = an_alive_sites(w->t, w->alive, w->born_event, &r->peak_sites, &r->n_peak_sites);
     if (s != VRAM_OK || r->n_phases == 0)
         return s;
 
@@ -967,5 +969,7 @@ an_result_free(struct an_result *r)
     free(r->device_peaks);
     free(r->oom_classes);
     free(r->oom_largest);
+    free(r->leak_sites);
+    free(r->peak_sites);
     free(r);
 }

@@ -54,6 +54,26 @@ struct an_suspect {
     uint32_t born;      /* iteration of its allocation (index into iters, so
                            0 is the first); AN_NO_ITER before the first */
     uint64_t t_us;      /* when it was allocated */
+    uint32_t site;      /* its call site in the trace; TRACE_NO_SITE */
+};
+
+/*
+** Allocations grouped by the code that made them (traces with call
+** sites): by the site's innermost frame that is not a note, with the note
+** before it if any. For the leak, birth iterations too.
+*/
+struct an_site {
+    uint32_t site;        /* the group's site with the most bytes (its stack
+                             is shown); TRACE_NO_SITE: allocations without one */
+    uint32_t frame;       /* the headline frame (index into trace frames);
+                             UINT32_MAX: none */
+    uint32_t note;        /* the note before it (index), or UINT32_MAX */
+    uint64_t count;       /* allocations */
+    uint64_t bytes;       /* their sum */
+    uint32_t iters;       /* leak: iterations with at least one birth here */
+    uint32_t first_iter;  /* leak: first and last iteration of birth (indexes);
+                             AN_NO_ITER when none */
+    uint32_t last_iter;
 };
 
 /* an_suspect.born of an allocation made before the first iteration. */
@@ -174,6 +194,15 @@ struct an_result {
     struct an_suspect *oom_largest;/* the largest allocations live then on its
                                       device (<= AN_OOM_TOP) */
     size_t n_oom_largest;
+
+    /* Call sites (traces of format 2 only; else none): */
+    struct an_site *leak_sites;    /* the suspects by call site, most bytes first */
+    size_t n_leak_sites;
+    size_t leak_site_iters;        /* iterations a suspect can be born in (all
+                                      but the first and the last): the
+                                      denominator of a site's rate */
+    struct an_site *peak_sites;    /* live at the peak by call site, most first */
+    size_t n_peak_sites;
 };
 
 /*
@@ -186,6 +215,14 @@ vram_status analyze_trace(const struct trace *t, const struct an_options *option
                           struct an_result **out);
 
 void an_result_free(struct an_result *r);
+
+/* Frame FRAME of T as text into BUF: "model.py:88 in forward",
+** "symbol (libx.so+0x1a2b)", "[note]"; FULL keeps whole paths. The
+** headline of site group S: its frame, and its note in brackets. */
+const char *an_frame_text(const struct trace *t, uint32_t frame, bool full, char *buf,
+                          size_t len);
+const char *an_site_headline(const struct trace *t, const struct an_site *s, char *buf,
+                             size_t len);
 
 /* Human-readable summary (what `vram analyze TRACE` prints). */
 void an_print_text(FILE *out, const struct an_result *r);

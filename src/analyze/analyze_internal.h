@@ -120,6 +120,14 @@ vram_status an_iters_from_cuts(struct work *w, struct an_result *r, uint64_t sta
                                const uint64_t *cuts, size_t n_cuts);
 vram_status an_iters_by_marks(struct work *w, struct an_result *r, bool *done);
 
+/* sites.c: r->leak_sites from r->suspects; the live set ALIVE (per slot;
+** BORN_EVENT: each slot's allocation) by call site into OUT. Nothing for a
+** trace without call sites. */
+vram_status an_leak_sites(struct an_result *r);
+vram_status an_alive_sites(const struct trace *t, const bool *alive,
+                           const uint64_t *born_event, struct an_site **out,
+                           size_t *n_out);
+
 /* period.c: r->iters from the marks, else the floor of live bytes, else the
 ** period of the event stream, else one iteration: the whole trace. */
 vram_status an_find_iterations(struct work *w, struct an_result *r);

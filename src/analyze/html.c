@@ -438,7 +438,12 @@ static const char style[] =
     ".note{color:#4b5563;font-size:13px}\n"
     "#oom{border-color:#fca5a5;background:#fffafa}\n"
     "#oom h2{color:#991b1b}\n"
-    "footer{color:#6b7280;font-size:12px;text-align:center;padding:0 0 8px}\n";
+    "footer{color:#6b7280;font-size:12px;text-align:center;padding:0 0 8px}\n"
+    "details.site summary{cursor:pointer;font-family:ui-monospace,\"DejaVu Sans Mono\","
+    "Menlo,Consolas,monospace;font-size:13px;overflow-wrap:anywhere}\n"
+    "ol.stack{margin:6px 0 4px;padding-left:26px;font:12px/1.6 ui-monospace,"
+    "\"DejaVu Sans Mono\",Menlo,Consolas,monospace;color:#374151;overflow-wrap:anywhere}\n"
+    "ol.stack li.note{color:#92400e}\n";
 
 /* The trace's file name: PATH after its last '/'. */
 static const char *
@@ -1592,6 +1597,77 @@ oom_section(struct page *p)
 }
 
 /* ------------------------------------------------------------------ */
+/* Call sites                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Rows shown of a call-site table; the rest are counted. */
+#define MAX_SITE_ROWS 10
+
+/* The stack of site SITE: the headline (its title attribute holds the
+** whole stack, shown on hover), and the frames as a list shown on click. */
+static void
+site_cell(struct page *p, const struct an_site *x)
+{
+    const struct trace *t = p->r->trace;
+    uint32_t n;
+    const uint32_t *f = trace_site_frames(t, x->site, &n);
+    char buf[1200];
+
+    put(p, "<details class=\"site\"><summary title=\"");
+    for (uint32_t i = 0; i < n; i++) {
+        put_esc(p, an_frame_text(t, f[i], true, buf, sizeof buf));
+        put(p, i + 1 < n ? "&#10;" : "");
+    }
+    put(p, "\">");
+    put_esc(p, an_site_headline(t, x, buf, sizeof buf));
+    put(p, "</summary>\n<ol class=\"stack\">");
+    for (uint32_t i = 0; i < n; i++) {
+        put(p, t->frames[f[i]].kind == TRACE_FRAME_NOTE ? "<li class=\"note\">" : "<li>");
+        put_esc(p, an_frame_text(t, f[i], true, buf, sizeof buf));
+        put(p, "</li>");
+    }
+    put(p, "</ol></details>");
+}
+
+/*
+** A section of call sites: the peak's (ITERS 0) or the leak's, with each
+** site's rate over the ITERS iterations a suspect can be born in.
+*/
+static void
+sites_section(struct page *p, const char *id, const char *title, const struct an_site *s,
+              size_t n, size_t iters)
+{
+    if (n == 0)
+        return;
+    putf(p, "<section id=\"%s\">\n<h2>%s</h2>\n", id, title);
+    put(p, "<p class=\"note\">Grouped by the innermost frame that made each allocation "
+           "(the Python line when one was read). Hover over a call site for its stack, "
+           "click to open it.</p>\n<table>\n<tr><th>call site</th>");
+    if (iters > 0)
+        put(p, "<th class=\"num\">per iteration</th><th class=\"num\">iterations</th>");
+    put(p, "<th class=\"num\">allocations</th><th class=\"num\">bytes</th></tr>\n");
+    for (size_t i = 0; i < n && i < MAX_SITE_ROWS; i++) {
+        put(p, "<tr><td>");
+        site_cell(p, &s[i]);
+        put(p, "</td>");
+        if (iters > 0) {
+            put(p, "<td class=\"num\">");
+            put_size(p, (uint64_t)llround((double)s[i].bytes / (double)iters));
+            putf(p, "</td><td class=\"num\">%u of %zu</td>", s[i].iters, iters);
+        }
+        put(p, "<td class=\"num\">");
+        put_count(p, s[i].count);
+        put(p, "</td><td class=\"num\">");
+        put_size(p, s[i].bytes);
+        put(p, "</td></tr>\n");
+    }
+    put(p, "</table>\n");
+    if (n > MAX_SITE_ROWS)
+        putf(p, "<p class=\"note\">and %zu more call sites</p>\n", n - MAX_SITE_ROWS);
+    put(p, "</section>\n");
+}
+
+/* ------------------------------------------------------------------ */
 /* The page                                                             */
 /* ------------------------------------------------------------------ */
 
@@ -1621,7 +1697,12 @@ an_write_html(FILE *out, const struct an_result *r)
     oom_section(&pg);
     timeline(&pg);
     peak_breakdown(&pg);
+    sites_section(&pg, "peak-sites", "The code that held the peak", r->peak_sites,
+                  r->n_peak_sites, 0);
     leak_section(&pg);
+    if (r->leak_site_iters > 0)
+        sites_section(&pg, "leak-sites", "The code that leaked", r->leak_sites,
+                      r->n_leak_sites, r->leak_site_iters);
     put(&pg,
         "<footer>Written by vram " VRAM_VERSION " (vram analyze --html). Sizes in IEC "
         "units: 1 MiB = 1024 KiB.</footer>\n</main>\n</body>\n</html>\n");

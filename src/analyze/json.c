@@ -32,6 +32,81 @@ oom_cause_name(enum an_oom_cause c)
     return "none";
 }
 
+/* The frames of site SITE of T, innermost first: [{"kind":"py","file",
+** "line","function"} | {"kind":"native","module","offset","symbol"} |
+** {"kind":"note","text"}]. */
+static struct json_object *
+json_stack(const struct trace *t, uint32_t site)
+{
+    struct json_object *a = json_object_new_array();
+    uint32_t n;
+    const uint32_t *f = trace_site_frames(t, site, &n);
+
+    for (uint32_t i = 0; i < n; i++) {
+        const struct trace_frame *fr = &t->frames[f[i]];
+        struct json_object *j = json_object_new_object();
+        char off[24];
+        switch (fr->kind) {
+        case TRACE_FRAME_PY:
+            json_object_object_add(j, "kind", json_object_new_string("py"));
+            json_object_object_add(j, "file", json_object_new_string(fr->file));
+            json_object_object_add(j, "line", an_json_u64(fr->line));
+            json_object_object_add(j, "function", json_object_new_string(fr->func));
+            break;
+        case TRACE_FRAME_NATIVE:
+            snprintf(off, sizeof off, "0x%llx", (unsigned long long)fr->offset);
+            json_object_object_add(j, "kind", json_object_new_string("native"));
+            json_object_object_add(j, "module", json_object_new_string(fr->file));
+            json_object_object_add(j, "offset", json_object_new_string(off));
+            json_object_object_add(j, "symbol", json_object_new_string(fr->func));
+            break;
+        default:
+            json_object_object_add(j, "kind", json_object_new_string("note"));
+            json_object_object_add(j, "text", json_object_new_string(fr->func));
+            break;
+        }
+        json_object_array_add(a, j);
+    }
+    return a;
+}
+
+/* Site groups S (N of them); for the leak, ITERS > 0: the iterations a
+** suspect can be born in, with each group's rate over them. */
+static struct json_object *
+json_sites(const struct trace *t, const struct an_site *s, size_t n, size_t iters)
+{
+    struct json_object *a = json_object_new_array();
+    char head[700];
+
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *j = json_object_new_object();
+        json_object_object_add(j, "headline",
+                               json_object_new_string(an_site_headline(t, &s[i], head,
+                                                                       sizeof head)));
+        json_object_object_add(j, "site", an_json_u64(s[i].site));
+        json_object_object_add(j, "count", an_json_u64(s[i].count));
+        json_object_object_add(j, "bytes", an_json_u64(s[i].bytes));
+        if (iters > 0) {
+            json_object_object_add(
+                j, "bytes_per_iteration",
+                an_json_u64((uint64_t)llround((double)s[i].bytes / (double)iters)));
+            json_object_object_add(j, "iterations", an_json_u64(s[i].iters));
+            json_object_object_add(j, "of_iterations", an_json_u64(iters));
+            json_object_object_add(j, "first_iteration",
+                                   s[i].first_iter == AN_NO_ITER
+                                       ? NULL
+                                       : an_json_u64((uint64_t)s[i].first_iter + 1));
+            json_object_object_add(j, "last_iteration",
+                                   s[i].first_iter == AN_NO_ITER
+                                       ? NULL
+                                       : an_json_u64((uint64_t)s[i].last_iter + 1));
+        }
+        json_object_object_add(j, "stack", json_stack(t, s[i].site));
+        json_object_array_add(a, j);
+    }
+    return a;
+}
+
 static const char *
 iter_source(const struct an_result *r)
 {
@@ -164,6 +239,10 @@ an_result_json(const struct an_result *r)
                                    : NULL);
     json_object_object_add(o, "suspect_bytes", an_json_u64(r->suspect_bytes));
     json_object_object_add(o, "suspects", json_allocs(r->suspects, r->n_suspects));
+    json_object_object_add(o, "leak_sites",
+                           json_sites(t, r->leak_sites, r->n_leak_sites,
+                                      r->leak_site_iters > 0 ? r->leak_site_iters : 1));
+    json_object_object_add(o, "peak_sites", json_sites(t, r->peak_sites, r->n_peak_sites, 0));
 
     struct json_object *iters = json_object_new_array();
     for (size_t i = 0; i < r->n_iters; i++) {

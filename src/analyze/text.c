@@ -63,6 +63,72 @@ print_classes(FILE *out, const struct an_class *c, size_t n)
     }
 }
 
+/* The frames of site SITE, innermost first, as one line of at most
+** TEXT_STACK frames: "a.py:3 in f < b.py:9 in main < ...". */
+#define TEXT_STACK 6
+static void
+print_stack(FILE *out, const struct trace *t, uint32_t site)
+{
+    uint32_t n;
+    const uint32_t *f = trace_site_frames(t, site, &n);
+    char buf[600];
+
+    if (n == 0)
+        return;
+    fprintf(out, "      stack:");
+    for (uint32_t i = 0; i < n && i < TEXT_STACK; i++)
+        fprintf(out, "%s %s", i > 0 ? " <" : "", an_frame_text(t, f[i], false, buf, sizeof buf));
+    if (n > TEXT_STACK)
+        fprintf(out, " < ... (%u more)", n - TEXT_STACK);
+    fprintf(out, "\n");
+}
+
+/* The peak's live set by call site. */
+static void
+print_peak_sites(FILE *out, const struct an_result *r)
+{
+    char b[32], head[700];
+
+    if (r->n_peak_sites == 0)
+        return;
+    fprintf(out, "  live then, by call site:\n");
+    for (size_t i = 0; i < r->n_peak_sites && i < TEXT_ROWS; i++) {
+        const struct an_site *x = &r->peak_sites[i];
+        fprintf(out, "    %12s in %6llu allocation%s from %s\n", fmt_size(x->bytes, b, sizeof b),
+                (unsigned long long)x->count, x->count == 1 ? " " : "s",
+                an_site_headline(r->trace, x, head, sizeof head));
+        print_stack(out, r->trace, x->site);
+    }
+    if (r->n_peak_sites > TEXT_ROWS)
+        fprintf(out, "    and %zu more call sites\n", r->n_peak_sites - TEXT_ROWS);
+}
+
+/* The leak suspects by call site: "1.00 MiB per iteration from
+** model.py:88 in forward, never freed, 28 of 28 iterations". */
+static void
+print_leak_sites(FILE *out, const struct an_result *r)
+{
+    char a[32], b[32], head[700];
+
+    if (r->n_leak_sites == 0 || r->leak_site_iters == 0)
+        return;
+    fprintf(out, "  suspects by call site:\n");
+    for (size_t i = 0; i < r->n_leak_sites && i < TEXT_ROWS; i++) {
+        const struct an_site *x = &r->leak_sites[i];
+        double rate = (double)x->bytes / (double)r->leak_site_iters;
+        fprintf(out,
+                "    %s per iteration from %s, never freed, %u of %zu iterations (%llu "
+                "allocation%s, %s)\n",
+                fmt_size((uint64_t)llround(rate), a, sizeof a),
+                an_site_headline(r->trace, x, head, sizeof head), x->iters,
+                r->leak_site_iters, (unsigned long long)x->count, x->count == 1 ? "" : "s",
+                fmt_size(x->bytes, b, sizeof b));
+        print_stack(out, r->trace, x->site);
+    }
+    if (r->n_leak_sites > TEXT_ROWS)
+        fprintf(out, "    and %zu more call sites\n", r->n_leak_sites - TEXT_ROWS);
+}
+
 /* Phases grouped by label: the largest peak of each, in order of first
 ** appearance. */
 static void
@@ -176,6 +242,7 @@ print_leak(FILE *out, const struct an_result *r)
     }
     if (groups > TEXT_ROWS)
         fprintf(out, "    and %zu more sizes\n", groups - TEXT_ROWS);
+    print_leak_sites(out, r);
 }
 
 static void
@@ -263,6 +330,7 @@ an_print_text(FILE *out, const struct an_result *r)
         fprintf(out, "  live then, by size class:\n");
         print_classes(out, r->peak_classes, r->n_peak_classes);
     }
+    print_peak_sites(out, r);
     if (r->n_peak_origins > 0) {
         fprintf(out, "  live then, by the phase that allocated it:\n");
         for (size_t i = 0; i < r->n_peak_origins && i < TEXT_ROWS; i++)

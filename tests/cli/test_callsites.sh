@@ -7,6 +7,8 @@
 # allocations made without the GIL must say so; a C program whose native
 # frames, symbolized after the run with addr2line, must name the planted
 # line and function, with no Python frame; --no-sites records format 1.
+# vram analyze (text, --json, --html) names the planted line as the top
+# leak suspect and at the peak.
 # The last line is "N passed, M failed"; exit 1 if any failed.
 # Usage: test_callsites.sh VRAM PRELOAD_SO NATIVE_PROGRAM PY_SCRIPT FAKECUDA_DIR
 set -u
@@ -75,7 +77,7 @@ if [ -x /usr/bin/python3 ]; then
     fi
     first_frames "$TMP/py.csv" 1048576 >"$TMP/held"
     want="py,$SCRIPT,$held,leak_step"
-    if [ "$(wc -l <"$TMP/held")" -eq 12 ] &&
+    if [ "$(wc -l <"$TMP/held")" -eq 30 ] &&
         [ "$(cut -d'|' -f1 "$TMP/held" | sort -u)" = "$want " ]; then
         pass "python: each allocation with the GIL names $(basename "$SCRIPT"):$held in leak_step"
     else
@@ -87,7 +89,7 @@ if [ -x /usr/bin/python3 ]; then
         fail "python: its caller" "$(sort -u "$TMP/held" | head -2)"
     fi
     first_frames "$TMP/py.csv" 4096 >"$TMP/released"
-    if [ "$(wc -l <"$TMP/released")" -eq 12 ] &&
+    if [ "$(wc -l <"$TMP/released")" -eq 30 ] &&
         [ "$(cut -d'|' -f1 "$TMP/released" | sort -u)" = "note,ran without the GIL: the last Python call site read on this thread " ]; then
         pass "python: an allocation without the GIL says so"
     else
@@ -95,9 +97,50 @@ if [ -x /usr/bin/python3 ]; then
     fi
     sites=$(grep -c "^#@site " "$TMP/py.csv")
     if [ "$sites" -le 4 ]; then
-        pass "python: repeated stacks are interned ($sites sites for 24 allocations)"
+        pass "python: repeated stacks are interned ($sites sites for 60 allocations)"
     else
         fail "python: interned" "$sites sites"
+    fi
+    # vram analyze: the leak and the peak by call site, text, JSON, HTML.
+    "$VRAM" analyze "$TMP/py.csv" >"$TMP/an" 2>&1
+    line=$(sed -n '/^  suspects by call site:/{n;p;q}' "$TMP/an")
+    case $line in
+    *" per iteration from $(basename "$SCRIPT"):$held in leak_step, never freed, "*)
+        n=$(echo "$line" | sed -n 's/.*never freed, \([0-9]*\) of \([0-9]*\) iterations.*/\1 \2/p')
+        if [ -n "$n" ] && [ "${n% *}" = "${n#* }" ]; then
+            pass "analyze: the top suspect is $(basename "$SCRIPT"):$held in leak_step, in every iteration"
+        else
+            fail "analyze: the top suspect in every iteration" "$line"
+        fi ;;
+    *) fail "analyze: the top suspect" "got '$line' ($(grep -c . "$TMP/an") lines)" ;;
+    esac
+    if grep -A1 "^  live then, by call site:" "$TMP/an" | grep -q "MiB in *30 allocations from $(basename "$SCRIPT"):$held in leak_step"; then
+        pass "analyze: the peak's live set by call site"
+    else
+        fail "analyze: the peak by call site" "$(grep -A2 "by call site" "$TMP/an" | head -3)"
+    fi
+    "$VRAM" analyze --json "$TMP/py.csv" >"$TMP/json" 2>&1
+    if /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+top = d["leak_sites"][0]["stack"][0]
+assert top["kind"] == "py" and top["file"] == sys.argv[2] and top["line"] == int(sys.argv[3]), top
+assert top["function"] == "leak_step", top
+s = d["leak_sites"][0]
+assert s["iterations"] == s["of_iterations"] and s["bytes_per_iteration"] > 0, s
+assert d["peak_sites"][0]["headline"].endswith(":" + sys.argv[3] + " in leak_step"), d["peak_sites"][0]
+' "$TMP/json" "$SCRIPT" "$held"; then
+        pass "analyze --json: leak_sites and peak_sites name the planted line"
+    else
+        fail "analyze --json" "$(head -c 300 "$TMP/json")"
+    fi
+    "$VRAM" analyze --html "$TMP/r.html" "$TMP/py.csv" >/dev/null 2>&1
+    if grep -q 'id="leak-sites"' "$TMP/r.html" && grep -q 'id="peak-sites"' "$TMP/r.html" &&
+        grep -q "<summary title=\"$SCRIPT:$held in leak_step&#10;" "$TMP/r.html" &&
+        ! grep -q "<script src\|<link " "$TMP/r.html"; then
+        pass "analyze --html: call-site sections, the stack on hover and click, self-contained"
+    else
+        fail "analyze --html" "$(grep -c "sites" "$TMP/r.html") lines with sites"
     fi
     rec "$TMP/no.csv" --no-sites -- /usr/bin/python3 "$SCRIPT"
     if [ "$rc" -eq 0 ] && ! grep -q "^#@" "$TMP/no.csv" &&

@@ -35,7 +35,7 @@ def released():
 
 def main():
     setup()
-    for _ in range(12):
+    for _ in range(30):
         leak_step()
         released()
 
