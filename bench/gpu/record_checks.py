@@ -14,6 +14,10 @@ For each framework that imports (JAX is skipped when absent) and each case:
                            (torch.cuda.memory_allocated / jax.live_arrays
                            slope per step); the largest suspects are the
                            planted tensor's size
+                           and the top leak call site names the planted
+                           line (step_cache: the torch.zeros line first;
+                           kept_logits: the line that made the logits,
+                           logits = model(x), in the top site's stack)
   clean, bounded, varlen   no leak
 and, for JAX, the kept_logits case once more under XLA_PYTHON_CLIENT_ALLOCATOR=
 cuda_async (its stream-ordered pool, which vram record keeps): whether each
@@ -120,7 +124,50 @@ def one(vram, work, fw, case, steps, timeout, allocator=None):
     sus = j.get("suspects") or []
     r["suspect_sizes"] = [s.get("size") for s in sus[:5]]
     r["period_events"] = j.get("period_events")
+    sites = j.get("leak_sites") or []
+    if sites:
+        top = sites[0]
+        r["top_site"] = top.get("headline")
+        r["top_site_rate"] = top.get("bytes_per_iteration")
+        r["top_site_iterations"] = "%s of %s" % (top.get("iterations"),
+                                                 top.get("of_iterations"))
+        r["top_site_stack"] = ["%s:%s in %s" % (os.path.basename(f["file"]), f["line"],
+                                                f["function"])
+                               if f.get("kind") == "py" else
+                               (f.get("text") or "%s (%s+%s)" % (
+                                   f.get("symbol"), os.path.basename(f.get("module", "")),
+                                   f.get("offset")))
+                               for f in (top.get("stack") or [])[:8]]
     return r
+
+
+def line_of(marker):
+    """record_train.py:NN, the line of record_train.py holding MARKER (the
+    first: the PyTorch loop's come before JAX's, and a JAX line is looked
+    for after the PyTorch one only when the framework is JAX)."""
+    with open(TRAIN) as f:
+        hits = ["record_train.py:%d" % n for n, text in enumerate(f, 1) if marker in text]
+    return hits
+
+
+def site_check(r):
+    """Whether the top leak call site names the planted line: for
+    step_cache, its headline (the torch.zeros / jnp.zeros line); for
+    kept_logits, the line that made the logits somewhere in its stack (the
+    logits come from inside the model: nn.Linear's F.linear is innermost).
+    None when nothing was analyzed."""
+    if r.get("leak") is None:
+        return None
+    stack = r.get("top_site_stack") or []
+    case = r["case"].split("@")[0]
+    marker = "planted: step_cache" if case == "step_cache" else "allocates: kept_logits"
+    hits = line_of(marker)
+    if not hits:
+        return None
+    want = hits[0] if r["framework"] == "torch" else hits[-1]
+    if case == "step_cache":
+        return bool(stack) and stack[0].startswith(want + " in ")
+    return any(f.startswith(want + " in ") for f in stack)
 
 
 def judge(out, r):
@@ -135,6 +182,8 @@ def judge(out, r):
         out["checks"][name + ": the largest suspect is the planted tensor"] = (
             None if r.get("planted_bytes") is None or r.get("leak") is None else
             bool(sizes) and sizes[0] == r["planted_bytes"])
+        out["checks"][name + ": the top leak call site names the planted line"] = (
+            site_check(r))
     else:
         leak = r.get("leak")
         recorded = leak is not None and r.get("truth_bytes_per_step") is not None

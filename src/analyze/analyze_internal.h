@@ -9,7 +9,8 @@
 ** from marks, the leak verdict, what was live at the peak and the OOM, the
 ** replay), period.c (iterations without marks: the period of the event
 ** stream, or the floor of live bytes), text.c and json.c (the reports),
-** compare.c (two results side by side).
+** compare.c (two results side by side), sites.c (the leak and the peak by
+** call site).
 */
 #ifndef VRAM_ANALYZE_ANALYZE_INTERNAL_H
 #define VRAM_ANALYZE_ANALYZE_INTERNAL_H

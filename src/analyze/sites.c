@@ -4,9 +4,11 @@
 ** that allocated them, for traces with call sites (format 2 of
 ** docs/TRACE_FORMAT.md).
 **
-** Allocations are grouped by their site's headline: the innermost frame
-** that is not a note (the Python line when there is one, else the
-** innermost native frame), together with the note before it if any (an
+** Allocations are grouped by their site's headline: the innermost Python
+** frame of the program's own code (not of an installed package or of
+** Python's library: PyTorch's nn.Linear is not where the model leaks), else
+** the innermost frame that is not a note (a package's Python line, else
+** the innermost native frame), together with the note before it if any (an
 ** allocation made without the GIL is kept apart from one read directly,
 ** even where both name the same line). Stacks that differ only in their
 ** callers fall into one group; the group shows the stack of its site with
@@ -20,6 +22,14 @@
 /* The frame index of no frame. */
 #define NO_FRAME UINT32_MAX
 
+/* Whether FILE is a library's: an installed package or Python's own. */
+static bool
+library_file(const char *file)
+{
+    return strstr(file, "/site-packages/") != NULL || strstr(file, "/dist-packages/") != NULL ||
+           strstr(file, "/lib/python3") != NULL || file[0] == '<';
+}
+
 static uint64_t
 site_key(const struct trace *t, uint32_t site)
 {
@@ -27,11 +37,12 @@ site_key(const struct trace *t, uint32_t site)
     const uint32_t *f = trace_site_frames(t, site, &n);
 
     for (i = 0; i < n; i++) {
-        if (t->frames[f[i]].kind != TRACE_FRAME_NOTE) {
+        const struct trace_frame *fr = &t->frames[f[i]];
+        if (fr->kind == TRACE_FRAME_PY && !library_file(fr->file))
+            return (uint64_t)note << 32 | f[i];
+        if (fr->kind != TRACE_FRAME_NOTE && head == NO_FRAME)
             head = f[i];
-            break;
-        }
-        if (note == NO_FRAME)
+        if (fr->kind == TRACE_FRAME_NOTE && note == NO_FRAME && head == NO_FRAME)
             note = f[i];
     }
     return (uint64_t)note << 32 | head;

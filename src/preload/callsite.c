@@ -14,11 +14,19 @@
 **     PyFrame_GetLineNumber): no structure layout is read.
 **     A thread that runs without the GIL (PyTorch releases it around
 **     every operator; autograd's worker threads never hold it) cannot be
-**     read safely: reading another frame needs the GIL, and taking the
-**     GIL here could deadlock against a thread that holds it and waits
-**     for a lock our caller holds. Such a thread's allocation gets the
-**     last Python call site this library read on the same thread, behind
-**     a note saying so, or a note naming the thread when there is none.
+**     read safely: reading frames needs the GIL, and taking the GIL here
+**     could deadlock against a thread that holds it and waits for a lock
+**     our caller holds. So the library watches where Python calls into
+**     native code: at the first allocation it installs a profile function
+**     (PyEval_SetProfileAllThreads from 3.12, else PyEval_SetProfile on
+**     the main thread, through Py_AddPendingCall when the allocating
+**     thread lacks the GIL), which at each call of a builtin (a C_CALL
+**     event: torch.zeros, F.linear, a tensor method) notes the calling
+**     line on its thread, with the GIL held. An allocation without the
+**     GIL gets that line (the native call it is part of), behind a note
+**     saying so; a thread that never ran Python gets a note naming it.
+**     The profile function replaces one set with sys.setprofile (the
+**     recording is that process's profiler; --no-sites leaves it alone).
 **   - Native: the return addresses, recorded as module + offset (dladdr),
 **     with the nearest dynamic symbol, so that addr2line can name the
 **     source line after the run. They come from libunwind's
@@ -54,8 +62,10 @@
 #define NATIVE_DEPTH 16
 /* Native frames kept in a site after our own are dropped. */
 #define NATIVE_KEEP 10
-/* Python frames read: the line that allocated and a few callers. */
-#define PY_DEPTH 5
+/* Python frames read: the line that allocated and its callers, deep
+** enough to leave a framework's own frames (nn.Linear's forward is 6 Python
+** frames below the line that called the model in PyTorch 2). */
+#define PY_DEPTH 12
 
 /* CPython's functions, found in the running process. */
 typedef int (*fn_int_void)(void);
@@ -69,6 +79,9 @@ typedef int (*fn_addr2line)(void *, int);
 typedef void (*fn_void_void)(void);
 typedef void (*fn_fetch)(void **, void **, void **);
 typedef void (*fn_restore)(void *, void *, void *);
+typedef int (*fn_profile)(void *, void *, int, void *); /* Py_tracefunc */
+typedef void (*fn_setprofile)(fn_profile, void *);
+typedef int (*fn_pending)(int (*)(void *), void *);
 
 static struct {
     bool ready;                  /* all found: Python frames can be read */
@@ -86,7 +99,14 @@ static struct {
     fn_void_void err_clear_fn;   /* PyErr_Clear */
     fn_fetch err_fetch;          /* PyErr_Fetch: the program's own exception, */
     fn_restore err_restore;      /* PyErr_Restore: put back as it was */
+    fn_setprofile set_profile;   /* PyEval_SetProfile: this thread */
+    fn_setprofile set_profile_all; /* PyEval_SetProfileAllThreads (3.12+) */
+    fn_pending add_pending;      /* Py_AddPendingCall */
 } py;
+
+/* PyTrace_C_CALL: Python is about to call a builtin (CPython's value,
+** the same in every version that has the event). */
+#define PY_TRACE_C_CALL 4
 
 /* The raw stack: what identifies a site without reading a name. */
 struct raw_stack {
@@ -94,8 +114,9 @@ struct raw_stack {
     uintptr_t code[PY_DEPTH]; /* code objects, innermost first */
     int pos[PY_DEPTH];        /* byte offset of the instruction (3.11+), or
                                  the line, with lasti_is_line */
-    uint32_t inherited;       /* the site id of the thread's last Python
-                                 stack, for an allocation without the GIL */
+    uint32_t inherited;       /* the id of the thread's last Python stack
+                                 (py_site.id), for an allocation without
+                                 the GIL */
     int n_native, n_py;
     bool note_thread;         /* no Python stack known on this thread */
 };
@@ -105,7 +126,15 @@ struct raw_stack {
 struct py_site {
     struct trace_frame frames[PY_DEPTH];
     int n;
-    uint32_t site;
+    uint32_t id; /* 1, 2, ...: names it in the key of a stack without the GIL */
+};
+
+/* The profile function's table: the innermost frame of a call into native
+** code (its code object and instruction) to its named stack. */
+struct call_entry {
+    uintptr_t code;
+    int pos;
+    struct py_site *py; /* NULL: an empty bucket */
 };
 
 struct cache_entry {
@@ -125,11 +154,24 @@ static struct {
     size_t n;
     void *self_base;       /* this library's load address: its frames drop */
     bool lasti_is_line;    /* pos[] holds lines (Python before 3.11) */
+    uint32_t py_ids;       /* py_site ids given */
+    struct call_entry *calls; /* 1 << call_bits buckets, at most half full */
+    unsigned call_bits;
+    size_t n_calls;
+    int profile_asked;     /* the profile function is installed or on its
+                              way (atomic) */
 } C = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* The last Python stack read on this thread (initial-exec: no allocation
-** on first access from inside a hook). */
+** on first access from inside a hook), and the innermost frame of the
+** last call into native code the profile function saw here. */
 static _Thread_local struct py_site *last_py __attribute__((tls_model("initial-exec")));
+static _Thread_local uintptr_t last_call_code __attribute__((tls_model("initial-exec")));
+static _Thread_local int last_call_pos __attribute__((tls_model("initial-exec")));
+/* This thread is inside C.lock: reading frames can run the garbage
+** collector, whose finalizers run Python, whose builtin calls reach the
+** profile function, which must then not take the lock again. */
+static _Thread_local bool in_lock __attribute__((tls_model("initial-exec")));
 
 /* Set the function pointer FIELD of py to NAME's address (NULL if none);
 ** through memcpy, as ISO C converts no object pointer to a function's. */
@@ -160,6 +202,9 @@ py_find(void)
     PY_FIND(err_clear_fn, "PyErr_Clear");
     PY_FIND(err_fetch, "PyErr_Fetch");
     PY_FIND(err_restore, "PyErr_Restore");
+    PY_FIND(set_profile, "PyEval_SetProfile");
+    PY_FIND(set_profile_all, "PyEval_SetProfileAllThreads");
+    PY_FIND(add_pending, "Py_AddPendingCall");
     C.lasti_is_line = py.frame_lasti == NULL;
     py.ready = py.gil_check != NULL && py.get_frame != NULL && py.frame_code != NULL &&
                py.frame_back != NULL && py.frame_line != NULL && py.incref != NULL &&
@@ -199,18 +244,13 @@ callsite_fork_child(void)
 /* Reading the stack                                                    */
 /* ------------------------------------------------------------------ */
 
-/* This thread's Python frames into S, when it holds the GIL. */
+/* The Python frames from FRAME (borrowed) outwards into S; the GIL is held. */
 static void
-read_python(struct raw_stack *s)
+read_frames(void *frame, struct raw_stack *s)
 {
-    void *frame, *back;
+    void *back;
     int i;
 
-    if (!py.ready || !py.is_initialized() || !py.gil_check())
-        return;
-    frame = py.get_frame(); /* borrowed */
-    if (frame == NULL)
-        return;
     py.incref(frame); /* every frame below is a reference we drop */
     for (i = 0; i < PY_DEPTH && frame != NULL; i++) {
         void *code = py.frame_code(frame);
@@ -224,6 +264,19 @@ read_python(struct raw_stack *s)
     if (frame != NULL)
         py.decref(frame);
     s->n_py = i;
+}
+
+/* This thread's Python frames into S, when it holds the GIL. */
+static void
+read_python(struct raw_stack *s)
+{
+    void *frame;
+
+    if (!py.ready || !py.is_initialized() || !py.gil_check())
+        return;
+    frame = py.get_frame(); /* borrowed */
+    if (frame != NULL)
+        read_frames(frame, s);
 }
 
 /* A hash of the whole key, a word at a time (it is hashed at every
@@ -296,6 +349,7 @@ name_python(const struct raw_stack *s)
     }
     py.err_restore(type, value, tb);
     ps->n = s->n_py;
+    ps->id = ++C.py_ids;
     return ps;
 }
 
@@ -339,7 +393,8 @@ name_stack(struct trace_writer *w, const struct raw_stack *s, struct py_site **p
     } else if (s->inherited != 0 && last_py != NULL) {
         frames[n++] = (struct trace_frame){
             .kind = TRACE_FRAME_NOTE,
-            .func = "ran without the GIL: the last Python call site read on this thread"};
+            .func = "ran without the GIL: the last Python call into native code seen on "
+                    "this thread"};
         memcpy(frames + n, last_py->frames, (size_t)last_py->n * sizeof frames[0]);
         n += last_py->n;
     } else if (s->note_thread) {
@@ -390,6 +445,112 @@ cache_grow(void)
     return true;
 }
 
+/* ------------------------------------------------------------------ */
+/* Watching calls into native code                                      */
+/* ------------------------------------------------------------------ */
+
+static bool
+calls_grow(void)
+{
+    unsigned bits = C.calls == NULL ? 10 : C.call_bits + 1;
+    struct call_entry *b = calloc((size_t)1 << bits, sizeof *b);
+    size_t i, mask = ((size_t)1 << bits) - 1;
+
+    if (b == NULL)
+        return false;
+    for (i = 0; C.calls != NULL && i < ((size_t)1 << C.call_bits); i++) {
+        size_t j;
+        if (C.calls[i].py == NULL)
+            continue;
+        j = (C.calls[i].code * 0x9e3779b97f4a7c15ULL ^ (uintptr_t)C.calls[i].pos) & mask;
+        while (b[j].py != NULL)
+            j = (j + 1) & mask;
+        b[j] = C.calls[i];
+    }
+    free(C.calls);
+    C.calls = b;
+    C.call_bits = bits;
+    return true;
+}
+
+/*
+** The profile function: at each call of a builtin, the calling line's
+** stack becomes the thread's last Python stack. Only the innermost frame
+** is read each time (its code object and instruction); the whole stack
+** is read and named once per calling instruction. The GIL is held.
+*/
+static int
+profile_call(void *obj, void *frame, int what, void *arg)
+{
+    struct raw_stack s;
+    void *code;
+    int pos;
+    size_t j, mask;
+
+    (void)obj;
+    (void)arg;
+    if (what != PY_TRACE_C_CALL || frame == NULL || in_lock)
+        return 0;
+    code = py.frame_code(frame);
+    pos = C.lasti_is_line ? py.frame_line(frame) : py.frame_lasti(frame);
+    py.decref(code); /* the frame keeps it alive */
+    if ((uintptr_t)code == last_call_code && pos == last_call_pos)
+        return 0;
+    pthread_mutex_lock(&C.lock);
+    in_lock = true;
+    if ((C.n_calls + 1) * 2 > (C.calls == NULL ? 0 : (size_t)1 << C.call_bits) &&
+        !calls_grow())
+        goto out;
+    mask = ((size_t)1 << C.call_bits) - 1;
+    j = ((uintptr_t)code * 0x9e3779b97f4a7c15ULL ^ (uintptr_t)pos) & mask;
+    while (C.calls[j].py != NULL &&
+           !(C.calls[j].code == (uintptr_t)code && C.calls[j].pos == pos))
+        j = (j + 1) & mask;
+    if (C.calls[j].py == NULL) {
+        struct py_site *ps;
+        memset(&s, 0, sizeof s);
+        read_frames(frame, &s);
+        if (s.n_py == 0 || (ps = name_python(&s)) == NULL)
+            goto out;
+        C.calls[j] = (struct call_entry){.code = (uintptr_t)code, .pos = pos, .py = ps};
+        C.n_calls++;
+    }
+    last_py = C.calls[j].py;
+    last_call_code = (uintptr_t)code;
+    last_call_pos = pos;
+out:
+    in_lock = false;
+    pthread_mutex_unlock(&C.lock);
+    return 0;
+}
+
+/* Install the profile function: on every thread (3.12+), else on this
+** one. The GIL is held. As a pending call, it runs on the main thread. */
+static int
+profile_install(void *arg)
+{
+    (void)arg;
+    if (py.set_profile_all != NULL)
+        py.set_profile_all(profile_call, NULL);
+    else
+        py.set_profile(profile_call, NULL);
+    return 0;
+}
+
+/* Have the profile function installed, once: now when this thread holds
+** the GIL (HELD), else by the main thread at its next chance. */
+static void
+profile_ask(bool held)
+{
+    if (py.set_profile == NULL || (!held && py.add_pending == NULL) ||
+        __atomic_exchange_n(&C.profile_asked, 1, __ATOMIC_RELAXED))
+        return;
+    if (held)
+        profile_install(NULL);
+    else if (py.add_pending(profile_install, NULL) != 0)
+        __atomic_store_n(&C.profile_asked, 0, __ATOMIC_RELAXED); /* queue full: later */
+}
+
 uint32_t
 callsite_capture(struct trace_writer *w)
 {
@@ -407,13 +568,16 @@ callsite_capture(struct trace_writer *w)
     read_python(&s);
     if (s.n_py == 0) {
         if (last_py != NULL)
-            s.inherited = last_py->site;
+            s.inherited = last_py->id;
         else
             s.note_thread = py.ready && py.is_initialized();
     }
+    if (py.ready && !__atomic_load_n(&C.profile_asked, __ATOMIC_RELAXED))
+        profile_ask(s.n_py > 0);
     h = raw_hash(&s);
 
     pthread_mutex_lock(&C.lock);
+    in_lock = true;
     if ((C.n + 1) * 2 > (C.b == NULL ? 0 : (size_t)1 << C.bits) && !cache_grow())
         goto out;
     e = cache_bucket(C.b, C.bits, h, &s);
@@ -421,8 +585,6 @@ callsite_capture(struct trace_writer *w)
         struct py_site *ps;
         if (!name_stack(w, &s, &ps, &site))
             goto out;
-        if (ps != NULL)
-            ps->site = site;
         *e = (struct cache_entry){.hash = h, .key = s, .site = site, .py = ps};
         C.n++;
     }
@@ -430,6 +592,7 @@ callsite_capture(struct trace_writer *w)
     if (e->py != NULL)
         last_py = e->py;
 out:
+    in_lock = false;
     pthread_mutex_unlock(&C.lock);
     return site;
 }

@@ -4,7 +4,8 @@
 # of docs/TRACE_FORMAT.md) over the fake driver: a Python program without
 # torch (Debian's /usr/bin/python3, the driver through ctypes) whose 1 MiB
 # allocations must name the planted file:line:function, and whose
-# allocations made without the GIL must say so; a C program whose native
+# allocations made without the GIL must say so and name their line (seen
+# by the profile function at the call into native code); a C program whose native
 # frames, symbolized after the run with addr2line, must name the planted
 # line and function, with no Python frame; --no-sites records format 1.
 # vram analyze (text, --json, --html) names the planted line as the top
@@ -89,14 +90,21 @@ if [ -x /usr/bin/python3 ]; then
         fail "python: its caller" "$(sort -u "$TMP/held" | head -2)"
     fi
     first_frames "$TMP/py.csv" 4096 >"$TMP/released"
+    note="note,ran without the GIL: the last Python call into native code seen on this thread"
     if [ "$(wc -l <"$TMP/released")" -eq 30 ] &&
-        [ "$(cut -d'|' -f1 "$TMP/released" | sort -u)" = "note,ran without the GIL: the last Python call site read on this thread " ]; then
+        [ "$(cut -d'|' -f1 "$TMP/released" | sort -u)" = "$note " ]; then
         pass "python: an allocation without the GIL says so"
     else
         fail "python: without the GIL" "$(sort "$TMP/released" | uniq -c | head -3)"
     fi
+    released=$(grep -n "# PLANTED released" "$SCRIPT" | cut -d: -f1)
+    if [ "$(cut -d'|' -f2 "$TMP/released" | sort -u)" = " py,$SCRIPT,$released,released" ]; then
+        pass "python: ... and names its line, $(basename "$SCRIPT"):$released in released (the profile function)"
+    else
+        fail "python: the line without the GIL" "$(sort "$TMP/released" | uniq -c | head -3)"
+    fi
     sites=$(grep -c "^#@site " "$TMP/py.csv")
-    if [ "$sites" -le 4 ]; then
+    if [ "$sites" -le 6 ]; then
         pass "python: repeated stacks are interned ($sites sites for 60 allocations)"
     else
         fail "python: interned" "$sites sites"

@@ -31,8 +31,9 @@
 #    JSON lines in $OUT/torchperf.jsonl.
 # 9. record: `vram record` on real PyTorch (and JAX) training with planted
 #    leaks and clean runs (bench/gpu/record_checks.py, under 3 minutes):
-#    each leak found at the framework's own rate within 5%, no leak on the
-#    clean runs, the recording's step-time cost; traces in $OUT/record.
+#    each leak found at the framework's own rate within 5%, the top leak
+#    call site naming the planted line, no leak on the clean runs, the
+#    recording's step-time cost (call sites included); traces in $OUT/record.
 # 10. policy: two Unix users' PyTorch, JAX and CuPy processes under a 4 GiB host policy
 #     through /etc/ld.so.preload in a private mount namespace
 #     (bench/gpu/policy_checks.py): nvidia-smi's per-process used memory
@@ -696,6 +697,10 @@ if rec is not None:
             "-" if c.get("device_bytes_per_step") is None else "%.0f" % c["device_bytes_per_step"],
             c.get("planted_bytes") or "-", c.get("rounded_2mib_share"),
             c.get("period_events"), (c.get("suspect_sizes") or [])[:3]))
+        if c.get("top_site"):
+            lines.append("    top call site: %s per step from %s (%s iterations)" % (
+                c.get("top_site_rate"), c.get("top_site"), c.get("top_site_iterations")))
+            lines.append("      stack: %s" % " < ".join(c.get("top_site_stack") or [])[:300])
         if c.get("error") or c.get("analyze_error"):
             lines.append("    %s" % (c.get("error") or c.get("analyze_error")).strip()[-200:])
     seen = set()

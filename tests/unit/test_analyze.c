@@ -433,6 +433,92 @@ test_no_leak_without_growth(void **state)
     trace_free(t);
 }
 
+/*
+** Call sites (a format-2 trace): 30 marked steps, each keeping 1 MiB from
+** train.py:76 through nn.Linear (a package's frame, innermost) and
+** allocating and freeing a 4 MiB activation from train.py:80; in the last
+** 10 steps the kept 1 MiB comes from a thread without the GIL (a note
+** first). The leak's top call site is the program's own line, never the
+** package's; the note keeps its allocations apart.
+*/
+static void
+test_call_sites(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/vram_test_analyze_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    fprintf(f, "#@format 2\nt_us,op,id,size,stream,device,label,site\n"
+               "#@frame 1,py,/usr/lib/python3/dist-packages/torch/nn/modules/linear.py,114,"
+               "Linear.forward\n"
+               "#@frame 2,py,/home/me/train.py,76,main\n"
+               "#@frame 3,py,/home/me/train.py,80,main\n"
+               "#@frame 4,note,ran without the GIL\n"
+               "#@site 1,1,2\n#@site 2,3\n#@site 3,4,1,2\n");
+    uint64_t t = 1000, id = 0;
+    for (int step = 0; step < 30; step++) {
+        fprintf(f, "%llu,m,0,0,0,0,step,\n", (unsigned long long)t++);
+        uint64_t act = id++;
+        fprintf(f, "%llu,a,%llu,%llu,0,0,,2\n", (unsigned long long)t++,
+                (unsigned long long)act, (unsigned long long)(4 * MIB));
+        fprintf(f, "%llu,a,%llu,%llu,0,0,,%d\n", (unsigned long long)t++,
+                (unsigned long long)id++, (unsigned long long)MIB, step < 20 ? 1 : 3);
+        fprintf(f, "%llu,f,%llu,%llu,0,0,,\n", (unsigned long long)t++,
+                (unsigned long long)act, (unsigned long long)(4 * MIB));
+    }
+    assert_int_equal(fclose(f), 0);
+    struct trace *tr = NULL;
+    if (trace_load(path, &tr) != VRAM_OK)
+        fail_msg("loading: %s", vram_last_error());
+    unlink(path);
+    struct an_result *r = analyze_or_fail(tr, NULL);
+    char buf[700];
+    assert_true(r->leak);
+    assert_int_equal(r->n_iters, 30);
+    assert_int_equal(r->leak_site_iters, 28);
+    assert_int_equal(r->n_leak_sites, 2);
+    /* Steps 2..20 from site 1, 21..29 from site 3 (the last step's 1 MiB
+     * has not outlived it yet). */
+    assert_string_equal(an_site_headline(tr, &r->leak_sites[0], buf, sizeof buf),
+                        "train.py:76 in main");
+    assert_int_equal(r->leak_sites[0].site, 1);
+    assert_int_equal(r->leak_sites[0].count, 19);
+    assert_int_equal(r->leak_sites[0].iters, 19);
+    assert_int_equal(r->leak_sites[0].first_iter, 1);
+    assert_int_equal(r->leak_sites[0].last_iter, 19);
+    assert_string_equal(an_site_headline(tr, &r->leak_sites[1], buf, sizeof buf),
+                        "train.py:76 in main [ran without the GIL]");
+    assert_int_equal(r->leak_sites[1].count, 9);
+    /* The peak (the last step, its activation live): by call site. */
+    assert_true(r->n_peak_sites >= 3);
+    assert_string_equal(an_site_headline(tr, &r->peak_sites[0], buf, sizeof buf),
+                        "train.py:76 in main");
+    assert_int_equal(r->peak_sites[0].bytes, 20 * MIB);
+    assert_string_equal(an_frame_text(tr, 0, false, buf, sizeof buf),
+                        "linear.py:114 in Linear.forward");
+    /* The text report says it in one line. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    an_print_text(out, r);
+    fclose(out);
+    if (strstr(text, "from train.py:76 in main, never freed, 19 of 28 iterations") == NULL)
+        fail_msg("no call-site line in:\n%s", text);
+    free(text);
+    an_result_free(r);
+    trace_free(tr);
+
+    /* A trace without call sites has none to show. */
+    tr = marked_loop(8, 4 * MIB, true);
+    r = analyze_or_fail(tr, NULL);
+    assert_int_equal(r->n_leak_sites, 0);
+    assert_int_equal(r->n_peak_sites, 0);
+    an_result_free(r);
+    trace_free(tr);
+}
+
 /* A trace that ends in an OOM: 40 MiB live, then 30 MiB refused. */
 static struct trace *
 oom_trace(const char *meta)
@@ -1012,6 +1098,7 @@ main(void)
     const struct CMUnitTest synthetic_tests[] = {
         cmocka_unit_test(test_marks_drive_iterations),
         cmocka_unit_test(test_no_leak_without_growth),
+        cmocka_unit_test(test_call_sites),
         cmocka_unit_test(test_oom_ending),
         cmocka_unit_test(test_compare),
         cmocka_unit_test(test_period_without_marks),
