@@ -136,6 +136,10 @@ void trace_free(struct trace *t);
 ** ".gz"). Returns BUF. */
 const char *trace_display_name(const char *path, char *buf, size_t len);
 
+/* FNV-1a over the N bytes at P: the hash of the reader's label table and
+** of the writer's frames table. */
+uint64_t trace_text_hash(const char *p, size_t n);
+
 /* ---- writing ---- */
 
 struct trace_writer;

@@ -268,9 +268,8 @@ ids_grow(struct id_table *t)
 /* The label table                                                      */
 /* ------------------------------------------------------------------ */
 
-/* FNV-1a over the N bytes at P. */
-static uint64_t
-label_hash(const char *p, size_t n)
+uint64_t
+trace_text_hash(const char *p, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ULL;
     size_t i;
@@ -288,7 +287,7 @@ static uint32_t *
 labels_bucket(const struct label_table *t, const char *p, size_t n)
 {
     uint64_t mask = ((uint64_t)1 << t->bits) - 1;
-    uint64_t i = label_hash(p, n) & mask;
+    uint64_t i = trace_text_hash(p, n) & mask;
 
     while (t->b[i] != 0) {
         const char *l = t->list[t->b[i] - 1];
@@ -768,28 +767,31 @@ frame_directive(struct reader *r, const char *p, size_t n)
     return VRAM_OK;
 }
 
+/* Make *V (capacity *CAP, doubling from FIRST) hold at least NEED
+** uint32_t. False when out of memory (*V unchanged). */
+static bool
+u32_reserve(uint32_t **v, uint32_t *cap, uint64_t need, uint32_t first)
+{
+    while (need > *cap) {
+        uint32_t bigger = *cap == 0 ? first : *cap * 2;
+        uint32_t *grown = realloc(*v, (size_t)bigger * sizeof *grown);
+        if (grown == NULL)
+            return false;
+        *v = grown;
+        *cap = bigger;
+    }
+    return true;
+}
+
 /* Make room for one more site of N frames. */
 static bool
 sites_reserve(struct reader *r, uint32_t n)
 {
-    if (r->n_sites + 2 > r->cap_sites) {
-        uint32_t cap = r->cap_sites == 0 ? 64 : r->cap_sites * 2;
-        uint32_t *grown = realloc(r->site_start, (size_t)cap * sizeof *grown);
-        if (grown == NULL)
-            return false;
-        r->site_start = grown;
-        r->cap_sites = cap;
-        if (r->n_sites == 0)
-            r->site_start[0] = 0;
-    }
-    while (r->n_site_frames + n > r->cap_site_frames) {
-        uint32_t cap = r->cap_site_frames == 0 ? 256 : r->cap_site_frames * 2;
-        uint32_t *grown = realloc(r->site_frames, (size_t)cap * sizeof *grown);
-        if (grown == NULL)
-            return false;
-        r->site_frames = grown;
-        r->cap_site_frames = cap;
-    }
+    if (!u32_reserve(&r->site_start, &r->cap_sites, (uint64_t)r->n_sites + 2, 64) ||
+        !u32_reserve(&r->site_frames, &r->cap_site_frames,
+                     (uint64_t)r->n_site_frames + n, 256))
+        return false;
+    r->site_start[0] = 0;
     return true;
 }
 

@@ -343,20 +343,6 @@ intern_destroy(struct intern *t)
     t->b = NULL;
 }
 
-/* FNV-1a over the N bytes at P. */
-static uint64_t
-text_hash(const char *p, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    size_t i;
-
-    for (i = 0; i < n; i++) {
-        h ^= (unsigned char)p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
 static struct intern_entry *
 intern_bucket(const struct intern *t, uint64_t h, const char *key, size_t n)
 {
@@ -375,7 +361,7 @@ intern_bucket(const struct intern *t, uint64_t h, const char *key, size_t n)
 static bool
 intern_get(struct intern *t, const char *key, size_t n, uint32_t *id, bool *added)
 {
-    uint64_t h = text_hash(key, n);
+    uint64_t h = trace_text_hash(key, n);
     struct intern_entry *e;
 
     if (t->b == NULL || ((size_t)t->n + 1) * 2 > ((size_t)1 << t->bits)) {
