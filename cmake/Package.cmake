@@ -39,6 +39,10 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 # vram plan --model traces PyTorch programs; the plug-in serves Slurm.
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3, python3-torch")
+# The preload library dlopens libunwind.so.8 for the call sites of vram
+# record (1,657 instructions a call site where glibc's backtrace() takes
+# 22,940, BENCHMARKS.md); without it, it falls back to backtrace().
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libunwind8")
 set(CPACK_DEBIAN_PACKAGE_ENHANCES "slurm-client, slurmd")
 set(CPACK_PACKAGE_DESCRIPTION
 "libvram is a GPU memory allocator library with TensorFlow's strategies
