@@ -561,6 +561,10 @@ callsite_capture(struct trace_writer *w)
     uint64_t h;
     int i;
 
+    /* An allocation from a finalizer that the garbage collector ran while
+     * this thread read frames under the lock: it gets no site. */
+    if (in_lock)
+        return TRACE_NO_SITE;
     memset(&s, 0, sizeof s); /* the padding too: the key is hashed whole */
     s.n_native = C.unwind(addrs, NATIVE_DEPTH);
     for (i = 0; i < s.n_native; i++)

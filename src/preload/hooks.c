@@ -213,11 +213,23 @@ trace_open(void)
     }
 }
 
-/* The call site of the allocation being made, when the trace has sites. */
+/*
+** The call site of the allocation being made, when the trace has sites.
+** Outside the hook's depth: reading Python frames can run the garbage
+** collector, whose finalizers may free GPU memory on this thread, and that
+** free must be counted like any other, not forwarded as a driver's nested
+** call would be (its allocation would stay counted for good).
+*/
 static uint32_t
 trace_site(void)
 {
-    return P.trace != NULL && P.trace_sites ? callsite_capture(P.trace) : TRACE_NO_SITE;
+    if (P.trace == NULL || !P.trace_sites)
+        return TRACE_NO_SITE;
+    int depth = hook_depth;
+    hook_depth = 0;
+    uint32_t site = callsite_capture(P.trace);
+    hook_depth = depth;
+    return site;
 }
 
 /* Write event OP (no lock held). A failed write is said once; the
