@@ -105,9 +105,8 @@ static int
 cmp_site_bytes(const void *a, const void *b)
 {
     const struct an_site *x = a, *y = b;
-    if (x->bytes != y->bytes)
-        return x->bytes < y->bytes ? 1 : -1;
-    return (x->site > y->site) - (x->site < y->site);
+    int most_first = (y->bytes > x->bytes) - (y->bytes < x->bytes);
+    return most_first != 0 ? most_first : (x->site > y->site) - (x->site < y->site);
 }
 
 /*
