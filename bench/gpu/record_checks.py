@@ -142,9 +142,7 @@ def one(vram, work, fw, case, steps, timeout, allocator=None):
 
 
 def line_of(marker):
-    """record_train.py:NN, the line of record_train.py holding MARKER (the
-    first: the PyTorch loop's come before JAX's, and a JAX line is looked
-    for after the PyTorch one only when the framework is JAX)."""
+    """Each record_train.py:NN whose line holds MARKER, in the file's order."""
     with open(TRAIN) as f:
         hits = ["record_train.py:%d" % n for n, text in enumerate(f, 1) if marker in text]
     return hits
@@ -164,7 +162,11 @@ def site_check(r):
     hits = line_of(marker)
     if not hits:
         return None
-    want = hits[0] if r["framework"] == "torch" else hits[-1]
+    # The loops come in the file in this order: run_torch, run_jax, run_fake.
+    order = {"torch": 0, "jax": 1, "fake": 2}.get(r["framework"], 0)
+    if order >= len(hits):
+        return None
+    want = hits[order]
     # The Python frames (a note, "ran without the GIL: ...", may come first).
     lines = [f for f in stack if ".py:" in f]
     if case == "step_cache":
