@@ -218,6 +218,7 @@ slot_zero_uses(struct slot *s)
         atomic_store(&s->pending[d], 0);
         atomic_store(&s->peak[d], 0);
     }
+    atomic_store(&s->pinned, 0);
 }
 
 /* Whether the LIVE entry S (owner word W) belongs to this process. */
@@ -782,6 +783,30 @@ ledger_release(struct ledger *l, const char *uuid, uint64_t bytes)
     use_sub(&s->used[d], bytes);
 }
 
+vram_status
+ledger_host_add(struct ledger *l, uint64_t bytes)
+{
+    if (l == NULL)
+        return error_set(VRAM_E_INVALID, "ledger_host_add: NULL handle");
+    if (!l->member)
+        return error_set(VRAM_E_INVALID,
+                         "ledger of group %s: a monitoring handle holds no host memory",
+                         l->group);
+    struct slot *s = NULL;
+    vram_status rc = own_slot(l, &s);
+    if (rc == VRAM_OK)
+        use_add(&s->pinned, bytes);
+    return rc;
+}
+
+void
+ledger_host_sub(struct ledger *l, uint64_t bytes)
+{
+    struct slot *s = l != NULL && l->member ? own_slot_if_any(l) : NULL;
+    if (s != NULL)
+        use_sub(&s->pinned, bytes); /* never below zero, as ledger_release */
+}
+
 uint64_t
 ledger_group_used(struct ledger *l, const char *uuid)
 {
@@ -813,6 +838,7 @@ copy_proc(const struct slot *s, struct ledger_proc *p, uint64_t *word)
         p->dev[d].used = ld(&s->used[d]);
         p->dev[d].peak = ld(&s->peak[d]);
     }
+    p->pinned = ld(&s->pinned);
     *word = w;
     return atomic_load(ow) == w;
 }

@@ -54,6 +54,7 @@ struct ledger_proc {
     uid_t uid;
     char comm[LEDGER_COMM_LEN];
     struct ledger_use dev[LEDGER_MAX_DEVICES];
+    uint64_t pinned; /* bytes of page-locked host memory it holds (ledger_host_add) */
 };
 
 /* A copy of a whole ledger (for vram top/stat and OOM lines). Each
@@ -134,6 +135,25 @@ vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, u
 /* Give back BYTES reserved on UUID by this process (after a failed driver
 ** call, or when the memory is freed). */
 void ledger_release(struct ledger *l, const char *uuid, uint64_t bytes);
+
+/*
+** Count BYTES more (ledger_host_add) or fewer (ledger_host_sub, never
+** below zero) of page-locked host memory that this process holds through
+** the driver, for the monitoring commands. Not a quota: never refused,
+** and not part of any device's use. ledger_host_add makes the process's
+** entry if it has none yet (VRAM_E_IO when the ledger is full;
+** VRAM_E_INVALID for a monitoring handle).
+*/
+vram_status ledger_host_add(struct ledger *l, uint64_t bytes);
+void ledger_host_sub(struct ledger *l, uint64_t bytes);
+
+/*
+** The resident set of process PID, bytes (/proc/PID/stat field 24, in
+** pages), if PID still has START_TIME (field 22; 0: any process of that
+** pid). False when it is gone, another process now has the pid, or /proc
+** cannot be read. For the monitors: a process is never asked to report it.
+*/
+bool ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes);
 
 /* The group's use of UUID now, bytes (dead members reclaimed first); 0
 ** for a device never seen. */

@@ -20,9 +20,13 @@
 #include "ledger/ledger.h"
 #include "ledger/ledger_testing.h"
 
-/* "VRAMLDG3": stored last, with release order, once the header is written. */
-#define LEDGER_MAGIC UINT64_C(0x5652414d4c444733)
-#define LEDGER_VERSION 3
+/* "VRAMLDG4": stored last, with release order, once the header is written.
+** The first three words of the header (magic, version, size) keep their
+** place in every version, so that a reader can name the version of a file
+** it cannot read. Version 4 added each entry's pinned host memory. */
+#define LEDGER_MAGIC UINT64_C(0x5652414d4c444734)
+#define LEDGER_MAGIC_PREFIX UINT64_C(0x5652414d4c444700) /* "VRAMLDG" and any digit */
+#define LEDGER_VERSION 4
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ledger's words must be lock-free across processes");
 
@@ -73,6 +77,10 @@ struct slot {
     ** yet shown as in use (a stopped or refused claim never shows). */
     _Atomic uint64_t pending[LEDGER_MAX_DEVICES];
     _Atomic uint64_t peak[LEDGER_MAX_DEVICES];
+    /* Bytes of page-locked host memory the process holds through the
+    ** driver (cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister): shown,
+    ** never a quota. */
+    _Atomic uint64_t pinned;
 };
 
 /* One device. TAG (a hash of the UUID, never 0) claims the record; the

@@ -122,6 +122,8 @@ read_small_file(const char *path, char *buf, size_t cap, size_t *n)
 struct proc_stat {
     char state;          /* field 3: R, S, D, Z, X... */
     uint64_t start_time; /* field 22, clock ticks after boot */
+    uint64_t rss_pages;  /* field 24, resident pages; valid if have_rss */
+    bool have_rss;
     char comm[LEDGER_COMM_LEN];
 };
 
@@ -161,7 +163,7 @@ proc_stat_read(pid_t pid, struct proc_stat *out)
 
     const char *p = rp + 1, *end = buf + n;
     bool have_start = false;
-    for (int field = 2; field < 22;) {
+    for (int field = 2; field < 24;) {
         while (p < end && *p == ' ')
             p++;
         if (p >= end || *p == '\n')
@@ -174,6 +176,8 @@ proc_stat_read(pid_t pid, struct proc_stat *out)
             ps.state = *tok;
         if (field == 22)
             have_start = parse_u64(tok, p, &ps.start_time);
+        if (field == 24)
+            ps.have_rss = parse_u64(tok, p, &ps.rss_pages);
     }
     if (!have_start)
         return EINVAL;
@@ -267,3 +271,14 @@ ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_p
     return false;
 }
 
+bool
+ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes)
+{
+    struct proc_stat ps;
+    if (pid <= 0 || proc_stat_read(pid, &ps) != 0 || !ps.have_rss ||
+        (start_time != 0 && ps.start_time != start_time))
+        return false;
+    long page = sysconf(_SC_PAGESIZE); /* glibc: from the auxiliary vector, no call */
+    *bytes = ps.rss_pages * (uint64_t)(page > 0 ? page : 4096);
+    return true;
+}

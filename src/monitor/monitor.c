@@ -44,6 +44,7 @@ metric_value(enum metric_id id, const void *row)
 #define metric_field_DEVICE(r) ((const struct mon_device *)(r))
 #define metric_field_GROUP(r) ((const struct mon_group *)(r))
 #define metric_field_PROCESS(r) ((const struct mon_proc *)(r))
+#define metric_field_HOST(r) ((const struct mon_proc *)(r))
         VRAM_METRICS_LIST(METRIC_VALUE)
 #undef METRIC_VALUE
     case METRIC_COUNT:
@@ -68,6 +69,8 @@ metric_scope_labels(enum metric_scope s)
         return "gpu, UUID, modelName, Hostname, uuid, group";
     case METRIC_PROCESS:
         return "gpu, UUID, modelName, Hostname, uuid, group, pid, uid, comm";
+    case METRIC_HOST:
+        return "Hostname, group, pid, uid, comm";
     }
     return "";
 }
@@ -95,6 +98,15 @@ metrics_markdown(FILE *out)
                  "NVML is available. A killed process disappears at the next sample.\n"
                  "The trend is the least-squares slope over the last %d samples.\n",
             MON_HISTORY);
+    fprintf(out, "\nThe host metrics have one series per process and group, without GPU\n"
+                 "labels (`vram stat --json` repeats them on each GPU row of the\n"
+                 "process). Pinned bytes are those the preload library counted\n"
+                 "(cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister, and the runtime's\n"
+                 "cudaMallocHost, cudaHostAlloc and cudaHostRegister, which end in them),\n"
+                 "0 for a process outside vram; they count toward no quota. The resident\n"
+                 "set is read by the monitor from /proc/PID/stat (0 when it cannot be\n"
+                 "read, e.g. from another pid namespace). A process that holds nothing\n"
+                 "on any GPU has no row.\n");
 }
 
 /* ------------------------------------------------------------------ */
@@ -190,6 +202,8 @@ struct monitor {
     char groups[MON_MAX_GROUPS][LEDGER_GROUP_LEN]; /* scratch: ledger_list's names */
     bool all_users;                                 /* every user's ledgers */
     uid_t uids[MON_MAX_USERS];                      /* scratch: ledger_list_users' */
+    uint64_t rss[LEDGER_MAX_PROCS]; /* scratch: the snapshot's resident sets, */
+    bool rss_read[LEDGER_MAX_PROCS]; /* read once per process, not per GPU row */
     int n_tracks;
     struct track tracks[MON_MAX_PROCS];
 };
@@ -343,12 +357,17 @@ sample_nvml_procs(struct monitor *m)
             memset(p, 0, sizeof *p);
             snprintf(p->uuid, sizeof p->uuid, "%s", uuid);
             p->pid = pid;
+            p->host_row = true;
+            for (int j = 0; j < v->n_procs - 1 && p->host_row; j++)
+                p->host_row = v->procs[j].pid != pid || v->procs[j].group[0] != '\0';
             if (!proc_identity(pid, &p->uid, p->comm, sizeof p->comm)) {
                 p->uid = (uid_t)-1;
                 snprintf(p->comm, sizeof p->comm, "?");
             }
             p->used_bytes = v2 ? p2[k].used : p1[k].used;
             p->peak_bytes = p->used_bytes;
+            if (!ledger_proc_resident(pid, 0, &p->rss_bytes))
+                p->rss_bytes = 0;
         }
     }
 }
@@ -404,6 +423,20 @@ track_add(struct track *t, double time, uint64_t used)
     return den > 0 ? num / den * 60.0 : 0;
 }
 
+/* The resident set of m->snap's process I (0 when it cannot be read),
+** read from /proc once per sample however many GPU rows it has. */
+static uint64_t
+snap_rss(struct monitor *m, int i)
+{
+    if (!m->rss_read[i]) {
+        const struct ledger_proc *lp = &m->snap.procs[i];
+        if (!ledger_proc_resident(lp->pid, lp->start_time, &m->rss[i]))
+            m->rss[i] = 0;
+        m->rss_read[i] = true;
+    }
+    return m->rss[i];
+}
+
 /* The rows of the snapshot in m->snap, its group shown as LABEL. */
 static void
 add_snapshot(struct monitor *m, const char *label)
@@ -411,6 +444,7 @@ add_snapshot(struct monitor *m, const char *label)
     struct mon_view *v = &m->view;
     struct ledger_snapshot *s = &m->snap;
     snprintf(s->group, sizeof s->group, "%s", label);
+    memset(m->rss_read, 0, sizeof m->rss_read);
     for (int d = 0; d < s->n_devices && d < LEDGER_MAX_DEVICES; d++) {
         if ((size_t)v->n_groups < sizeof v->groups / sizeof v->groups[0]) {
             struct mon_group *g = &v->groups[v->n_groups++];
@@ -439,6 +473,11 @@ add_snapshot(struct monitor *m, const char *label)
             p->used_bytes = lp->dev[d].used;
             p->peak_bytes = lp->dev[d].peak;
             p->quota_bytes = s->limit[d];
+            p->pinned_bytes = lp->pinned;
+            p->rss_bytes = snap_rss(m, i);
+            p->host_row = true; /* unless an earlier GPU of the ledger had a row for it */
+            for (int e = 0; e < d && p->host_row; e++)
+                p->host_row = lp->dev[e].used == 0 && lp->dev[e].peak == 0;
             struct track *t = track_find(m, s->group, s->uuid[d], lp->pid, lp->start_time);
             if (t != NULL) {
                 p->trend_bytes_per_minute = track_add(t, v->time_s, p->used_bytes);
@@ -449,16 +488,32 @@ add_snapshot(struct monitor *m, const char *label)
     }
 }
 
+/* A ledger that could not be read, with status ST: counted and, the
+** first MON_MAX_UNREAD, their lines kept. VRAM_E_NO_DEVICE is a ledger removed or being
+** made meanwhile, which is nothing to say. */
+static void
+note_unread(struct monitor *m, vram_status st)
+{
+    struct mon_view *v = &m->view;
+    if (st == VRAM_OK || st == VRAM_E_NO_DEVICE)
+        return;
+    if (v->n_unread < MON_MAX_UNREAD)
+        snprintf(v->unread[v->n_unread], sizeof v->unread[0], "%s", vram_last_error());
+    v->n_unread++;
+}
+
 static void
 sample_ledger(struct monitor *m, const char *group)
 {
     struct ledger *l = NULL;
-    if (ledger_attach_existing(group, &l) != VRAM_OK)
-        return; /* gone meanwhile, or not ours */
-    vram_status st = ledger_snapshot(l, &m->snap);
-    ledger_close(l);
+    vram_status st = ledger_attach_existing(group, &l);
+    if (st == VRAM_OK) {
+        st = ledger_snapshot(l, &m->snap);
+        ledger_close(l);
+    }
     if (st == VRAM_OK)
         add_snapshot(m, group);
+    note_unread(m, st);
 }
 
 /* User UID's name into BUF, else the uid in digits. */
@@ -474,7 +529,8 @@ user_label(uid_t uid, char *buf, size_t len)
 }
 
 /* Every other user's ledgers, read-only (ledger_attach_user): each group
-** as "<user>/<group>". A ledger that cannot be opened is left out. */
+** as "<user>/<group>". A ledger that cannot be opened is left out
+** (note_unread counts it). */
 static vram_status
 sample_all_users(struct monitor *m)
 {
@@ -492,10 +548,12 @@ sample_all_users(struct monitor *m)
         user_label(uid, user, sizeof user);
         for (int k = 0; k < ng; k++) {
             struct ledger *l = NULL;
-            if (ledger_attach_user(uid, m->groups[k], &l) != VRAM_OK)
-                continue;
-            vram_status s2 = ledger_snapshot(l, &m->snap);
-            ledger_close(l);
+            vram_status s2 = ledger_attach_user(uid, m->groups[k], &l);
+            if (s2 == VRAM_OK) {
+                s2 = ledger_snapshot(l, &m->snap);
+                ledger_close(l);
+            }
+            note_unread(m, s2);
             if (s2 != VRAM_OK)
                 continue;
             char label[LEDGER_GROUP_LEN];
@@ -549,7 +607,7 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
     struct mon_view *v = &m->view;
     v->time_s = now_mono_s();
     v->nvml = false;
-    v->n_devices = v->n_groups = v->n_procs = 0;
+    v->n_devices = v->n_groups = v->n_procs = v->n_unread = 0;
     if (m->have_nvml)
         sample_nvml(m);
     for (int i = 0; i < m->n_tracks; i++)

@@ -50,6 +50,19 @@ put_gpu_labels(FILE *out, const struct mon_view *v, const char *uuid)
     fputc('"', out);
 }
 
+/* ',group="...",pid="...",uid="...",comm="..."}': the labels that end a
+** process's series (uid -1: unknown). */
+static void
+put_process_labels(FILE *out, const struct mon_proc *p)
+{
+    fputs(",group=\"", out);
+    put_label(out, p->group);
+    fprintf(out, "\",pid=\"%ld\",uid=\"%ld\",comm=\"", (long)p->pid,
+            p->uid == (uid_t)-1 ? -1L : (long)p->uid);
+    put_label(out, p->comm);
+    fputs("\"}", out);
+}
+
 static void
 put_value(FILE *out, double v)
 {
@@ -87,12 +100,19 @@ prom_write(FILE *out, const struct mon_view *v)
                 const struct mon_proc *p = &v->procs[i];
                 fprintf(out, "%s{", d->name);
                 put_gpu_labels(out, v, p->uuid);
-                fputs(",group=\"", out);
-                put_label(out, p->group);
-                fprintf(out, "\",pid=\"%ld\",uid=\"%ld\",comm=\"", (long)p->pid,
-                        p->uid == (uid_t)-1 ? -1L : (long)p->uid);
-                put_label(out, p->comm);
-                fputs("\"}", out);
+                put_process_labels(out, p);
+                put_value(out, metric_value((enum metric_id)id, p));
+            }
+            break;
+        case METRIC_HOST: /* no GPU: one series per process and group */
+            for (int i = 0; i < v->n_procs; i++) {
+                const struct mon_proc *p = &v->procs[i];
+                if (!p->host_row)
+                    continue;
+                fprintf(out, "%s{Hostname=\"", d->name);
+                put_label(out, v->hostname);
+                fputc('"', out);
+                put_process_labels(out, p);
                 put_value(out, metric_value((enum metric_id)id, p));
             }
             break;

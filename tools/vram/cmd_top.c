@@ -2,9 +2,10 @@
 /*
 ** cmd_top.c -- `vram top`: the monitor (src/monitor/) live in the terminal,
 ** through ncurses. Per GPU: total, used and each group's quota and use; per
-** process: pid, user, command, group, current, peak, quota, trend
-** (MiB/min) and a small graph of its recent use. The process columns are
-** the PROCESS metrics of VRAM_METRICS_LIST, like `vram stat`.
+** process: pid, user, command, group, current, peak, quota, its host
+** memory (pinned through the driver, resident set), trend (MiB/min) and a
+** small graph of its recent use. The process columns are the PROCESS
+** metrics of VRAM_METRICS_LIST, like `vram stat`.
 **
 ** Keys: q quits; s cycles the sort key; u, p, t, i sort by used, peak,
 ** trend, pid; r reverses. SIGINT, SIGTERM and SIGHUP quit too: the loop
@@ -138,7 +139,8 @@ gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
 }
 
 /*
-** One screen, every line within 80 columns: the GPUs by index and name
+** One screen, every line within 96 columns (cut at the terminal's width;
+** the host memory columns come last but the graph): the GPUs by index and name
 ** (the UUID cut to its first group; `vram stat --json` has it whole), each
 ** with its groups, then the processes with their GPU's index first.
 */
@@ -152,6 +154,8 @@ draw(struct top *t, struct mon_view *v)
              v->n_procs, v->n_procs == 1 ? "" : "es", sort_names[t->sort],
              t->reverse ? " (reversed)" : "", t->interval_s);
     line(row++, 0, "keys: q quit, s/u/p/t/i sort by next/used/peak/trend/pid, r reverse");
+    if (v->n_unread > 0)
+        line(row++, 0, "not read: %s%s", v->unread[0], v->n_unread > 1 ? " (and more)" : "");
     row++;
     attron(A_BOLD);
     line(row++, 0, "%3s %-24s %10s %10s  %-12s", "GPU", "NAME", "TOTAL MiB", "USED MiB",
@@ -179,12 +183,13 @@ draw(struct top *t, struct mon_view *v)
     sort_ctx = t;
     qsort(v->procs, (size_t)v->n_procs, sizeof v->procs[0], cmp_proc);
     attron(A_BOLD);
-    line(row++, 0, "%3s %7s %-6s %-10s %-10s %7s %7s %7s %7s  %-5s", "GPU", "PID", "USER",
-             "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HIST");
+    line(row++, 0, "%3s %7s %-6s %-10s %-10s %7s %7s %7s %7s  %-5s %7s %7s", "GPU", "PID",
+         "USER", "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HIST", "PINNED",
+         "RSS");
     attroff(A_BOLD);
     for (int i = 0; i < v->n_procs && row < LINES; i++) {
         const struct mon_proc *p = &v->procs[i];
-        char user[16], cur[32], peak[32], quota[32], hist[6], idx[16];
+        char user[16], cur[32], peak[32], quota[32], hist[6], idx[16], pin[32], rss[32];
         struct passwd *pw = p->uid == (uid_t)-1 ? NULL : getpwuid(p->uid);
         if (pw != NULL)
             snprintf(user, sizeof user, "%s", pw->pw_name);
@@ -195,15 +200,17 @@ draw(struct top *t, struct mon_view *v)
         mib(p->used_bytes, cur, sizeof cur);
         mib(p->peak_bytes, peak, sizeof peak);
         mib(p->quota_bytes, quota, sizeof quota);
+        mib(p->pinned_bytes, pin, sizeof pin);
+        mib(p->rss_bytes, rss, sizeof rss);
         graph(p, hist, 5);
         gpu_index(v, p->uuid, idx, sizeof idx);
         char trend[32];
         double per_min = p->trend_bytes_per_minute / (1024.0 * 1024.0);
         snprintf(trend, sizeof trend, per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f",
                  per_min);
-        line(row++, 0, "%3s %7ld %-6.6s %-10.10s %-10.10s %7s %7s %7s %7s  %s", idx,
+        line(row++, 0, "%3s %7ld %-6.6s %-10.10s %-10.10s %7s %7s %7s %7s  %s %7s %7s", idx,
              (long)p->pid, user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
-             p->quota_bytes ? quota : "none", trend, hist);
+             p->quota_bytes ? quota : "none", trend, hist, pin, p->rss_bytes ? rss : "-");
     }
     refresh();
 }
