@@ -55,6 +55,8 @@ struct ledger_proc {
     char comm[LEDGER_COMM_LEN];
     struct ledger_use dev[LEDGER_MAX_DEVICES];
     uint64_t pinned; /* bytes of page-locked host memory it holds (ledger_host_add) */
+    uint64_t rss;    /* bytes resident (/proc/PID/stat), read by a monitor's snapshot
+                        as it judges the process alive; 0 in a member's, or unread */
 };
 
 /* A copy of a whole ledger (for vram top/stat and OOM lines). Each
@@ -159,7 +161,9 @@ bool ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes);
 ** for a device never seen. */
 uint64_t ledger_group_used(struct ledger *l, const char *uuid);
 
-/* Copy the whole ledger into OUT (reclaiming dead members first). */
+/* Copy the whole ledger into OUT (reclaiming dead members first; a
+** monitoring handle judges each process as it copies it, one /proc read
+** for its liveness and its resident set). */
 vram_status ledger_snapshot(struct ledger *l, struct ledger_snapshot *out);
 
 /* Open GROUP's ledger only if it exists, without adding an entry (for the
@@ -172,6 +176,13 @@ vram_status ledger_attach_existing(const char *group, struct ledger **out);
 ** link). A read-only handle writes nothing: its snapshots leave dead
 ** members out instead of reclaiming them. */
 vram_status ledger_attach_user(uid_t uid, const char *group, struct ledger **out);
+
+/* Whether L still maps its group's ledger: the name in the user's
+** directory still names the file it mapped, a regular file of that user
+** of the expected size, not marked removed (one lstat). A monitor keeps
+** its handles across samples while this holds, instead of opening and
+** mapping every ledger at every sample. */
+bool ledger_current(const struct ledger *l);
 
 /* Every group ledger of the calling user: names into GROUPS (MAX of them,
 ** LEDGER_GROUP_LEN each, sorted); *n receives the count (at most MAX: more

@@ -314,6 +314,18 @@ ledger_file_unlink(const char *group, uint64_t ino)
     rmdir(dir);
 }
 
+bool
+ledger_file_same(uid_t uid, const char *group, uint64_t ino)
+{
+    char path[64 + LEDGER_GROUP_LEN];
+    ledger_dir_path(path, 64, uid);
+    size_t at = strlen(path);
+    snprintf(path + at, sizeof path - at, "/%s", group);
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == uid &&
+           (uint64_t)sb.st_ino == ino && (uint64_t)sb.st_size == sizeof(struct layout);
+}
+
 static int
 compare_groups(const void *a, const void *b)
 {

@@ -133,6 +133,10 @@ vram_status ledger_self_read(struct self *out);
 ** (gone, its pid recycled, or a zombie); in doubt alive. START_TIME 0:
 ** only whether the pid exists. */
 bool ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns);
+/* The same, and the resident set of a live one into *RSS (bytes; 0 when
+** not read), from the same read of /proc/PID/stat. */
+bool ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
+                       uint64_t *rss);
 
 /* ---- ledger_file.c: the directory and the file ---- */
 
@@ -144,6 +148,9 @@ vram_status ledger_file_open(uid_t uid, const char *group, bool create, bool wri
                              struct layout **out, uint64_t *ino);
 /* Unlink GROUP's file of the effective user if the name still names inode INO. */
 void ledger_file_unlink(const char *group, uint64_t ino);
+/* Whether GROUP's file of user UID is still inode INO: a regular file of
+** UID, of the layout's size, not a link (one lstat). */
+bool ledger_file_same(uid_t uid, const char *group, uint64_t ino);
 /* Whether NAME is a valid group name. */
 bool ledger_group_valid(const char *name);
 

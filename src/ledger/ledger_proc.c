@@ -212,6 +212,14 @@ proc_threads(pid_t pid)
     return (long)v;
 }
 
+/* The page size, bytes (glibc reads it from the auxiliary vector: no call). */
+static uint64_t
+page_bytes(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    return (uint64_t)(page > 0 ? page : 4096);
+}
+
 /* Fill *OUT with this process's identity. */
 vram_status
 ledger_self_read(struct self *out)
@@ -250,24 +258,38 @@ ledger_self_read(struct self *out)
 bool
 ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns)
 {
+    uint64_t rss;
+    return ledger_proc_judge(pid, start_time, pidns, my_pidns, &rss);
+}
+
+/*
+** One read of /proc/PID/stat: gone (ENOENT, ESRCH), or another process
+** (start time), or a zombie, is dead; a /proc we may not read falls back
+** on kill(pid, 0), and only ESRCH is dead there.
+*/
+bool
+ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
+                  uint64_t *rss)
+{
+    *rss = 0;
     if (pid <= 0)
         return true; /* garbage; and kill(-pid) would mean a process group */
     if (pidns != 0 && my_pidns != 0 && pidns != my_pidns)
         return false; /* its pid means another process here */
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return true;
-    if (start_time == 0)
-        return false; /* a member still writing its entry: only a gone pid is dead */
     struct proc_stat ps;
     int err = proc_stat_read(pid, &ps);
     if (err == ENOENT || err == ESRCH)
-        return true; /* died since kill() */
+        return true;
     if (err != 0)
-        return false;
+        return kill(pid, 0) != 0 && errno == ESRCH;
+    if (start_time == 0)
+        return false; /* a member still writing its entry: only a gone pid is dead */
     if (ps.start_time != start_time)
         return true;
-    if (ps.state == 'Z' || ps.state == 'X')
-        return proc_threads(pid) <= 1; /* unreaped; its GPU memory is gone */
+    if ((ps.state == 'Z' || ps.state == 'X') && proc_threads(pid) <= 1)
+        return true; /* unreaped; its GPU memory is gone */
+    if (ps.have_rss)
+        *rss = ps.rss_pages * page_bytes();
     return false;
 }
 
@@ -278,7 +300,6 @@ ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes)
     if (pid <= 0 || proc_stat_read(pid, &ps) != 0 || !ps.have_rss ||
         (start_time != 0 && ps.start_time != start_time))
         return false;
-    long page = sysconf(_SC_PAGESIZE); /* glibc: from the auxiliary vector, no call */
-    *bytes = ps.rss_pages * (uint64_t)(page > 0 ? page : 4096);
+    *bytes = ps.rss_pages * page_bytes();
     return true;
 }

@@ -194,6 +194,19 @@ struct track {
     bool seen;                    /* present in the current sample */
 };
 
+/* A ledger handle kept between samples: opening and mapping every ledger
+** at every sample cost more than reading it (BENCHMARKS.md). Kept while
+** ledger_current says its name still names the file mapped. */
+struct held {
+    uid_t uid;
+    bool own; /* the caller's own (ledger_attach_existing), else read-only */
+    char group[LEDGER_GROUP_LEN];
+    struct ledger *l;
+    bool seen; /* listed at this sample */
+};
+
+#define MON_MAX_HELD 1024
+
 struct monitor {
     struct nvml nvml;
     bool have_nvml;
@@ -202,10 +215,12 @@ struct monitor {
     char groups[MON_MAX_GROUPS][LEDGER_GROUP_LEN]; /* scratch: ledger_list's names */
     bool all_users;                                 /* every user's ledgers */
     uid_t uids[MON_MAX_USERS];                      /* scratch: ledger_list_users' */
-    uint64_t rss[LEDGER_MAX_PROCS]; /* scratch: the snapshot's resident sets, */
-    bool rss_read[LEDGER_MAX_PROCS]; /* read once per process, not per GPU row */
     int n_tracks;
     struct track tracks[MON_MAX_PROCS];
+    int track_hint; /* where track_find looks first: rows come in the same order */
+    int n_held;
+    int held_hint; /* where held_ledger looks first: ledgers are listed in order */
+    struct held held[MON_MAX_HELD];
 };
 
 vram_status
@@ -255,6 +270,8 @@ monitor_close(struct monitor *m)
         return;
     if (m->have_nvml)
         nvml_unload(&m->nvml);
+    for (int i = 0; i < m->n_held; i++)
+        ledger_close(m->held[i].l);
     free(m);
 }
 
@@ -375,11 +392,14 @@ sample_nvml_procs(struct monitor *m)
 static struct track *
 track_find(struct monitor *m, const char *group, const char *uuid, pid_t pid, uint64_t st)
 {
-    for (int i = 0; i < m->n_tracks; i++) {
+    for (int k = 0; k < m->n_tracks; k++) {
+        int i = (m->track_hint + k) % m->n_tracks;
         struct track *t = &m->tracks[i];
         if (t->pid == pid && t->start_time == st && strcmp(t->group, group) == 0 &&
-            strcmp(t->uuid, uuid) == 0)
+            strcmp(t->uuid, uuid) == 0) {
+            m->track_hint = i + 1;
             return t;
+        }
     }
     if (m->n_tracks == MON_MAX_PROCS)
         return NULL;
@@ -423,20 +443,6 @@ track_add(struct track *t, double time, uint64_t used)
     return den > 0 ? num / den * 60.0 : 0;
 }
 
-/* The resident set of m->snap's process I (0 when it cannot be read),
-** read from /proc once per sample however many GPU rows it has. */
-static uint64_t
-snap_rss(struct monitor *m, int i)
-{
-    if (!m->rss_read[i]) {
-        const struct ledger_proc *lp = &m->snap.procs[i];
-        if (!ledger_proc_resident(lp->pid, lp->start_time, &m->rss[i]))
-            m->rss[i] = 0;
-        m->rss_read[i] = true;
-    }
-    return m->rss[i];
-}
-
 /* The rows of the snapshot in m->snap, its group shown as LABEL. */
 static void
 add_snapshot(struct monitor *m, const char *label)
@@ -444,7 +450,6 @@ add_snapshot(struct monitor *m, const char *label)
     struct mon_view *v = &m->view;
     struct ledger_snapshot *s = &m->snap;
     snprintf(s->group, sizeof s->group, "%s", label);
-    memset(m->rss_read, 0, sizeof m->rss_read);
     for (int d = 0; d < s->n_devices && d < LEDGER_MAX_DEVICES; d++) {
         if ((size_t)v->n_groups < sizeof v->groups / sizeof v->groups[0]) {
             struct mon_group *g = &v->groups[v->n_groups++];
@@ -474,7 +479,7 @@ add_snapshot(struct monitor *m, const char *label)
             p->peak_bytes = lp->dev[d].peak;
             p->quota_bytes = s->limit[d];
             p->pinned_bytes = lp->pinned;
-            p->rss_bytes = snap_rss(m, i);
+            p->rss_bytes = lp->rss; /* read by the snapshot with its liveness */
             p->host_row = true; /* unless an earlier GPU of the ledger had a row for it */
             for (int e = 0; e < d && p->host_row; e++)
                 p->host_row = lp->dev[e].used == 0 && lp->dev[e].peak == 0;
@@ -502,15 +507,69 @@ note_unread(struct monitor *m, vram_status st)
     v->n_unread++;
 }
 
+/*
+** Snapshot user UID's ledger GROUP (OWN: the caller's, else read-only)
+** into m->snap through the handle kept from the last sample if it still
+** holds, else a new one (kept if there is room).
+*/
+static vram_status
+held_snapshot(struct monitor *m, uid_t uid, bool own, const char *group)
+{
+    struct held *h = NULL;
+    for (int k = 0; k < m->n_held && h == NULL; k++) {
+        int i = (m->held_hint + k) % m->n_held;
+        struct held *c = &m->held[i];
+        if (c->uid == uid && c->own == own && strcmp(c->group, group) == 0) {
+            h = c;
+            m->held_hint = i + 1;
+        }
+    }
+    if (h != NULL && !ledger_current(h->l)) {
+        ledger_close(h->l);
+        h->l = NULL;
+    }
+    struct ledger *l = h != NULL ? h->l : NULL;
+    vram_status st = VRAM_OK;
+    if (l == NULL)
+        st = own ? ledger_attach_existing(group, &l) : ledger_attach_user(uid, group, &l);
+    if (st != VRAM_OK)
+        return st; /* H, if any, has no handle and is not seen: dropped */
+    if (h == NULL && m->n_held < MON_MAX_HELD) {
+        h = &m->held[m->n_held++];
+        h->uid = uid;
+        h->own = own;
+        snprintf(h->group, sizeof h->group, "%s", group);
+    }
+    st = ledger_snapshot(l, &m->snap);
+    if (h != NULL) {
+        h->l = l;
+        h->seen = true;
+    } else {
+        ledger_close(l); /* no room to keep it */
+    }
+    return st;
+}
+
+/* Close the handles of ledgers no longer listed. */
+static void
+held_prune(struct monitor *m)
+{
+    int k = 0;
+    for (int i = 0; i < m->n_held; i++) {
+        if (m->held[i].seen)
+            m->held[k++] = m->held[i];
+        else
+            ledger_close(m->held[i].l);
+    }
+    m->n_held = k;
+    for (int i = 0; i < m->n_held; i++)
+        m->held[i].seen = false;
+}
+
 static void
 sample_ledger(struct monitor *m, const char *group)
 {
-    struct ledger *l = NULL;
-    vram_status st = ledger_attach_existing(group, &l);
-    if (st == VRAM_OK) {
-        st = ledger_snapshot(l, &m->snap);
-        ledger_close(l);
-    }
+    vram_status st = held_snapshot(m, geteuid(), true, group);
     if (st == VRAM_OK)
         add_snapshot(m, group);
     note_unread(m, st);
@@ -547,12 +606,7 @@ sample_all_users(struct monitor *m)
         char user[64];
         user_label(uid, user, sizeof user);
         for (int k = 0; k < ng; k++) {
-            struct ledger *l = NULL;
-            vram_status s2 = ledger_attach_user(uid, m->groups[k], &l);
-            if (s2 == VRAM_OK) {
-                s2 = ledger_snapshot(l, &m->snap);
-                ledger_close(l);
-            }
+            vram_status s2 = held_snapshot(m, uid, false, m->groups[k]);
             note_unread(m, s2);
             if (s2 != VRAM_OK)
                 continue;
@@ -614,8 +668,11 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
         m->tracks[i].seen = false;
     for (int i = 0; i < n; i++)
         sample_ledger(m, groups[i]);
-    if (m->all_users && (st = sample_all_users(m)) != VRAM_OK)
+    if (m->all_users && (st = sample_all_users(m)) != VRAM_OK) {
+        held_prune(m);
         return st;
+    }
+    held_prune(m);
     if (m->have_nvml)
         sample_nvml_procs(m);
     /* Forget the histories of processes gone (killed ones included). */
