@@ -17,6 +17,9 @@
 ** private mount namespace with its own /dev/shm, so that other ledgers on
 ** the machine neither slow nor pad the figures (and none is left behind).
 **
+** The samples are timed back to back (SCRAPES of them), then SCRAPES/10
+** one a second (the exporter's default interval, after which each
+** process's /proc judgment has expired).
 ** Usage: bench_monitor VRAM [PROCS GROUPS SCRAPES TOP_PROCS TOP_SECONDS]
 ** (defaults 1000 100 200 200 30). Exit 0, or 1 when something could not
 ** be set up (a line on stderr says what).
@@ -160,7 +163,7 @@ print_ms(double *v, int n)
 /* ---- 1. the exporter ---- */
 
 static void
-bench_sample(int procs, int groups, int scrapes)
+bench_sample(int procs, int groups, int scrapes, double pause_s)
 {
     struct monitor *mon = NULL;
     const struct mon_view *v = NULL;
@@ -192,10 +195,15 @@ bench_sample(int procs, int groups, int scrapes)
             r[i] = c1 - cs;
         }
         bytes = len;
+        if (pause_s > 0)
+            usleep((useconds_t)(pause_s * 1e6));
     }
     printf("- sample + Prometheus text, %d processes in %d groups (%d process rows, "
-           "%zu bytes of text): ",
-           procs, groups, v->n_procs, bytes);
+           "%zu bytes of text), %s: ",
+           procs, groups, v->n_procs, bytes,
+           pause_s > 0 ? "one a second as the exporter takes them (each process's /proc "
+                         "read again)"
+                       : "back to back (as vram top at 10 Hz: /proc read once a second)");
     print_ms(t, scrapes);
     printf("\n  CPU time of the sampling thread: ");
     print_ms(c, scrapes);
@@ -409,7 +417,9 @@ main(int argc, char **argv)
 
     struct members m;
     members_start(&m, procs, groups);
-    bench_sample(procs, groups, scrapes);
+    bench_sample(procs, groups, scrapes, 0);
+    fflush(stdout);
+    bench_sample(procs, groups, scrapes / 10 > 0 ? scrapes / 10 : 1, 1.05);
     fflush(stdout);
     bench_http(vram, scrapes);
     fflush(stdout);
