@@ -81,6 +81,7 @@ bench: build
 	@sh scripts/bench.sh $(BUILD)/bin/vram $(TRACES)
 	@$(BUILD)/tests/preload/bench_startup $(BUILD)/lib/libvram-preload.so \
 	    $$(ls /usr/lib/*/libz.so.1 | head -n 1) 2000
+	@$(BUILD)/tests/bench_monitor $(BUILD)/bin/vram
 
 format:
 	@clang-format -i include/*.h src/*/*.[ch] tools/*/*.[ch] tests/*/*.[ch]

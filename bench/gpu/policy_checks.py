@@ -11,9 +11,15 @@ never change, and the users exist only there). Each process allocates
 them; while both hold, nvidia-smi's per-process used memory must be at
 most 4 GiB + 64 MiB for each (the context counted in the quota), and each
 must have reached at least 3 GiB before the OOM (the OOM comes at the
-quota, not before). Prints one JSON object; exit 0 when every check held.
+quota, not before). The PyTorch and CuPy workers also pin 64 MiB of host
+memory (pin_memory, alloc_pinned_memory: cudaHostAlloc), and root's
+`vram stat --json` is asked, while they hold, for each process's pinned
+bytes and resident set (recorded; a pinned count short of 64 MiB is a
+miss of its own, not of the quota checks). Prints one JSON object; exit 0
+when every quota check held.
 
 Usage (root): policy_checks.py --preload build-gpu/lib/libvram-preload.so
+      [--vram VRAM (default: bin/vram beside the library's lib/)]
       [--python PYTHON (default: this one)] [--out FILE]
       --cpu: no GPU: check the namespace, the users and the preload line only.
 """
@@ -28,6 +34,7 @@ import time
 
 QUOTA_MIB = 4096
 SLACK_MIB = 64
+PIN_MIB = 64  # pinned host memory the PyTorch and CuPy workers take
 
 # Each framework's worker allocates 256 MiB buffers until the framework's
 # own out-of-memory error, prints "held MIB ERROR", then holds them until
@@ -50,6 +57,7 @@ try:
 except torch.OutOfMemoryError as e:
     err = str(e).splitlines()[0][:200]
 torch.cuda.synchronize()
+pinned = torch.empty(64 << 20, dtype=torch.uint8).pin_memory()
 """ + HOLD,
     # JAX caps itself at a fraction (default 0.75) of the total the device
     # reports, which under a quota is the quota: measured on the H200, its
@@ -78,6 +86,7 @@ try:
 except cupy.cuda.memory.OutOfMemoryError as e:
     err = str(e).splitlines()[0][:200]
 cupy.cuda.Device().synchronize()
+pinned = cupy.cuda.alloc_pinned_memory(64 << 20)
 """ + HOLD,
 }
 
@@ -131,6 +140,17 @@ def inside(args):
             subprocess.run(["userdel", u], capture_output=True)
 
 
+def host_memory(args):
+    """Root's `vram stat --json`: pid -> (pinned_bytes, rss_bytes); {} if it fails."""
+    out = subprocess.run([args.vram, "stat", "--json", "--no-nvml"], capture_output=True,
+                         text=True)
+    try:
+        rows = json.loads(out.stdout)["processes"]
+    except (ValueError, KeyError):
+        return {}
+    return {r["pid"]: (r.get("pinned_bytes"), r.get("rss_bytes")) for r in rows}
+
+
 def both_users(args, tmp, users, fw):
     """Both users run FW's worker at once; nvidia-smi while both hold."""
     worker = os.path.join(tmp, "worker_%s.py" % fw)
@@ -160,6 +180,7 @@ def both_users(args, tmp, users, fw):
         parts = [x.strip() for x in row.split(",")]
         if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
             used[int(parts[0])] = int(parts[1])
+    host = host_memory(args)
     open(stop, "w").close()
     run = {"framework": fw, "users": [], "ok": True}
     for u, p in procs:
@@ -176,6 +197,11 @@ def both_users(args, tmp, users, fw):
              "vram_lines": [x for x in err.splitlines() if x.startswith("vram:")][:2],
              "stderr_tail": [x for x in err.strip().splitlines()
                              if not x.startswith("vram:")][-3:]}
+        pinned, rss = host.get(p.pid, (None, None))
+        r["pinned_mib"] = None if pinned is None else pinned / 2**20
+        r["rss_mib"] = None if rss is None else rss / 2**20
+        r["pinned_shown"] = (None if fw not in ("torch", "cupy")
+                             else pinned is not None and pinned >= PIN_MIB << 20)
         r["within_quota"] = smi_mib is not None and smi_mib <= QUOTA_MIB + SLACK_MIB
         r["oom_at_quota"] = mib >= QUOTA_MIB - 1024
         run["ok"] = run["ok"] and r["within_quota"] and r["oom_at_quota"]
@@ -187,10 +213,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--preload", required=True)
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--vram")
     ap.add_argument("--out")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--frameworks", default="torch,jax,cupy")
     args = ap.parse_args()
+    if args.vram is None:
+        args.vram = os.path.join(os.path.dirname(os.path.dirname(
+            os.path.realpath(args.preload))), "bin", "vram")
     if os.environ.get("VRAM_POLICY_GPU_INSIDE") == "1":
         res = inside(args)
         print(json.dumps(res))

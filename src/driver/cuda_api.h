@@ -296,6 +296,7 @@ enum vcu_need {
 /*
 ** Entry points that only the preload library (src/preload) and the fake
 ** driver (tests/fakecuda) use: the other ways of taking device memory,
+** page-locked host memory (counted for display, never a quota),
 ** cuGetProcAddress, and what the hooks ask the driver. Same shape as
 ** VCU_ENTRY_POINTS, but vcu_api_load never loads them (the backend has no
 ** use for them, and an old driver may lack them). The _ptsz twins of the
@@ -327,7 +328,15 @@ enum vcu_need {
       (T(array) *array, const T(array_descriptor) *desc))                                \
     X(cuArray3DCreate, cuArray3DCreate_v2, NULL, VCU_OPTIONAL, T(result),                \
       (T(array) *array, const T(array3d_descriptor) *desc))                              \
-    X(cuArrayDestroy, cuArrayDestroy, NULL, VCU_OPTIONAL, T(result), (T(array) array))
+    X(cuArrayDestroy, cuArrayDestroy, NULL, VCU_OPTIONAL, T(result), (T(array) array))   \
+    X(cuMemAllocHost, cuMemAllocHost_v2, NULL, VCU_OPTIONAL, T(result),                  \
+      (void **pp, size_t bytesize))                                                      \
+    X(cuMemHostAlloc, cuMemHostAlloc, NULL, VCU_OPTIONAL, T(result),                     \
+      (void **pp, size_t bytesize, unsigned int Flags))                                  \
+    X(cuMemFreeHost, cuMemFreeHost, NULL, VCU_OPTIONAL, T(result), (void *p))            \
+    X(cuMemHostRegister, cuMemHostRegister_v2, NULL, VCU_OPTIONAL, T(result),            \
+      (void *p, size_t bytesize, unsigned int Flags))                                    \
+    X(cuMemHostUnregister, cuMemHostUnregister, NULL, VCU_OPTIONAL, T(result), (void *p))
 /* clang-format on */
 
 /* vcu_pfn_cuMemAlloc, ...: the type of each entry point. */

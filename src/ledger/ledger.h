@@ -54,6 +54,9 @@ struct ledger_proc {
     uid_t uid;
     char comm[LEDGER_COMM_LEN];
     struct ledger_use dev[LEDGER_MAX_DEVICES];
+    uint64_t pinned; /* bytes of page-locked host memory it holds (ledger_host_add) */
+    uint64_t rss;    /* bytes resident (/proc/PID/stat), read by a monitor's snapshot
+                        as it judges the process alive; 0 in a member's, or unread */
 };
 
 /* A copy of a whole ledger (for vram top/stat and OOM lines). Each
@@ -135,11 +138,32 @@ vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, u
 ** call, or when the memory is freed). */
 void ledger_release(struct ledger *l, const char *uuid, uint64_t bytes);
 
+/*
+** Count BYTES more (ledger_host_add) or fewer (ledger_host_sub, never
+** below zero) of page-locked host memory that this process holds through
+** the driver, for the monitoring commands. Not a quota: never refused,
+** and not part of any device's use. ledger_host_add makes the process's
+** entry if it has none yet (VRAM_E_IO when the ledger is full;
+** VRAM_E_INVALID for a monitoring handle).
+*/
+vram_status ledger_host_add(struct ledger *l, uint64_t bytes);
+void ledger_host_sub(struct ledger *l, uint64_t bytes);
+
+/*
+** The resident set of process PID, bytes (/proc/PID/stat field 24, in
+** pages), if PID still has START_TIME (field 22; 0: any process of that
+** pid). False when it is gone, another process now has the pid, or /proc
+** cannot be read. For the monitors: a process is never asked to report it.
+*/
+bool ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes);
+
 /* The group's use of UUID now, bytes (dead members reclaimed first); 0
 ** for a device never seen. */
 uint64_t ledger_group_used(struct ledger *l, const char *uuid);
 
-/* Copy the whole ledger into OUT (reclaiming dead members first). */
+/* Copy the whole ledger into OUT (reclaiming dead members first; a
+** monitoring handle judges each process as it copies it, one /proc read
+** for its liveness and its resident set). */
 vram_status ledger_snapshot(struct ledger *l, struct ledger_snapshot *out);
 
 /* Open GROUP's ledger only if it exists, without adding an entry (for the
@@ -152,6 +176,13 @@ vram_status ledger_attach_existing(const char *group, struct ledger **out);
 ** link). A read-only handle writes nothing: its snapshots leave dead
 ** members out instead of reclaiming them. */
 vram_status ledger_attach_user(uid_t uid, const char *group, struct ledger **out);
+
+/* Whether L still maps its group's ledger: the name in the user's
+** directory still names the file it mapped, a regular file of that user
+** of the expected size, not marked removed (one lstat). A monitor keeps
+** its handles across samples while this holds, instead of opening and
+** mapping every ledger at every sample. */
+bool ledger_current(const struct ledger *l);
 
 /* Every group ledger of the calling user: names into GROUPS (MAX of them,
 ** LEDGER_GROUP_LEN each, sorted); *n receives the count (at most MAX: more

@@ -159,6 +159,31 @@ write_header(struct layout *m, const char *group)
                                             memory_order_release, memory_order_relaxed);
 }
 
+/*
+** The line for a file of another size than this build's layout: the
+** version in its header when the header is one of vram's (every version
+** keeps magic, version and size first), else its size. Nothing of it is
+** mapped or read beyond those 16 bytes.
+*/
+static vram_status
+wrong_size(int fd, const char *dir, const char *group, const struct stat *sb)
+{
+    struct {
+        uint64_t magic;
+        uint32_t version, size;
+    } head = {0, 0, 0};
+    if (pread(fd, &head, sizeof head, 0) == (ssize_t)sizeof head &&
+        (head.magic & ~UINT64_C(0xff)) == LEDGER_MAGIC_PREFIX)
+        return error_set(VRAM_E_IO,
+                         "ledger %s/%s has version %u, this vram reads only %u (it is not "
+                         "read); remove it once no process of the group runs",
+                         dir, group, (unsigned)head.version, LEDGER_VERSION);
+    return error_set(VRAM_E_IO,
+                     "ledger %s/%s has %lld bytes, this vram expects %zu (another vram "
+                     "version?); remove it once no process of the group runs",
+                     dir, group, (long long)sb->st_size, sizeof(struct layout));
+}
+
 /* Map the file behind FD and check (or, if WRITABLE, write) its header. */
 static vram_status
 map_file(int fd, const char *dir, const char *group, const struct stat *sb, bool writable,
@@ -170,10 +195,7 @@ map_file(int fd, const char *dir, const char *group, const struct stat *sb, bool
     if (sb->st_size == 0 && !writable)
         return error_set(VRAM_E_NO_DEVICE, "ledger %s/%s is being created", dir, group);
     if (sb->st_size != 0 && (uint64_t)sb->st_size != sizeof(struct layout))
-        return error_set(VRAM_E_IO,
-                         "ledger %s/%s has %lld bytes, this vram expects %zu (another vram "
-                         "version?); remove it once no process of the group runs",
-                         dir, group, (long long)sb->st_size, sizeof(struct layout));
+        return wrong_size(fd, dir, group, sb);
     struct layout *m = mmap(NULL, sizeof *m, writable ? PROT_READ | PROT_WRITE : PROT_READ,
                             MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
@@ -290,6 +312,18 @@ ledger_file_unlink(const char *group, uint64_t ino)
     char dir[64];
     ledger_dir_path(dir, sizeof dir, geteuid());
     rmdir(dir);
+}
+
+bool
+ledger_file_same(uid_t uid, const char *group, uint64_t ino)
+{
+    char path[64 + LEDGER_GROUP_LEN];
+    ledger_dir_path(path, 64, uid);
+    size_t at = strlen(path);
+    snprintf(path + at, sizeof path - at, "/%s", group);
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == uid &&
+           (uint64_t)sb.st_ino == ino && (uint64_t)sb.st_size == sizeof(struct layout);
 }
 
 static int

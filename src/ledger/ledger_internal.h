@@ -20,9 +20,13 @@
 #include "ledger/ledger.h"
 #include "ledger/ledger_testing.h"
 
-/* "VRAMLDG3": stored last, with release order, once the header is written. */
-#define LEDGER_MAGIC UINT64_C(0x5652414d4c444733)
-#define LEDGER_VERSION 3
+/* "VRAMLDG4": stored last, with release order, once the header is written.
+** The first three words of the header (magic, version, size) keep their
+** place in every version, so that a reader can name the version of a file
+** it cannot read. Version 4 added each entry's pinned host memory. */
+#define LEDGER_MAGIC UINT64_C(0x5652414d4c444734)
+#define LEDGER_MAGIC_PREFIX UINT64_C(0x5652414d4c444700) /* "VRAMLDG" and any digit */
+#define LEDGER_VERSION 4
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ledger's words must be lock-free across processes");
 
@@ -73,6 +77,10 @@ struct slot {
     ** yet shown as in use (a stopped or refused claim never shows). */
     _Atomic uint64_t pending[LEDGER_MAX_DEVICES];
     _Atomic uint64_t peak[LEDGER_MAX_DEVICES];
+    /* Bytes of page-locked host memory the process holds through the
+    ** driver (cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister): shown,
+    ** never a quota. */
+    _Atomic uint64_t pinned;
 };
 
 /* One device. TAG (a hash of the UUID, never 0) claims the record; the
@@ -125,6 +133,10 @@ vram_status ledger_self_read(struct self *out);
 ** (gone, its pid recycled, or a zombie); in doubt alive. START_TIME 0:
 ** only whether the pid exists. */
 bool ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns);
+/* The same, and the resident set of a live one into *RSS (bytes; 0 when
+** not read), from the same read of /proc/PID/stat. */
+bool ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
+                       uint64_t *rss);
 
 /* ---- ledger_file.c: the directory and the file ---- */
 
@@ -136,6 +148,9 @@ vram_status ledger_file_open(uid_t uid, const char *group, bool create, bool wri
                              struct layout **out, uint64_t *ino);
 /* Unlink GROUP's file of the effective user if the name still names inode INO. */
 void ledger_file_unlink(const char *group, uint64_t ino);
+/* Whether GROUP's file of user UID is still inode INO: a regular file of
+** UID, of the layout's size, not a link (one lstat). */
+bool ledger_file_same(uid_t uid, const char *group, uint64_t ino);
 /* Whether NAME is a valid group name. */
 bool ledger_group_valid(const char *name);
 

@@ -122,6 +122,8 @@ read_small_file(const char *path, char *buf, size_t cap, size_t *n)
 struct proc_stat {
     char state;          /* field 3: R, S, D, Z, X... */
     uint64_t start_time; /* field 22, clock ticks after boot */
+    uint64_t rss_pages;  /* field 24, resident pages; valid if have_rss */
+    bool have_rss;
     char comm[LEDGER_COMM_LEN];
 };
 
@@ -161,7 +163,7 @@ proc_stat_read(pid_t pid, struct proc_stat *out)
 
     const char *p = rp + 1, *end = buf + n;
     bool have_start = false;
-    for (int field = 2; field < 22;) {
+    for (int field = 2; field < 24;) {
         while (p < end && *p == ' ')
             p++;
         if (p >= end || *p == '\n')
@@ -174,6 +176,8 @@ proc_stat_read(pid_t pid, struct proc_stat *out)
             ps.state = *tok;
         if (field == 22)
             have_start = parse_u64(tok, p, &ps.start_time);
+        if (field == 24)
+            ps.have_rss = parse_u64(tok, p, &ps.rss_pages);
     }
     if (!have_start)
         return EINVAL;
@@ -206,6 +210,14 @@ proc_threads(pid_t pid)
     if (!parse_u64(p, q, &v) || v > 1000000000)
         return -1;
     return (long)v;
+}
+
+/* The page size, bytes (glibc reads it from the auxiliary vector: no call). */
+static uint64_t
+page_bytes(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    return (uint64_t)(page > 0 ? page : 4096);
 }
 
 /* Fill *OUT with this process's identity. */
@@ -246,24 +258,48 @@ ledger_self_read(struct self *out)
 bool
 ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns)
 {
+    uint64_t rss;
+    return ledger_proc_judge(pid, start_time, pidns, my_pidns, &rss);
+}
+
+/*
+** One read of /proc/PID/stat: gone (ENOENT, ESRCH), or another process
+** (start time), or a zombie, is dead; a /proc we may not read falls back
+** on kill(pid, 0), and only ESRCH is dead there.
+*/
+bool
+ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
+                  uint64_t *rss)
+{
+    *rss = 0;
     if (pid <= 0)
         return true; /* garbage; and kill(-pid) would mean a process group */
     if (pidns != 0 && my_pidns != 0 && pidns != my_pidns)
         return false; /* its pid means another process here */
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return true;
-    if (start_time == 0)
-        return false; /* a member still writing its entry: only a gone pid is dead */
     struct proc_stat ps;
     int err = proc_stat_read(pid, &ps);
     if (err == ENOENT || err == ESRCH)
-        return true; /* died since kill() */
+        return true;
     if (err != 0)
-        return false;
+        return kill(pid, 0) != 0 && errno == ESRCH;
+    if (start_time == 0)
+        return false; /* a member still writing its entry: only a gone pid is dead */
     if (ps.start_time != start_time)
         return true;
-    if (ps.state == 'Z' || ps.state == 'X')
-        return proc_threads(pid) <= 1; /* unreaped; its GPU memory is gone */
+    if ((ps.state == 'Z' || ps.state == 'X') && proc_threads(pid) <= 1)
+        return true; /* unreaped; its GPU memory is gone */
+    if (ps.have_rss)
+        *rss = ps.rss_pages * page_bytes();
     return false;
 }
 
+bool
+ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes)
+{
+    struct proc_stat ps;
+    if (pid <= 0 || proc_stat_read(pid, &ps) != 0 || !ps.have_rss ||
+        (start_time != 0 && ps.start_time != start_time))
+        return false;
+    *bytes = ps.rss_pages * page_bytes();
+    return true;
+}

@@ -11,7 +11,10 @@
 **   TYPE   GAUGE or COUNTER
 **   SCOPE  DEVICE, GROUP (+ group) or PROCESS (+ group, pid, uid, comm):
 **          the row struct of monitor.h it reads; every series also has
-**          dcgm-exporter's gpu, UUID, modelName and Hostname, and uuid
+**          dcgm-exporter's gpu, UUID, modelName and Hostname, and uuid.
+**          HOST: a process's host memory, one series per process and
+**          group (Hostname, group, pid, uid, comm: no GPU), read from the
+**          mon_proc rows that carry it (host_row)
 **   FIELD  the field of that struct; also the --json key
 **   HELP   one line, with the unit
 ** Label sets are bounded: GPUs, group ledgers of one user, and at most
@@ -40,7 +43,12 @@
       "Most memory the process has held on the GPU, bytes")                                \
     X(PROCESS_TREND, "vram_process_growth_bytes_per_minute", GAUGE, PROCESS,                \
       trend_bytes_per_minute,                                                              \
-      "Least-squares slope of the process's use over the recent samples, bytes per minute")
+      "Least-squares slope of the process's use over the recent samples, bytes per minute") \
+    X(PROCESS_PINNED, "vram_process_host_pinned_bytes", GAUGE, HOST, pinned_bytes,         \
+      "Page-locked host memory the process holds through the CUDA driver, bytes "          \
+      "(counted by the preload library; not part of any quota)")                           \
+    X(PROCESS_RSS, "vram_process_host_resident_bytes", GAUGE, HOST, rss_bytes,             \
+      "Resident set size of the process in host memory, bytes (/proc/PID/stat)")
 
 enum metric_id {
 #define METRIC_ENUM(id, name, type, scope, field, help) METRIC_##id,
@@ -50,7 +58,7 @@ enum metric_id {
 };
 
 enum metric_type { METRIC_GAUGE, METRIC_COUNTER };
-enum metric_scope { METRIC_DEVICE, METRIC_GROUP, METRIC_PROCESS };
+enum metric_scope { METRIC_DEVICE, METRIC_GROUP, METRIC_PROCESS, METRIC_HOST };
 
 struct metric_def {
     const char *name;  /* Prometheus name */

@@ -44,6 +44,7 @@ metric_value(enum metric_id id, const void *row)
 #define metric_field_DEVICE(r) ((const struct mon_device *)(r))
 #define metric_field_GROUP(r) ((const struct mon_group *)(r))
 #define metric_field_PROCESS(r) ((const struct mon_proc *)(r))
+#define metric_field_HOST(r) ((const struct mon_proc *)(r))
         VRAM_METRICS_LIST(METRIC_VALUE)
 #undef METRIC_VALUE
     case METRIC_COUNT:
@@ -68,6 +69,8 @@ metric_scope_labels(enum metric_scope s)
         return "gpu, UUID, modelName, Hostname, uuid, group";
     case METRIC_PROCESS:
         return "gpu, UUID, modelName, Hostname, uuid, group, pid, uid, comm";
+    case METRIC_HOST:
+        return "Hostname, group, pid, uid, comm";
     }
     return "";
 }
@@ -95,6 +98,15 @@ metrics_markdown(FILE *out)
                  "NVML is available. A killed process disappears at the next sample.\n"
                  "The trend is the least-squares slope over the last %d samples.\n",
             MON_HISTORY);
+    fprintf(out, "\nThe host metrics have one series per process and group, without GPU\n"
+                 "labels (`vram stat --json` repeats them on each GPU row of the\n"
+                 "process). Pinned bytes are those the preload library counted\n"
+                 "(cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister, and the runtime's\n"
+                 "cudaMallocHost, cudaHostAlloc and cudaHostRegister, which end in them),\n"
+                 "0 for a process outside vram; they count toward no quota. The resident\n"
+                 "set is read by the monitor from /proc/PID/stat (0 when it cannot be\n"
+                 "read, e.g. from another pid namespace). A process that holds nothing\n"
+                 "on any GPU has no row.\n");
 }
 
 /* ------------------------------------------------------------------ */
@@ -182,6 +194,19 @@ struct track {
     bool seen;                    /* present in the current sample */
 };
 
+/* A ledger handle kept between samples: opening and mapping every ledger
+** at every sample cost more than reading it (BENCHMARKS.md). Kept while
+** ledger_current says its name still names the file mapped. */
+struct held {
+    uid_t uid;
+    bool own; /* the caller's own (ledger_attach_existing), else read-only */
+    char group[LEDGER_GROUP_LEN];
+    struct ledger *l;
+    bool seen; /* listed at this sample */
+};
+
+#define MON_MAX_HELD 1024
+
 struct monitor {
     struct nvml nvml;
     bool have_nvml;
@@ -192,6 +217,10 @@ struct monitor {
     uid_t uids[MON_MAX_USERS];                      /* scratch: ledger_list_users' */
     int n_tracks;
     struct track tracks[MON_MAX_PROCS];
+    int track_hint; /* where track_find looks first: rows come in the same order */
+    int n_held;
+    int held_hint; /* where held_ledger looks first: ledgers are listed in order */
+    struct held held[MON_MAX_HELD];
 };
 
 vram_status
@@ -241,6 +270,8 @@ monitor_close(struct monitor *m)
         return;
     if (m->have_nvml)
         nvml_unload(&m->nvml);
+    for (int i = 0; i < m->n_held; i++)
+        ledger_close(m->held[i].l);
     free(m);
 }
 
@@ -343,12 +374,17 @@ sample_nvml_procs(struct monitor *m)
             memset(p, 0, sizeof *p);
             snprintf(p->uuid, sizeof p->uuid, "%s", uuid);
             p->pid = pid;
+            p->host_row = true;
+            for (int j = 0; j < v->n_procs - 1 && p->host_row; j++)
+                p->host_row = v->procs[j].pid != pid || v->procs[j].group[0] != '\0';
             if (!proc_identity(pid, &p->uid, p->comm, sizeof p->comm)) {
                 p->uid = (uid_t)-1;
                 snprintf(p->comm, sizeof p->comm, "?");
             }
             p->used_bytes = v2 ? p2[k].used : p1[k].used;
             p->peak_bytes = p->used_bytes;
+            if (!ledger_proc_resident(pid, 0, &p->rss_bytes))
+                p->rss_bytes = 0;
         }
     }
 }
@@ -356,11 +392,14 @@ sample_nvml_procs(struct monitor *m)
 static struct track *
 track_find(struct monitor *m, const char *group, const char *uuid, pid_t pid, uint64_t st)
 {
-    for (int i = 0; i < m->n_tracks; i++) {
+    for (int k = 0; k < m->n_tracks; k++) {
+        int i = (m->track_hint + k) % m->n_tracks;
         struct track *t = &m->tracks[i];
         if (t->pid == pid && t->start_time == st && strcmp(t->group, group) == 0 &&
-            strcmp(t->uuid, uuid) == 0)
+            strcmp(t->uuid, uuid) == 0) {
+            m->track_hint = i + 1;
             return t;
+        }
     }
     if (m->n_tracks == MON_MAX_PROCS)
         return NULL;
@@ -439,6 +478,11 @@ add_snapshot(struct monitor *m, const char *label)
             p->used_bytes = lp->dev[d].used;
             p->peak_bytes = lp->dev[d].peak;
             p->quota_bytes = s->limit[d];
+            p->pinned_bytes = lp->pinned;
+            p->rss_bytes = lp->rss; /* read by the snapshot with its liveness */
+            p->host_row = true; /* unless an earlier GPU of the ledger had a row for it */
+            for (int e = 0; e < d && p->host_row; e++)
+                p->host_row = lp->dev[e].used == 0 && lp->dev[e].peak == 0;
             struct track *t = track_find(m, s->group, s->uuid[d], lp->pid, lp->start_time);
             if (t != NULL) {
                 p->trend_bytes_per_minute = track_add(t, v->time_s, p->used_bytes);
@@ -449,16 +493,86 @@ add_snapshot(struct monitor *m, const char *label)
     }
 }
 
+/* A ledger that could not be read, with status ST: counted and, the
+** first MON_MAX_UNREAD, their lines kept. VRAM_E_NO_DEVICE is a ledger removed or being
+** made meanwhile, which is nothing to say. */
+static void
+note_unread(struct monitor *m, vram_status st)
+{
+    struct mon_view *v = &m->view;
+    if (st == VRAM_OK || st == VRAM_E_NO_DEVICE)
+        return;
+    if (v->n_unread < MON_MAX_UNREAD)
+        snprintf(v->unread[v->n_unread], sizeof v->unread[0], "%s", vram_last_error());
+    v->n_unread++;
+}
+
+/*
+** Snapshot user UID's ledger GROUP (OWN: the caller's, else read-only)
+** into m->snap through the handle kept from the last sample if it still
+** holds, else a new one (kept if there is room).
+*/
+static vram_status
+held_snapshot(struct monitor *m, uid_t uid, bool own, const char *group)
+{
+    struct held *h = NULL;
+    for (int k = 0; k < m->n_held && h == NULL; k++) {
+        int i = (m->held_hint + k) % m->n_held;
+        struct held *c = &m->held[i];
+        if (c->uid == uid && c->own == own && strcmp(c->group, group) == 0) {
+            h = c;
+            m->held_hint = i + 1;
+        }
+    }
+    if (h != NULL && !ledger_current(h->l)) {
+        ledger_close(h->l);
+        h->l = NULL;
+    }
+    struct ledger *l = h != NULL ? h->l : NULL;
+    vram_status st = VRAM_OK;
+    if (l == NULL)
+        st = own ? ledger_attach_existing(group, &l) : ledger_attach_user(uid, group, &l);
+    if (st != VRAM_OK)
+        return st; /* H, if any, has no handle and is not seen: dropped */
+    if (h == NULL && m->n_held < MON_MAX_HELD) {
+        h = &m->held[m->n_held++];
+        h->uid = uid;
+        h->own = own;
+        snprintf(h->group, sizeof h->group, "%s", group);
+    }
+    st = ledger_snapshot(l, &m->snap);
+    if (h != NULL) {
+        h->l = l;
+        h->seen = true;
+    } else {
+        ledger_close(l); /* no room to keep it */
+    }
+    return st;
+}
+
+/* Close the handles of ledgers no longer listed. */
+static void
+held_prune(struct monitor *m)
+{
+    int k = 0;
+    for (int i = 0; i < m->n_held; i++) {
+        if (m->held[i].seen)
+            m->held[k++] = m->held[i];
+        else
+            ledger_close(m->held[i].l);
+    }
+    m->n_held = k;
+    for (int i = 0; i < m->n_held; i++)
+        m->held[i].seen = false;
+}
+
 static void
 sample_ledger(struct monitor *m, const char *group)
 {
-    struct ledger *l = NULL;
-    if (ledger_attach_existing(group, &l) != VRAM_OK)
-        return; /* gone meanwhile, or not ours */
-    vram_status st = ledger_snapshot(l, &m->snap);
-    ledger_close(l);
+    vram_status st = held_snapshot(m, geteuid(), true, group);
     if (st == VRAM_OK)
         add_snapshot(m, group);
+    note_unread(m, st);
 }
 
 /* User UID's name into BUF, else the uid in digits. */
@@ -474,7 +588,8 @@ user_label(uid_t uid, char *buf, size_t len)
 }
 
 /* Every other user's ledgers, read-only (ledger_attach_user): each group
-** as "<user>/<group>". A ledger that cannot be opened is left out. */
+** as "<user>/<group>". A ledger that cannot be opened is left out
+** (note_unread counts it). */
 static vram_status
 sample_all_users(struct monitor *m)
 {
@@ -491,11 +606,8 @@ sample_all_users(struct monitor *m)
         char user[64];
         user_label(uid, user, sizeof user);
         for (int k = 0; k < ng; k++) {
-            struct ledger *l = NULL;
-            if (ledger_attach_user(uid, m->groups[k], &l) != VRAM_OK)
-                continue;
-            vram_status s2 = ledger_snapshot(l, &m->snap);
-            ledger_close(l);
+            vram_status s2 = held_snapshot(m, uid, false, m->groups[k]);
+            note_unread(m, s2);
             if (s2 != VRAM_OK)
                 continue;
             char label[LEDGER_GROUP_LEN];
@@ -549,15 +661,18 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
     struct mon_view *v = &m->view;
     v->time_s = now_mono_s();
     v->nvml = false;
-    v->n_devices = v->n_groups = v->n_procs = 0;
+    v->n_devices = v->n_groups = v->n_procs = v->n_unread = 0;
     if (m->have_nvml)
         sample_nvml(m);
     for (int i = 0; i < m->n_tracks; i++)
         m->tracks[i].seen = false;
     for (int i = 0; i < n; i++)
         sample_ledger(m, groups[i]);
-    if (m->all_users && (st = sample_all_users(m)) != VRAM_OK)
+    if (m->all_users && (st = sample_all_users(m)) != VRAM_OK) {
+        held_prune(m);
         return st;
+    }
+    held_prune(m);
     if (m->have_nvml)
         sample_nvml_procs(m);
     /* Forget the histories of processes gone (killed ones included). */

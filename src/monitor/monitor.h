@@ -37,6 +37,7 @@ const struct mon_device *mon_device_of(const struct mon_view *v, const char *uui
 #define MON_MAX_USERS 1024
 #define MON_MAX_PROCS 2048
 #define MON_HISTORY 32 /* samples kept per process */
+#define MON_MAX_UNREAD 8 /* lines kept of ledgers that could not be read */
 
 /* One GPU (scope DEVICE). */
 struct mon_device {
@@ -68,6 +69,11 @@ struct mon_proc {
     uint64_t peak_bytes;  /* bytes */
     uint64_t quota_bytes; /* the group's quota on this GPU, bytes; 0 = none */
     double trend_bytes_per_minute; /* slope of used over the history; 0 with < 3 samples */
+    /* Host memory of the whole process, the same on each of its GPU rows: */
+    uint64_t pinned_bytes; /* page-locked through the driver (the ledger); 0 outside vram */
+    uint64_t rss_bytes;    /* resident set (/proc/PID/stat); 0 when unreadable */
+    bool host_row;         /* the first row of this process in this group: the
+                              one the HOST metrics are read from */
     int n_history;                 /* valid entries of history, oldest first */
     uint64_t history[MON_HISTORY]; /* used_bytes at the last samples, bytes */
 };
@@ -83,6 +89,11 @@ struct mon_view {
     struct mon_group groups[MON_MAX_GROUPS * LEDGER_MAX_DEVICES];
     int n_procs;
     struct mon_proc procs[MON_MAX_PROCS];
+    /* Ledgers listed but not read (another vram version, a bad owner or
+    ** mode...): how many, and the lines of the first MON_MAX_UNREAD, for
+    ** the commands to print. Never read in part. */
+    int n_unread;
+    char unread[MON_MAX_UNREAD][320];
 };
 
 struct monitor;

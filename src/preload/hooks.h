@@ -79,6 +79,16 @@
       HOOK_ANY, HOOK_CUDA)                                                               \
     X(cuArrayDestroy, vcu_pfn_cuArrayDestroy, "cuArrayDestroy", 2000, 0, HOOK_ANY,       \
       HOOK_CUDA)                                                                         \
+    X(cuMemAllocHost_v2, vcu_pfn_cuMemAllocHost, "cuMemAllocHost", 3020, 0, HOOK_ANY,    \
+      HOOK_CUDA)                                                                         \
+    X(cuMemHostAlloc, vcu_pfn_cuMemHostAlloc, "cuMemHostAlloc", 2020, 0, HOOK_ANY,       \
+      HOOK_CUDA)                                                                         \
+    X(cuMemFreeHost, vcu_pfn_cuMemFreeHost, "cuMemFreeHost", 2000, 0, HOOK_ANY,          \
+      HOOK_CUDA)                                                                         \
+    X(cuMemHostRegister_v2, vcu_pfn_cuMemHostRegister, "cuMemHostRegister", 6050, 0,     \
+      HOOK_ANY, HOOK_CUDA)                                                               \
+    X(cuMemHostUnregister, vcu_pfn_cuMemHostUnregister, "cuMemHostUnregister", 4000, 0,  \
+      HOOK_ANY, HOOK_CUDA)                                                               \
     X(nvmlDeviceGetMemoryInfo, vnvml_pfn_memory_info, NULL, 0, 0, HOOK_ANY, HOOK_NVML)   \
     X(nvmlDeviceGetMemoryInfo_v2, vnvml_pfn_memory_info_v2, NULL, 0, 0, HOOK_ANY,        \
       HOOK_NVML)

@@ -5,7 +5,8 @@
 ** takes (route, reserve, track, give back), all defined in hooks.c. The
 ** hook families are hooks_info.c (cuInit and the memory reports, CUDA's
 ** and NVML's), hooks_ptr.c (device pointers), hooks_vmm.c (virtual
-** memory) and hooks_array.c (arrays); the table of live allocations is
+** memory), hooks_array.c (arrays) and hooks_host.c (pinned host memory,
+** counted for display only); the table of live allocations is
 ** track.c; interpose.c hands out the real functions.
 */
 #ifndef VRAM_PRELOAD_PRELOAD_H

@@ -12,12 +12,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* What a tracked key is: the three namespaces may share numbers. */
-enum track_kind { TRACK_PTR = 1, TRACK_HANDLE = 2, TRACK_ARRAY = 3 };
+/* What a tracked key is: the namespaces may share numbers. The host
+** kinds (page-locked memory from the driver, freed by cuMemFreeHost, or
+** the caller's registered with it, by cuMemHostUnregister) are on no
+** device (dev -1) and counted in no quota. */
+enum track_kind {
+    TRACK_PTR = 1,
+    TRACK_HANDLE = 2,
+    TRACK_ARRAY = 3,
+    TRACK_HOST = 4,
+    TRACK_HOST_REGISTERED = 5
+};
 
 /* One live allocation of this process. */
 struct track {
-    uint64_t key;      /* device pointer, cuMemCreate handle or CUarray */
+    uint64_t key;      /* device pointer, cuMemCreate handle, CUarray or host address */
     uint64_t bytes;    /* counted in the ledger for it */
     int kind;          /* enum track_kind */
     int dev;           /* CUDA ordinal it is counted on */

@@ -40,6 +40,9 @@
 **     access set only on fully mapped ranges; memory returned when a
 **     handle's last reference (cuMemCreate, cuMemRetainAllocationHandle)
 **     is released and its last mapping goes;
+**   - page-locked host memory (cuMemAllocHost_v2, cuMemHostAlloc,
+**     cuMemHostRegister_v2 and their frees), real memory of the process,
+**     never charged to a device;
 **   - events that complete on their third query (two NOT_READY first);
 **   - graph capture: fakecuda_capture(stream) starts a global-mode capture
 **     on STREAM; the calls it forbids fail and count as misuses (see
@@ -149,6 +152,15 @@ struct fake_map {
     uint64_t addr, size, handle;
 };
 
+/* Page-locked host memory: allocated here (cuMemAllocHost_v2,
+** cuMemHostAlloc) or the caller's, registered (cuMemHostRegister_v2). */
+struct fake_host {
+    bool live;
+    bool registered; /* the caller's memory: cuMemHostUnregister frees it */
+    char *addr;
+    size_t size;
+};
+
 struct fake_event {
     bool live;
     bool recorded;
@@ -188,6 +200,7 @@ static struct {
     struct fake_phys phys[FAKE_MAX_OBJECTS];
     struct fake_map maps[FAKE_MAX_OBJECTS];
     struct fake_event events[FAKE_MAX_OBJECTS];
+    struct fake_host hosts[FAKE_MAX_OBJECTS];
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER,
           .memory = FAKE_MEMORY,
           .counts = &fake_local_counts};
@@ -1184,6 +1197,133 @@ cuArrayDestroy(vcu_array array)
 }
 
 /* ------------------------------------------------------------------ */
+/* Page-locked host memory                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+** As the real driver: a context must be current; the memory is the
+** process's own (malloc here, never charged to a device); registering a
+** range that overlaps one already pinned, or freeing or unregistering an
+** address that is not the start of one of the right kind, fails.
+*/
+static vcu_result
+host_enter(const char *symbol)
+{
+    vcu_result r = enter(symbol);
+    if (r == VCU_SUCCESS && current_device() < 0)
+        r = VCU_ERROR_INVALID_CONTEXT;
+    return r;
+}
+
+/* Record [ADDR, ADDR+SIZE) as pinned; INVALID_VALUE if it overlaps one. */
+static vcu_result
+host_add(char *addr, size_t size, bool registered)
+{
+    vcu_result r = VCU_ERROR_OUT_OF_MEMORY;
+    lock();
+    struct fake_host *free_slot = NULL;
+    for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
+        struct fake_host *h = &fake.hosts[i];
+        if (!h->live) {
+            if (free_slot == NULL)
+                free_slot = h;
+        } else if (addr < h->addr + h->size && h->addr < addr + size) {
+            free_slot = NULL;
+            r = VCU_ERROR_INVALID_VALUE;
+            break;
+        }
+    }
+    if (free_slot != NULL) {
+        *free_slot = (struct fake_host){true, registered, addr, size};
+        r = VCU_SUCCESS;
+    }
+    unlock();
+    return r;
+}
+
+/* Forget the pinned range starting at ADDR of the kind REGISTERED. */
+static vcu_result
+host_remove(void *addr, bool registered)
+{
+    vcu_result r = VCU_ERROR_INVALID_VALUE;
+    lock();
+    for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
+        struct fake_host *h = &fake.hosts[i];
+        if (h->live && h->addr == addr && h->registered == registered) {
+            h->live = false;
+            r = VCU_SUCCESS;
+            break;
+        }
+    }
+    unlock();
+    return r;
+}
+
+static vcu_result
+host_alloc(const char *symbol, void **pp, size_t bytesize)
+{
+    vcu_result r = host_enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pp == NULL || bytesize == 0)
+        return VCU_ERROR_INVALID_VALUE;
+    if (oom_forced())
+        return VCU_ERROR_OUT_OF_MEMORY;
+    char *p = malloc(bytesize);
+    if (p == NULL)
+        return VCU_ERROR_OUT_OF_MEMORY;
+    r = host_add(p, bytesize, false);
+    if (r != VCU_SUCCESS)
+        free(p);
+    else
+        *pp = p;
+    return r;
+}
+
+vcu_result
+cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    return host_alloc("cuMemAllocHost_v2", pp, bytesize);
+}
+
+vcu_result
+cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags; /* portable, mapped, write-combined: all the same memory here */
+    return host_alloc("cuMemHostAlloc", pp, bytesize);
+}
+
+vcu_result
+cuMemFreeHost(void *p)
+{
+    vcu_result r = host_enter("cuMemFreeHost");
+    if (r == VCU_SUCCESS)
+        r = host_remove(p, false);
+    if (r == VCU_SUCCESS)
+        free(p);
+    return r;
+}
+
+vcu_result
+cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    vcu_result r = host_enter("cuMemHostRegister_v2");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (p == NULL || bytesize == 0)
+        return VCU_ERROR_INVALID_VALUE;
+    return host_add(p, bytesize, true);
+}
+
+vcu_result
+cuMemHostUnregister(void *p)
+{
+    vcu_result r = host_enter("cuMemHostUnregister");
+    return r != VCU_SUCCESS ? r : host_remove(p, true);
+}
+
+/* ------------------------------------------------------------------ */
 /* Virtual memory                                                      */
 /* ------------------------------------------------------------------ */
 
@@ -1737,6 +1877,11 @@ static const struct fake_proc {
     {"cuArrayCreate", 3020, (fake_fn)cuArrayCreate_v2, NULL},
     {"cuArray3DCreate", 3020, (fake_fn)cuArray3DCreate_v2, NULL},
     {"cuArrayDestroy", 2000, (fake_fn)cuArrayDestroy, NULL},
+    {"cuMemAllocHost", 3020, (fake_fn)cuMemAllocHost_v2, NULL},
+    {"cuMemHostAlloc", 2020, (fake_fn)cuMemHostAlloc, NULL},
+    {"cuMemFreeHost", 2000, (fake_fn)cuMemFreeHost, NULL},
+    {"cuMemHostRegister", 6050, (fake_fn)cuMemHostRegister_v2, NULL},
+    {"cuMemHostUnregister", 4000, (fake_fn)cuMemHostUnregister, NULL},
 #ifndef FAKECUDA_LEGACY
     {"cuMemAddressReserve", 10020, (fake_fn)cuMemAddressReserve, NULL},
     {"cuMemAddressFree", 10020, (fake_fn)cuMemAddressFree, NULL},
@@ -1842,7 +1987,7 @@ fakecuda_live_objects(void)
     lock();
     for (int i = 0; i < FAKE_MAX_OBJECTS; i++)
         n += (uint64_t)fake.allocs[i].live + fake.ranges[i].live + fake.phys[i].live +
-             fake.maps[i].live + fake.events[i].live;
+             fake.maps[i].live + fake.events[i].live + fake.hosts[i].live;
     unlock();
     return n;
 }

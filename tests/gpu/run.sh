@@ -37,7 +37,9 @@
 # 10. policy: two Unix users' PyTorch, JAX and CuPy processes under a 4 GiB host policy
 #     through /etc/ld.so.preload in a private mount namespace
 #     (bench/gpu/policy_checks.py): nvidia-smi's per-process used memory
-#     within 4 GiB + 64 MiB, the OOM at the quota. $WORK/policy.json.
+#     within 4 GiB + 64 MiB, the OOM at the quota; the 64 MiB of host memory
+#     the PyTorch and CuPy workers pin, and their resident sets, as root's
+#     `vram stat --json` shows them. $WORK/policy.json.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -735,12 +737,17 @@ if os.path.exists(pol_path):
             lines.append("  %-5s %s: held %s MiB, nvidia-smi %s MiB, OOM: %s" % (
                 fw, u.get("user"), u.get("tensors_mib"), u.get("nvidia_smi_mib"),
                 (u.get("oom") or "")[:90]))
+            lines.append("        host memory (vram stat): pinned %s MiB, resident %s MiB" % (
+                u.get("pinned_mib"), u.get("rss_mib")))
             for x in (u.get("vram_lines") or [])[:1] + (u.get("stderr_tail") or []):
                 lines.append("      %s" % x[:200])
             targets.append(("policy %s %s: nvidia-smi <= 4096 + 64 MiB" % (fw, u.get("user")),
                             verdict(u.get("within_quota"))))
             targets.append(("policy %s %s: OOM at the quota (>= 3 GiB held)" % (
                 fw, u.get("user")), verdict(u.get("oom_at_quota"))))
+            if u.get("pinned_shown") is not None:
+                targets.append(("policy %s %s: vram stat shows its 64 MiB pinned" % (
+                    fw, u.get("user")), verdict(u.get("pinned_shown"))))
     if not pol.get("runs"):
         targets.append(("policy: two users under a 4 GiB policy", verdict(None)))
     lines.append("")

@@ -84,7 +84,12 @@
     X(cuMemUnmap, cuMemUnmap, "cuMemUnmap", 0, 0)                                        \
     X(cuArrayCreate, cuArrayCreate_v2, "cuArrayCreate", 1, 0)                            \
     X(cuArray3DCreate, cuArray3DCreate_v2, "cuArray3DCreate", 1, 0)                      \
-    X(cuArrayDestroy, cuArrayDestroy, "cuArrayDestroy", 1, 0)
+    X(cuArrayDestroy, cuArrayDestroy, "cuArrayDestroy", 1, 0)                            \
+    X(cuMemAllocHost, cuMemAllocHost_v2, "cuMemAllocHost", 1, 0)                         \
+    X(cuMemHostAlloc, cuMemHostAlloc, "cuMemHostAlloc", 1, 0)                            \
+    X(cuMemFreeHost, cuMemFreeHost, "cuMemFreeHost", 1, 0)                               \
+    X(cuMemHostRegister, cuMemHostRegister_v2, "cuMemHostRegister", 1, 0)                \
+    X(cuMemHostUnregister, cuMemHostUnregister, "cuMemHostUnregister", 1, 0)
 /* clang-format on */
 
 static struct {
@@ -630,6 +635,51 @@ scenario_hold(uint64_t mib, int dev, const char *stopfile)
     ctx_pop(dev);
 }
 
+/* Wait until PATH exists (or 60 s). */
+static void
+wait_for(const char *path)
+{
+    for (int i = 0; i < 600 && access(path, F_OK) != 0; i++)
+        usleep(100 * 1000);
+}
+
+/*
+** Pinned host memory, as a data loader takes it: 8 MiB on the device,
+** then 3 MiB by cuMemAllocHost, 5 MiB by cuMemHostAlloc and 7 MiB of the
+** process's own memory registered (15 MiB pinned); "pinned", then wait for
+** STOP1; free them all (plus a free of an address never pinned, which the
+** driver refuses); "freed", wait for STOP2.
+*/
+static void
+scenario_pinned(const char *stop1, const char *stop2)
+{
+    init_or_die();
+    ctx_push(0);
+    vcu_deviceptr d;
+    CHECK_RC(api.cuMemAlloc(&d, 8 * MIB), VCU_SUCCESS);
+    void *a = NULL, *b = NULL;
+    char *c = malloc(7 * MIB);
+    if (c == NULL)
+        die("malloc");
+    CHECK_RC(api.cuMemAllocHost(&a, 3 * MIB), VCU_SUCCESS);
+    CHECK_RC(api.cuMemHostAlloc(&b, 5 * MIB, 0), VCU_SUCCESS);
+    CHECK_RC(api.cuMemHostRegister(c, 7 * MIB, 0), VCU_SUCCESS);
+    CHECK_RC(api.cuMemHostRegister(c, 7 * MIB, 0), VCU_ERROR_INVALID_VALUE); /* twice */
+    printf("pinned\n");
+    fflush(stdout);
+    wait_for(stop1);
+    CHECK_RC(api.cuMemFreeHost(c), VCU_ERROR_INVALID_VALUE); /* registered, not allocated */
+    CHECK_RC(api.cuMemFreeHost(a), VCU_SUCCESS);
+    CHECK_RC(api.cuMemFreeHost(b), VCU_SUCCESS);
+    CHECK_RC(api.cuMemHostUnregister(c), VCU_SUCCESS);
+    free(c);
+    printf("freed\n");
+    fflush(stdout);
+    wait_for(stop2);
+    CHECK_RC(api.cuMemFree(d), VCU_SUCCESS);
+    ctx_pop(0);
+}
+
 static double
 now_ms(void)
 {
@@ -927,7 +977,7 @@ usage(void)
         "  paths | vmm | routes [real] | versions [real] | malformed | fork | nvml\n"
         "  info DEV TOTAL FREE | alloc MIB DEV WANT [WITHIN_MS] | hold MIB DEV STOPFILE\n"
         "  race THREADS ITERATIONS | peak MAX_MIB | ledger-file active|passive\n"
-        "  ctxdevice TOTAL | train STEPS LEAK_KIB\n");
+        "  ctxdevice TOTAL | train STEPS LEAK_KIB | pinned STOP1 STOP2\n");
     exit(2);
 }
 
@@ -974,6 +1024,8 @@ main(int argc, char **argv)
     } else if (strcmp(s, "alloc") == 0 && (n == 3 || n == 4))
         scenario_alloc((uint64_t)num(a[0]), (int)num(a[1]), (int)num(a[2]),
                        n == 4 ? (int)num(a[3]) : 0);
+    else if (strcmp(s, "pinned") == 0 && n == 2)
+        scenario_pinned(a[0], a[1]);
     else if (strcmp(s, "hold") == 0 && n == 3)
         scenario_hold((uint64_t)num(a[0]), (int)num(a[1]), a[2]);
     else if (strcmp(s, "race") == 0 && n == 2)

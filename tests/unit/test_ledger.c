@@ -3,7 +3,8 @@
 ** test_ledger.c -- the group ledger (src/ledger/ledger.h): quota
 ** arithmetic, devices by UUID, processes and threads racing for one
 ** limit, members killed with or without the lock, recycled pids, fork and
-** exec, file permissions and races at creation, and a full ledger.
+** exec, file permissions and races at creation, a full ledger, pinned
+** host memory and a monitor's handle.
 **
 ** Children report through their exit status (never through cmocka, whose
 ** state is the parent's); each arms alarm() and PR_SET_PDEATHSIG so that
@@ -1140,6 +1141,92 @@ test_remove_if_unused(void **state)
     unlink_group(g);
 }
 
+/* Pinned host memory in the entry (never below zero, no entry needed
+** first, refused to a monitoring handle); a monitor's snapshot reads each
+** process's resident set, keeps a killed member at most about a second
+** (its remembered judgment), and ledger_current says when the name no
+** longer names the file it mapped. */
+static void
+test_host_memory_and_monitor(void **state)
+{
+    (void)state;
+    char g[64];
+    group_name(g, sizeof g, "host");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_host_add(l, 3 << 20), VRAM_OK); /* makes the entry */
+    assert_int_equal(ledger_reserve(l, UUID0, 10, 0, NULL), VRAM_OK);
+    struct ledger *mon = NULL;
+    assert_int_equal(ledger_attach_existing(g, &mon), VRAM_OK);
+    assert_int_equal(ledger_host_add(mon, 1), VRAM_E_INVALID);
+    struct ledger_snapshot *s = snap(mon);
+    const struct ledger_proc *p = find_proc(s, getpid());
+    assert_non_null(p);
+    assert_int_equal(p->pinned, 3 << 20);
+    assert_true(p->rss > 0);
+    assert_int_equal(p->dev[0].used, 10);
+    assert_int_equal(s->used[0], 10); /* pinned memory is no device's */
+    free(s);
+    ledger_host_sub(l, 1 << 20);
+    s = snap(mon);
+    assert_int_equal(find_proc(s, getpid())->pinned, 2 << 20);
+    free(s);
+    ledger_host_sub(l, 100 << 20);
+    s = snap(mon);
+    assert_int_equal(find_proc(s, getpid())->pinned, 0);
+    free(s);
+
+    /* A member killed: gone from the monitor's snapshots within 3 s (its
+    ** judgment is remembered 1 s; the machine may be loaded). */
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        alarm(WATCHDOG_S);
+        struct ledger *c = NULL;
+        char ok = ledger_open(g, &c) == VRAM_OK &&
+                  ledger_reserve(c, UUID0, 5, 0, NULL) == VRAM_OK;
+        if (write(ready[1], &ok, 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    char ok = 0;
+    assert_int_equal(read(ready[0], &ok, 1), 1);
+    assert_true(ok);
+    s = snap(mon);
+    assert_non_null(find_proc(s, child));
+    free(s);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    bool gone = false;
+    for (uint64_t t0 = now_ms(); !gone && now_ms() - t0 < 3000; sleep_ms(50)) {
+        s = snap(mon);
+        gone = find_proc(s, child) == NULL;
+        free(s);
+    }
+    assert_true(gone);
+    close(ready[0]);
+    close(ready[1]);
+
+    /* The name made anew is another file: the handle is no longer current. */
+    assert_true(ledger_current(mon));
+    ledger_leave(l);
+    ledger_close(l);
+    unlink_group(g);
+    assert_false(ledger_current(mon));
+    l = must_open(g);
+    assert_false(ledger_current(mon));
+    struct ledger *mon2 = NULL;
+    assert_int_equal(ledger_attach_existing(g, &mon2), VRAM_OK);
+    assert_true(ledger_current(mon2));
+    ledger_close(mon2);
+    ledger_close(mon);
+    ledger_close(l);
+    unlink_group(g);
+}
+
 /* ==== the file ==== */
 
 static void
@@ -1459,6 +1546,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_exec),
         cmocka_unit_test(test_leave_and_second_handle),
         cmocka_unit_test(test_remove_if_unused),
+        cmocka_unit_test(test_host_memory_and_monitor),
         cmocka_unit_test(test_permissions),
         cmocka_unit_test(test_takeover),
         cmocka_unit_test(test_concurrent_creators),

@@ -89,6 +89,7 @@ struct exporter {
     pthread_cond_t wake;
     pthread_cond_t reap_wake;
     struct monitor *mon; /* the sampler thread's only */
+    int unread_said; /* the sampler's: ledgers not read at the last sample */
     double interval_s;
     /* The reaper's table: one entry per open connection, under conn_lock.
     ** libmicrohttpd says a connection is closed (notify_conn) before it
@@ -235,6 +236,20 @@ parse_listen(const char *text, struct sockaddr_storage *ss, char *why, size_t le
     return false;
 }
 
+/* Ledgers the monitor could not read (another vram version...): their
+** lines on stderr when their number changes, not at every sample. */
+static void
+say_unread(struct exporter *e, const struct mon_view *v)
+{
+    if (v->n_unread == e->unread_said)
+        return;
+    e->unread_said = v->n_unread;
+    for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++)
+        cli_error("exporter: %s", v->unread[i]);
+    if (v->n_unread > MON_MAX_UNREAD)
+        cli_error("exporter: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
+}
+
 /* Sample once and swap in the new text. False (with the last error) on failure. */
 static bool
 refresh(struct exporter *e)
@@ -242,6 +257,7 @@ refresh(struct exporter *e)
     const struct mon_view *v = NULL;
     if (monitor_sample(e->mon, &v) != VRAM_OK)
         return false;
+    say_unread(e, v);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

@@ -167,6 +167,29 @@ gpu_cell(const struct mon_view *v, const char *uuid, char *buf)
         snprintf(buf, CELL_LEN, "-");
 }
 
+/* Host memory: one row per process and group, whatever its GPUs. */
+static void
+print_host_table(const struct mon_view *v)
+{
+    struct table t = {0};
+    printf("\nHOST MEMORY\n");
+    table_col(&t, "PID", 0, true);
+    table_col(&t, "COMMAND", 15, false);
+    table_col(&t, "GROUP", 16, false);
+    metric_cols(&t, METRIC_HOST);
+    for (int i = 0; i < v->n_procs; i++) {
+        const struct mon_proc *p = &v->procs[i];
+        char (*r)[CELL_LEN] = p->host_row ? table_row(&t) : NULL;
+        if (r == NULL)
+            continue;
+        snprintf(r[0], CELL_LEN, "%ld", (long)p->pid);
+        snprintf(r[1], CELL_LEN, "%s", p->comm);
+        snprintf(r[2], CELL_LEN, "%s", p->group[0] ? p->group : "-");
+        metric_cells(r, 3, METRIC_HOST, p);
+    }
+    table_print(&t);
+}
+
 static void
 print_tables(const struct mon_view *v)
 {
@@ -221,6 +244,7 @@ print_tables(const struct mon_view *v)
         metric_cells(r, 4, METRIC_PROCESS, p);
     }
     table_print(&t);
+    print_host_table(v);
 }
 
 static void
@@ -272,6 +296,7 @@ print_json(const struct mon_view *v)
         json_object_object_add(o, "uuid", json_object_new_string(p->uuid));
         json_object_object_add(o, "quota_bytes", json_object_new_int64((int64_t)p->quota_bytes));
         add_metrics(o, METRIC_PROCESS, p);
+        add_metrics(o, METRIC_HOST, p); /* the same on each of its GPU rows */
         json_object_array_add(procs, o);
     }
     json_object_object_add(root, "devices", devs);
@@ -282,6 +307,17 @@ print_json(const struct mon_view *v)
                                         JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);
     return 0;
+}
+
+/* The ledgers that could not be read (another vram version...): one line
+** each on stderr; the output shows the others. */
+static void
+say_unread(const struct mon_view *v)
+{
+    for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++)
+        cli_error("stat: %s", v->unread[i]);
+    if (v->n_unread > MON_MAX_UNREAD)
+        cli_error("stat: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
 }
 
 int
@@ -324,6 +360,7 @@ cmd_stat(int argc, char **argv)
         monitor_close(m);
         return 1;
     }
+    say_unread(v);
     if (fmt == FMT_JSON)
         print_json(v);
     else if (fmt == FMT_PROM)

@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: MIT */
+/*
+** bench_monitor.c -- `make bench`'s measurements of the monitoring commands
+** with many live members, as Markdown for BENCHMARKS.md:
+**   1. the exporter's work behind a scrape with PROCS processes in GROUPS
+**      groups: monitor_sample + the Prometheus text, timed in this process
+**      (median, p99 and max over SCRAPES samples), then GET /metrics of a
+**      running `vram exporter` over loopback (the latency a scraper sees:
+**      the exporter renders once per interval and copies the text);
+**   2. `vram top -d 0.1` (10 Hz) on a pseudo-terminal with TOP_PROCS
+**      processes: its CPU time (utime + stime of /proc/PID/stat) over
+**      TOP_SECONDS, as a share of one core.
+** The members are real processes (fork children of this one), each with an
+** entry in a real group ledger holding 1 MiB per member index on one GPU
+** UUID and 1 MiB of pinned host memory: the monitor reads what it reads in
+** production (the files, and /proc of every member). As root, it runs in a
+** private mount namespace with its own /dev/shm, so that other ledgers on
+** the machine neither slow nor pad the figures (and none is left behind).
+**
+** The samples are timed back to back (SCRAPES of them), then SCRAPES/10
+** one a second (the exporter's default interval, after which each
+** process's /proc judgment has expired).
+** Usage: bench_monitor VRAM [PROCS GROUPS SCRAPES TOP_PROCS TOP_SECONDS]
+** (defaults 1000 100 200 200 30). Exit 0, or 1 when something could not
+** be set up (a line on stderr says what).
+**
+** Test code: exit is allowed here (docs/STYLE.md's habit 7 covers the library).
+*/
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ledger/ledger.h"
+#include "monitor/monitor.h"
+#include "monitor/prom.h"
+
+#define UUID "GPU-bench-0000-0000-0000-000000000000"
+#define MIB (UINT64_C(1) << 20)
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* CPU time of the calling thread, seconds: on a loaded machine the wall
+** time also counts the time others ran. */
+static double
+thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void
+die(const char *what)
+{
+    fprintf(stderr, "bench_monitor: %s%s%s\n", what, errno ? ": " : "",
+            errno ? strerror(errno) : "");
+    exit(1);
+}
+
+/* ---- members ---- */
+
+struct members {
+    int n;
+    pid_t *pids;
+    int hold; /* write end: the members exit at its EOF */
+};
+
+/* N members in GROUPS groups "bench-<k>"; returns once each has its entry. */
+static void
+members_start(struct members *m, int n, int groups)
+{
+    int hold[2], ready[2];
+    if (pipe(hold) != 0 || pipe(ready) != 0)
+        die("pipe");
+    m->n = n;
+    m->pids = calloc((size_t)n, sizeof *m->pids);
+    if (m->pids == NULL)
+        die("out of memory");
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork");
+        if (pid == 0) {
+            close(hold[1]);
+            close(ready[0]);
+            char group[32];
+            snprintf(group, sizeof group, "bench-%d", i % groups);
+            struct ledger *l = NULL;
+            char ok = 1;
+            if (ledger_open(group, &l) != VRAM_OK ||
+                ledger_reserve(l, UUID, (uint64_t)(i % 64 + 1) * MIB, 0, NULL) != VRAM_OK ||
+                ledger_host_add(l, MIB) != VRAM_OK) {
+                fprintf(stderr, "bench_monitor: member %d: %s\n", i, vram_last_error());
+                ok = 0;
+            }
+            if (write(ready[1], &ok, 1) != 1)
+                _exit(1);
+            char c;
+            while (read(hold[0], &c, 1) < 0 && errno == EINTR)
+                ;
+            _exit(0);
+        }
+        m->pids[i] = pid;
+    }
+    close(hold[0]);
+    close(ready[1]);
+    m->hold = hold[1];
+    for (int i = 0; i < n; i++) {
+        char ok = 0;
+        if (read(ready[0], &ok, 1) != 1 || !ok)
+            die("a member could not join its ledger");
+    }
+    close(ready[0]);
+}
+
+static void
+members_stop(struct members *m)
+{
+    close(m->hold);
+    for (int i = 0; i < m->n; i++)
+        waitpid(m->pids[i], NULL, 0);
+    free(m->pids);
+}
+
+/* ---- statistics ---- */
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sort V (N) and print "median M ms, p99 P ms, max X ms". */
+static void
+print_ms(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    int p99 = (int)((n - 1) * 0.99 + 0.5);
+    printf("median %.2f ms, p99 %.2f ms, max %.2f ms (%d runs)", v[n / 2] * 1e3,
+           v[p99] * 1e3, v[n - 1] * 1e3, n);
+}
+
+/* ---- 1. the exporter ---- */
+
+static void
+bench_sample(int procs, int groups, int scrapes, double pause_s)
+{
+    struct monitor *mon = NULL;
+    const struct mon_view *v = NULL;
+    if (monitor_open(false, &mon) != VRAM_OK)
+        die("monitor_open");
+    double *t = calloc((size_t)scrapes, sizeof *t);
+    double *c = calloc((size_t)scrapes, sizeof *c);
+    double *r = calloc((size_t)scrapes, sizeof *r);
+    if (t == NULL || c == NULL || r == NULL)
+        die("out of memory");
+    size_t bytes = 0;
+    for (int i = -5; i < scrapes; i++) { /* 5 unrecorded: the history fills */
+        char *buf = NULL;
+        size_t len = 0;
+        double t0 = now_s(), c0 = thread_cpu_s();
+        if (monitor_sample(mon, &v) != VRAM_OK)
+            die("monitor_sample");
+        double cs = thread_cpu_s();
+        FILE *f = open_memstream(&buf, &len);
+        if (f == NULL)
+            die("open_memstream");
+        prom_write(f, v);
+        fclose(f);
+        double t1 = now_s(), c1 = thread_cpu_s();
+        free(buf);
+        if (i >= 0) {
+            t[i] = t1 - t0;
+            c[i] = c1 - c0;
+            r[i] = c1 - cs;
+        }
+        bytes = len;
+        if (pause_s > 0)
+            usleep((useconds_t)(pause_s * 1e6));
+    }
+    printf("- sample + Prometheus text, %d processes in %d groups (%d process rows, "
+           "%zu bytes of text), %s: ",
+           procs, groups, v->n_procs, bytes,
+           pause_s > 0 ? "one a second as the exporter takes them (each process's /proc "
+                         "read again)"
+                       : "back to back (as vram top at 10 Hz: /proc read once a second)");
+    print_ms(t, scrapes);
+    printf("\n  CPU time of the sampling thread: ");
+    print_ms(c, scrapes);
+    printf("\n  of which writing the text: ");
+    print_ms(r, scrapes);
+    printf("\n");
+    if (v->n_procs != procs)
+        printf("  (expected %d process rows: the figures are not comparable)\n", procs);
+    free(t);
+    free(c);
+    free(r);
+    monitor_close(mon);
+}
+
+/* A free loopback port. */
+static int
+free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) != 0)
+        die("a free port");
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* GET /metrics on PORT: the bytes of the answer, -1 on failure. */
+static long
+get_metrics(int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (s >= 0)
+            close(s);
+        return -1;
+    }
+    static const char req[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    long total = -1;
+    if (write(s, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
+        char buf[65536];
+        ssize_t r;
+        total = 0;
+        while ((r = read(s, buf, sizeof buf)) > 0)
+            total += r;
+    }
+    close(s);
+    return total;
+}
+
+static void
+bench_http(const char *vram, int scrapes)
+{
+    int port = free_port();
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        execl(vram, vram, "exporter", "--listen", listen, "--interval", "1", "--no-nvml",
+              (char *)NULL);
+        _exit(127);
+    }
+    long got = -1;
+    for (int i = 0; i < 100 && got < 100000; i++) { /* until the first full sample */
+        usleep(100000);
+        got = get_metrics(port);
+    }
+    double *t = calloc((size_t)scrapes, sizeof *t);
+    if (got < 0 || t == NULL) {
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        die("the exporter did not answer");
+    }
+    for (int i = 0; i < scrapes; i++) {
+        double t0 = now_s();
+        got = get_metrics(port);
+        t[i] = now_s() - t0;
+        usleep(5000); /* a scraper is not a flood */
+    }
+    printf("- GET /metrics of `vram exporter --interval 1` over loopback (%ld bytes): ", got);
+    print_ms(t, scrapes);
+    printf("\n");
+    free(t);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+}
+
+/* ---- 2. top ---- */
+
+/* utime + stime of PID, seconds; -1 if unreadable. */
+static double
+cpu_s(pid_t pid)
+{
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Read and drop what the terminal shows, for SECONDS. */
+static void
+drain(int fd, double seconds)
+{
+    double end = now_s() + seconds;
+    char buf[65536];
+    while (now_s() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0 && read(fd, buf, sizeof buf) <= 0)
+            break;
+    }
+}
+
+static void
+bench_top(const char *vram, int procs, double seconds)
+{
+    struct winsize ws = {.ws_row = 60, .ws_col = 120};
+    int fd = -1;
+    pid_t pid = forkpty(&fd, NULL, NULL, &ws);
+    if (pid < 0)
+        die("forkpty");
+    if (pid == 0) {
+        setenv("TERM", "xterm", 1);
+        execl(vram, vram, "top", "-d", "0.1", "--no-nvml", (char *)NULL);
+        _exit(127);
+    }
+    drain(fd, 2.0); /* start-up and the first samples are not the steady state */
+    double c0 = cpu_s(pid), t0 = now_s();
+    drain(fd, seconds);
+    double c1 = cpu_s(pid), t1 = now_s();
+    if (write(fd, "q", 1) != 1)
+        kill(pid, SIGTERM);
+    drain(fd, 0.5);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    close(fd);
+    if (c0 < 0 || c1 < 0)
+        die("cannot read vram top's CPU time");
+    printf("- `vram top -d 0.1` (10 Hz), %d processes, 120x60 terminal: %.2f s CPU in "
+           "%.1f s = %.2f %% of one core (clock ticks of 1/%ld s)\n",
+           procs, c1 - c0, t1 - t0, 100.0 * (c1 - c0) / (t1 - t0), sysconf(_SC_CLK_TCK));
+}
+
+/* ---- the namespace ---- */
+
+/* As root: a private /dev/shm of our own (tmpfs) in a private mount
+** namespace. Otherwise the real one, said. */
+static void
+private_shm(void)
+{
+    if (geteuid() != 0) {
+        printf("- (not root: the real /dev/shm, whatever other ledgers it holds)\n");
+        return;
+    }
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0)
+        die("a private /dev/shm (unshare -m, tmpfs)");
+}
+
+int
+main(int argc, char **argv)
+{
+    if (argc != 2 && argc != 7) {
+        fprintf(stderr, "usage: bench_monitor VRAM [PROCS GROUPS SCRAPES TOP_PROCS "
+                        "TOP_SECONDS]\n");
+        return 2;
+    }
+    const char *vram = argv[1];
+    int procs = argc == 7 ? atoi(argv[2]) : 1000;
+    int groups = argc == 7 ? atoi(argv[3]) : 100;
+    int scrapes = argc == 7 ? atoi(argv[4]) : 200;
+    int top_procs = argc == 7 ? atoi(argv[5]) : 200;
+    double top_s = argc == 7 ? atof(argv[6]) : 30;
+    if (procs < 1 || groups < 1 || groups > procs || scrapes < 1 || top_procs < 1 ||
+        top_s <= 0 || procs / groups > LEDGER_MAX_PROCS) {
+        fprintf(stderr, "bench_monitor: bad numbers\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    double load[3] = {0, 0, 0};
+    if (getloadavg(load, 3) < 0)
+        load[0] = -1;
+    printf("## Monitoring with many processes, %s\n\n", when);
+    printf("- command: `make bench` (`build/tests/bench_monitor build/bin/vram %d %d %d %d "
+           "%.0f`)\n",
+           procs, groups, scrapes, top_procs, top_s);
+    printf("- %ld CPUs online, load average %.2f at the start\n", sysconf(_SC_NPROCESSORS_ONLN),
+           load[0]);
+    fflush(stdout);
+    private_shm();
+
+    struct members m;
+    members_start(&m, procs, groups);
+    bench_sample(procs, groups, scrapes, 0);
+    fflush(stdout);
+    bench_sample(procs, groups, scrapes / 10 > 0 ? scrapes / 10 : 1, 1.05);
+    fflush(stdout);
+    bench_http(vram, scrapes);
+    fflush(stdout);
+    members_stop(&m);
+
+    members_start(&m, top_procs, top_procs / 10 > 0 ? top_procs / 10 : 1);
+    bench_top(vram, top_procs, top_s);
+    members_stop(&m);
+    return 0;
+}
