@@ -149,11 +149,11 @@ def line_of(marker):
 
 
 def site_check(r):
-    """Whether the top leak call site names the planted line: for
-    step_cache, its headline (the torch.zeros / jnp.zeros line); for
-    kept_logits, the line that made the logits somewhere in its stack (the
-    logits come from inside the model: nn.Linear's F.linear is innermost).
-    None when nothing was analyzed."""
+    """Whether the top leak call site's Python frames name the planted line:
+    for step_cache the torch.zeros / jnp.zeros line (the fake loop's is the
+    caller of its alloc helper), for kept_logits the line that made the
+    logits (they come from inside the model: nn.Linear's F.linear is
+    innermost). None when nothing was analyzed."""
     if r.get("leak") is None:
         return None
     stack = r.get("top_site_stack") or []
@@ -169,8 +169,6 @@ def site_check(r):
     want = hits[order]
     # The Python frames (a note, "ran without the GIL: ...", may come first).
     lines = [f for f in stack if ".py:" in f]
-    if case == "step_cache":
-        return bool(lines) and lines[0].startswith(want + " in ")
     return any(f.startswith(want + " in ") for f in lines)
 
 

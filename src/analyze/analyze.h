@@ -198,9 +198,9 @@ struct an_result {
     /* Call sites (traces of format 2 only; else none): */
     struct an_site *leak_sites;    /* the suspects by call site, most bytes first */
     size_t n_leak_sites;
-    size_t leak_site_iters;        /* iterations a suspect can be born in (all
-                                      but the first and the last): the
-                                      denominator of a site's rate */
+    size_t leak_site_iters;        /* iterations a suspect can be born in (the
+                                      second to the one before the fit's
+                                      last): the denominator of a site's rate */
     struct an_site *peak_sites;    /* live at the peak by call site, most first */
     size_t n_peak_sites;
 };

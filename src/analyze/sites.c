@@ -209,9 +209,10 @@ an_leak_sites(struct an_result *r)
                                   r->suspects[i].size};
     st = group_allocs(t, a, r->n_suspects, r->n_iters, &r->leak_sites, &r->n_leak_sites);
     free(a);
-    /* The iterations an allocation could have leaked from: all but the
-     * first (a warm-up) and the last (nothing outlives it yet). */
-    r->leak_site_iters = r->n_iters >= 2 ? r->n_iters - 2 : 0;
+    /* The iterations a suspect can be born in (find_suspects): from the
+     * second (the first is a warm-up) to the one before the fit's last. */
+    size_t last_fit = r->leak_iters_used < r->n_iters ? r->leak_iters_used : r->n_iters - 1;
+    r->leak_site_iters = last_fit >= 2 ? last_fit - 1 : 0;
     return st;
 }
 

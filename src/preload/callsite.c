@@ -129,11 +129,13 @@ struct py_site {
     uint32_t id; /* 1, 2, ...: names it in the key of a stack without the GIL */
 };
 
-/* The profile function's table: the innermost frame of a call into native
-** code (its code object and instruction) to its named stack. */
+/* The profile function's table: the two innermost frames of a call into
+** native code (each frame's code object and instruction) to its named
+** stack. Two, so that a helper called from several lines keeps them apart;
+** callers further out are those of the first call seen. */
 struct call_entry {
-    uintptr_t code;
-    int pos;
+    uintptr_t code, caller;
+    int pos, caller_pos;
     struct py_site *py; /* NULL: an empty bucket */
 };
 
@@ -168,6 +170,8 @@ static struct {
 static _Thread_local struct py_site *last_py __attribute__((tls_model("initial-exec")));
 static _Thread_local uintptr_t last_call_code __attribute__((tls_model("initial-exec")));
 static _Thread_local int last_call_pos __attribute__((tls_model("initial-exec")));
+static _Thread_local uintptr_t last_call_caller __attribute__((tls_model("initial-exec")));
+static _Thread_local int last_call_caller_pos __attribute__((tls_model("initial-exec")));
 /* This thread is inside C.lock: reading frames can run the garbage
 ** collector, whose finalizers run Python, whose builtin calls reach the
 ** profile function, which must then not take the lock again. */
@@ -449,6 +453,14 @@ cache_grow(void)
 /* Watching calls into native code                                      */
 /* ------------------------------------------------------------------ */
 
+static uint64_t
+call_hash(const struct call_entry *e)
+{
+    uint64_t h = (uint64_t)e->code * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(unsigned)e->pos;
+    h = (h ^ (uint64_t)e->caller) * 0xff51afd7ed558ccdULL;
+    return h ^ (uint64_t)(unsigned)e->caller_pos ^ h >> 29;
+}
+
 static bool
 calls_grow(void)
 {
@@ -462,7 +474,7 @@ calls_grow(void)
         size_t j;
         if (C.calls[i].py == NULL)
             continue;
-        j = (C.calls[i].code * 0x9e3779b97f4a7c15ULL ^ (uintptr_t)C.calls[i].pos) & mask;
+        j = call_hash(&C.calls[i]) & mask;
         while (b[j].py != NULL)
             j = (j + 1) & mask;
         b[j] = C.calls[i];
@@ -491,10 +503,23 @@ profile_call(void *obj, void *frame, int what, void *arg)
     (void)arg;
     if (what != PY_TRACE_C_CALL || frame == NULL || in_lock)
         return 0;
+    struct call_entry key = {0};
+    void *back;
     code = py.frame_code(frame);
     pos = C.lasti_is_line ? py.frame_line(frame) : py.frame_lasti(frame);
     py.decref(code); /* the frame keeps it alive */
-    if ((uintptr_t)code == last_call_code && pos == last_call_pos)
+    key.code = (uintptr_t)code;
+    key.pos = pos;
+    back = py.frame_back(frame);
+    if (back != NULL) {
+        void *caller = py.frame_code(back);
+        key.caller = (uintptr_t)caller;
+        key.caller_pos = C.lasti_is_line ? py.frame_line(back) : py.frame_lasti(back);
+        py.decref(caller);
+        py.decref(back);
+    }
+    if (key.code == last_call_code && key.pos == last_call_pos &&
+        key.caller == last_call_caller && key.caller_pos == last_call_caller_pos)
         return 0;
     pthread_mutex_lock(&C.lock);
     in_lock = true;
@@ -502,9 +527,10 @@ profile_call(void *obj, void *frame, int what, void *arg)
         !calls_grow())
         goto out;
     mask = ((size_t)1 << C.call_bits) - 1;
-    j = ((uintptr_t)code * 0x9e3779b97f4a7c15ULL ^ (uintptr_t)pos) & mask;
+    j = call_hash(&key) & mask;
     while (C.calls[j].py != NULL &&
-           !(C.calls[j].code == (uintptr_t)code && C.calls[j].pos == pos))
+           !(C.calls[j].code == key.code && C.calls[j].pos == key.pos &&
+             C.calls[j].caller == key.caller && C.calls[j].caller_pos == key.caller_pos))
         j = (j + 1) & mask;
     if (C.calls[j].py == NULL) {
         struct py_site *ps;
@@ -512,12 +538,15 @@ profile_call(void *obj, void *frame, int what, void *arg)
         read_frames(frame, &s);
         if (s.n_py == 0 || (ps = name_python(&s)) == NULL)
             goto out;
-        C.calls[j] = (struct call_entry){.code = (uintptr_t)code, .pos = pos, .py = ps};
+        key.py = ps;
+        C.calls[j] = key;
         C.n_calls++;
     }
     last_py = C.calls[j].py;
-    last_call_code = (uintptr_t)code;
-    last_call_pos = pos;
+    last_call_code = key.code;
+    last_call_pos = key.pos;
+    last_call_caller = key.caller;
+    last_call_caller_pos = key.caller_pos;
 out:
     in_lock = false;
     pthread_mutex_unlock(&C.lock);
