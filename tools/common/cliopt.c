@@ -283,7 +283,8 @@ cliopt_parse(const struct cli_command *cmd, int argc, char **argv, cliopt_handle
         *rest = NULL;
     cliopt_begin(&it, cmd, argc, argv);
     for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &opt, &value);
+        enum cliopt_kind k = cmd->no_operands ? cliopt_next_option(&it, &opt, &value)
+                                              : cliopt_next(&it, &opt, &value);
         if (k == CLIOPT_END)
             return rest != NULL ? cliopt_usage_error(cmd, "no command given")
                                 : CLIOPT_GO_ON;

@@ -53,6 +53,9 @@ struct cli_command {
     /* The first operand ends the options: what follows it is a command
     ** line of its own (vram run), options or not. */
     bool stop_at_operand;
+    /* The command takes no operands: cliopt_parse calls one a usage error
+    ** (as cliopt_next_option does). */
+    bool no_operands;
 };
 
 enum cliopt_kind {

@@ -59,4 +59,14 @@ int cli_load_trace(const char *path, struct trace **out);
 ** and the exit code (1, or 2 for a bad option) returned. */
 int cli_analyze(const struct trace *t, const struct an_options *o, struct an_result **out);
 
+/* ---- shared by `vram stat`, `vram top` (cmd_stat.c) ---- */
+
+struct monitor;
+struct mon_view;
+
+/* Open the monitor (with NVML unless !NVML) into *M and take its first
+** sample into *V; false, after one line naming WHO, if either fails. */
+bool cli_monitor_first(const char *who, bool nvml, struct monitor **m,
+                       const struct mon_view **v);
+
 #endif

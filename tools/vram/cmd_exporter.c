@@ -102,15 +102,17 @@ struct exporter {
 static const struct cli_command exporter_cmd = {
     .prog = "vram exporter",
     .synopsis = "[--listen ADDR:PORT] [--interval SECONDS] [--no-nvml]",
-    .about = "Serve the monitor's metrics (docs/METRICS.md) at http://ADDR:PORT/metrics\n"
-             "for Prometheus; GET / answers a short page linking /metrics. ADDR is an\n"
-             "IPv4 address or [IPv6]. Every series carries the gpu (index), UUID and\n"
-             "modelName labels of NVIDIA's dcgm-exporter, and Hostname, so that one query\n"
-             "can join the two exporters.\n",
+    .about =
+        "Serve the monitor's metrics (docs/METRICS.md) at http://ADDR:PORT/metrics\n"
+        "for Prometheus; GET / answers a short page linking /metrics. ADDR is an\n"
+        "IPv4 address or [IPv6]. Every series carries the gpu (index), UUID and\n"
+        "modelName labels of NVIDIA's dcgm-exporter, and Hostname, so that one query\n"
+        "can join the two exporters.\n",
     .opts = opt_table,
     .n_opts = N_OPTS,
     .exit_status = "0 stopped by SIGINT/SIGTERM, 1 failure (e.g. the address is in use), "
                    "2 bad usage.",
+    .no_operands = true,
 };
 
 static uint64_t
@@ -395,34 +397,43 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     return ret;
 }
 
+/* What the command line asks of `vram exporter`. */
+struct exporter_args {
+    const char *listen;
+    double interval;
+    bool nvml;
+};
+
+/* One option of `vram exporter` (cliopt_handler). */
+static int
+exporter_option(void *ctx, const struct cli_opt *opt, const char *value)
+{
+    struct exporter_args *a = ctx;
+    switch ((enum opt_id)opt->id) {
+    case OPT_LISTEN:
+        a->listen = value;
+        break;
+    case OPT_INTERVAL:
+        if (!cliopt_seconds(&exporter_cmd, opt->name, value, 0.1, 3600, &a->interval))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_NO_NVML:
+        a->nvml = false;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
 int
 cmd_exporter(int argc, char **argv)
 {
-    const char *listen = "127.0.0.1:" EXP_DEFAULT_PORT;
-    double interval = 1.0;
-    bool nvml = true;
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
-
-    cliopt_begin(&it, &exporter_cmd, argc, argv);
-    enum cliopt_kind kind;
-    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
-        switch ((enum opt_id)opt->id) {
-        case OPT_LISTEN:
-            listen = value;
-            break;
-        case OPT_INTERVAL:
-            if (!cliopt_seconds(&exporter_cmd, opt->name, value, 0.1, 3600, &interval))
-                return 2;
-            break;
-        case OPT_NO_NVML:
-            nvml = false;
-            break;
-        }
-    }
-    if (kind == CLIOPT_EXIT)
-        return it.status;
+    struct exporter_args a = {"127.0.0.1:" EXP_DEFAULT_PORT, 1.0, true};
+    int rc = cliopt_parse(&exporter_cmd, argc, argv, exporter_option, &a, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
+    const char *listen = a.listen;
+    double interval = a.interval;
+    bool nvml = a.nvml;
     struct sockaddr_storage addr;
     char why[160];
     if (!parse_listen(listen, &addr, why, sizeof why)) {
@@ -474,7 +485,7 @@ cmd_exporter(int argc, char **argv)
     fflush(stdout);
 
     pthread_t th, rth;
-    int rc = 0;
+    rc = 0;
     bool have_reaper = pthread_create(&rth, NULL, reaper, &e) == 0;
     if (!have_reaper || pthread_create(&th, NULL, sampler, &e) != 0) {
         cli_error("exporter: cannot start its threads");

@@ -32,11 +32,13 @@ static const struct cli_opt opt_table[] = {
 static const struct cli_command stat_cmd = {
     .prog = "vram stat",
     .synopsis = "[--json | --prometheus] [--no-nvml]\n--config\n--metrics-markdown",
-    .about = "GPU memory per device (index, name, use), per group (quota, use, refusals)\n"
-             "and per process, once, from the vram ledgers of the calling user and NVML.\n",
+    .about =
+        "GPU memory per device (index, name, use), per group (quota, use, refusals)\n"
+        "and per process, once, from the vram ledgers of the calling user and NVML.\n",
     .opts = opt_table,
     .n_opts = N_OPTS,
     .exit_status = "0 ok, 1 failure, 2 bad usage.",
+    .no_operands = true,
 };
 
 /*
@@ -320,50 +322,68 @@ say_unread(const struct mon_view *v)
         cli_error("stat: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
 }
 
+/* What the command line asks of `vram stat`. */
+struct stat_args {
+    enum { FMT_TABLE, FMT_JSON, FMT_PROM } fmt;
+    bool nvml;
+};
+
+/* One option of `vram stat` (cliopt_handler); --config and --markdown
+** print and end the command. */
+static int
+stat_option(void *ctx, const struct cli_opt *opt, const char *value)
+{
+    struct stat_args *a = ctx;
+    (void)value;
+    switch ((enum opt_id)opt->id) {
+    case OPT_JSON:
+        a->fmt = FMT_JSON;
+        break;
+    case OPT_PROM:
+        a->fmt = FMT_PROM;
+        break;
+    case OPT_CONFIG:
+        env_print(stdout, NULL, NULL);
+        return fflush(stdout) == 0 ? 0 : 1;
+    case OPT_MARKDOWN:
+        metrics_markdown(stdout);
+        return fflush(stdout) == 0 ? 0 : 1;
+    case OPT_NO_NVML:
+        a->nvml = false;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
+bool
+cli_monitor_first(const char *who, bool nvml, struct monitor **m,
+                  const struct mon_view **v)
+{
+    *m = NULL;
+    if (monitor_open(nvml, m) == VRAM_OK && monitor_sample(*m, v) == VRAM_OK)
+        return true;
+    cli_error("%s: %s", who, vram_last_error());
+    monitor_close(*m);
+    *m = NULL;
+    return false;
+}
+
 int
 cmd_stat(int argc, char **argv)
 {
-    enum { FMT_TABLE, FMT_JSON, FMT_PROM } fmt = FMT_TABLE;
-    bool nvml = true;
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
-
-    cliopt_begin(&it, &stat_cmd, argc, argv);
-    enum cliopt_kind kind;
-    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
-        switch ((enum opt_id)opt->id) {
-        case OPT_JSON:
-            fmt = FMT_JSON;
-            break;
-        case OPT_PROM:
-            fmt = FMT_PROM;
-            break;
-        case OPT_CONFIG:
-            env_print(stdout, NULL, NULL);
-            return fflush(stdout) == 0 ? 0 : 1;
-        case OPT_MARKDOWN:
-            metrics_markdown(stdout);
-            return fflush(stdout) == 0 ? 0 : 1;
-        case OPT_NO_NVML:
-            nvml = false;
-            break;
-        }
-    }
-    if (kind == CLIOPT_EXIT)
-        return it.status;
+    struct stat_args a = {FMT_TABLE, true};
+    int rc = cliopt_parse(&stat_cmd, argc, argv, stat_option, &a, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
 
     struct monitor *m = NULL;
     const struct mon_view *v = NULL;
-    if (monitor_open(nvml, &m) != VRAM_OK || monitor_sample(m, &v) != VRAM_OK) {
-        cli_error("stat: %s", vram_last_error());
-        monitor_close(m);
+    if (!cli_monitor_first("stat", a.nvml, &m, &v))
         return 1;
-    }
     say_unread(v);
-    if (fmt == FMT_JSON)
+    if (a.fmt == FMT_JSON)
         print_json(v);
-    else if (fmt == FMT_PROM)
+    else if (a.fmt == FMT_PROM)
         prom_write(stdout, v);
     else
         print_tables(v);

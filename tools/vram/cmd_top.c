@@ -24,6 +24,7 @@
 #include "cliopt.h"
 #include "cmd.h"
 #include "monitor/monitor.h"
+#include "base/clock.h"
 #include "base/size.h"
 
 enum opt_id { OPT_INTERVAL, OPT_SORT, OPT_NO_NVML };
@@ -44,6 +45,7 @@ static const struct cli_command top_cmd = {
     .opts = opt_table,
     .n_opts = N_OPTS,
     .exit_status = "0 ok, 1 failure (no terminal, no monitor), 2 bad usage.",
+    .no_operands = true,
 };
 
 enum sort_key { SORT_USED, SORT_PEAK, SORT_TREND, SORT_PID, SORT_COUNT };
@@ -251,56 +253,53 @@ view_copy(struct mon_view *dst, const struct mon_view *src)
     memcpy(dst->unread, src->unread, sizeof src->unread);
 }
 
-static double
-mono_s(void)
+/* What the command line asks of `vram top`. */
+struct top_args {
+    struct top t;
+    bool nvml;
+};
+
+/* One option of `vram top` (cliopt_handler). */
+static int
+top_option(void *ctx, const struct cli_opt *opt, const char *value)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    struct top_args *a = ctx;
+    switch ((enum opt_id)opt->id) {
+    case OPT_INTERVAL:
+        if (!cliopt_seconds(&top_cmd, opt->name, value, 0.1, 3600, &a->t.interval_s))
+            return CLI_EXIT_USAGE;
+        break;
+    case OPT_SORT: {
+        int k = 0;
+        while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
+            k++;
+        if (k == SORT_COUNT)
+            return cliopt_usage_error(
+                &top_cmd, "--sort '%s': expected used, peak, trend or pid", value);
+        a->t.sort = (enum sort_key)k;
+        break;
+    }
+    case OPT_NO_NVML:
+        a->nvml = false;
+        break;
+    }
+    return CLIOPT_GO_ON;
 }
 
 int
 cmd_top(int argc, char **argv)
 {
-    struct top t = {.sort = SORT_USED, .reverse = false, .interval_s = 1.0};
-    bool nvml = true;
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
-    cliopt_begin(&it, &top_cmd, argc, argv);
-    enum cliopt_kind kind;
-    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
-        switch ((enum opt_id)opt->id) {
-        case OPT_INTERVAL:
-            if (!cliopt_seconds(&top_cmd, opt->name, value, 0.1, 3600, &t.interval_s))
-                return 2;
-            break;
-        case OPT_SORT: {
-            int k = 0;
-            while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
-                k++;
-            if (k == SORT_COUNT)
-                return cliopt_usage_error(&top_cmd,
-                                          "--sort '%s': expected used, peak, trend or pid",
-                                          value);
-            t.sort = (enum sort_key)k;
-            break;
-        }
-        case OPT_NO_NVML:
-            nvml = false;
-            break;
-        }
-    }
-    if (kind == CLIOPT_EXIT)
-        return it.status;
+    struct top_args a = {.t = {.sort = SORT_USED, .reverse = false, .interval_s = 1.0}, .nvml = true};
+    int rc = cliopt_parse(&top_cmd, argc, argv, top_option, &a, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
+    struct top t = a.t;
+    bool nvml = a.nvml;
 
     struct monitor *m = NULL;
     const struct mon_view *sample = NULL;
-    if (monitor_open(nvml, &m) != VRAM_OK || monitor_sample(m, &sample) != VRAM_OK) {
-        cli_error("top: %s", vram_last_error());
-        monitor_close(m);
+    if (!cli_monitor_first("top", nvml, &m, &sample))
         return 1;
-    }
     /* The view is sorted in place for drawing: a private copy. */
     struct mon_view *v = malloc(sizeof *v);
     if (v == NULL) {
@@ -328,8 +327,8 @@ cmd_top(int argc, char **argv)
     timeout(100);
     view_copy(v, sample);
     draw(&t, v);
-    double next = mono_s() + t.interval_s;
-    int rc = 0;
+    double next = now_mono_s() + t.interval_s;
+    rc = 0;
     while (top_quit_signal == 0) {
         int ch = getch();
         bool redraw = true;
@@ -343,13 +342,13 @@ cmd_top(int argc, char **argv)
         case 'r': t.reverse = !t.reverse; break;
         default: redraw = false; break;
         }
-        if (mono_s() >= next) {
+        if (now_mono_s() >= next) {
             if (monitor_sample(m, &sample) != VRAM_OK) {
                 rc = 1;
                 break;
             }
             view_copy(v, sample);
-            next = mono_s() + t.interval_s;
+            next = now_mono_s() + t.interval_s;
             redraw = true;
         }
         if (redraw)
