@@ -196,7 +196,7 @@ for k in task arch params precision batch prompt new_tokens peak_phase tensor_pe
 done
 "$VRAM" plan --config "$CONF/qwen2-0.5b.json" --generate --batch 1 --prompt 256 \
     --new-tokens 64 --precision bf16 >"$TMP/q3" 2>&1
-if grep -q "at the construction" "$TMP/q3" && grep -q "phases: construction" "$TMP/q3"
+if grep -q "at the construction" "$TMP/q3" && grep -q "each phase: construction" "$TMP/q3"
 then ok; else bad "generate text report: $(cat "$TMP/q3")"; fi
 
 # Hostile input: absurd sizes, overflow, trailing data, duplicate keys.
