@@ -236,7 +236,11 @@ def predict_structural(spec, vram):
                            timeout=30)
         if p.returncode != 0:
             return {"structural_error": p.stderr.strip()[:300]}
-        return {"structural_bytes": json.loads(p.stdout)["tensor_peak_bytes"]}
+        o = json.loads(p.stdout)
+        phase = o.get("peak_phase", "")
+        if phase == "prefill" and o.get("prefill_at"):
+            phase += " (%s)" % o["prefill_at"]
+        return {"structural_bytes": o["tensor_peak_bytes"], "structural_phase": phase}
     finally:
         os.unlink(f.name)
 
