@@ -4,7 +4,7 @@
 ** generation runs: every row of data/measurements/plan_peaks_h200.jsonl
 ** whose spec is of kind "generate" (Hugging Face generate() with a KV
 ** cache on an H200, see data/measurements/README.md) is predicted from its
-** family's config.json (configs/gpt2.json, configs/qwen2-0.5b.json: the
+** family's config.json (configs/gpt2.json, qwen2-0.5b.json, llama-300m.json: the
 ** configurations bench/gpu/plan_measure.py builds) and compared with the
 ** measured max_memory_allocated. Prints the error table and the median and
 ** maximum absolute error per family and overall. Nothing is fitted to
@@ -27,7 +27,8 @@
 #define MAX_LIMIT 0.15
 
 /* The families measured and the config each was built from. */
-static const char *const families[][2] = {{"gpt2", "gpt2"}, {"qwen2", "qwen2-0.5b"}};
+static const char *const families[][2] = {{"gpt2", "gpt2"}, {"qwen2", "qwen2-0.5b"},
+                                            {"llama", "llama-300m"}};
 #define N_FAM (sizeof families / sizeof families[0])
 
 static int
