@@ -12,10 +12,8 @@ add_test(NAME plan_accuracy COMMAND test_plan_accuracy ${PROJECT_SOURCE_DIR}/dat
 set_tests_properties(plan_accuracy PROPERTIES LABELS "unit")
 
 # Generation with a KV cache against the measured generate() runs.
-add_executable(test_plan_gen_accuracy unit/test_plan_gen_accuracy.c)
-target_link_libraries(test_plan_gen_accuracy PRIVATE vram_plan)
-set_target_properties(test_plan_gen_accuracy PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-add_test(NAME plan_gen_accuracy COMMAND test_plan_gen_accuracy ${PROJECT_SOURCE_DIR}/data/measurements)
+add_test(NAME plan_gen_accuracy COMMAND test_plan_accuracy --generate
+         ${PROJECT_SOURCE_DIR}/data/measurements)
 set_tests_properties(plan_gen_accuracy PROPERTIES LABELS "unit")
 
 add_test(NAME cli_plan COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_plan.sh
