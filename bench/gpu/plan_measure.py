@@ -13,8 +13,8 @@ Kinds of run (each a function written as ordinary PyTorch code for "cuda"):
             settings: fp32 + SGD momentum, bf16 autocast + AdamW, pure bf16
             + AdamW; three training steps on random 224x224 images.
   generate  Hugging Face causal LMs built from configs (GPT-2 small, a
-            Qwen2 0.5B), generate() with a KV cache: batch 1 and 16, prompt
-            256 and 1024, 64 new tokens, bf16 and fp32.
+            Qwen2 0.5B, the 250M LLaMA), generate() with a KV cache: batch 1
+            and 16, prompt 256 and 1024, 64 new tokens, bf16 and fp32.
   lora      LoRA (peft, r 16 on q/v) on a frozen 250M LLaMA in bf16: batch
             4 and 8 x 512 and 1024 tokens, three AdamW steps (and 4-bit
             QLoRA when bitsandbytes is installed).
@@ -61,6 +61,11 @@ QWEN2 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
 def llama_cfg():
     with open(os.path.join(ROOT, "data", "measurements", "configs", "llama-300m.json")) as f:
         return json.load(f)
+
+
+def gen_cfg(family):
+    """The configuration a generation run of FAMILY builds."""
+    return {"gpt2": GPT2, "qwen2": QWEN2}.get(family) or llama_cfg()
 
 
 # ---------------------------------------------------------------------------
@@ -110,7 +115,7 @@ def _hf_model(cfg, dtype, dev):
 
 def generate_run(spec, dev):
     import torch
-    cfg = GPT2 if spec["family"] == "gpt2" else QWEN2
+    cfg = gen_cfg(spec["family"])
     if spec.get("tiny"):
         cfg = dict(cfg, **spec["tiny"])
     dtype = torch.bfloat16 if spec["precision"] == "bf16" else torch.float32
@@ -168,7 +173,9 @@ def specs(cpu):
                              "intermediate_size": 128, "num_attention_heads": 4,
                              "num_key_value_heads": 2}})
         return out
-    for fam in ("gpt2", "qwen2"):
+    # llama: the untied 250M LLaMA of configs/ (grouped-query attention, 16
+    # heads on 4), held out from the generation model's derivation.
+    for fam in ("gpt2", "qwen2", "llama"):
         for prec in ("bf16", "fp32"):
             for batch in (1, 16):
                 # GPT-2 has 1024 positions: prompt and new tokens must fit in
@@ -224,8 +231,7 @@ def predict_structural(spec, vram):
     if spec["kind"] != "generate" or not vram or not os.access(vram, os.X_OK):
         return {}
     import tempfile
-    cfg = GPT2 if spec["family"] == "gpt2" else QWEN2
-    cfg = dict(cfg, **spec.get("tiny", {}))
+    cfg = dict(gen_cfg(spec["family"]), **spec.get("tiny", {}))
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
     try:
@@ -236,7 +242,11 @@ def predict_structural(spec, vram):
                            timeout=30)
         if p.returncode != 0:
             return {"structural_error": p.stderr.strip()[:300]}
-        return {"structural_bytes": json.loads(p.stdout)["tensor_peak_bytes"]}
+        o = json.loads(p.stdout)
+        phase = o.get("peak_phase", "")
+        if phase == "prefill" and o.get("prefill_at"):
+            phase += " (%s)" % o["prefill_at"]
+        return {"structural_bytes": o["tensor_peak_bytes"], "structural_phase": phase}
     finally:
         os.unlink(f.name)
 

@@ -487,6 +487,108 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
 /* Generation with a key/value cache                                    */
 /* ------------------------------------------------------------------ */
 
+/* cuBLAS's workspace, allocated through PyTorch's caching allocator at the
+** first matmul and kept: 4096 x 8 KiB on sm90 (Hopper; PyTorch's default
+** for CUBLAS_WORKSPACE_CONFIG there, the probe in
+** data/measurements/plan_peaks_h200.jsonl saw 33554432 bytes); cuBLASLt
+** shares it. A model being built runs no matmul. */
+#define GEN_WORKSPACE_BYTES ((wide)4096 * 8 * 1024)
+
+/* int64 tensors per token of the context: the ids and attention mask the
+** caller passes and the two generate() derives from them (the sequence it
+** extends, the position ids), 4 x 8 bytes. */
+#define GEN_IDS_PER_TOKEN 32
+
+/* Does SDPA take PyTorch's math path, which materializes the scores? With
+** no explicit mask transformers passes enable_gqa to SDPA; flash attention
+** handles grouped-query attention but needs 16-bit inputs, the
+** memory-efficient kernel has no GQA, so fp32 GQA falls to math. */
+static bool
+gen_math_path(const struct plan_model *m, wide e, bool explicit_mask)
+{
+    return llama_like(m->arch) && m->kv_heads < m->heads && e == 4 && !explicit_mask;
+}
+
+/* Bytes per token live at the last layer's MLP on the prompt (no_grad, so
+** a tensor lives while a Python name holds it). GPT-2: the token and
+** position embeddings (locals of the model's forward), the block's input
+** (held by the caller), the attention output, the residual after it and
+** ln_2's output, then gelu_new on the MLP input: the input, 0.5 * x
+** (evaluated first) and two temporaries of the tanh argument at once.
+** LLaMA-shaped: the input embeddings, the layer's input, the residual and
+** post_attention_layernorm's output, RoPE's cos and sin (head_dim each,
+** computed once per forward), then act(gate), up and their product. */
+static wide
+gen_mlp_per_token(const struct plan_model *m, const struct widths *w, wide hd, wide e)
+{
+    if (m->arch == PLAN_GPT2)
+        return (6 * w->h + 4 * w->i) * e;
+    return (4 * w->h + 2 * hd + 3 * w->i) * e;
+}
+
+/* Bytes per token live in the last layer's attention as its kernel starts
+** (IN) and after it (OUT, added to IN). GPT-2: both embeddings, the
+** block's input, ln_1's output, c_attn's output (q, k and v are views of
+** it); then the attention output and c_proj's. LLaMA-shaped: the input
+** embeddings, the layer's input, the norm's output, cos and sin and the
+** roped q; then the attention output and o_proj's. The new keys and values
+** are in the cache. */
+static wide
+gen_attention_in(const struct plan_model *m, const struct widths *w, wide hd, wide e)
+{
+    if (m->arch == PLAN_GPT2)
+        return 7 * w->h * e;
+    return (3 * w->h + 2 * hd + w->q) * e;
+}
+
+static wide
+gen_attention_out(const struct plan_model *m, const struct widths *w, wide e)
+{
+    return (m->arch == PLAN_GPT2 ? 2 * w->h : w->q + w->h) * e;
+}
+
+/* Bytes that one layer's attention kernel holds beyond its inputs when it
+** is not a fused one, or its mask explicit: B sequences, Q
+** query tokens against K keys (the prompt: Q = K = P; a decode step: Q = 1,
+** no causal mask). */
+static wide
+gen_attention_extra(const struct plan_model *m, const struct widths *w, wide e, wide B, wide Q,
+                    wide K, enum plan_attention a, bool explicit_mask)
+{
+    wide H = m->heads, S = B * H * Q * K; /* score elements */
+    bool gqa = llama_like(m->arch) && m->kv_heads < m->heads;
+    wide x = 0;
+    if (a == PLAN_EAGER) {
+        /* transformers' eager attention: k and v repeated to every head,
+        ** the additive mask (B x Q x K in the model's dtype), and at the
+        ** softmax the scores with their input; LLaMA's softmax runs in
+        ** fp32 and is cast back while both live (2 x dtype + 4 bytes). */
+        x += gqa ? 2 * B * K * w->q * e : 0;
+        x += B * Q * K * e;
+        x += S * (llama_like(m->arch) ? 2 * e + 4 : 2 * e);
+        return x;
+    }
+    if (gen_math_path(m, e, explicit_mask)) {
+        /* PyTorch's math SDPA: q scaled, k and v repeat_interleave'd to
+        ** every head (fp32, q-wide each); with is_causal (more than one
+        ** query) the causal mask made additive (Q x K fp32); the scores
+        ** and their softmax (fp32 each) and _safe_softmax's boolean test
+        ** for -inf (1 byte each), with its reduction per row. */
+        x += B * Q * w->q * 4 + 2 * B * K * w->q * 4 + (Q > 1 ? Q * K * 4 : 0);
+        x += S * (4 + 4 + 1) + B * H * Q;
+        return x;
+    }
+    if (explicit_mask) {
+        /* A sliding window shorter than the context: the mask is explicit,
+        ** so transformers repeats k and v itself, and SDPA's memory-
+        ** efficient kernel reads the boolean mask made additive in the
+        ** query's dtype (rows padded to 16). */
+        x += gqa ? 2 * B * K * w->q * e : 0;
+        x += B * Q * K + B * Q * ((K + 15) / 16 * 16) * e;
+    }
+    return x;
+}
+
 bool
 plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
               struct plan_gen_result *out, const char **why)
@@ -503,6 +605,8 @@ plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
     else if (j->precision != PLAN_FP32 && j->precision != PLAN_FP16 &&
              j->precision != PLAN_BF16)
         w = "inference precision is fp32, fp16 or bf16";
+    else if (j->attention != PLAN_SDPA && j->attention != PLAN_EAGER)
+        w = "attention is sdpa or eager";
     else if (!plan_model_check(m, check_err, sizeof check_err))
         w = check_err;
     if (w != NULL) {
@@ -511,50 +615,96 @@ plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
         return false;
     }
     struct widths wd = widths_of(m);
+    wide hd = m->heads ? wd.q / m->heads : 0;
     wide e = j->precision == PLAN_FP32 ? 4 : 2;
-    wide B = j->batch, L = m->layers;
+    wide B = j->batch, L = m->layers, V = m->vocab, P = j->prompt;
     wide kvw = m->arch == PLAN_GPT2 ? wd.h : wd.kv;
-    wide P = param_count(m);
-    wide W = P * e;
-    /* The cache of LEN tokens: keys and values of every layer; a sliding
+    wide params = param_count(m);
+    wide W = params * e;
+    wide ws = GEN_WORKSPACE_BYTES;
+
+    /* Construction: a tied model's output layer is built with its own
+    ** vocabulary x hidden weight, which tying then frees. */
+    wide head_copy = m->tied ? V * wd.h * e : 0;
+    wide peak_con = W + head_copy;
+
+    /* The cache of LEN tokens: keys and values of every layer (each a copy:
+    ** the dynamic cache concatenates onto an empty tensor); a sliding
     ** window keeps only its last WINDOW tokens. */
-    wide len_pre = j->prompt, len_end = (wide)j->prompt + j->new_tokens - 1;
+    wide len_pre = P, len_end = P + j->new_tokens - 1;
     if (m->window) {
         if (len_pre > m->window) len_pre = m->window;
         if (len_end > m->window) len_end = m->window;
     }
     wide cache_pre = L * 2 * B * len_pre * kvw * e;
     wide cache_end = L * 2 * B * len_end * kvw * e;
-    /* Prefill: the last layer's MLP on the whole prompt (its input and the
-    ** residual, three MLP-wide tensors at once: activation, up projection
-    ** and their product; GPT-2's gelu_new likewise), q/k/v for attention if
-    ** wider; then the last position's logits and their fp32 copy. */
-    wide T = B * j->prompt;
-    wide mlp = 3 * wd.i + 2 * wd.h;
-    wide att = (m->arch == PLAN_GPT2 ? 3 * wd.h : wd.q + 2 * wd.kv) + 2 * wd.h;
-    wide act_pre = T * max_w(mlp, att) * e + B * m->vocab * (e + 4);
-    /* Decoding: the dynamic cache appends by concatenation, so one layer's
-    ** new key (or value) tensor coexists with the old; one token's
-    ** activations and logits. */
-    wide act_end = B * len_end * kvw * e + B * max_w(mlp, att) * e + B * m->vocab * (e + 4);
-    wide peak_pre = W + cache_pre + act_pre, peak_end = W + cache_end + act_end;
-    wide peak = max_w(peak_pre, peak_end);
+
+    /* Prefill, at the last layer (every layer's cache written): its MLP,
+    ** its attention, or the logits of the last position (transformers
+    ** computes only those during generation) and their fp32 copy. */
+    bool explicit_mask = windowed(m, j->prompt);
+    wide T = B * P;
+    wide ids_pre = T * GEN_IDS_PER_TOKEN;
+    wide mlp_pre = T * gen_mlp_per_token(m, &wd, hd, e);
+    wide att_pre = T * gen_attention_in(m, &wd, hd, e) +
+                   max_w(T * gen_attention_out(m, &wd, e),
+                         gen_attention_extra(m, &wd, e, B, P, P, j->attention, explicit_mask));
+    wide logits = max_w(T * wd.h * e + B * V * e, B * V * (e + 4));
+    wide act_pre = mlp_pre;
+    const char *at = "mlp";
+    if (att_pre > act_pre) {
+        act_pre = att_pre;
+        at = "attention";
+    }
+    if (logits > act_pre) {
+        act_pre = logits;
+        at = "logits";
+    }
+    wide peak_pre = W + ws + ids_pre + cache_pre + act_pre;
+
+    /* The last decode step: the cache appends by concatenation, so one
+    ** layer's new key tensor coexists with the old; then the one token's
+    ** attention over the context (with the math path's or eager's extras),
+    ** its MLP, and the logits with their fp32 copy. */
+    wide ctx = B * len_end;
+    wide att_end = B * gen_attention_in(m, &wd, hd, e) +
+                   max_w(B * gen_attention_out(m, &wd, e),
+                         gen_attention_extra(m, &wd, e, B, 1, len_end, j->attention,
+                                             windowed(m, len_end + 1)));
+    wide act_end = max_w(ctx * kvw * e, att_end);
+    act_end = max_w(act_end, B * gen_mlp_per_token(m, &wd, hd, e));
+    act_end = max_w(act_end, B * V * (e + 4));
+    wide ids_end = B * ((wide)P + j->new_tokens - 1) * GEN_IDS_PER_TOKEN;
+    wide peak_end = W + ws + ids_end + cache_end + act_end;
+
+    wide peak = max_w(peak_con, max_w(peak_pre, peak_end));
     wide total;
     if (!total_of(peak, &total, why))
         return false;
     struct plan_gen_result r;
     memset(&r, 0, sizeof r);
-    r.params = (uint64_t)P;
+    r.params = (uint64_t)params;
     r.weights_bytes = (uint64_t)W;
-    if (peak_pre >= peak_end) {
+    if (peak_con >= peak_pre && peak_con >= peak_end) {
+        r.activations_bytes = (uint64_t)head_copy;
+        r.peak_phase = "construction";
+    } else if (peak_pre >= peak_end) {
         r.kv_cache_bytes = (uint64_t)cache_pre;
         r.activations_bytes = (uint64_t)act_pre;
+        r.workspace_bytes = (uint64_t)ws;
+        r.token_ids_bytes = (uint64_t)ids_pre;
         r.peak_phase = "prefill";
     } else {
         r.kv_cache_bytes = (uint64_t)cache_end;
         r.activations_bytes = (uint64_t)act_end;
+        r.workspace_bytes = (uint64_t)ws;
+        r.token_ids_bytes = (uint64_t)ids_end;
         r.peak_phase = "last decode step";
     }
+    r.construction_bytes = (uint64_t)peak_con;
+    r.prefill_bytes = (uint64_t)peak_pre;
+    r.decode_bytes = (uint64_t)peak_end;
+    r.prefill_at = at;
     r.tensor_peak_bytes = (uint64_t)peak;
     r.allocator_bytes = (uint64_t)allocator_overhead(peak);
     r.context_bytes = PLAN_CONTEXT_BYTES;

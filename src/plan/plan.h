@@ -121,20 +121,34 @@ struct plan_model plan_model_defaults(enum plan_arch a);
 
 /* A generation job: BATCH sequences of PROMPT tokens, NEW_TOKENS generated
 ** greedily by Hugging Face's generate() with its dynamic cache; weights,
-** cache and activations all of precision P (fp32, fp16 or bf16). */
+** cache and activations all of precision P (fp32, fp16 or bf16); the
+** model built on the GPU from its configuration (from_config under
+** torch.device("cuda")), attention A (SDPA unless eager is asked for). */
 struct plan_gen_job {
     uint64_t batch, prompt, new_tokens;
     enum plan_precision precision;
+    enum plan_attention attention; /* zero: PLAN_SDPA */
 };
 
+/* The peak is the largest of three phases, each given in bytes:
+**   construction  the weights, and for a tied output layer its own weight
+**                 (built before tying frees it);
+**   prefill       the prompt's pass: cache, the last layer's widest moment
+**                 (its MLP, its attention, or the logits);
+**   decode        the last generated token's step. */
 struct plan_gen_result {
     uint64_t params;
     uint64_t weights_bytes;      /* the model */
     uint64_t kv_cache_bytes;     /* the cache at the peak */
-    uint64_t activations_bytes;  /* the peak step's transient tensors */
+    uint64_t activations_bytes;  /* the peak phase's transient tensors */
     uint64_t tensor_peak_bytes;
     uint64_t allocator_bytes, context_bytes, total_bytes;
-    const char *peak_phase;      /* "prefill" or "last decode step" */
+    const char *peak_phase;      /* "construction", "prefill" or "last decode step" */
+    uint64_t workspace_bytes;    /* cuBLAS workspace at the peak (0 at construction) */
+    uint64_t token_ids_bytes;    /* int64 ids, attention mask, positions at the peak */
+    uint64_t construction_bytes, prefill_bytes, decode_bytes; /* each phase's peak */
+    const char *prefill_at;      /* the prefill's widest moment: "mlp", "attention",
+                                    "logits" */
 };
 
 /* Predict a generation's peak; false (with WHY) for an invalid job or a

@@ -175,6 +175,30 @@ mb=$(jget max_batch "$TMP/g")
 if grep -q '"fits":true' "$TMP/ga" && grep -q '"fits":false' "$TMP/gb"; then ok; else
     bad "max_batch $mb does not bound what fits"; fi
 
+# Generation's phases: Qwen2 0.5B (tied) at batch 1 peaks while it is built
+# (weights + its head's own 151936 x 896 bf16 weight); at batch 16 x 1024 in
+# fp32 at the prefill's attention (math SDPA). The JSON keeps its keys and
+# adds the phases; the text report names them.
+"$VRAM" plan --config "$CONF/qwen2-0.5b.json" --generate --batch 1 --prompt 256 \
+    --new-tokens 64 --precision bf16 --json >"$TMP/q1" 2>&1
+"$VRAM" plan --config "$CONF/qwen2-0.5b.json" --generate --batch 16 --prompt 1024 \
+    --new-tokens 64 --precision fp32 --json >"$TMP/q2" 2>&1
+w=$(jget weights "$TMP/q1"); t=$(jget tensor_peak_bytes "$TMP/q1")
+if grep -q '"peak_phase":"construction"' "$TMP/q1" && [ -n "$w" ] &&
+    [ "$t" = $((w + 151936 * 896 * 2)) ] && [ "$(jget construction "$TMP/q1")" = "$t" ]; then ok
+else bad "qwen2 b1: construction not the peak: $(head -c 300 "$TMP/q1")"; fi
+if grep -q '"peak_phase":"prefill"' "$TMP/q2" && grep -q '"prefill_at":"attention"' "$TMP/q2"
+then ok; else bad "qwen2 fp32 b16: $(head -c 300 "$TMP/q2")"; fi
+for k in task arch params precision batch prompt new_tokens peak_phase tensor_peak_bytes \
+    total_bytes weights kv_cache activations allocator_overhead cuda_context \
+    cublas_workspace token_ids last_decode_step; do
+    grep -q "\"$k\":" "$TMP/q2" || bad "generate --json lacks $k"
+done
+"$VRAM" plan --config "$CONF/qwen2-0.5b.json" --generate --batch 1 --prompt 256 \
+    --new-tokens 64 --precision bf16 >"$TMP/q3" 2>&1
+if grep -q "at the construction" "$TMP/q3" && grep -q "each phase: construction" "$TMP/q3"
+then ok; else bad "generate text report: $(cat "$TMP/q3")"; fi
+
 # Hostile input: absurd sizes, overflow, trailing data, duplicate keys.
 printf '{"model_type": "gpt2", "n_layer": 100000000000000000000000, "n_embd": 768, "n_head": 12, "vocab_size": 50257}' >"$TMP/huge.json"
 printf '{"model_type": "gpt2", "n_layer": 100000, "n_embd": 768, "n_head": 12, "vocab_size": 50257}' >"$TMP/layers.json"

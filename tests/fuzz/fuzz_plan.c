@@ -94,12 +94,20 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (memcmp(&r, &rb, sizeof r) != 0 || why == NULL)
             fail("a refused job changed the result or gave no reason");
     }
-    struct plan_gen_job g = {j.batch, j.seq, 1 + j.accum * 64, j.precision % 2 ? PLAN_BF16 : PLAN_FP32};
+    struct plan_gen_job g = {j.batch, j.seq, 1 + j.accum * 64,
+                             j.precision % 2 ? PLAN_BF16 : PLAN_FP32, j.attention};
     struct plan_gen_result gr;
     if (plan_generate(&m, &g, &gr, &why)) {
+        uint64_t top = gr.construction_bytes;
+        top = gr.prefill_bytes > top ? gr.prefill_bytes : top;
+        top = gr.decode_bytes > top ? gr.decode_bytes : top;
         if (gr.total_bytes != gr.tensor_peak_bytes + gr.allocator_bytes + gr.context_bytes ||
             gr.weights_bytes > gr.tensor_peak_bytes || gr.kv_cache_bytes > gr.tensor_peak_bytes)
             fail("generation: the total is not the sum of its parts");
+        if (gr.tensor_peak_bytes != top ||
+            gr.tensor_peak_bytes != gr.weights_bytes + gr.kv_cache_bytes + gr.activations_bytes +
+                                        gr.workspace_bytes + gr.token_ids_bytes)
+            fail("generation: the peak is not its phase's parts, or not the largest phase");
     }
     return 0;
 }

@@ -253,6 +253,97 @@ test_heldout_sizes(void **state)
     }
 }
 
+/* Generation, by hand (docs/PLAN.md, "Generation with a KV cache"), with the
+** cuBLAS workspace WS = 32 MiB. The toy GPT-2 (324 parameters, tied), batch
+** 2, prompt 3, 2 new tokens, fp32 (4 bytes):
+**   construction  weights 1296 + its own head 10 x 4 x 4 = 1456
+**   prefill       weights + WS + ids 6 tokens x 32 (192) + cache 1 layer x K,V
+**                 x 6 tokens x 4 x 4 (192) + the MLP: 6 x (6h + 4I) x 4 = 2112
+**                 (attention 6 x 9h x 4 = 864, logits max(96 + 80, 160))
+**   decode        weights + WS + ids 8 x 32 + cache 2 x 8 x 4 x 4 (256) + one
+**                 token's MLP per sequence, 2 x 88 x 4 = 704 */
+static void
+test_generate_gpt2(void **state)
+{
+    (void)state;
+    const uint64_t ws = 32u << 20;
+    struct plan_gen_job g = {2, 3, 2, PLAN_FP32, PLAN_SDPA};
+    struct plan_gen_result r;
+    assert_true(plan_generate(&toy, &g, &r, NULL));
+    assert_int_equal(r.weights_bytes, 1296);
+    assert_int_equal(r.tensor_peak_bytes, 1296 + ws + 192 + 192 + 2112);
+    assert_string_equal(r.peak_phase, "prefill");
+    assert_int_equal(r.kv_cache_bytes, 192);
+    assert_int_equal(r.activations_bytes, 2112);
+    assert_int_equal(r.construction_bytes, 1456);
+    assert_int_equal(r.decode_bytes, 1296 + ws + 256 + 256 + 704);
+    assert_int_equal(r.workspace_bytes, ws);
+    assert_int_equal(r.token_ids_bytes, 192);
+    assert_string_equal(r.prefill_at, "mlp");
+}
+
+/* A tied LLaMA-shaped toy whose vocabulary dwarfs the rest: layer 1, h 8,
+** heads 2 (kv 1, head_dim 4), MLP 16, vocabulary 2^22, q/k/v biases:
+** 2^25 + 608 + 8 parameters, bf16. Built from its config, its head's own
+** 2^22 x 8 x 2-byte weight lives until tying frees it: the construction
+** (weights 67110096 + 67108864) outweighs prefill and decode, which are
+** the logits and their fp32 copy: 2^22 x (2 + 4). Untied, construction is
+** the weights alone. */
+static void
+test_generate_construction(void **state)
+{
+    (void)state;
+    const uint64_t ws = 32u << 20;
+    struct plan_model m = {PLAN_QWEN2, 1, 8, 2, 1, 16, 1u << 22, 0, 0, true, false, 0,
+                           true, false, false, 0};
+    struct plan_gen_job g = {1, 4, 1, PLAN_BF16, PLAN_SDPA};
+    struct plan_gen_result r;
+    assert_true(plan_generate(&m, &g, &r, NULL));
+    assert_int_equal(r.params, (1u << 25) + 608 + 8);
+    assert_int_equal(r.tensor_peak_bytes, 67110096ull + 67108864ull);
+    assert_string_equal(r.peak_phase, "construction");
+    assert_int_equal(r.activations_bytes, 67108864);
+    assert_int_equal(r.kv_cache_bytes, 0);
+    assert_int_equal(r.workspace_bytes, 0);
+    /* prefill: ids 4 x 32, cache 2 x 4 tokens x 4 x 2 bytes, logits */
+    assert_int_equal(r.prefill_bytes, 67110096ull + ws + 128 + 64 + 25165824);
+    assert_string_equal(r.prefill_at, "logits");
+    m.tied = false;
+    assert_true(plan_generate(&m, &g, &r, NULL));
+    assert_int_equal(r.construction_bytes, r.weights_bytes);
+    assert_string_equal(r.peak_phase, "prefill");
+}
+
+/* fp32 grouped-query attention: SDPA's math path. The LLaMA-shaped toy
+** (h 8, q 8, kv 4, MLP 16, vocabulary 10, untied: 776 parameters), batch 2,
+** prompt 16 (32 tokens): at the last layer's attention, its inputs
+** 32 x (3h + 2 x head_dim + q) x 4 = 5120, and inside the kernel q scaled
+** (2 x 16 x 8 x 4 = 1024), k and v to every head (2048), the causal mask
+** (16 x 16 x 4 = 1024), the scores, softmax and -inf test for
+** 2 x 2 x 16 x 16 = 1024 elements (9216) and one byte per row (64): 18496,
+** above the MLP's 32 x (4h + 2 x 4 + 3I) x 4 = 11264. In bf16 flash
+** attention takes grouped-query attention: the MLP is the widest. */
+static void
+test_generate_math_sdpa(void **state)
+{
+    (void)state;
+    const uint64_t ws = 32u << 20;
+    struct plan_model m = {PLAN_QWEN2, 1, 8, 2, 1, 16, 10, 0, 0, false, false, 0,
+                           true, false, false, 0};
+    struct plan_gen_job g = {2, 16, 1, PLAN_FP32, PLAN_SDPA};
+    struct plan_gen_result r;
+    assert_true(plan_generate(&m, &g, &r, NULL));
+    assert_int_equal(r.weights_bytes, 776 * 4);
+    assert_string_equal(r.peak_phase, "prefill");
+    assert_string_equal(r.prefill_at, "attention");
+    assert_int_equal(r.activations_bytes, 5120 + 1024 + 2048 + 1024 + 9216 + 64);
+    assert_int_equal(r.tensor_peak_bytes, 3104 + ws + 1024 + 1024 + 18496);
+    g.precision = PLAN_BF16;
+    assert_true(plan_generate(&m, &g, &r, NULL));
+    assert_string_equal(r.prefill_at, "mlp");
+    assert_int_equal(r.activations_bytes, 32 * 88 * 2);
+}
+
 static void
 test_invalid_jobs(void **state)
 {
@@ -287,7 +378,9 @@ main(void)
         cmocka_unit_test(test_param_counts),   cmocka_unit_test(test_config_parse),
         cmocka_unit_test(test_layer_formula),  cmocka_unit_test(test_state_terms),
         cmocka_unit_test(test_activation_terms), cmocka_unit_test(test_monotonic),
-        cmocka_unit_test(test_zero),           cmocka_unit_test(test_heldout_sizes),           cmocka_unit_test(test_invalid_jobs),
+        cmocka_unit_test(test_zero),           cmocka_unit_test(test_heldout_sizes),
+        cmocka_unit_test(test_generate_gpt2),  cmocka_unit_test(test_generate_construction),
+        cmocka_unit_test(test_generate_math_sdpa), cmocka_unit_test(test_invalid_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,7 +54,7 @@ static const struct cli_opt opt_table[] = {
     {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)"},
     {OPT_ACCUM, "accum", 0, "N", "gradient accumulation steps (default 1; divides --batch)"},
     {OPT_CHECKPOINTING, "checkpointing", 0, NULL, "activation checkpointing on every layer"},
-    {OPT_ATTENTION, "attention", 0, "A", "sdpa (default, fused) or eager"},
+    {OPT_ATTENTION, "attention", 0, "A", "sdpa (default; fused, math for fp32 GQA) or eager"},
     {OPT_DATA_PARALLEL, "data-parallel", 0, "N", "data-parallel ranks (default 1)"},
     {OPT_ZERO, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3"},
     {OPT_GENERATE, "generate", 0, NULL, "inference: generation with a KV cache (not training)"},
@@ -89,7 +89,11 @@ static const struct cli_command plan_cmd = {
              "weights, gradients, optimizer states, activations, temporary buffers and\n"
              "the CUDA context; the largest micro-batch that fits --gpu-memory and the\n"
              "cap to give the job. --generate: inference with a key/value cache, the\n"
-             "largest batch and prompt that fit. --model: any PyTorch program, traced\n"
+             "largest batch and prompt that fit; its peak is the largest of three\n"
+             "phases: construction (weights, plus a tied output layer's own weight\n"
+             "before tying frees it), prefill (cache, cuBLAS workspace and the last\n"
+             "layer's MLP, attention or logits on the prompt) and the last decode step\n"
+             "(cache, its concatenation, one token). --model: any PyTorch program, traced\n"
              "on a fake CUDA device (no GPU; python3 with PyTorch). See docs/PLAN.md.\n",
     .opts = opt_table,
     .n_opts = N_OPTS,
@@ -451,7 +455,18 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
         json_object_object_add(b, "activations", json_object_new_uint64(r.activations_bytes));
         json_object_object_add(b, "allocator_overhead", json_object_new_uint64(r.allocator_bytes));
         json_object_object_add(b, "cuda_context", json_object_new_uint64(r.context_bytes));
+        json_object_object_add(b, "cublas_workspace", json_object_new_uint64(r.workspace_bytes));
+        json_object_object_add(b, "token_ids", json_object_new_uint64(r.token_ids_bytes));
         json_object_object_add(root, "breakdown", b);
+        struct json_object *ph = json_object_new_object();
+        json_object_object_add(ph, "construction", json_object_new_uint64(r.construction_bytes));
+        json_object_object_add(ph, "prefill", json_object_new_uint64(r.prefill_bytes));
+        json_object_object_add(ph, "last_decode_step", json_object_new_uint64(r.decode_bytes));
+        json_object_object_add(root, "phases", ph);
+        json_object_object_add(root, "prefill_at", json_object_new_string(r.prefill_at));
+        json_object_object_add(root, "attention",
+                               json_object_new_string(j->attention == PLAN_EAGER ? "eager"
+                                                                                 : "sdpa"));
         if (gpu_memory) {
             json_add_fit(root, gpu_memory, r.total_bytes);
             json_object_object_add(root, "max_batch", json_object_new_uint64(mb));
@@ -470,9 +485,18 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
            (unsigned long long)j->new_tokens, plan_precision_name(j->precision));
     printf("  weights            %12s\n", fmt(r.weights_bytes, a, sizeof a));
     printf("  KV cache           %12s\n", fmt(r.kv_cache_bytes, a, sizeof a));
-    printf("  activations        %12s\n", fmt(r.activations_bytes, a, sizeof a));
+    printf("  cuBLAS workspace   %12s\n", fmt(r.workspace_bytes, a, sizeof a));
+    printf("  token ids          %12s\n", fmt(r.token_ids_bytes, a, sizeof a));
+    printf("  %-18s %12s\n",
+           strcmp(r.peak_phase, "construction") == 0 ? "head before tying" : "activations",
+           fmt(r.activations_bytes, a, sizeof a));
     print_peak_lines(r.tensor_peak_bytes, r.peak_phase, r.allocator_bytes,
                      r.context_bytes, r.total_bytes);
+    char c1[32], c2[32];
+    printf("tensor peak of each phase: construction %s, prefill %s (widest at the %s),\n"
+           "  last decode step %s\n",
+           fmt(r.construction_bytes, a, sizeof a), fmt(r.prefill_bytes, c1, sizeof c1),
+           r.prefill_at, fmt(r.decode_bytes, c2, sizeof c2));
     if (gpu_memory) {
         printf("GPU memory %s: %s; largest batch that fits: %llu; largest prompt: %llu\n",
                fmt(gpu_memory, a, sizeof a), r.total_bytes <= gpu_memory ? "fits" : "does NOT fit",
@@ -649,7 +673,7 @@ cmd_plan(int argc, char **argv)
     if (untied) m.tied = false;
 
     if (generate) {
-        struct plan_gen_job g = {job.batch, prompt, new_tokens, job.precision};
+        struct plan_gen_job g = {job.batch, prompt, new_tokens, job.precision, job.attention};
         return report_generate(&m, &g, gpu_memory, json);
     }
     struct plan_result r;
