@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
 ** cmd_tune.c -- `vram tune`: the tuning recipe of TensorFlow's memory
-** advice, automated (docs/TUNE.md): measure the peak, then set a cap with
+** advice, automated (docs/RECORD.md): measure the peak, then set a cap with
 ** 10-15 % headroom above it.
 **
 **   vram tune [OPTIONS] [--] COMMAND [ARGS...]
@@ -138,12 +138,12 @@ static const struct cli_opt opt_table[] = {
      "stop the command after N complete iterations at most, steady or not"},
     {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
      "the GPU's total memory, for the frameworks' fractions and the replays (default: "
-     "the first GPU's, asked of the driver after a recording; with --trace unknown)"},
+     "the smallest GPU's, asked of the driver after a recording; with --trace unknown)"},
     {OPT_DRIVER_VIEW, "driver-view", 0, NULL,
      "record the frameworks' own allocators as they are, as vram record --driver-view"},
     {OPT_PRELOAD, "preload", 0, "PATH", "the preload library, as vram run --preload"},
     {OPT_JSON, "json", 0, NULL,
-     "print one JSON object (sizes in bytes; docs/TUNE.md has the schema)"},
+     "print one JSON object (sizes in bytes; docs/RECORD.md has the schema)"},
 };
 
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
@@ -158,7 +158,7 @@ tune_notes(FILE *out)
             "strategy; the recommendation is the strategy with the lowest peak reserved\n"
             "(ties to the simpler), the smallest cap that replays without an OOM, the cap\n"
             "= that plus 10 %% headroom after a steady state, else 15 %%, and the settings\n"
-            "that apply it in TensorFlow, PyTorch, JAX and vram run. docs/TUNE.md has more.\n");
+            "that apply it in TensorFlow, PyTorch, JAX and vram run. docs/RECORD.md has more.\n");
 }
 
 static const struct cli_command tune_cmd = {
@@ -522,8 +522,9 @@ pick_headroom(struct tune *tu)
                  s->spread * 100.0);
     else
         snprintf(tu->headroom_why, sizeof tu->headroom_why,
-                 "15%%: no steady state seen (%zu complete iterations after the first)",
-                 s->complete);
+                 "15%%: only %zu complete iterations after the first, %u needed for a "
+                 "steady state",
+                 s->complete, tu->periods);
 }
 
 /* A fraction of the device, rounded up to the thousandth so that the
@@ -842,7 +843,7 @@ recommend(struct tune *tu, const struct tune_args *a)
                           ? with_headroom(jax->s.min_limit_bytes, tu->headroom)
                           : tu->cap;
         if (!tu->steady.steady)
-            cli_error("tune: no steady state in %s (%s); recommended from what was seen",
+            cli_error("tune: no steady state in %s: %s; recommended from what was seen",
                       tu->t->path, tu->headroom_why + 5);
         rc = a->json ? print_json(tu) : (print_text(tu), TUNE_OK);
         if (fflush(stdout) != 0) {
@@ -899,8 +900,28 @@ tune_command(const struct tune_args *a)
     struct watch_state w = {.a = a, .path = path, .run = &run, .checked = -1};
     run.ctx = &w;
     clock_gettime(CLOCK_MONOTONIC, &w.start);
+    /* With --json the command's standard output goes to standard error, so
+    ** that standard output is the one JSON object. */
+    int saved_out = -1;
+    if (a->json) {
+        fflush(stdout);
+        saved_out = dup(STDOUT_FILENO);
+        if (saved_out < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+            cli_error("tune: cannot send the command's output to standard error: %s",
+                      strerror(errno));
+            if (saved_out >= 0)
+                close(saved_out);
+            if (temp[0] != '\0')
+                unlink(temp);
+            return TUNE_FAIL;
+        }
+    }
     bool stopped = false;
     int status = run_command_watched(a->command, group, &run, &stopped);
+    if (saved_out >= 0) {
+        dup2(saved_out, STDOUT_FILENO);
+        close(saved_out);
+    }
 
     struct tune tu;
     memset(&tu, 0, sizeof tu);
@@ -917,8 +938,14 @@ tune_command(const struct tune_args *a)
                   a->output != NULL ? path : "");
         rc = TUNE_FAIL;
     } else {
+        struct stat st;
         cut_partial_line(path);
-        if (trace_load(path, &t) != VRAM_OK) {
+        if (stat(path, &st) == 0 && st.st_size == 0) {
+            /* The library creates the trace at the first CUDA call it sees. */
+            cli_error("tune: no GPU allocation was recorded (the command made no CUDA call "
+                      "the preload library saw)");
+            rc = TUNE_FAIL;
+        } else if (trace_load(path, &t) != VRAM_OK) {
             cli_error("tune: the recording cannot be read: %s", vram_last_error());
             rc = TUNE_FAIL;
         } else if (t->n_events == 0 || t->n_slots == 0) {
