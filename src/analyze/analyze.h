@@ -187,6 +187,10 @@ vram_status analyze_trace(const struct trace *t, const struct an_options *option
 
 void an_result_free(struct an_result *r);
 
+/* Where R's iterations came from: "marks", "floor", "period" or "none"
+** (the whole trace is one). */
+const char *an_iters_source(const struct an_result *r);
+
 /* Human-readable summary (what `vram analyze TRACE` prints). */
 void an_print_text(FILE *out, const struct an_result *r);
 

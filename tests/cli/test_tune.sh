@@ -104,7 +104,7 @@ EOF
 SCHEMA='set(j) == {"trace","events","iterations","iterations_from","complete_iterations","steady","peak_spread","recorded","stopped","command_status","peak_in_use_bytes","leak","leak_bytes_per_iteration","device_memory_bytes","replay_device_memory_bytes","strategies","recommended","settings"}'
 SCHEMA2='[r["strategy"] for r in j["strategies"]] == ["growth","preallocate","growth:tf-compat","expandable"] and all(set(r) == {"strategy","peak_reserved_bytes","fragmentation","min_limit_bytes","cap_bytes"} for r in j["strategies"])'
 SCHEMA3='set(rec) == {"strategy","min_limit_bytes","headroom","headroom_reason","cap_bytes"} and set(j["settings"]) == {"vram_run","pytorch_vram","pytorch","pytorch_fraction","tensorflow","tensorflow_memory_limit_mb","jax","jax_mem_fraction"}'
-SCHEMA4='isinstance(j["steady"], bool) and isinstance(j["events"], int) and j["iterations_from"] in ("marks","period","floor","whole")'
+SCHEMA4='isinstance(j["steady"], bool) and isinstance(j["events"], int) and j["iterations_from"] in ("marks","period","floor","none")'
 # The recommendation's arithmetic, whatever the trace.
 CAP_OVER_MIN='rec["min_limit_bytes"] >= j["peak_in_use_bytes"] and rec["cap_bytes"] >= rec["min_limit_bytes"] and rec["cap_bytes"] % MIB == 0'
 HEADROOM='rec["headroom"] == (0.10 if j["steady"] else 0.15) and rec["min_limit_bytes"] * (1 + rec["headroom"]) <= rec["cap_bytes"] < rec["min_limit_bytes"] * (1 + rec["headroom"]) + MIB'

@@ -250,11 +250,11 @@ parse_args(int argc, char **argv, struct tune_args *a)
             if (!cliopt_size(&tune_cmd, opt->name, value, &a->device_memory))
                 return TUNE_USAGE;
             break;
-        case OPT_DRIVER_VIEW:
-            a->driver_view = true;
-            break;
         case OPT_PRELOAD:
             a->preload = value;
+            break;
+        case OPT_DRIVER_VIEW:
+            a->driver_view = true;
             break;
         case OPT_JSON:
             a->json = true;
@@ -557,16 +557,23 @@ line_vram_torch(const struct tune *tu, char *buf, size_t len)
              vram_strategy_name(tu->rows[tu->best].strategy));
 }
 
+/* The fraction of the GPU's total memory that CAP is, as the framework
+** writes it (PREFIX, the number, SUFFIX), or "CAPM / the GPU's total". */
+static void
+line_fraction(const struct tune *tu, uint64_t cap, const char *prefix, const char *suffix,
+              char *buf, size_t len)
+{
+    if (tu->device_memory > 0)
+        snprintf(buf, len, "%s%.3f%s", prefix, fraction_of(cap, tu->device_memory), suffix);
+    else
+        snprintf(buf, len, "%s%lluM / the GPU's total%s", prefix,
+                 (unsigned long long)mib_up(cap), suffix);
+}
+
 static void
 line_torch_fraction(const struct tune *tu, char *buf, size_t len)
 {
-    if (tu->device_memory > 0)
-        snprintf(buf, len, "torch.cuda.set_per_process_memory_fraction(%.3f, 0)",
-                 fraction_of(tu->cap, tu->device_memory));
-    else
-        snprintf(buf, len,
-                 "torch.cuda.set_per_process_memory_fraction(%lluM / the GPU's total, 0)",
-                 (unsigned long long)mib_up(tu->cap));
+    line_fraction(tu, tu->cap, "torch.cuda.set_per_process_memory_fraction(", ", 0)", buf, len);
 }
 
 static void
@@ -581,26 +588,9 @@ line_tf(const struct tune *tu, char *buf, size_t len)
 static void
 line_jax(const struct tune *tu, char *buf, size_t len)
 {
-    if (tu->device_memory > 0)
-        snprintf(buf, len, "XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=%.3f",
-                 fraction_of(tu->jax_cap, tu->device_memory));
-    else
-        snprintf(buf, len,
-                 "XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=%lluM / the "
-                 "GPU's total",
-                 (unsigned long long)mib_up(tu->jax_cap));
-}
-
-static const char *
-iter_source(const struct an_result *r)
-{
-    if (r->iters_from_marks)
-        return "marks";
-    if (r->iters_from_floor)
-        return "floor";
-    if (r->period_events > 0)
-        return "period";
-    return "whole";
+    line_fraction(tu, tu->jax_cap,
+                  "XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=", "", buf,
+                  len);
 }
 
 static const char *
@@ -628,7 +618,7 @@ print_text(const struct tune *tu)
     const struct an_result *r = tu->r;
     const struct steady *s = &tu->steady;
     printf("trace: %s: %llu events, %zu iterations (%s)", tu->t->path,
-           (unsigned long long)tu->t->n_events, r->n_iters, iter_source(r));
+           (unsigned long long)tu->t->n_events, r->n_iters, an_iters_source(r));
     if (tu->ran)
         printf(", recording %s", tu->reason == STOP_NONE ? "ended with the command"
                                  : tu->reason == STOP_STEADY
@@ -729,7 +719,7 @@ print_json(const struct tune *tu)
     json_object_object_add(o, "trace", json_object_new_string(tu->t->path));
     json_object_object_add(o, "events", json_object_new_uint64(tu->t->n_events));
     json_object_object_add(o, "iterations", json_object_new_uint64(r->n_iters));
-    json_object_object_add(o, "iterations_from", json_object_new_string(iter_source(r)));
+    json_object_object_add(o, "iterations_from", json_object_new_string(an_iters_source(r)));
     json_object_object_add(o, "complete_iterations", json_object_new_uint64(s->complete));
     json_object_object_add(o, "steady", json_object_new_boolean(s->steady));
     json_object_object_add(o, "peak_spread", json_fixed(s->spread, 4));
