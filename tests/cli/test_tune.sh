@@ -101,7 +101,7 @@ EOF
 }
 
 # The JSON schema (docs/RECORD.md): every key, its type.
-SCHEMA='set(j) == {"trace","events","iterations","iterations_from","complete_iterations","steady","peak_spread","recorded","stopped","command_status","peak_in_use_bytes","leak","leak_bytes_per_iteration","device_memory_bytes","replay_device_memory_bytes","strategies","recommended","settings"}'
+SCHEMA='set(j) == {"trace","trace_kept","events","iterations","iterations_from","complete_iterations","steady","peak_spread","recorded","stopped","command_status","peak_in_use_bytes","leak","leak_bytes_per_iteration","device_memory_bytes","replay_device_memory_bytes","strategies","recommended","settings"}'
 SCHEMA2='[r["strategy"] for r in j["strategies"]] == ["growth","preallocate","growth:tf-compat","expandable"] and all(set(r) == {"strategy","peak_reserved_bytes","fragmentation","min_limit_bytes","cap_bytes"} for r in j["strategies"])'
 SCHEMA3='set(rec) == {"strategy","min_limit_bytes","headroom","headroom_reason","cap_bytes"} and set(j["settings"]) == {"vram_run","pytorch_vram","pytorch","pytorch_fraction","tensorflow","tensorflow_memory_limit_mb","jax","jax_mem_fraction"}'
 SCHEMA4='isinstance(j["steady"], bool) and isinstance(j["events"], int) and j["iterations_from"] in ("marks","period","floor","none")'
@@ -180,7 +180,7 @@ check "a loop without end: stopped once steady, 96 MiB, cap 106 MiB (96 + 10 %),
     "j['peak_in_use_bytes'] == 96 * MIB and rec['min_limit_bytes'] == 96 * MIB" \
     "rec['strategy'] == 'growth' and rec['cap_bytes'] == 106 * MIB" \
     "j['device_memory_bytes'] == 1 << 30 and j['settings']['pytorch_fraction'] == 0.104" \
-    "j['trace'] == '$TMP/rec.csv'"
+    "j['trace'] == '$TMP/rec.csv' and j['trace_kept'] is True"
 pid=$(cat "$TMP/pid" 2>/dev/null)
 if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
     pass "the stopped command is gone"
@@ -232,6 +232,21 @@ tune -- $P --json -- "$PROBE" --via gpa12000 train 2 0
 check "two steps: too short for a steady state, recommended from them with 15 %" \
     "j['steady'] is False and rec['headroom'] == 0.15 and rec['cap_bytes'] == math.ceil(96 * 1.15) * MIB"
 if [ "$rc" -eq 3 ]; then pass "too short: exit 3"; else fail "too short: exit 3" "exit $rc"; fi
+
+# Interrupted from outside (a scheduler's SIGTERM, Ctrl-C): the signal is
+# passed on, and what was recorded is tuned (never steady here: --periods
+# 1000).
+env LD_LIBRARY_PATH="$FAKE" "$VRAM" tune $P --json --periods 1000 -- "$PROBE" --via gpa12000 \
+    train 0 0 >"$TMP/out" 2>"$TMP/err" &
+tpid=$!
+sleep 2
+kill -TERM "$tpid"
+wait "$tpid"
+rc=$?
+check "interrupted from outside: tuned from what was recorded, exit 3" \
+    "j['stopped'] == 'interrupted' and j['command_status'] == 143 and j['trace_kept'] is False" \
+    "j['steady'] is False and j['peak_in_use_bytes'] == 96 * MIB and rec['cap_bytes'] == math.ceil(96 * 1.15) * MIB"
+if [ "$rc" -eq 3 ]; then pass "interrupted: exit 3"; else fail "interrupted: exit 3" "exit $rc: $(cat "$TMP/err")"; fi
 
 # ---- bad input: one line, the documented status ----
 tune -- $P -- sh -c 'exit 3'

@@ -36,6 +36,7 @@
 #include <json-c/json.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -320,7 +321,9 @@ steady_of(const struct an_result *r, unsigned periods, struct steady *s)
 /* Watching the recording                                               */
 /* ------------------------------------------------------------------ */
 
-enum stop_reason { STOP_NONE, STOP_STEADY, STOP_SECONDS, STOP_ITERATIONS };
+/* Why the recording ended: it ended by itself (NONE), tune stopped it, or
+** the user did (Ctrl-C, a kill: SIGINT or SIGTERM ended it). */
+enum stop_reason { STOP_NONE, STOP_STEADY, STOP_SECONDS, STOP_ITERATIONS, STOP_USER };
 
 struct watch_state {
     const struct tune_args *a;
@@ -448,6 +451,7 @@ struct tune {
     struct steady steady;
     unsigned periods;            /* --periods */
     bool ran;                    /* a command was recorded (else --trace) */
+    bool kept;                   /* the trace stays (--trace, -o) */
     enum stop_reason reason;     /* why the recording stopped; NONE: it ended */
     int command_status;          /* the command's, when it ran */
     uint64_t device_memory;      /* 0: unknown */
@@ -593,20 +597,23 @@ line_jax(const struct tune *tu, char *buf, size_t len)
                   len);
 }
 
+/* The JSON's "stopped" (WHY) and the text report's words for it (SAY). */
 static const char *
-stop_text(enum stop_reason why)
+stop_text(enum stop_reason why, bool say)
 {
     switch (why) {
     case STOP_STEADY:
-        return "steady";
+        return say ? "stopped once steady" : "steady";
     case STOP_SECONDS:
-        return "seconds";
+        return say ? "stopped at --seconds" : "seconds";
     case STOP_ITERATIONS:
-        return "iterations";
+        return say ? "stopped at --iterations" : "iterations";
+    case STOP_USER:
+        return say ? "interrupted (SIGINT or SIGTERM from outside)" : "interrupted";
     case STOP_NONE:
         break;
     }
-    return "ended";
+    return say ? "ended with the command" : "ended";
 }
 
 /* ---- text ---- */
@@ -617,14 +624,11 @@ print_text(const struct tune *tu)
     char a[32], b[32], c[32], line[320];
     const struct an_result *r = tu->r;
     const struct steady *s = &tu->steady;
-    printf("trace: %s: %llu events, %zu iterations (%s)", tu->t->path,
-           (unsigned long long)tu->t->n_events, r->n_iters, an_iters_source(r));
+    printf("trace: %s%s: %llu events, %zu iterations (%s)", tu->t->path,
+           tu->kept ? "" : " (removed; -o FILE keeps it)", (unsigned long long)tu->t->n_events,
+           r->n_iters, an_iters_source(r));
     if (tu->ran)
-        printf(", recording %s", tu->reason == STOP_NONE ? "ended with the command"
-                                 : tu->reason == STOP_STEADY
-                                     ? "stopped once steady"
-                                     : tu->reason == STOP_SECONDS ? "stopped at --seconds"
-                                                                  : "stopped at --iterations");
+        printf(", recording %s", stop_text(tu->reason, true));
     printf("\n");
     if (s->steady)
         printf("steady state: the last %u of %zu complete iterations peak at %s to %s "
@@ -717,6 +721,7 @@ print_json(const struct tune *tu)
     if (o == NULL)
         return TUNE_FAIL;
     json_object_object_add(o, "trace", json_object_new_string(tu->t->path));
+    json_object_object_add(o, "trace_kept", json_object_new_boolean(tu->kept));
     json_object_object_add(o, "events", json_object_new_uint64(tu->t->n_events));
     json_object_object_add(o, "iterations", json_object_new_uint64(r->n_iters));
     json_object_object_add(o, "iterations_from", json_object_new_string(an_iters_source(r)));
@@ -725,7 +730,7 @@ print_json(const struct tune *tu)
     json_object_object_add(o, "peak_spread", json_fixed(s->spread, 4));
     json_object_object_add(o, "recorded", json_object_new_boolean(tu->ran));
     json_object_object_add(o, "stopped",
-                           tu->ran ? json_object_new_string(stop_text(tu->reason)) : NULL);
+                           tu->ran ? json_object_new_string(stop_text(tu->reason, false)) : NULL);
     json_object_object_add(o, "command_status",
                            tu->ran ? json_object_new_int(tu->command_status) : NULL);
     json_object_object_add(o, "peak_in_use_bytes", json_object_new_uint64(r->peak_bytes));
@@ -916,12 +921,15 @@ tune_command(const struct tune_args *a)
     struct tune tu;
     memset(&tu, 0, sizeof tu);
     tu.ran = true;
+    tu.kept = a->output != NULL;
     tu.reason = stopped ? w.reason : STOP_NONE;
+    if (!stopped && (status == 128 + SIGINT || status == 128 + SIGTERM))
+        tu.reason = STOP_USER; /* Ctrl-C reaches the command too: tuned from what it did */
     tu.command_status = status;
     struct trace *t = NULL;
     if (status == 126 || status == 127) {
         rc = status; /* nothing ran: said already */
-    } else if (!stopped && status != 0) {
+    } else if (!stopped && status != 0 && tu.reason != STOP_USER) {
         cli_error("tune: the command failed (exit status %d): no recommendation from a "
                   "failed run%s%s",
                   status, a->output != NULL ? "; its trace: " : "",
@@ -978,6 +986,7 @@ tune_trace(const struct tune_args *a)
     struct tune tu;
     memset(&tu, 0, sizeof tu);
     tu.t = t;
+    tu.kept = true;
     tu.device_memory = a->device_memory;
     tu.device_source = "--device-memory";
     rc = recommend(&tu, a);
