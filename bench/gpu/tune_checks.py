@@ -20,7 +20,7 @@ steps) under `vram tune --json`:
                 finishes without an out-of-memory error
   too small     the same under half the smallest cap fails (the setting
                 is what holds the memory, so the check above can fail)
-and the kept-logits leak under --seconds 40: exit 3, a leak, 15 %.
+and the kept-logits leak under --seconds 20: exit 3, a leak, 15 %.
 The recordings stay in DIR (tune_FW_CASE.trace.csv).
 
 Prints one JSON object: {"cases": [...], "checks": {name: true|false|
@@ -135,7 +135,7 @@ def main():
                            "--steps", "1000000", "--out", os.devnull]
             args = ["-o", trace]
             if case == "kept_logits":
-                args += ["--seconds", "1" if a.dry_run else "40"]
+                args += ["--seconds", "1" if a.dry_run else "20"]
             else:
                 args += ["--seconds", str(int(max(30, min(120, left() - 60))))]
             r = tune(a.vram, args, command, timeout=max(30, left()))
@@ -174,7 +174,7 @@ def main():
                                       ("too small", rows_min(j) / 2 / total, 3)):
                     rc, err = apply({"framework": fw}, fw, 300, a.lib, timeout=max(30, left()),
                                     env_extra={"XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-                                               "XLA_PYTHON_CLIENT_MEM_FRACTION": "%.3f" % f})
+                                               "XLA_PYTHON_CLIENT_MEM_FRACTION": "%.6f" % f})
                     r["apply_" + name] = {"rc": rc, "stderr": err}
                     checks["jax %s: exit %d" % (name, want)] = rc == want
     print(json.dumps({"cases": cases, "checks": checks}))
