@@ -191,77 +191,76 @@ struct tune_args {
     char **command;
 };
 
-static bool
-parse_count(const char *name, const char *text, uint64_t min, uint64_t max, uint64_t *out)
+/* The arguments of `vram tune` (cliopt_handler): options, and the first
+** operand, where COMMAND starts (stop_at_operand makes every later
+** argument an operand: COMMAND's own). */
+struct tune_parse {
+    struct tune_args *a;
+    int argc;
+    char **argv;
+};
+
+static int
+tune_arg(void *ctx, const struct cli_opt *opt, const char *value)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0 || v < min || v > max) {
-        cliopt_usage_error(&tune_cmd, "--%s '%s': expected a whole number from %llu to %llu",
-                           name, text, (unsigned long long)min, (unsigned long long)max);
-        return false;
+    struct tune_parse *p = ctx;
+    struct tune_args *a = p->a;
+    uint64_t n;
+    if (opt == NULL) {
+        for (int i = 1; i < p->argc && a->command == NULL; i++)
+            if (p->argv[i] == value)
+                a->command = p->argv + i;
+        return CLIOPT_GO_ON;
     }
-    *out = v;
-    return true;
+    switch ((enum opt_id)opt->id) {
+    case OPT_TRACE:
+        a->trace = value;
+        break;
+    case OPT_OUTPUT:
+        a->output = value;
+        break;
+    case OPT_PERIODS:
+        if (!cliopt_count(&tune_cmd, opt->name, value, 2, TUNE_PERIODS_MAX, &n))
+            return TUNE_USAGE;
+        a->periods = (unsigned)n;
+        break;
+    case OPT_SECONDS:
+        if (!cliopt_seconds(&tune_cmd, opt->name, value, 0.1, 1e7, &a->seconds))
+            return TUNE_USAGE;
+        break;
+    case OPT_ITERATIONS:
+        if (!cliopt_count(&tune_cmd, opt->name, value, 2, UINT32_MAX, &a->max_iterations))
+            return TUNE_USAGE;
+        break;
+    case OPT_DEVICE_MEMORY:
+        if (!cliopt_size(&tune_cmd, opt->name, value, &a->device_memory))
+            return TUNE_USAGE;
+        break;
+    case OPT_PRELOAD:
+        a->preload = value;
+        break;
+    case OPT_DRIVER_VIEW:
+        a->driver_view = true;
+        break;
+    case OPT_JSON:
+        a->json = true;
+        break;
+    }
+    return CLIOPT_GO_ON;
 }
 
+/* Parse ARGV into A. Returns -1 to go on, else the exit status. */
 static int
 parse_args(int argc, char **argv, struct tune_args *a)
 {
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
-    uint64_t n;
     memset(a, 0, sizeof *a);
     a->periods = TUNE_PERIODS_DEFAULT;
     a->seconds = TUNE_SECONDS_DEFAULT;
-    cliopt_begin(&it, &tune_cmd, argc, argv);
-    for (;;) {
-        enum cliopt_kind k = cliopt_next(&it, &opt, &value);
-        if (k == CLIOPT_EXIT)
-            return it.status;
-        if (k == CLIOPT_END)
-            break;
-        if (k == CLIOPT_OPERAND) {
-            a->command = argv + it.next - 1;
-            break;
-        }
-        switch ((enum opt_id)opt->id) {
-        case OPT_TRACE:
-            a->trace = value;
-            break;
-        case OPT_OUTPUT:
-            a->output = value;
-            break;
-        case OPT_PERIODS:
-            if (!parse_count(opt->name, value, 2, TUNE_PERIODS_MAX, &n))
-                return TUNE_USAGE;
-            a->periods = (unsigned)n;
-            break;
-        case OPT_SECONDS:
-            if (!cliopt_seconds(&tune_cmd, opt->name, value, 0.1, 1e7, &a->seconds))
-                return TUNE_USAGE;
-            break;
-        case OPT_ITERATIONS:
-            if (!parse_count(opt->name, value, 2, UINT32_MAX, &a->max_iterations))
-                return TUNE_USAGE;
-            break;
-        case OPT_DEVICE_MEMORY:
-            if (!cliopt_size(&tune_cmd, opt->name, value, &a->device_memory))
-                return TUNE_USAGE;
-            break;
-        case OPT_PRELOAD:
-            a->preload = value;
-            break;
-        case OPT_DRIVER_VIEW:
-            a->driver_view = true;
-            break;
-        case OPT_JSON:
-            a->json = true;
-            break;
-        }
-    }
+    struct tune_parse p = {a, argc, argv};
+    /* No REST: with --trace there is no command. */
+    int rc = cliopt_parse(&tune_cmd, argc, argv, tune_arg, &p, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
     if (a->trace != NULL && a->command != NULL)
         return cliopt_usage_error(&tune_cmd, "--trace and a command: give one of them");
     if (a->trace == NULL && a->command == NULL)
