@@ -188,6 +188,14 @@ else
     fail "the stopped command is gone" "pid ${pid:-none} still runs"
     [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
 fi
+# The command died by a signal, so its library could not remove the
+# group's ledger: vram did, and /dev/shm keeps nothing of it.
+group=$(sed -n '1s/.* group=\([^ ]*\).*/\1/p' "$TMP/rec.csv")
+if [ -n "$group" ] && ! ls /dev/shm/vram-*/"$group" >/dev/null 2>&1; then
+    pass "the stopped command's group ledger is removed"
+else
+    fail "the stopped command's group ledger is removed" "group '${group:-?}': $(ls /dev/shm/vram-*/"$group" 2>&1)"
+fi
 "$VRAM" analyze --json "$TMP/rec.csv" >"$TMP/out" 2>"$TMP/err"
 check "the kept recording: whole lines, vram analyze reads it" \
     "j['peak_bytes'] == 96 * MIB and j['iterations'] >= 5"

@@ -739,6 +739,22 @@ stop_child(pid_t child, const struct run_watch *watch, int *status)
 }
 
 /*
+** A command a signal ended (vram tune stops its command so; a crash) ran no
+** exit handler, so the preload library could not remove the group's
+** ledger: it is removed here once no live process is in it, so that
+** /dev/shm does not fill with the ledgers of stopped commands.
+*/
+static void
+remove_group_if_unused(const char *group)
+{
+    struct ledger *l = NULL;
+    if (ledger_attach_existing(group, &l) != VRAM_OK)
+        return;
+    ledger_remove_if_unused(l);
+    ledger_close(l);
+}
+
+/*
 ** Run COMMAND as a child and wait for it; with REPORT, sample the ledger
 ** until it exits and report; with WATCH, call its poll every interval and
 ** stop the command when it says so (*STOPPED then true). Whether exec
@@ -850,6 +866,8 @@ run_child(char **command, const char *group, bool report, const struct run_watch
         report_print(&r);
     }
     report_free(&r);
+    if (WIFSIGNALED(status))
+        remove_group_if_unused(group);
     return child_status(status);
 }
 
