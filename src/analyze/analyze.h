@@ -223,6 +223,9 @@ const char *an_frame_text(const struct trace *t, uint32_t frame, bool full, char
                           size_t len);
 const char *an_site_headline(const struct trace *t, const struct an_site *s, char *buf,
                              size_t len);
+/* Where R's iterations came from: "marks", "floor", "period" or "none"
+** (the whole trace is one). */
+const char *an_iters_source(const struct an_result *r);
 
 /* Human-readable summary (what `vram analyze TRACE` prints). */
 void an_print_text(FILE *out, const struct an_result *r);

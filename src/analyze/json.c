@@ -107,8 +107,8 @@ json_sites(const struct trace *t, const struct an_site *s, size_t n, size_t iter
     return a;
 }
 
-static const char *
-iter_source(const struct an_result *r)
+const char *
+an_iters_source(const struct an_result *r)
 {
     if (r->iters_from_marks)
         return "marks";
@@ -222,7 +222,7 @@ an_result_json(const struct an_result *r)
     json_object_object_add(o, "peak_by_phase", origins);
 
     json_object_object_add(o, "iterations", an_json_u64(r->n_iters));
-    json_object_object_add(o, "iterations_from", json_object_new_string(iter_source(r)));
+    json_object_object_add(o, "iterations_from", json_object_new_string(an_iters_source(r)));
     json_object_object_add(o, "period_events", an_json_u64(r->period_events));
     json_object_object_add(o, "period_match", json_num(r->period_match, 4));
     json_object_object_add(o, "floor_bytes", an_json_u64(r->floor_bytes));

@@ -223,13 +223,14 @@ typedef char KIND_TEXT_type[4096];
       "here.")                                                                           \
     X(PYTORCH_CUDA_ALLOC_CONF, KIND_TEXT, run.torch_alloc_conf, "",                      \
       "PyTorch's allocator options",                                                     \
-      "vram record adds backend:cudaMallocAsync (PyTorch 2.0 or later) unless a "        \
-      "backend is named here, so that each tensor reaches the driver.")                  \
+      "vram record and vram tune add backend:cudaMallocAsync (PyTorch 2.0 or later) "    \
+      "unless a backend is named here, so that each tensor reaches the driver.")         \
     X(TF_GPU_ALLOCATOR, KIND_TEXT, run.tf_gpu_allocator, "", "TensorFlow's allocator",   \
-      "vram record sets cuda_malloc_async when unset, so that each tensor reaches the "  \
-      "driver.")                                                                         \
+      "vram record and vram tune set cuda_malloc_async when unset, so that each tensor " \
+      "reaches the driver.")                                                             \
     X(XLA_PYTHON_CLIENT_ALLOCATOR, KIND_TEXT, run.xla_allocator, "", "JAX's allocator",  \
-      "vram record sets platform when unset, so that each buffer reaches the driver.")
+      "vram record and vram tune set cuda_async when unset, so that each buffer "       \
+      "reaches the driver at its own size.")
 
 /* Every row's field has its kind's type. */
 #define ENV_CHECK_TYPE(name, kind, field, def, expect, doc)                              \

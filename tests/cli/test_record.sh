@@ -93,7 +93,7 @@ rec -- $P -o "$TMP/env.csv" -- env
 expect_line "VRAM_TRACE is the output, absolute" "VRAM_TRACE=$TMP/env.csv"
 expect_line "PyTorch: the cudaMallocAsync backend" "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
 expect_line "TensorFlow: cuda_malloc_async" "TF_GPU_ALLOCATOR=cuda_malloc_async"
-expect_line "JAX: the platform allocator" "XLA_PYTHON_CLIENT_ALLOCATOR=platform"
+expect_line "JAX: the stream-ordered allocator" "XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async"
 expect_line "LD_PRELOAD: the library" "LD_PRELOAD=$LIB"
 if grep -q "^VRAM_GROUP=run-" "$TMP/out"; then pass "a fresh group"; else fail "a fresh group" "no VRAM_GROUP"; fi
 if [ "$rc" -eq 0 ] && grep -q "no GPU allocation was seen" "$TMP/err"; then

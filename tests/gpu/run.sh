@@ -40,6 +40,11 @@
 #     within 4 GiB + 64 MiB, the OOM at the quota; the 64 MiB of host memory
 #     the PyTorch and CuPy workers pin, and their resident sets, as root's
 #     `vram stat --json` shows them. $WORK/policy.json.
+# 11. tune: `vram tune` on a PyTorch (and JAX) training loop without end
+#     (bench/gpu/tune_checks.py, under 3 minutes): stopped once steady with
+#     10 % headroom, the recommended setting applied (PyTorch's fraction,
+#     vram.torch.use, JAX's memory fraction) runs 300 steps without an OOM
+#     while half the smallest cap fails; a leak stopped at --seconds, exit 3.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -47,7 +52,7 @@
 #
 # VRAM_GPU_SECTIONS picks sections (a comma list; default all): ctest (1),
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
-# torchperf (8), record (9), policy (10).
+# torchperf (8), record (9), policy (10), tune (11).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -316,6 +321,14 @@ if want policy && [ -f "$BUILD/lib/libvram-preload.so" ]; then
     STEP_OUT=$WORK/policy.json run_step "policy: two users under a 4 GiB policy" 180 \
         python3 bench/gpu/policy_checks.py --preload "$BUILD/lib/libvram-preload.so"
 fi
+
+# ---- 11. `vram tune` on real training, its recommendation applied ----
+# The recordings stay in $OUT/tune. A CPU dry run of the same logic, the
+# fake driver's probe loop standing in for training:
+#   LD_LIBRARY_PATH=build/tests/fakecuda FAKECUDA_MEMORY=64G python3 \
+#     bench/gpu/tune_checks.py --vram build/bin/vram --work /tmp/t --dry-run build/tests/preload/preload_probe
+want tune && STEP_OUT=$WORK/tune.json run_step "tune: real training, the setting applied" 200 \
+    python3 bench/gpu/tune_checks.py --vram "$VRAM" --lib "$LIB" --work "$OUT/tune" --budget 170
 
 # ---- 7. `vram plan` against measured peaks ----
 if want plan; then
@@ -721,6 +734,27 @@ if rec is not None:
             "-" if o.get("ratio") is None else "%.2f" % o["ratio"]))
     for s in rec.get("skipped") or []:
         lines.append("  skipped: %s" % s)
+tun = load(os.path.join(work, "tune.json"))
+if tun is not None:
+    lines.append("vram tune: real training until steady, the recommendation applied")
+    for c in tun.get("cases") or []:
+        trec = c.get("recommended") or {}
+        sm = c.get("summary") or {}
+        lines.append("  %-18s exit %s in %ss: %s, %s complete iterations, peak %s MiB, "
+                     "%s, smallest cap %s MiB, cap %s MiB (%s)" % (
+                         "%s %s" % (c.get("framework"), c.get("case")), c.get("rc"),
+                         c.get("seconds"), sm.get("stopped"), sm.get("complete_iterations"),
+                         (sm.get("peak_in_use_bytes") or 0) >> 20, trec.get("strategy"),
+                         (trec.get("min_limit_bytes") or 0) >> 20,
+                         (trec.get("cap_bytes") or 0) >> 20, trec.get("headroom")))
+        for k in sorted(k for k in c if k.startswith("apply_")):
+            lines.append("    %s: exit %s %s" % (k[6:], c[k].get("rc"),
+                                                  (c[k].get("stderr") or "").strip()[-120:]))
+        if c.get("json") is None:
+            lines.append("    %s" % (c.get("stderr") or "").strip()[-200:])
+    for what, ok in sorted((tun.get("checks") or {}).items()):
+        targets.append(("tune " + what, verdict(ok)))
+    lines.append("")
 pol_path = os.path.join(work, "policy.json")
 if os.path.exists(pol_path):
     try:
@@ -768,7 +802,7 @@ results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": pe
            "python": pyres,
            "train": train, "train_summary": train_summary, "vmm_costs": vmm,
            "plugin_oom": poom, "streams": streams, "torchperf": tperf,
-           "torchperf_cold": tp_cold, "torchperf_warm": tp_warm, "record": rec,
+           "torchperf_cold": tp_cold, "torchperf_warm": tp_warm, "record": rec, "tune": tun,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)

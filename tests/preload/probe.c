@@ -718,6 +718,7 @@ scenario_alloc(uint64_t mib, int dev, int want, int within_ms)
 ** backend does (every tensor a stream-ordered allocation and free): 64 MiB
 ** of weights, then STEPS steps of four 8 MiB activations made and freed,
 ** each step keeping LEAK_KIB KiB more (0: none) -- a metric's logits kept.
+** STEPS 0: steps without end, 2 ms apart, for `vram tune` to stop.
 */
 static void
 scenario_train(int steps, uint64_t leak_kib)
@@ -726,7 +727,9 @@ scenario_train(int steps, uint64_t leak_kib)
     ctx_push(0);
     vcu_deviceptr weights;
     CHECK_RC(api.cuMemAlloc(&weights, 64 * MIB), VCU_SUCCESS);
-    for (int step = 0; step < steps; step++) {
+    for (int step = 0; steps == 0 || step < steps; step++) {
+        if (steps == 0)
+            usleep(2000);
         vcu_deviceptr acts[4];
         for (int k = 0; k < 4; k++)
             CHECK_RC(api.cuMemAllocAsync(&acts[k], 8 * MIB, NULL), VCU_SUCCESS);

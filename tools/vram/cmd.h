@@ -18,6 +18,7 @@ int cmd_env(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_record(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
@@ -44,6 +45,56 @@ int run_prepare(const char *who, const char *limit, const char *group, const cha
 /* Run COMMAND as a child after run_prepare; its exit status (126, 127,
 ** 128+N for a signal, 1 if it could not be started). */
 int run_command(char **command, const char *group);
+
+/* What `vram tune` watches while its command runs (run_command_watched). */
+struct run_watch {
+    /* Called every INTERVAL_MS while the command runs; true stops it. */
+    bool (*poll)(void *ctx);
+    void *ctx;
+    unsigned interval_ms;
+    /* Stopping: SIGINT, after GRACE_MS SIGTERM, after GRACE_MS more SIGKILL. */
+    unsigned grace_ms;
+};
+
+/* As run_command, calling WATCH while the command runs and stopping it
+** when WATCH's poll says so (*STOPPED then true; the status is then what
+** the stop left, 128+N for a signal N that ended it). */
+int run_command_watched(char **command, const char *group, const struct run_watch *watch,
+                        bool *stopped);
+
+/* ---- shared by `vram record` and `vram tune` (cmd_record.c) ---- */
+
+/* OUTPUT made absolute into PATH and created empty, VRAM_TRACE set to it
+** and, unless DRIVER_VIEW, the frameworks steered to tensor-level
+** allocations; call sites recorded if SITES (VRAM_TRACE_SITES); WHO names
+** the subcommand in messages. -1 on success, else the exit status (nothing
+** ran). */
+int record_prepare(const char *who, const char *output, bool driver_view, bool sites,
+                   char *path, size_t len);
+
+/* ---- shared by `vram replay` and `vram tune` (cmd_replay.c) ---- */
+
+struct trace;
+
+/* What replaying a trace under one strategy on the simulated device cost. */
+struct replay_summary {
+    uint64_t peak_in_use_bytes;   /* most bytes live (trace sizes) */
+    uint64_t peak_reserved_bytes; /* most reserved from the device, no cap */
+    uint64_t ooms;                /* allocations refused with no cap */
+    bool has_min_limit;           /* a cap fits within DEVICE_MEMORY */
+    uint64_t min_limit_bytes;     /* the smallest cap with no OOM, to 1 MiB */
+};
+
+/* Replay T under ST on simulated devices of DEVICE_MEMORY bytes, uncapped,
+** then find the smallest cap (`vram replay --min-limit`). REPLAY's exit
+** codes: 0, or 1 / 2 with the line printed. */
+int replay_summarize(const struct trace *t, vram_strategy st, uint64_t device_memory,
+                     struct replay_summary *out);
+
+/* The number of GPUs and the smallest one's total memory (UINT64_MAX when
+** there is none), through the CUDA driver; 0, or 1 after one line (none if
+** QUIET) when the driver cannot be opened. */
+int replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet);
 
 /* ---- shared by `vram analyze` and `vram doctor` (cmd_analyze.c) ---- */
 

@@ -17,7 +17,7 @@
 **   PYTORCH_CUDA_ALLOC_CONF  += backend:cudaMallocAsync (unless a backend
 **                               is named already)
 **   TF_GPU_ALLOCATOR          = cuda_malloc_async (if unset)
-**   XLA_PYTHON_CLIENT_ALLOCATOR = platform (if unset)
+**   XLA_PYTHON_CLIENT_ALLOCATOR = cuda_async (if unset)
 ** A setting the user made is kept and said on standard error. The command
 ** runs as a child; when it ends, the trace is read back and summarized in
 ** one line.
@@ -72,7 +72,7 @@ record_notes(FILE *out)
             "Unless --driver-view, PyTorch, TensorFlow and JAX are set up so that each\n"
             "tensor is its own allocation: PYTORCH_CUDA_ALLOC_CONF gets\n"
             "backend:cudaMallocAsync (PyTorch 2.0 or later), TF_GPU_ALLOCATOR=\n"
-            "cuda_malloc_async, XLA_PYTHON_CLIENT_ALLOCATOR=platform; settings already\n"
+            "cuda_malloc_async, XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async; settings already\n"
             "made are kept. Each allocation names its call site (the innermost Python\n"
             "frames of a thread holding the GIL, and native return addresses) unless\n"
             "--no-sites. docs/RECORD.md has more.\n");
@@ -144,12 +144,12 @@ parse_args(int argc, char **argv, struct record_args *a)
 ** line from the preload library in the middle of the command's output.
 */
 static int
-prepare_output(const char *output, char *abs, size_t len)
+prepare_output(const char *who, const char *output, char *abs, size_t len)
 {
     char shown[TEXT_EXCERPT_LEN];
     text_excerpt(output, shown, sizeof shown);
     if (output[0] == '\0') {
-        cli_error("record: --output: an empty path");
+        cli_error("%s: --output: an empty path", who);
         return REC_USAGE;
     }
     char cwd[PATH_MAX];
@@ -159,16 +159,16 @@ prepare_output(const char *output, char *abs, size_t len)
     else if (getcwd(cwd, sizeof cwd) != NULL)
         w = snprintf(abs, len, "%s/%s", cwd, output);
     else {
-        cli_error("record: cannot make '%s' absolute: %s", shown, strerror(errno));
+        cli_error("%s: cannot make '%s' absolute: %s", who, shown, strerror(errno));
         return REC_FAIL;
     }
     if (w < 0 || (size_t)w >= len) {
-        cli_error("record: --output '%s': path too long", shown);
+        cli_error("%s: --output '%s': path too long", who, shown);
         return REC_USAGE;
     }
     int fd = open(abs, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        cli_error("record: --output '%s': %s", shown, strerror(errno));
+        cli_error("%s: --output '%s': %s", who, shown, strerror(errno));
         return REC_USAGE;
     }
     close(fd);
@@ -176,10 +176,10 @@ prepare_output(const char *output, char *abs, size_t len)
 }
 
 static int
-set_or_fail(const char *name, const char *value)
+set_or_fail(const char *who, const char *name, const char *value)
 {
     if (setenv(name, value, 1) != 0) {
-        cli_error("record: cannot set %s: %s", name, strerror(errno));
+        cli_error("%s: cannot set %s: %s", who, name, strerror(errno));
         return REC_FAIL;
     }
     return -1;
@@ -191,7 +191,7 @@ set_or_fail(const char *name, const char *value)
 ** framework's own pool.
 */
 static int
-steer_frameworks(const struct env_run *env)
+steer_frameworks(const char *who, const struct env_run *env)
 {
     int rc;
     const char *conf = env->torch_alloc_conf;
@@ -199,26 +199,29 @@ steer_frameworks(const struct env_run *env)
         char value[sizeof env->torch_alloc_conf + 32];
         snprintf(value, sizeof value, "%s%sbackend:cudaMallocAsync", conf,
                  conf[0] != '\0' ? "," : "");
-        if ((rc = set_or_fail("PYTORCH_CUDA_ALLOC_CONF", value)) >= 0)
+        if ((rc = set_or_fail(who, "PYTORCH_CUDA_ALLOC_CONF", value)) >= 0)
             return rc;
     } else if (strstr(conf, "backend:cudaMallocAsync") == NULL) {
-        cli_error("record: PYTORCH_CUDA_ALLOC_CONF names its own backend: PyTorch's "
-                  "tensors are recorded as its pool's segments");
+        cli_error("%s: PYTORCH_CUDA_ALLOC_CONF names its own backend: PyTorch's "
+                  "tensors are recorded as its pool's segments",
+                  who);
     }
     if (env->tf_gpu_allocator[0] == '\0') {
-        if ((rc = set_or_fail("TF_GPU_ALLOCATOR", "cuda_malloc_async")) >= 0)
+        if ((rc = set_or_fail(who, "TF_GPU_ALLOCATOR", "cuda_malloc_async")) >= 0)
             return rc;
     } else if (strcmp(env->tf_gpu_allocator, "cuda_malloc_async") != 0) {
-        cli_error("record: TF_GPU_ALLOCATOR is set: TensorFlow's tensors are recorded "
-                  "as its pool's regions");
+        cli_error("%s: TF_GPU_ALLOCATOR is set: TensorFlow's tensors are recorded "
+                  "as its pool's regions",
+                  who);
     }
     if (env->xla_allocator[0] == '\0') {
-        if ((rc = set_or_fail("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")) >= 0)
+        if ((rc = set_or_fail(who, "XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")) >= 0)
             return rc;
     } else if (strcmp(env->xla_allocator, "platform") != 0 &&
                strcmp(env->xla_allocator, "cuda_async") != 0) {
-        cli_error("record: XLA_PYTHON_CLIENT_ALLOCATOR is set: JAX's buffers are "
-                  "recorded as its pool's regions");
+        cli_error("%s: XLA_PYTHON_CLIENT_ALLOCATOR is set: JAX's buffers are "
+                  "recorded as its pool's regions",
+                  who);
     }
     return -1;
 }
@@ -261,28 +264,39 @@ summarize(const char *path)
 }
 
 int
+record_prepare(const char *who, const char *output, bool driver_view, bool sites, char *path,
+               size_t len)
+{
+    struct env_run env;
+    if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
+        cli_error("%s: %s", who, vram_last_error());
+        return REC_USAGE;
+    }
+    int rc;
+    if ((rc = prepare_output(who, output, path, len)) >= 0)
+        return rc;
+    if ((rc = set_or_fail(who, "VRAM_TRACE", path)) >= 0)
+        return rc;
+    if ((rc = set_or_fail(who, "VRAM_TRACE_SITES", sites ? "1" : "0")) >= 0)
+        return rc;
+    if (!driver_view && (rc = steer_frameworks(who, &env)) >= 0)
+        return rc;
+    return -1;
+}
+
+int
 cmd_record(int argc, char **argv)
 {
     struct record_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0)
         return rc;
-    struct env_run env;
-    if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
-        cli_error("record: %s", vram_last_error());
-        return REC_USAGE;
-    }
     char group[LEDGER_GROUP_LEN];
     if ((rc = run_prepare("record", a.limit, NULL, a.preload, group, sizeof group)) >= 0)
         return rc;
     char path[PATH_MAX];
-    if ((rc = prepare_output(a.output, path, sizeof path)) >= 0)
-        return rc;
-    if ((rc = set_or_fail("VRAM_TRACE", path)) >= 0)
-        return rc;
-    if ((rc = set_or_fail("VRAM_TRACE_SITES", a.no_sites ? "0" : "1")) >= 0)
-        return rc;
-    if (!a.driver_view && (rc = steer_frameworks(&env)) >= 0)
+    if ((rc = record_prepare("record", a.output, a.driver_view, !a.no_sites, path,
+                             sizeof path)) >= 0)
         return rc;
     int status = run_command(a.command, group);
     if (status == 126 || status == 127)

@@ -462,6 +462,33 @@ find_min_limit(const struct trace *t, vram_strategy st, const struct replay_sett
     return REPLAY_OK;
 }
 
+int
+replay_summarize(const struct trace *t, vram_strategy st, uint64_t device_memory,
+                 struct replay_summary *out)
+{
+    struct replay_settings set;
+    memset(&set, 0, sizeof set);
+    set.backend = VRAM_BACKEND_SIM;
+    set.device_memory = device_memory;
+    struct trace_replay sl;
+    if (!trace_replay_init(&sl, t)) {
+        cli_error("out of host memory");
+        return REPLAY_FAIL;
+    }
+    struct replay_result r;
+    memset(out, 0, sizeof *out);
+    int rc = replay_once(t, VRAM_BACKEND_SIM, st, 0, device_memory, false, &sl, &r);
+    if (rc == REPLAY_OK) {
+        out->peak_in_use_bytes = r.peak_in_use_bytes;
+        out->peak_reserved_bytes = r.peak_reserved_bytes;
+        out->ooms = r.ooms;
+        rc = find_min_limit(t, st, &set, r.peak_in_use_bytes, &sl, &out->has_min_limit,
+                            &out->min_limit_bytes);
+    }
+    trace_replay_fini(&sl);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* Output                                                               */
 /* ------------------------------------------------------------------ */
@@ -710,13 +737,13 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
 }
 
 /*
-** With --backend cuda: how many GPUs there are, and the total memory of
-** the smallest (the upper bound of --min-limit's search), into *N_GPUS and
-** *MIN_TOTAL. Returns REPLAY_OK, or prints one line and returns
-** REPLAY_FAIL.
+** With --backend cuda (and for `vram tune`): how many GPUs there are, and
+** the total memory of the smallest (the upper bound of --min-limit's
+** search), into *N_GPUS and *MIN_TOTAL. Returns REPLAY_OK, or returns
+** REPLAY_FAIL after one line (none if QUIET).
 */
-static int
-probe_gpus(int *n_gpus, uint64_t *min_total)
+int
+replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet)
 {
     vram_options opts;
     memset(&opts, 0, sizeof opts);
@@ -735,7 +762,8 @@ probe_gpus(int *n_gpus, uint64_t *min_total)
             least = info.total_bytes;
     }
     if (s != VRAM_OK) {
-        cli_error("cannot open the CUDA backend: %s", vram_last_error());
+        if (!quiet)
+            cli_error("cannot open the CUDA backend: %s", vram_last_error());
         vram_close(ctx);
         return REPLAY_FAIL;
     }
@@ -794,7 +822,7 @@ cmd_replay(int argc, char **argv)
         }
     if (rc == REPLAY_OK && set.backend == VRAM_BACKEND_CUDA) {
         int n_gpus = 0;
-        rc = probe_gpus(&n_gpus, &set.device_memory);
+        rc = replay_probe_gpus(&n_gpus, &set.device_memory, false);
         for (int i = 0; i < n_paths && rc == REPLAY_OK; i++)
             if (traces[i]->n_devices > n_gpus) {
                 cli_error("%s: the trace uses %d devices, this machine has %d GPU%s",

@@ -64,6 +64,8 @@ enum {
 #define REPORT_INTERVAL_NS 100000000L
 #define REPORT_FIRST_INTERVAL_NS 20000000L
 #define REPORT_FIRST_SECONDS 2
+/* How often a command being stopped is checked for its exit, ms. */
+#define RUN_STOP_POLL_MS 50
 
 #define PRELOAD_NAME "libvram-preload.so"
 
@@ -697,14 +699,71 @@ nap(const struct timespec *start)
     nanosleep(&ts, NULL);
 }
 
+/* Sleep MS milliseconds (a signal may cut it short). */
+static void
+nap_ms(unsigned ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/*
+** Stop CHILD as WATCH asks (run_command_watched): SIGINT, which lets a
+** training script end as at Ctrl-C (Python raises KeyboardInterrupt, its
+** finally blocks run); after WATCH->grace_ms SIGTERM, after as long again
+** SIGKILL. Returns when it has been reaped, its status in *STATUS; false
+** if waitpid failed (said).
+*/
+static bool
+stop_child(pid_t child, const struct run_watch *watch, int *status)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGKILL};
+    for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) {
+        kill(child, sigs[k]);
+        unsigned waited = 0;
+        for (;;) {
+            pid_t w = waitpid(child, status, WNOHANG);
+            if (w == child)
+                return true;
+            if (w < 0 && errno != EINTR) {
+                cli_error("%s: waitpid: %s", run_who, strerror(errno));
+                return false;
+            }
+            if (sigs[k] != SIGKILL && waited >= watch->grace_ms)
+                break;
+            nap_ms(RUN_STOP_POLL_MS);
+            waited += RUN_STOP_POLL_MS;
+        }
+    }
+    return false; /* not reached: SIGKILL's wait only ends at the reap */
+}
+
+/*
+** A command a signal ended (vram tune stops its command so; a crash) ran no
+** exit handler, so the preload library could not remove the group's
+** ledger: it is removed here once no live process is in it, so that
+** /dev/shm does not fill with the ledgers of stopped commands.
+*/
+static void
+remove_group_if_unused(const char *group)
+{
+    struct ledger *l = NULL;
+    if (ledger_attach_existing(group, &l) != VRAM_OK)
+        return;
+    ledger_remove_if_unused(l);
+    ledger_close(l);
+}
+
 /*
 ** Run COMMAND as a child and wait for it; with REPORT, sample the ledger
-** until it exits and report. Whether exec failed comes back through a
-** close-on-exec pipe, so that a missing command is one line and 127, as
-** when vram execs it in place.
+** until it exits and report; with WATCH, call its poll every interval and
+** stop the command when it says so (*STOPPED then true). Whether exec
+** failed comes back through a close-on-exec pipe, so that a missing
+** command is one line and 127, as when vram execs it in place.
 */
 static int
-run_child(char **command, const char *group, bool report)
+run_child(char **command, const char *group, bool report, const struct run_watch *watch,
+          bool *stopped)
 {
     struct report r;
     memset(&r, 0, sizeof r);
@@ -777,7 +836,20 @@ run_child(char **command, const char *group, bool report)
             report_free(&r);
             return RUN_FAIL;
         }
-        if (report) {
+        if (watch != NULL) {
+            nap_ms(watch->interval_ms);
+            if (waitpid(child, &status, WNOHANG) == child)
+                break;
+            if (watch->poll(watch->ctx)) {
+                *stopped = true;
+                if (!stop_child(child, watch, &status)) {
+                    run_child_pid = 0;
+                    report_free(&r);
+                    return RUN_FAIL;
+                }
+                break;
+            }
+        } else if (report) {
             report_sample(&r, false);
             nap(&start);
         } else {
@@ -794,6 +866,8 @@ run_child(char **command, const char *group, bool report)
         report_print(&r);
     }
     report_free(&r);
+    if (WIFSIGNALED(status))
+        remove_group_if_unused(group);
     return child_status(status);
 }
 
@@ -842,7 +916,15 @@ run_prepare(const char *who, const char *limit, const char *group, const char *p
 int
 run_command(char **command, const char *group)
 {
-    return run_child(command, group, false);
+    return run_child(command, group, false, NULL, NULL);
+}
+
+int
+run_command_watched(char **command, const char *group, const struct run_watch *watch,
+                    bool *stopped)
+{
+    *stopped = false;
+    return run_child(command, group, false, watch, stopped);
 }
 
 int
@@ -856,7 +938,7 @@ cmd_run(int argc, char **argv)
     if ((rc = run_prepare("run", a.limit, a.group, a.preload, group, sizeof group)) >= 0)
         return rc;
     if (a.report)
-        return run_child(a.command, group, true);
+        return run_child(a.command, group, true, NULL, NULL);
     fflush(NULL);
     execvp(a.command[0], a.command);
     return exec_failure(a.command[0], errno);

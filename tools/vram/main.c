@@ -42,6 +42,8 @@ static const struct command commands[] = {
     {"run", cmd_run, "run a command under a GPU memory quota (the preload library)"},
     {"record", cmd_record,
      "run a command and record its GPU allocations, tensor by tensor, into a trace"},
+    {"tune", cmd_tune,
+     "record a command until steady, replay it, recommend a strategy, a cap and settings"},
     {"analyze", cmd_analyze,
      "peak, iterations, leak verdict, fragmentation and OOM story of a trace"},
     {"doctor", cmd_doctor,
