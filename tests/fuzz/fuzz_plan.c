@@ -104,7 +104,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-#ifndef VRAM_LIBFUZZER
+#if !defined(VRAM_LIBFUZZER) && !defined(VRAM_FUZZ_REPLAY)
 
 /* xorshift64*: the same inputs on every run (a failure is reproducible). */
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;

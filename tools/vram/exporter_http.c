@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/size.h"
 #include "exporter_http.h"
 #include "vram.h"
 
@@ -130,23 +131,27 @@ exporter_set_text(struct exporter *e, char *buf, size_t len)
 bool
 exporter_parse_listen(const char *text, struct sockaddr_storage *ss, char *why, size_t len)
 {
+    /* TEXT is quoted in the reasons: cut, its control characters made
+     * harmless, so that the error stays one line. */
+    char shown[TEXT_EXCERPT_LEN];
+    text_excerpt(text, shown, sizeof shown);
     const char *colon = strrchr(text, ':');
     if (colon == NULL || colon == text) {
-        snprintf(why, len, "'%s': expected ADDR:PORT, e.g. 127.0.0.1:" EXP_DEFAULT_PORT "", text);
+        snprintf(why, len, "'%s': expected ADDR:PORT, e.g. 127.0.0.1:" EXP_DEFAULT_PORT "", shown);
         return false;
     }
     char *end = NULL;
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
     if (errno != 0 || end == colon + 1 || *end != '\0' || port < 0 || port > 65535) {
-        snprintf(why, len, "'%s': the port must be a number 0..65535", text);
+        snprintf(why, len, "'%s': the port must be a number 0..65535", shown);
         return false;
     }
     char host[64];
     size_t hl = (size_t)(colon - text);
     bool v6 = text[0] == '[';
     if (v6 && (hl < 3 || text[hl - 1] != ']')) {
-        snprintf(why, len, "'%s': an IPv6 address is written [ADDR]:PORT", text);
+        snprintf(why, len, "'%s': an IPv6 address is written [ADDR]:PORT", shown);
         return false;
     }
     if (v6) {
@@ -173,7 +178,7 @@ exporter_parse_listen(const char *text, struct sockaddr_storage *ss, char *why, 
         if (inet_pton(AF_INET, host, &a->sin_addr) == 1)
             return true;
     }
-    snprintf(why, len, "'%s': not a numeric IP address", host);
+    snprintf(why, len, "'%s': not a numeric IP address", text_excerpt(host, shown, sizeof shown));
     return false;
 }
 
@@ -256,7 +261,7 @@ exporter_start(struct exporter *e, const struct sockaddr_storage *addr, unsigned
 {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
     if (addr == NULL)
-        flags |= MHD_USE_NO_LISTEN_SOCKET;
+        flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC; /* ITC: MHD_add_connection wakes it */
     else if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     struct MHD_OptionItem ops[10] = {
