@@ -308,6 +308,20 @@ policy_init(void)
     return true;
 }
 
+/* HAMi's variables that VRAM_GROUP turns off limit nothing: said once. */
+static void
+report_hami_ignored(void)
+{
+    char names[512], line[1024];
+    if (!env_hami_ignored(NULL, NULL, names, sizeof names))
+        return;
+    snprintf(line, sizeof line,
+             "vram: %s ignored: VRAM_GROUP is set and VRAM_LIMIT is not, and HAMi's "
+             "variables count only when both are unset; give the limit as VRAM_LIMIT",
+             names);
+    say(line);
+}
+
 static void
 preload_init(void)
 {
@@ -317,6 +331,7 @@ preload_init(void)
         disable(vram_last_error());
         return;
     }
+    report_hami_ignored();
     if (env_visible_load(NULL, NULL, P.visible, sizeof P.visible, &P.visible_set) !=
         VRAM_OK) {
         /* A list this long names GPUs that no host ordinal maps. */

@@ -160,5 +160,35 @@ else
     fail "vram run: no driver to list the devices, the command runs" "exit $rc"
 fi
 
+# ---- HAMi's variables that VRAM_GROUP turns off: one line, once ----
+VRAM_GROUP="hg$$" CUDA_DEVICE_MEMORY_LIMIT=64m CUDA_DEVICE_MEMORY_LIMIT_1=32m \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/vgpu.cache LD_PRELOAD=$PRELOAD \
+    "$PROBE" alloc 128 0 0 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+want="vram: CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_MEMORY_LIMIT_1, CUDA_DEVICE_MEMORY_SHARED_CACHE ignored: VRAM_GROUP is set and VRAM_LIMIT is not, and HAMi's variables count only when both are unset; give the limit as VRAM_LIMIT"
+if [ $rc -eq 0 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ "$(cat "$TMP/err")" = "$want" ]; then
+    pass "HAMi's variables turned off by VRAM_GROUP: one line"
+else
+    fail "HAMi's variables turned off by VRAM_GROUP: one line" "exit $rc"
+fi
+for env in "VRAM_LIMIT=1G VRAM_GROUP=hg$$" "VRAM_GROUP=" "VRAM_LIMIT=1G"; do
+    env $env CUDA_DEVICE_MEMORY_LIMIT=64m LD_PRELOAD=$PRELOAD \
+        "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
+    if ! grep -q "ignored" "$TMP/err"; then
+        pass "HAMi's variables with $env: nothing said"
+    else
+        fail "HAMi's variables with $env: nothing said" "$(cat "$TMP/err")"
+    fi
+done
+# vram run turns HAMi's limits into VRAM_LIMIT before setting its group.
+CUDA_DEVICE_MEMORY_LIMIT=64m "$VRAM" run --preload "$PRELOAD" -- "$PROBE" alloc 128 0 2 \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q "ignored" "$TMP/err"; then
+    pass "vram run under HAMi's variables: they limit, nothing said"
+else
+    fail "vram run under HAMi's variables: they limit, nothing said" "exit $rc"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -232,6 +232,30 @@ test_unmatched(void **state)
                               "GPU-8c6f1e2a-1234-5678-9abc-def012345678): it limits nothing");
 }
 
+/* HAMi's variables that a VRAM_GROUP without VRAM_LIMIT turns off. */
+static void
+test_hami_ignored(void **state)
+{
+    (void)state;
+    char names[256];
+    const struct kv off[] = {{"VRAM_GROUP", "g"},
+                             {"CUDA_DEVICE_MEMORY_LIMIT_15", "1g"},
+                             {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/c"},
+                             {NULL, NULL}};
+    assert_true(env_hami_ignored(fake_get, (void *)off, names, sizeof names));
+    assert_string_equal(names, "CUDA_DEVICE_MEMORY_LIMIT_15, CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    const struct kv with_limit[] = {{"VRAM_GROUP", "g"},
+                                    {"VRAM_LIMIT", "1G"},
+                                    {"CUDA_DEVICE_MEMORY_LIMIT", "1g"},
+                                    {NULL, NULL}};
+    assert_false(env_hami_ignored(fake_get, (void *)with_limit, names, sizeof names));
+    assert_string_equal(names, "");
+    const struct kv hami_only[] = {{"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {NULL, NULL}};
+    assert_false(env_hami_ignored(fake_get, (void *)hami_only, names, sizeof names));
+    const struct kv group_only[] = {{"VRAM_GROUP", "g"}, {NULL, NULL}};
+    assert_false(env_hami_ignored(fake_get, (void *)group_only, names, sizeof names));
+}
+
 int
 main(void)
 {
@@ -240,6 +264,7 @@ main(void)
         cmocka_unit_test(test_fractions),   cmocka_unit_test(test_unknown_total),
         cmocka_unit_test(test_ordinals),    cmocka_unit_test(test_uuids),
         cmocka_unit_test(test_precedence),  cmocka_unit_test(test_unmatched),
+        cmocka_unit_test(test_hami_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
