@@ -6,7 +6,7 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=]   build and install (cmake/Install.cmake)
 #   make uninstall [DESTDIR=]                     remove what `make install` installed
 #   make package                                  build-package/packages/vram_<version>_<arch>.deb
-#   make fuzz [FUZZ_SECONDS=300]                  each libFuzzer target that long (docs/TESTING.md)
+#   make fuzz [FUZZ_SECONDS=300]                  each libFuzzer target that long (docs/INTERNALS.md)
 MAKEFLAGS += --no-print-directory
 BUILD  ?= build
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)

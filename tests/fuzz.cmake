@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# fuzz.cmake -- the fuzz targets (tests/fuzz/, docs/TESTING.md "Fuzzing";
+# fuzz.cmake -- the fuzz targets (tests/fuzz/, docs/INTERNALS.md "Fuzzing";
 # included by tests/CMakeLists.txt). Each fuzz_NAME.c defines
 # LLVMFuzzerTestOneInput over one input surface; its seeds and every input
 # that once broke it are under tests/fuzz/corpus/NAME.

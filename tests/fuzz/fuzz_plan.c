@@ -20,7 +20,9 @@
 ** mutates them (bit flips, digits, huge numbers, duplicated keys, splices,
 ** truncation) for VRAM_FUZZ_SECONDS (default 10) or VRAM_FUZZ_RUNS inputs.
 ** Built with -DVRAM_LIBFUZZER and clang's -fsanitize=fuzzer, the same
-** LLVMFuzzerTestOneInput is a libFuzzer target (a later `make fuzz`).
+** LLVMFuzzerTestOneInput is a libFuzzer target (`make fuzz`); with
+** -DVRAM_FUZZ_REPLAY, tests/fuzz/replay.c's main() runs the corpus
+** tests/fuzz/corpus/plan once (CTest fuzz_plan_replay).
 **
 ** Usage: fuzz_plan VRAM_BINARY SEED_DIR   (SEED_DIR: data/measurements/configs)
 */

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # run_fuzzers.sh -- build the fuzz targets with clang's libFuzzer and run
-# each for a while (docs/TESTING.md "Fuzzing"). `make fuzz` runs it with
+# each for a while (docs/INTERNALS.md "Fuzzing"). `make fuzz` runs it with
 # FUZZ_SECONDS (default 300) each; CTest's fuzz_libfuzzer with 20.
 #
 # Usage: run_fuzzers.sh SOURCE_DIR BUILD_DIR SECONDS [TARGET...]
@@ -54,6 +54,7 @@ for name in "$@"; do
     # -timeout: one input taking 10 s is a hang; -rss_limit_mb: a leak or
     # an allocation the size of a hostile number. One job: the CI machine
     # may have two cores for everything.
+    start=$(date +%s)
     if "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$BUILD/artifacts/fuzz_$name-" \
         "$BUILD/corpus/$name" "$SRC/tests/fuzz/corpus/$name" >"$log" 2>&1; then
@@ -63,10 +64,11 @@ for name in "$@"; do
         status=1
         grep -E "^==[0-9]+==|SUMMARY|invariant broken|Test unit written" "$log" | head -n 8 >&2
     fi
+    took=$(($(date +%s) - start))
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1)
-    echo "fuzz_$name: ${runs:-?} inputs in ${SECONDS_EACH} s (${rate:-?}/s), $cov, corpus" \
+    echo "fuzz_$name: ${runs:-?} inputs in $took s (${rate:-?}/s), $cov, corpus" \
         "$(ls "$BUILD/corpus/$name" | wc -l) new: $result"
 done
 exit $status
