@@ -6,17 +6,19 @@
 #   make install [PREFIX=/usr/local] [DESTDIR=]   build and install (cmake/Install.cmake)
 #   make uninstall [DESTDIR=]                     remove what `make install` installed
 #   make package                                  build-package/packages/vram_<version>_<arch>.deb
+#   make fuzz [FUZZ_SECONDS=300]                  each libFuzzer target that long (docs/INTERNALS.md)
 MAKEFLAGS += --no-print-directory
 BUILD  ?= build
 JOBS   ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE  ?= cmake
+FUZZ_SECONDS ?= 300
 PREFIX ?= /usr/local
 DESTDIR ?=
 TRACES  = data/traces/resnet50_fp32.trace.csv.gz data/traces/gpt2_bf16_b16.trace.csv.gz \
           data/traces/gpt2m_generate.trace.csv.gz data/traces/leak_mlp.trace.csv.gz
 
 .PHONY: all deps test-deps package-deps build demo test test-plain test-asan test-tsan \
-        install uninstall package bench format clean
+        install uninstall package bench fuzz fuzz-deps format clean
 
 all: build
 
@@ -40,6 +42,15 @@ test-deps:
 
 package-deps:
 	@sh scripts/install-deps.sh --package
+
+fuzz-deps:
+	@sh scripts/install-deps.sh --fuzz
+
+# The fuzz targets built with clang's libFuzzer (ASan+UBSan) in $(BUILD)-fuzz,
+# each run FUZZ_SECONDS from its corpus (tests/fuzz/run_fuzzers.sh); what
+# they find is kept in $(BUILD)-fuzz/corpus and artifacts.
+fuzz: fuzz-deps
+	@sh tests/fuzz/run_fuzzers.sh "$(CURDIR)" "$(CURDIR)/$(BUILD)-fuzz" $(FUZZ_SECONDS)
 
 # Built for /usr, as the Debian package is: the install test (label
 # "install") packages this build and installs the package.
@@ -87,4 +98,4 @@ format:
 	@clang-format -i include/*.h src/*/*.[ch] tools/*/*.[ch] tests/*/*.[ch]
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-package
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-package $(BUILD)-fuzz

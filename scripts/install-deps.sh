@@ -3,7 +3,7 @@
 # Install the Debian packages vram needs, and only those missing. Safe to
 # run again; does nothing when everything is present. Off Debian (no
 # apt-get), it prints the packages to get instead.
-# Usage: scripts/install-deps.sh [--package | --test]   (as root, or with sudo)
+# Usage: scripts/install-deps.sh [--package | --fuzz | --test]   (as root, or with sudo)
 #   (none)     the build and `make demo`: a C compiler, CMake, pkg-config,
 #              zlib, json-c, cmocka (the build configures the unit tests),
 #              ncurses and libmicrohttpd (`vram top` and `vram exporter`,
@@ -12,8 +12,12 @@
 #              made from the --help texts), libslurm-dev (the Slurm plug-in
 #              needs slurm/spank.h), file and dpkg-dev (CPack's DEB generator
 #              computes the dependencies with dpkg-shlibdeps).
-#   --test     also what only the tests need (`make test`; includes --package,
-#              since one test builds and installs the package):
+#   --fuzz     also clang and its libFuzzer runtime (libclang-rt-14-dev on
+#              Debian 12): `make fuzz` and CTest's fuzz_libfuzzer build the
+#              fuzz targets with them (tests/fuzz/run_fuzzers.sh).
+#   --test     also what only the tests need (`make test`; includes --package
+#              and --fuzz, since one test builds and installs the package and
+#              one runs the fuzzers):
 #              - chromium, fonts-dejavu-core, python3: the HTML report's test
 #                renders it headless and checks the screenshot; python3 reads
 #                the page and the PNG there. Chromium is large: the first
@@ -35,6 +39,7 @@ set -eu
 PKGS="build-essential cmake pkg-config zlib1g-dev libjson-c-dev libcmocka-dev
       libncurses-dev libmicrohttpd-dev"
 PACKAGE_PKGS="help2man libslurm-dev file dpkg-dev"
+FUZZ_PKGS="clang libclang-rt-14-dev"
 TEST_PKGS="chromium fonts-dejavu-core python3
       munge slurmctld slurmd slurm-client
       tmux curl prometheus
@@ -43,9 +48,10 @@ TEST_PKGS="chromium fonts-dejavu-core python3
 case "${1:-}" in
 "") ;;
 --package) PKGS="$PKGS $PACKAGE_PKGS" ;;
---test) PKGS="$PKGS $PACKAGE_PKGS $TEST_PKGS" ;;
+--fuzz) PKGS="$PKGS $FUZZ_PKGS" ;;
+--test) PKGS="$PKGS $PACKAGE_PKGS $FUZZ_PKGS $TEST_PKGS" ;;
 *)
-    echo "usage: scripts/install-deps.sh [--package | --test]" >&2
+    echo "usage: scripts/install-deps.sh [--package | --fuzz | --test]" >&2
     exit 2
     ;;
 esac

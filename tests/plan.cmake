@@ -47,14 +47,4 @@ add_test(NAME plan_tracing COMMAND ${_plan_py} ${CMAKE_CURRENT_SOURCE_DIR}/pytho
 set_tests_properties(plan_tracing PROPERTIES LABELS "cli" SKIP_RETURN_CODE 77 ENVIRONMENT
   "VRAM_BIN=$<TARGET_FILE:vram_cli>;PYTHONDONTWRITEBYTECODE=1")
 
-# A fuzz test over config files and flags (tests/fuzz/fuzz_plan.c): a
-# deterministic mutational fuzzer, bounded in time, in every build (the
-# ASan+UBSan one catches memory errors); built with -DVRAM_LIBFUZZER and
-# clang -fsanitize=fuzzer it is a libFuzzer target instead.
-add_executable(fuzz_plan fuzz/fuzz_plan.c)
-target_link_libraries(fuzz_plan PRIVATE vram_plan)
-set_target_properties(fuzz_plan PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-add_test(NAME fuzz_plan COMMAND fuzz_plan $<TARGET_FILE:vram_cli>
-         ${PROJECT_SOURCE_DIR}/data/measurements/configs)
-set_tests_properties(fuzz_plan PROPERTIES LABELS "unit;fuzz" TIMEOUT 120
-                     ENVIRONMENT "VRAM_FUZZ_SECONDS=10")
+# fuzz_plan, the fuzz test over config files and flags: tests/fuzz/fuzz.cmake.

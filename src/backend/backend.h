@@ -121,6 +121,15 @@ vram_status backend_fault_open(struct backend *inner, uint64_t fail_call,
 */
 vram_status backend_cuda_open(const char *library, struct backend **out);
 
+/*
+** The UUIDs of the devices the CUDA driver LIBRARY (NULL: libcuda.so.1)
+** shows this process, in CUDA ordinal order (after CUDA_VISIBLE_DEVICES),
+** into UUIDS (MAX of them at most), and how many devices there are into *N.
+** No context is created: no device memory is used. Errors as
+** backend_cuda_open.
+*/
+vram_status backend_cuda_uuids(const char *library, char (*uuids)[48], int max, int *n);
+
 /* Calls made so far through a fault wrapper (tests use it to know when
 ** every call has been failed once). */
 uint64_t backend_fault_calls(const struct backend *b);

@@ -827,3 +827,19 @@ backend_cuda_open(const char *library, struct backend **out)
     *out = &c->base;
     return VRAM_OK;
 }
+
+vram_status
+backend_cuda_uuids(const char *library, char (*uuids)[48], int max, int *n)
+{
+    struct backend *b = NULL;
+    vram_status st = backend_cuda_open(library, &b);
+    if (st != VRAM_OK)
+        return st;
+    /* Opening probed every device (UUID, name, total): no context yet. */
+    const struct cuda_backend *c = cuda_of(b);
+    for (int i = 0; i < c->n_devices && i < max; i++)
+        memcpy(uuids[i], c->dev[i].uuid, 48);
+    *n = c->n_devices;
+    cuda_close(b);
+    return VRAM_OK;
+}

@@ -179,13 +179,15 @@ typedef char KIND_TEXT_type[4096];
       "share of each device's total memory (50% or 0.5), or per device by CUDA "         \
       "ordinal (0..63, after CUDA_VISIBLE_DEVICES) or GPU UUID (at least 8 hex digits "  \
       "after GPU-): 0:6G,1:4G. Devices not listed are not limited. Sizes above 0, at "   \
-      "most 16 devices.")                                                                \
+      "most 16 devices. An entry that names no visible device is said once per "         \
+      "process; vram run refuses it.")                                                   \
     X(VRAM_GROUP, KIND_GROUP, quota.group, "", "1 to 63 letters, digits, '.', '_', '-'", \
       "Processes with the same group share one quota (vram run gives each run its "      \
       "own); unset: each process alone.")                                                \
     X(CUDA_DEVICE_MEMORY_LIMIT, KIND_SIZE, hami_all, "", "a size above 0, e.g. 6144m",   \
       "HAMi's limit of every device; read only when VRAM_LIMIT and VRAM_GROUP are "      \
-      "both unset.")                                                                     \
+      "both unset (a VRAM_GROUP alone turns HAMi's variables off, which the preload "    \
+      "library says once per process).")                                                 \
     X(CUDA_DEVICE_MEMORY_LIMIT_, KIND_SIZE_INDEXED, hami_dev, "",                        \
       "a size above 0, e.g. 6144m",                                                      \
       "HAMi's limit of CUDA device i (0..15), ahead of CUDA_DEVICE_MEMORY_LIMIT; read "  \
@@ -704,6 +706,35 @@ check_hami_names(const struct env_load *L)
                              prefix, (int)(n > 32 ? 32 : n), p, prefix, prefix);
     }
     return VRAM_OK;
+}
+
+bool
+env_hami_ignored(env_getter get, void *user, char *buf, size_t len)
+{
+    if (len == 0)
+        return false;
+    buf[0] = '\0';
+    struct env_load L;
+    load_begin(&L, get, user);
+    load_read(&L, ENV_VRAM_LIMIT, ENV_VRAM_LIMIT + 1);
+    load_read(&L, ENV_VRAM_GROUP, ENV_VRAM_GROUP + 1);
+    if (L.text[ENV_VRAM_GROUP] == NULL || L.text[ENV_VRAM_LIMIT] != NULL)
+        return false;
+    static const enum env_id hami[] = {ENV_CUDA_DEVICE_MEMORY_LIMIT,
+                                       ENV_CUDA_DEVICE_MEMORY_LIMIT_,
+                                       ENV_CUDA_DEVICE_MEMORY_SHARED_CACHE};
+    for (size_t k = 0; k < sizeof hami / sizeof hami[0]; k++) {
+        load_read(&L, hami[k], hami[k] + 1);
+        bool indexed = env_vars[hami[k]].kind == KIND_SIZE_INDEXED;
+        for (int i = 0; i < (indexed ? ENV_INDEXED_COUNT : 1); i++) {
+            if ((indexed ? L.itext[i] : L.text[hami[k]]) == NULL)
+                continue;
+            char name[64];
+            strbuf_append(buf, len, "%s%s", buf[0] != '\0' ? ", " : "",
+                          var_name(hami[k], indexed ? i : -1, name, sizeof name));
+        }
+    }
+    return buf[0] != '\0';
 }
 
 vram_status

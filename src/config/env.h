@@ -76,6 +76,15 @@ struct quota_env;
 vram_status env_quota_load(env_getter get, void *user, struct quota_env *out);
 
 /*
+** HAMi's variables (CUDA_DEVICE_MEMORY_LIMIT[_<i>],
+** CUDA_DEVICE_MEMORY_SHARED_CACHE) that VRAM_GROUP turns off: set while
+** VRAM_GROUP is set and VRAM_LIMIT is not, so that none of them limits or
+** groups the process. Their names, ", "-separated, into BUF (LEN bytes);
+** false (BUF "") when there are none.
+*/
+bool env_hami_ignored(env_getter get, void *user, char *buf, size_t len);
+
+/*
 ** CUDA_VISIBLE_DEVICES as the process has it, into OUT (LEN bytes); *SET
 ** says whether it is set at all (set and empty: no GPU). Used only to map
 ** CUDA ordinals to the host's for the policy file. A value longer than

@@ -308,6 +308,20 @@ policy_init(void)
     return true;
 }
 
+/* HAMi's variables that VRAM_GROUP turns off limit nothing: said once. */
+static void
+report_hami_ignored(void)
+{
+    char names[512], line[1024];
+    if (!env_hami_ignored(NULL, NULL, names, sizeof names))
+        return;
+    snprintf(line, sizeof line,
+             "vram: %s ignored: VRAM_GROUP is set and VRAM_LIMIT is not, and HAMi's "
+             "variables count only when both are unset; give the limit as VRAM_LIMIT",
+             names);
+    say(line);
+}
+
 static void
 preload_init(void)
 {
@@ -317,6 +331,7 @@ preload_init(void)
         disable(vram_last_error());
         return;
     }
+    report_hami_ignored();
     if (env_visible_load(NULL, NULL, P.visible, sizeof P.visible, &P.visible_set) !=
         VRAM_OK) {
         /* A list this long names GPUs that no host ordinal maps. */
@@ -497,6 +512,44 @@ room_left(const char *uuid, const uint64_t limit[ACCT_COUNT])
     return room;
 }
 
+/*
+** A per-device entry of the quota that names no visible device (a
+** mistyped UUID, an ordinal past the last GPU) limits nothing: said once
+** per process, on the first device the driver describes (cuInit has run,
+** so the count and the UUIDs are final). The other devices are described
+** through device_get, which caches them; its own call back here returns
+** at once.
+*/
+static void
+report_unmatched_entries(void)
+{
+    static int done;
+    if (!P.quota.active || P.quota.n_entries == 0 ||
+        __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;
+    void *c = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetCount");
+    vcu_pfn_cuDeviceGetCount get_count;
+    memcpy(&get_count, &c, sizeof c);
+    int n = 0;
+    if (c == NULL || get_count(&n) != VCU_SUCCESS || n <= 0)
+        return;
+    if (n > PRELOAD_MAX_DEVICES)
+        n = PRELOAD_MAX_DEVICES;
+    static char uuids[PRELOAD_MAX_DEVICES][QUOTA_UUID_LEN];
+    for (int i = 0; i < n; i++) {
+        struct preload_device *d = NULL;
+        if (device_get(i, &d) != VCU_SUCCESS)
+            return; /* a device the driver will not describe: no claim */
+        snprintf(uuids[i], sizeof uuids[i], "%s", d->uuid);
+    }
+    int k = quota_unmatched(&P.quota, n, uuids);
+    if (k < 0)
+        return;
+    char line[1024] = "vram: ";
+    quota_unmatched_line(&P.quota, k, n, uuids, line + 6, sizeof line - 6);
+    say(line);
+}
+
 /* The facts of CUDA ordinal ORD, asked from the driver the first time
 ** (UUID and total memory: neither allocates). */
 vcu_result
@@ -541,6 +594,7 @@ device_get(int ord, struct preload_device **out)
     }
     pthread_mutex_unlock(&P.dev_lock);
     *out = d;
+    report_unmatched_entries();
     return VCU_SUCCESS;
 }
 

@@ -12,9 +12,13 @@
 ** given twice, so the order of the entries never decides anything.
 **
 ** Called from the preload library's hooks: no allocation, no lock, no
-** driver call, no output.
+** driver call, no output. quota_unmatched finds the per-device entries
+** that name no visible device (a mistyped UUID would otherwise limit
+** nothing without a word); the preload library says so once and `vram run`
+** refuses them.
 */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
@@ -91,4 +95,48 @@ quota_for_device(const struct quota_env *q, int ordinal, const char *uuid, uint6
     if (total > 0 && limit > total)
         limit = total;
     return limit;
+}
+
+int
+quota_unmatched(const struct quota_env *q, int n, char (*uuids)[QUOTA_UUID_LEN])
+{
+    if (q == NULL || !q->active || n <= 0)
+        return -1;
+    for (int k = 0; k < q->n_entries && k < QUOTA_MAX_ENTRIES; k++) {
+        const struct quota_entry *e = &q->entries[k];
+        bool found = !e->by_uuid && e->ordinal >= 0 && e->ordinal < n;
+        for (int i = 0; e->by_uuid && !found && i < n; i++)
+            found = uuid_matches(e->uuid, uuids[i]);
+        if (!found)
+            return k;
+    }
+    return -1;
+}
+
+void
+quota_unmatched_line(const struct quota_env *q, int k, int n,
+                     char (*uuids)[QUOTA_UUID_LEN], char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    if (q == NULL || k < 0 || k >= q->n_entries || k >= QUOTA_MAX_ENTRIES)
+        return;
+    const struct quota_entry *e = &q->entries[k];
+    const char *source = q->source != NULL ? q->source : "VRAM_LIMIT";
+    int w;
+    /* HAMi's entries are variables of their own: name the variable. */
+    if (strcmp(source, "VRAM_LIMIT") != 0)
+        w = snprintf(buf, len, "%s_%d matches no visible device (", source, e->ordinal);
+    else if (e->by_uuid)
+        w = snprintf(buf, len, "%s entry '%s' matches no visible device (", source, e->uuid);
+    else
+        w = snprintf(buf, len, "%s entry '%d' matches no visible device (", source, e->ordinal);
+    size_t used = w > 0 && (size_t)w < len ? (size_t)w : strlen(buf);
+    for (int i = 0; i < n && used < len; i++) {
+        w = snprintf(buf + used, len - used, "%s%d: %s", i > 0 ? ", " : "", i, uuids[i]);
+        used = w > 0 && used + (size_t)w < len ? used + (size_t)w : strlen(buf);
+    }
+    if (used < len)
+        snprintf(buf + used, len - used, "): it limits nothing");
 }

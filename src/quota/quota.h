@@ -68,6 +68,26 @@ struct quota_env {
 uint64_t quota_for_device(const struct quota_env *q, int ordinal, const char *uuid,
                           uint64_t total);
 
+/* Longest UUID text a device has ("GPU-" and 36 characters), with its NUL. */
+#define QUOTA_UUID_LEN 48
+
+/*
+** The first of Q's per-device entries that names none of the N visible
+** devices (CUDA ordinals 0..N-1, UUIDS[i] the UUID of ordinal i): an
+** ordinal past N-1, or a UUID (prefix) no device has. -1 when every entry
+** names one, Q is inactive or N is 0 (no device: nothing to limit).
+*/
+int quota_unmatched(const struct quota_env *q, int n, char (*uuids)[QUOTA_UUID_LEN]);
+
+/*
+** One line (no "vram: ", no newline) into BUF (LEN bytes) saying that
+** entry K of Q limits nothing, with the devices that exist, e.g.
+**   VRAM_LIMIT entry 'GPU-8c6f1e2a' matches no visible device (0: GPU-...,
+**   1: GPU-...): it limits nothing
+*/
+void quota_unmatched_line(const struct quota_env *q, int k, int n,
+                          char (*uuids)[QUOTA_UUID_LEN], char *buf, size_t len);
+
 /*
 ** VRAM_LIMIT: one plain limit for every device ("6G", "50%", "0.5"), or a
 ** comma-separated list of KEY:LIMIT items, keys CUDA ordinals or GPU UUID

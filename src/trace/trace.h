@@ -31,6 +31,17 @@ enum trace_op {
 /* Longest mark label, in bytes; longer labels are cut on writing. */
 #define TRACE_LABEL_MAX 128
 
+/*
+** Copy LABEL (at most LEN bytes; a NUL ends it sooner) into OUT (room for
+** TRACE_LABEL_MAX bytes) as the format allows a label: commas, double
+** quotes and control characters become spaces, and it is cut at
+** TRACE_LABEL_MAX bytes, never inside a UTF-8 sequence. Returns the bytes
+** written (no NUL). The writer makes the labels it is given safe with it,
+** and the reader those of a trace made by hand, so that no consumer ever
+** prints a control character from a trace.
+*/
+size_t trace_label_safe(const char *label, size_t len, char *out);
+
 /* The slot of events that have none (marks and OOMs): never an index. */
 #define TRACE_NO_SLOT UINT32_MAX
 

@@ -531,6 +531,9 @@ static vram_status
 apply_marker(struct reader *r, struct trace_event *ev, const struct field *label)
 {
     ev->slot = TRACE_NO_SLOT;
+    /* Neither has an id of its own: whatever the file says is ignored
+     * (docs/TRACE_FORMAT.md), as the writer writes 0. */
+    ev->id = 0;
     if (ev->op == TRACE_OOM) {
         if (ev->size == 0)
             return parse_error(r, "an 'o' event (a refused allocation) needs the size "
@@ -540,8 +543,15 @@ apply_marker(struct reader *r, struct trace_event *ev, const struct field *label
     }
     if (label == NULL)
         return parse_error(r, "mark without a label (the header has no label column)");
-    if (label->n == 0)
+    /* A hand-made trace's label is made safe as a writer makes it: the
+     * consumers print labels to terminals and pages. */
+    char safe[TRACE_LABEL_MAX];
+    struct field shown = {safe, trace_label_safe(label->p, label->n, safe)};
+    if (shown.n == 0)
         return parse_error(r, "mark without a label");
+    label = &shown;
+    ev->size = 0; /* nor a size or a stream: a mark is a point in time */
+    ev->stream = 0;
     r->n_marks++;
     return intern_label(r, label, &ev->label);
 }

@@ -276,14 +276,15 @@ trace_writer_event(struct trace_writer *w, const struct trace_event *ev)
 }
 
 /*
-** Copy LABEL into OUT as the format allows it (see the top of the file):
-** at most MAX bytes, never cutting a UTF-8 sequence in two. Returns the
-** bytes written. Labels and the text of frames both come this way.
+** Copy LABEL (at most LEN bytes; a NUL ends it sooner) into OUT as the
+** format allows it (see the top of the file): at most MAX bytes, never
+** cutting a UTF-8 sequence in two. Returns the bytes written. Labels and
+** the text of frames both come this way.
 */
 static size_t
-sanitize_text(const char *label, size_t max, char *out)
+sanitize_text_n(const char *label, size_t len, size_t max, char *out)
 {
-    size_t n = strnlen(label, max + 1), i;
+    size_t n = strnlen(label, len < max + 1 ? len : max + 1), i;
 
     if (n > max) {
         /* Back up over continuation bytes (10xxxxxx) to the start of the
@@ -301,6 +302,19 @@ sanitize_text(const char *label, size_t max, char *out)
         out[i] = (c < 0x20 || c == 0x7f || c == ',' || c == '"') ? ' ' : (char)c;
     }
     return n;
+}
+
+/* A C string, as the writer's callers give it. */
+static size_t
+sanitize_text(const char *label, size_t max, char *out)
+{
+    return sanitize_text_n(label, max + 1, max, out);
+}
+
+size_t
+trace_label_safe(const char *label, size_t len, char *out)
+{
+    return sanitize_text_n(label, len, TRACE_LABEL_MAX, out);
 }
 
 vram_status

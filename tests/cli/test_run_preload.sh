@@ -3,8 +3,11 @@
 # test_run_preload.sh -- `vram run` with the real preload library over the
 # fake driver (tests/fakecuda), where the quota acts: --report on a command
 # whose only allocation is refused (it counts the refusal, not "no GPU
-# memory used"), and the trace a quota'd command records (limit= in its
-# metadata, which `vram analyze` and `vram doctor` judge the OOM against).
+# memory used"), the trace a quota'd command records (limit= in its
+# metadata, which `vram analyze` and `vram doctor` judge the OOM against),
+# and per-device entries that name no device of the fake's two (UUIDs
+# GPU-facecda0-0001-4000-8000-00000000000N): one line from the library,
+# refused by `vram run`.
 # Usage: test_run_preload.sh VRAM LIBVRAM_PRELOAD.so PROBE_DIR FAKECUDA_DIR
 set -u
 
@@ -87,6 +90,104 @@ if [ $rc -eq 1 ] &&
     pass "vram doctor on a refused allocation alone"
 else
     fail "vram doctor on a refused allocation alone" "exit $rc: $(cat "$TMP/out")"
+fi
+
+# ---- a per-device entry that names no visible device ----
+U0=GPU-facecda0-0001-4000-8000-000000000000
+U1=GPU-facecda0-0001-4000-8000-000000000001
+# The library alone (no vram run to check first): one line, once, and the
+# program runs (the entry limits nothing, as the line says).
+VRAM_LIMIT=GPU-deadbeef:1G LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+want="vram: VRAM_LIMIT entry 'GPU-deadbeef' matches no visible device (0: $U0, 1: $U1): it limits nothing"
+if [ $rc -eq 0 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ "$(cat "$TMP/err")" = "$want" ]; then
+    pass "the library says once that a UUID entry matches no device"
+else
+    fail "the library says once that a UUID entry matches no device" "exit $rc"
+fi
+VRAM_LIMIT=0:1G,5:1G LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 1 0 >"$TMP/out" 2>"$TMP/err"
+if [ "$(grep -c "entry '5' matches no visible device" "$TMP/err")" -eq 1 ]; then
+    pass "the library says once that an ordinal past the last device matches none"
+else
+    fail "the library says once that an ordinal past the last device matches none" "$(cat "$TMP/err")"
+fi
+CUDA_DEVICE_MEMORY_LIMIT_7=1g LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
+if [ "$(grep -c "^vram: CUDA_DEVICE_MEMORY_LIMIT_7 matches no visible device (0: $U0, 1: $U1): it limits nothing\$" "$TMP/err")" -eq 1 ]; then
+    pass "the library names HAMi's variable that matches no device"
+else
+    fail "the library names HAMi's variable that matches no device" "$(cat "$TMP/err")"
+fi
+VRAM_LIMIT="$U1:1G,0:1G" LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
+if ! grep -q "matches no visible device" "$TMP/err"; then
+    pass "entries that match are not reported"
+else
+    fail "entries that match are not reported" "$(cat "$TMP/err")"
+fi
+# vram run sees the devices through the driver: refused, nothing run.
+for spec in GPU-deadbeef:1G 2:1G "0:1G,GPU-facecda1:50%"; do
+    rm -f "$TMP/ran"
+    "$VRAM" run --preload "$PRELOAD" --limit "$spec" -- touch "$TMP/ran" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    if [ $rc -eq 2 ] && [ ! -e "$TMP/ran" ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
+        grep -q "^vram: run: VRAM_LIMIT entry '.*' matches no visible device (0: $U0, 1: $U1): it limits nothing; nothing was run\$" "$TMP/err"; then
+        pass "vram run --limit $spec: refused, one line, nothing run"
+    else
+        fail "vram run --limit $spec: refused" "exit $rc"
+    fi
+done
+# Ordinals are counted after CUDA_VISIBLE_DEVICES, UUIDs among the visible.
+CUDA_VISIBLE_DEVICES=1 "$VRAM" run --preload "$PRELOAD" --limit "$U0:1G" -- true >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "matches no visible device (0: $U1)" "$TMP/err"; then
+    pass "vram run: a UUID hidden by CUDA_VISIBLE_DEVICES is refused"
+else
+    fail "vram run: a UUID hidden by CUDA_VISIBLE_DEVICES is refused" "exit $rc"
+fi
+"$VRAM" run --preload "$PRELOAD" --limit "$U1:64M,0:64M" -- "$PROBE" alloc 128 1 2 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q "matches no visible device" "$TMP/err"; then
+    pass "vram run: entries naming visible devices run and limit"
+else
+    fail "vram run: entries naming visible devices run and limit" "exit $rc"
+fi
+# No driver to ask: the run goes on (the library still says it if it can).
+FAKECUDA_FAIL=cuInit "$VRAM" run --preload "$PRELOAD" --limit GPU-deadbeef:1G -- touch "$TMP/ran" \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && [ -e "$TMP/ran" ]; then
+    pass "vram run: no driver to list the devices, the command runs"
+else
+    fail "vram run: no driver to list the devices, the command runs" "exit $rc"
+fi
+
+# ---- HAMi's variables that VRAM_GROUP turns off: one line, once ----
+VRAM_GROUP="hg$$" CUDA_DEVICE_MEMORY_LIMIT=64m CUDA_DEVICE_MEMORY_LIMIT_1=32m \
+    CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/vgpu.cache LD_PRELOAD=$PRELOAD \
+    "$PROBE" alloc 128 0 0 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+want="vram: CUDA_DEVICE_MEMORY_LIMIT, CUDA_DEVICE_MEMORY_LIMIT_1, CUDA_DEVICE_MEMORY_SHARED_CACHE ignored: VRAM_GROUP is set and VRAM_LIMIT is not, and HAMi's variables count only when both are unset; give the limit as VRAM_LIMIT"
+if [ $rc -eq 0 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ "$(cat "$TMP/err")" = "$want" ]; then
+    pass "HAMi's variables turned off by VRAM_GROUP: one line"
+else
+    fail "HAMi's variables turned off by VRAM_GROUP: one line" "exit $rc"
+fi
+for env in "VRAM_LIMIT=1G VRAM_GROUP=hg$$" "VRAM_GROUP=" "VRAM_LIMIT=1G"; do
+    env $env CUDA_DEVICE_MEMORY_LIMIT=64m LD_PRELOAD=$PRELOAD \
+        "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
+    if ! grep -q "ignored" "$TMP/err"; then
+        pass "HAMi's variables with $env: nothing said"
+    else
+        fail "HAMi's variables with $env: nothing said" "$(cat "$TMP/err")"
+    fi
+done
+# vram run turns HAMi's limits into VRAM_LIMIT before setting its group.
+CUDA_DEVICE_MEMORY_LIMIT=64m "$VRAM" run --preload "$PRELOAD" -- "$PROBE" alloc 128 0 2 \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q "ignored" "$TMP/err"; then
+    pass "vram run under HAMi's variables: they limit, nothing said"
+else
+    fail "vram run under HAMi's variables: they limit, nothing said" "exit $rc"
 fi
 
 echo "$passed passed, $failed failed"

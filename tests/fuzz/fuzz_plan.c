@@ -20,7 +20,9 @@
 ** mutates them (bit flips, digits, huge numbers, duplicated keys, splices,
 ** truncation) for VRAM_FUZZ_SECONDS (default 10) or VRAM_FUZZ_RUNS inputs.
 ** Built with -DVRAM_LIBFUZZER and clang's -fsanitize=fuzzer, the same
-** LLVMFuzzerTestOneInput is a libFuzzer target (a later `make fuzz`).
+** LLVMFuzzerTestOneInput is a libFuzzer target (`make fuzz`); with
+** -DVRAM_FUZZ_REPLAY, tests/fuzz/replay.c's main() runs the corpus
+** tests/fuzz/corpus/plan once (CTest fuzz_plan_replay).
 **
 ** Usage: fuzz_plan VRAM_BINARY SEED_DIR   (SEED_DIR: data/measurements/configs)
 */
@@ -112,7 +114,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return 0;
 }
 
-#ifndef VRAM_LIBFUZZER
+#if !defined(VRAM_LIBFUZZER) && !defined(VRAM_FUZZ_REPLAY)
 
 /* xorshift64*: the same inputs on every run (a failure is reproducible). */
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;

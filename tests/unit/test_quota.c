@@ -197,6 +197,65 @@ test_precedence(void **state)
     assert_true(quota_for_device(&q, 1, UUID0, 8 * GiB) == 8 * GiB);
 }
 
+/* Per-device entries that name no visible device are found and said. */
+static void
+test_unmatched(void **state)
+{
+    (void)state;
+    char uuids[2][QUOTA_UUID_LEN];
+    strcpy(uuids[0], UUID0);
+    strcpy(uuids[1], UUID1);
+    struct quota_env q = limit("6G");
+    assert_int_equal(quota_unmatched(&q, 2, uuids), -1); /* no entries */
+    q = limit("0:6G,1:4G");
+    assert_int_equal(quota_unmatched(&q, 2, uuids), -1);
+    assert_int_equal(quota_unmatched(&q, 1, uuids), 1); /* ordinal 1 of one device */
+    assert_int_equal(quota_unmatched(&q, 0, uuids), -1); /* no device: nothing to say */
+    q = limit("gpu-8C6F1E2A:6G,GPU-00112233:50%");       /* prefixes, any case */
+    assert_int_equal(quota_unmatched(&q, 2, uuids), -1);
+    q = limit("0:6G,GPU-deadbeef:6G");
+    assert_int_equal(quota_unmatched(&q, 2, uuids), 1);
+    char line[512];
+    quota_unmatched_line(&q, 1, 2, uuids, line, sizeof line);
+    assert_string_equal(line, "VRAM_LIMIT entry 'GPU-deadbeef' matches no visible device "
+                              "(0: GPU-8c6f1e2a-1234-5678-9abc-def012345678, 1: "
+                              "GPU-00112233-4455-6677-8899-aabbccddeeff): it limits nothing");
+    /* Cut to fit, never past the buffer. */
+    quota_unmatched_line(&q, 1, 2, uuids, line, 40);
+    assert_int_equal(strlen(line), 39);
+    /* HAMi's per-device variables are named as such. */
+    const struct kv hami[] = {{"CUDA_DEVICE_MEMORY_LIMIT_3", "1g"}, {NULL, NULL}};
+    assert_int_equal(env_quota_load(fake_get, (void *)hami, &q), VRAM_OK);
+    assert_int_equal(quota_unmatched(&q, 2, uuids), 0);
+    quota_unmatched_line(&q, 0, 1, uuids, line, sizeof line);
+    assert_string_equal(line, "CUDA_DEVICE_MEMORY_LIMIT_3 matches no visible device (0: "
+                              "GPU-8c6f1e2a-1234-5678-9abc-def012345678): it limits nothing");
+}
+
+/* HAMi's variables that a VRAM_GROUP without VRAM_LIMIT turns off. */
+static void
+test_hami_ignored(void **state)
+{
+    (void)state;
+    char names[256];
+    const struct kv off[] = {{"VRAM_GROUP", "g"},
+                             {"CUDA_DEVICE_MEMORY_LIMIT_15", "1g"},
+                             {"CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/c"},
+                             {NULL, NULL}};
+    assert_true(env_hami_ignored(fake_get, (void *)off, names, sizeof names));
+    assert_string_equal(names, "CUDA_DEVICE_MEMORY_LIMIT_15, CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    const struct kv with_limit[] = {{"VRAM_GROUP", "g"},
+                                    {"VRAM_LIMIT", "1G"},
+                                    {"CUDA_DEVICE_MEMORY_LIMIT", "1g"},
+                                    {NULL, NULL}};
+    assert_false(env_hami_ignored(fake_get, (void *)with_limit, names, sizeof names));
+    assert_string_equal(names, "");
+    const struct kv hami_only[] = {{"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {NULL, NULL}};
+    assert_false(env_hami_ignored(fake_get, (void *)hami_only, names, sizeof names));
+    const struct kv group_only[] = {{"VRAM_GROUP", "g"}, {NULL, NULL}};
+    assert_false(env_hami_ignored(fake_get, (void *)group_only, names, sizeof names));
+}
+
 int
 main(void)
 {
@@ -204,7 +263,8 @@ main(void)
         cmocka_unit_test(test_not_limited), cmocka_unit_test(test_all_devices),
         cmocka_unit_test(test_fractions),   cmocka_unit_test(test_unknown_total),
         cmocka_unit_test(test_ordinals),    cmocka_unit_test(test_uuids),
-        cmocka_unit_test(test_precedence),
+        cmocka_unit_test(test_precedence),  cmocka_unit_test(test_unmatched),
+        cmocka_unit_test(test_hami_ignored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

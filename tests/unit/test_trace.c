@@ -362,6 +362,23 @@ test_marks_and_ooms(void **state)
     assert_int_equal(t->n_marks, 1);
     assert_string_equal(t->labels[t->events[0].label], "warm up");
     trace_free(t);
+
+    /* A trace made by hand: its labels are made safe as a writer's are
+     * (no escape sequence reaches a terminal), its marks' and OOMs' ids,
+     * sizes and streams are not kept (the format says they are 0). */
+    char text[512];
+    int n = snprintf(text, sizeof text,
+                     "t_us,op,id,size,stream,label\n1,m,7,8,9,red\x1b[31m\t\"x\"\n"
+                     "2,o,5,4096,3,\n3,m,0,0,0,%0200d\n",
+                     0);
+    assert_true(n > 0 && (size_t)n < sizeof text);
+    t = load_text(text);
+    assert_int_equal(t->n_marks, 2);
+    assert_string_equal(t->labels[t->events[0].label], "red [31m  x ");
+    assert_true(t->events[0].id == 0 && t->events[0].size == 0 && t->events[0].stream == 0);
+    assert_true(t->events[1].id == 0 && t->events[1].size == 4096);
+    assert_int_equal(strlen(t->labels[t->events[2].label]), TRACE_LABEL_MAX);
+    trace_free(t);
 }
 
 /* Labels of a long run ("step N" for every step) grow the label table

@@ -44,6 +44,7 @@
 #include "cliopt.h"
 #include "cmd.h"
 #include "config/env.h"
+#include "backend/backend.h"
 #include "base/ldpreload.h"
 #include "base/size.h"
 #include "installdirs.h"
@@ -286,6 +287,33 @@ say_unlimited(const char *group)
 ** HAMi's translated) and VRAM_GROUP, then check the whole as the preload
 ** library will read it. Returns -1 on success, else the exit status.
 */
+/*
+** A per-device entry that names no device this process can see (a
+** mistyped UUID, an ordinal past the last GPU) limits nothing: refused,
+** nothing run, when the driver can list the devices. The driver is asked
+** only for a per-device list, and without a context (no device memory);
+** with no driver or no device there is nothing to check against.
+*/
+static int
+check_entries_visible(const struct quota_env *q)
+{
+    if (!q->active || q->n_entries == 0)
+        return -1;
+    static char uuids[QUOTA_MAX_ORDINAL][QUOTA_UUID_LEN];
+    int n = 0;
+    if (backend_cuda_uuids(NULL, uuids, QUOTA_MAX_ORDINAL, &n) != VRAM_OK)
+        return -1;
+    if (n > QUOTA_MAX_ORDINAL)
+        n = QUOTA_MAX_ORDINAL;
+    int k = quota_unmatched(q, n, uuids);
+    if (k < 0)
+        return -1;
+    char line[1024];
+    quota_unmatched_line(q, k, n, uuids, line, sizeof line);
+    cli_error("%s: %s; nothing was run", run_who, line);
+    return RUN_USAGE;
+}
+
 static int
 set_quota_env(const struct run_args *a, const char *group)
 {
@@ -321,7 +349,7 @@ set_quota_env(const struct run_args *a, const char *group)
     }
     if (!q.active && run_says_unlimited)
         say_unlimited(group);
-    return -1;
+    return check_entries_visible(&q);
 }
 
 /* ------------------------------------------------------------------ */

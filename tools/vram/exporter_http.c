@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+** exporter_http.c -- the HTTP side of `vram exporter` (exporter_http.h).
+**
+** libmicrohttpd runs a pool of threads with a connection limit, a
+** per-connection memory limit (huge headers get an error answer) and an
+** idle timeout. An idle timeout alone does not bound a client that
+** trickles one byte at a time, so the reaper (exporter_reap) also ends
+** every connection whose request has not been answered within a deadline
+** for the whole request (shutdown() of its socket, which libmicrohttpd
+** then closes), and each client address may hold only a few connections:
+** a slow or hostile client holds a bounded number of connections for a
+** bounded time while the others are answered.
+** Only GET (and HEAD) /metrics: 404 for other paths, 405 for other
+** methods; GET / answers a short page linking /metrics.
+*/
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/size.h"
+#include "exporter_http.h"
+#include "vram.h"
+
+/* GET /: what a browser pointed at the exporter sees. */
+static const char root_page[] =
+    "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>vram exporter</title>"
+    "</head>\n<body><h1>vram exporter</h1>\n<p>GPU memory per device, quota group and "
+    "process, for Prometheus: <a href=\"/metrics\">/metrics</a>.</p>\n<p>vram "
+    VRAM_VERSION "</p></body></html>\n";
+
+static uint64_t
+mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+#define DEADLINE_NS ((uint64_t)EXP_REQUEST_DEADLINE_MS * UINT64_C(1000000))
+
+/* libmicrohttpd's connection notifications: keep the reaper's table. */
+static void
+notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
+            enum MHD_ConnectionNotificationCode code)
+{
+    struct exporter *e = cls;
+    pthread_mutex_lock(&e->conn_lock);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = NULL;
+        for (size_t i = 0; info != NULL && i < sizeof e->conns / sizeof e->conns[0]; i++)
+            if (e->conns[i].fd < 0) {
+                e->conns[i].fd = info->connect_fd;
+                e->conns[i].deadline_ns = mono_ns() + DEADLINE_NS;
+                e->conns[i].cut = false;
+                *socket_context = &e->conns[i];
+                break;
+            }
+    } else if (*socket_context != NULL) {
+        struct exp_conn *k = *socket_context;
+        k->fd = -1;
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&e->conn_lock);
+}
+
+/* A request was answered on C: its connection's next request gets a new
+** deadline. */
+static void
+conn_answered(struct exporter *e, struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (info == NULL || info->socket_context == NULL)
+        return;
+    struct exp_conn *k = info->socket_context;
+    pthread_mutex_lock(&e->conn_lock);
+    /* The response is being sent: give it the same time again. */
+    k->deadline_ns = mono_ns() + DEADLINE_NS;
+    pthread_mutex_unlock(&e->conn_lock);
+}
+
+/* End the connections past their deadline: shutdown() wakes libmicrohttpd's
+** poll with an end of stream, and it closes them. */
+void
+exporter_reap(struct exporter *e)
+{
+    uint64_t now = mono_ns();
+    pthread_mutex_lock(&e->conn_lock);
+    for (size_t i = 0; i < sizeof e->conns / sizeof e->conns[0]; i++) {
+        struct exp_conn *k = &e->conns[i];
+        if (k->fd >= 0 && !k->cut && now > k->deadline_ns) {
+            shutdown(k->fd, SHUT_RDWR);
+            k->cut = true;
+            e->cut_total++;
+        }
+    }
+    pthread_mutex_unlock(&e->conn_lock);
+}
+
+
+void
+exporter_init(struct exporter *e, double interval_s)
+{
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    pthread_cond_init(&e->reap_wake, NULL);
+    pthread_mutex_init(&e->conn_lock, NULL);
+    for (size_t i = 0; i < sizeof e->conns / sizeof e->conns[0]; i++)
+        e->conns[i].fd = -1;
+    e->interval_s = interval_s;
+}
+
+void
+exporter_set_text(struct exporter *e, char *buf, size_t len)
+{
+    pthread_mutex_lock(&e->lock);
+    free(e->text);
+    e->text = buf;
+    e->len = len;
+    pthread_mutex_unlock(&e->lock);
+}
+
+bool
+exporter_parse_listen(const char *text, struct sockaddr_storage *ss, char *why, size_t len)
+{
+    /* TEXT is quoted in the reasons: cut, its control characters made
+     * harmless, so that the error stays one line. */
+    char shown[TEXT_EXCERPT_LEN];
+    text_excerpt(text, shown, sizeof shown);
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL || colon == text) {
+        snprintf(why, len, "'%s': expected ADDR:PORT, e.g. 127.0.0.1:" EXP_DEFAULT_PORT "", shown);
+        return false;
+    }
+    char *end = NULL;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno != 0 || end == colon + 1 || *end != '\0' || port < 0 || port > 65535) {
+        snprintf(why, len, "'%s': the port must be a number 0..65535", shown);
+        return false;
+    }
+    char host[64];
+    size_t hl = (size_t)(colon - text);
+    bool v6 = text[0] == '[';
+    if (v6 && (hl < 3 || text[hl - 1] != ']')) {
+        snprintf(why, len, "'%s': an IPv6 address is written [ADDR]:PORT", shown);
+        return false;
+    }
+    if (v6) {
+        text++;
+        hl -= 2;
+    }
+    if (hl >= sizeof host) {
+        snprintf(why, len, "address too long");
+        return false;
+    }
+    memcpy(host, text, hl);
+    host[hl] = '\0';
+    memset(ss, 0, sizeof *ss);
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, host, &a->sin6_addr) == 1)
+            return true;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET, host, &a->sin_addr) == 1)
+            return true;
+    }
+    snprintf(why, len, "'%s': not a numeric IP address", text_excerpt(host, shown, sizeof shown));
+    return false;
+}
+
+static enum MHD_Result
+answer_text(struct MHD_Connection *c, unsigned code, const char *text)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text,
+                                                             MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, "Allow", "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result
+answer(struct exporter *e, struct MHD_Connection *c, unsigned code, const char *text)
+{
+    conn_answered(e, c);
+    return answer_text(c, code, text);
+}
+
+static enum MHD_Result
+answer_page(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        sizeof root_page - 1, (void *)root_page, MHD_RESPMEM_PERSISTENT);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result
+on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+           const char *version, const char *upload, size_t *upload_size, void **state)
+{
+    struct exporter *e = cls;
+    (void)version;
+    (void)upload;
+    (void)state;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        *upload_size = 0; /* a body is not read */
+        return answer(e, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    if (strcmp(url, "/") == 0) {
+        conn_answered(e, c);
+        return answer_page(c);
+    }
+    if (strcmp(url, "/metrics") != 0)
+        return answer(e, c, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
+    conn_answered(e, c);
+    pthread_mutex_lock(&e->lock);
+    char *copy = malloc(e->len + 1);
+    size_t len = e->len;
+    if (copy != NULL)
+        memcpy(copy, e->text, e->len + 1);
+    pthread_mutex_unlock(&e->lock);
+    if (copy == NULL)
+        return answer_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, copy, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(copy);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+
+struct MHD_Daemon *
+exporter_start(struct exporter *e, const struct sockaddr_storage *addr, unsigned threads)
+{
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    if (addr == NULL)
+        flags |= MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC; /* ITC: MHD_add_connection wakes it */
+    else if (addr->ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    struct MHD_OptionItem ops[10] = {
+        {MHD_OPTION_CONNECTION_LIMIT, EXP_MAX_CONNECTIONS, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, EXP_TIMEOUT_S, NULL},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, EXP_CONN_MEMORY, NULL},
+        {MHD_OPTION_PER_IP_CONNECTION_LIMIT, EXP_PER_ADDRESS, NULL},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)notify_conn, e},
+    };
+    size_t n = 5;
+    if (addr != NULL)
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)addr};
+    if (threads > 0)
+        ops[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, threads, NULL};
+    ops[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, e, MHD_OPTION_ARRAY, ops,
+                            MHD_OPTION_END);
+}
