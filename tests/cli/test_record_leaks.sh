@@ -34,7 +34,7 @@ for c in out["cases"]:
         c.get("case"), c.get("leak"), c.get("leak_bytes_per_iteration"),
         c.get("truth_bytes_per_step"), (c.get("suspect_sizes") or [])[:2]))
 bad = [k for k, v in out["checks"].items() if v is not True]
-want = 7  # 2 checks for each leak case, 1 for each of the 3 others
+want = 9  # 3 checks for each leak case (rate, suspect, call site), 1 for each of the 3 others
 if bad or len(out["checks"]) != want or out["skipped"]:
     print("FAIL: %s (checks %d of %d, skipped %s)" % (bad, len(out["checks"]), want,
                                                       out["skipped"]))
