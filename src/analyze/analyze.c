@@ -21,6 +21,7 @@
 ** which the library does not link (CMake target vram_analyze, used by the
 ** vram tool and tests).
 */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -360,9 +361,95 @@ phase_label_of(const struct an_result *r, uint64_t i)
 /* 4. The leak verdict                                                  */
 /* ------------------------------------------------------------------ */
 
+/* Points the robust slope is taken over at most: beyond, every n-th
+** iteration (the pairs grow as the square). */
+#define ROBUST_POINTS 512
+
+static int
+cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double
+median_of_doubles(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/*
+** The line through the minima of iterations FIRST .. FIRST+K-1, robust to
+** a few iterations off it: the slope is the median of the slopes of every
+** pair of points (Theil and Sen), the intercept the median of what is
+** left; R^2 is the least-squares fit's over the points within three
+** scaled median absolute deviations of that line (its inliers), and 0
+** when fewer than three quarters are. A one-time jump (the optimizer's
+** state made at the first step, a workspace made on another thread) and a
+** teardown at the end are each one point off a steady rise; least squares
+** over every point let them decide the slope. False: out of host memory.
+*/
+static bool
+robust_line(const struct an_result *r, size_t first, size_t k, double *slope, double *r2)
+{
+    size_t step = k > ROBUST_POINTS ? (k + ROBUST_POINTS - 1) / ROBUST_POINTS : 1;
+    size_t n = (k + step - 1) / step;
+    double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    double *pairs = malloc((n * (n - 1) / 2 + n) * sizeof *pairs);
+    if (x == NULL || y == NULL || pairs == NULL) {
+        free(x);
+        free(y);
+        free(pairs);
+        return false;
+    }
+    for (size_t j = 0; j < n; j++) {
+        x[j] = (double)(first + j * step);
+        y[j] = (double)r->iters[first + j * step].min_live;
+    }
+    size_t m = 0;
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = a + 1; b < n; b++)
+            pairs[m++] = (y[b] - y[a]) / (x[b] - x[a]);
+    double s = m > 0 ? median_of_doubles(pairs, m) : 0.0;
+    for (size_t j = 0; j < n; j++)
+        pairs[j] = y[j] - s * x[j];
+    double c = median_of_doubles(pairs, n);
+    for (size_t j = 0; j < n; j++)
+        pairs[j] = fabs(y[j] - (c + s * x[j]));
+    double tol = 3.0 * 1.4826 * median_of_doubles(pairs, n);
+    double mx = 0, my = 0;
+    size_t in = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (fabs(y[j] - (c + s * x[j])) > tol)
+            continue;
+        mx += x[j];
+        my += y[j];
+        in++;
+    }
+    double sxx = 0, sxy = 0, syy = 0;
+    if (in > 0) {
+        mx /= (double)in;
+        my /= (double)in;
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (fabs(y[j] - (c + s * x[j])) > tol)
+            continue;
+        sxx += (x[j] - mx) * (x[j] - mx);
+        sxy += (x[j] - mx) * (y[j] - my);
+        syy += (y[j] - my) * (y[j] - my);
+    }
+    *slope = s;
+    *r2 = 4 * in >= 3 * n && sxx > 0 && syy > 0 ? (sxy * sxy) / (sxx * syy) : 0.0;
+    free(x);
+    free(y);
+    free(pairs);
+    return true;
+}
+
 /*
 ** The leak rule, all in this function (docs/ANALYZE.md, "The leak rule").
-** Least squares over the per-iteration minima, leaving out the first
+** A robust line (robust_line) over the per-iteration minima, leaving out the first
 ** iteration (a warm-up: weights, optimizer state, workspaces) and a last
 ** one the recording cut off: detected iterations know (w->last_partial);
 ** from marks, a last one shorter than half the median is taken as cut.
@@ -408,22 +495,9 @@ leak_fit(const struct work *w, struct an_result *r)
     size_t k = last - first + 1;
     if (k < 2)
         return;
-    double mx = 0, my = 0;
-    for (size_t i = first; i <= last; i++) {
-        mx += (double)i;
-        my += (double)r->iters[i].min_live;
-    }
-    mx /= (double)k;
-    my /= (double)k;
-    double sxx = 0, sxy = 0, syy = 0;
-    for (size_t i = first; i <= last; i++) {
-        double dx = (double)i - mx, dy = (double)r->iters[i].min_live - my;
-        sxx += dx * dx;
-        sxy += dx * dy;
-        syy += dy * dy;
-    }
-    double slope = sxx > 0 ? sxy / sxx : 0.0;
-    double r2 = syy > 0 && sxx > 0 ? (sxy * sxy) / (sxx * syy) : 0.0;
+    double slope = 0.0, r2 = 0.0;
+    if (!robust_line(r, first, k, &slope, &r2))
+        return; /* no verdict without the memory to make it */
     r->leak_bytes_per_iter = slope;
     r->leak_r2 = r2;
     r->leak_iters_used = k;
@@ -470,26 +544,30 @@ leak_fit(const struct work *w, struct an_result *r)
         r->leak_iters_to_full = (double)(r->leak_capacity - r->peak_bytes) / slope;
 }
 
-/* A suspect with the bytes of all suspects of its size. */
+/* A suspect with the number and bytes of all suspects of its size. */
 struct grouped_suspect {
     struct an_suspect s;
-    uint64_t group_bytes;
+    uint64_t group_count, group_bytes;
 };
 
 static int
 cmp_grouped_suspect(const void *a, const void *b)
 {
     const struct grouped_suspect *x = a, *y = b;
+    if (x->group_count != y->group_count)
+        return x->group_count < y->group_count ? 1 : -1;
     if (x->group_bytes != y->group_bytes)
         return x->group_bytes < y->group_bytes ? 1 : -1;
     return cmp_suspect(&x->s, &y->s);
 }
 
 /*
-** Suspects' order: by the bytes of their size, most first (then the size,
-** larger first, then the id), so that the leak's own tensor leads, the
-** one kept every iteration, and not a single larger allocation kept once.
-** Left by size alone without the memory to group them.
+** Suspects' order: by how many suspects share their size, most first
+** (then those bytes, then the size, larger first, then the id), so that
+** the leak's own tensor leads, the one kept every iteration, and not a
+** larger allocation kept once: on the H200, PyTorch's 64 MiB cuBLAS
+** workspace, made once on the backward thread, held more bytes than 37
+** kept 250 KB logits. Left by size alone without the memory to group them.
 */
 static void
 order_suspects(struct an_suspect *v, size_t n)
@@ -503,8 +581,9 @@ order_suspects(struct an_suspect *v, size_t n)
         uint64_t bytes = 0;
         while (j < n && v[j].size == v[i].size)
             bytes += v[j++].size;
+        uint64_t count = j - i;
         for (; i < j; i++)
-            g[i] = (struct grouped_suspect){.s = v[i], .group_bytes = bytes};
+            g[i] = (struct grouped_suspect){.s = v[i], .group_count = count, .group_bytes = bytes};
     }
     qsort(g, n, sizeof *g, cmp_grouped_suspect);
     for (size_t i = 0; i < n; i++)
