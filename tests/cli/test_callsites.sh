@@ -24,25 +24,9 @@ NATIVE=$3
 SCRIPT=$4
 FAKE=$5
 
-for v in VRAM LIB NATIVE SCRIPT FAKE; do
-    eval "val=\$$v"
-    case $val in /*) ;; *) eval "$v=\$(pwd)/\$val" ;; esac
-done
-
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-callsites.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\)=.*/\1/p'); do
-    unset "$v"
-done
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-}
+. "$(dirname "$0")/lib.sh"
+absolute VRAM LIB NATIVE SCRIPT FAKE
+test_begin callsites
 
 # rec TRACE ARGS...: `vram record -o TRACE ARGS` over the fake driver.
 rec() {

@@ -19,25 +19,9 @@ LIB=$2
 PROBE=$3
 FAKE=$4
 
-for v in VRAM LIB PROBE FAKE; do
-    eval "val=\$$v"
-    case $val in /*) ;; *) eval "$v=\$(pwd)/\$val" ;; esac
-done
-
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-record.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\|PYTORCH_CUDA_ALLOC_CONF\|TF_GPU_ALLOCATOR\|XLA_PYTHON_CLIENT_ALLOCATOR\)=.*/\1/p'); do
-    unset "$v"
-done
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-}
+. "$(dirname "$0")/lib.sh"
+absolute VRAM LIB PROBE FAKE
+test_begin record
 
 # rec VAR=VALUE... -- ARGS...: `vram record ARGS` with those variables;
 # stdout in $TMP/out, stderr in $TMP/err, status in $rc.

@@ -23,25 +23,9 @@ FAKE=$4
 TRACES=$5
 DATA=$6
 
-for v in VRAM LIB PROBE FAKE TRACES DATA; do
-    eval "val=\$$v"
-    case $val in /*) ;; *) eval "$v=\$(pwd)/\$val" ;; esac
-done
-
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-tune.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\|PYTORCH_CUDA_ALLOC_CONF\|TF_GPU_ALLOCATOR\|XLA_PYTHON_CLIENT_ALLOCATOR\|FAKECUDA_[A-Z_]*\|CUDA_VISIBLE_DEVICES\)=.*/\1/p'); do
-    unset "$v"
-done
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-}
+. "$(dirname "$0")/lib.sh"
+absolute VRAM LIB PROBE FAKE TRACES DATA
+test_begin tune
 
 # tune VAR=VALUE... -- ARGS...: `vram tune ARGS` over the fake driver with
 # those variables, at most 120 s; stdout in $TMP/out, stderr in $TMP/err,
