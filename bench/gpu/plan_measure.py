@@ -326,6 +326,8 @@ def main():
     ap.add_argument("--kinds", default="generate,lora,vision")
     ap.add_argument("--models", default="",
                     help="only these networks or families (comma list; default all)")
+    ap.add_argument("--trace-wait", type=float, default=None,
+                    help="seconds to wait for the traces after measuring (60; 600 with --cpu)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     import torch
@@ -369,7 +371,8 @@ def main():
         rows.append((row, fut))
         print("plan_measure: %-9s %s %s" % (s["kind"], json.dumps(s, sort_keys=True),
               row.get("measured") or row.get("measure_error", "ran")), flush=True)
-    deadline = time.time() + (60 if not a.cpu else 600)
+    wait = a.trace_wait if a.trace_wait is not None else (600 if a.cpu else 60)
+    deadline = time.time() + wait
     path = os.path.join(a.out, "plan_measure.jsonl")
     with open(path, "w") as f:
         f.write(json.dumps({"provenance": prov, "cublas_probe": probe,

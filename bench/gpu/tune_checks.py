@@ -18,8 +18,10 @@ steps) under `vram tune --json`:
                 own allocator, and vram.torch.use(limit, strategy); JAX:
                 XLA_PYTHON_CLIENT_PREALLOCATE=false and _MEM_FRACTION),
                 finishes without an out-of-memory error
-  too small     the same under half the smallest cap fails (the setting
-                is what holds the memory, so the check above can fail)
+  too small     the same under half the smallest cap fails (PyTorch:
+                under `vram run --limit`, the driver's view the trace
+                measured; JAX: its memory fraction), so the check above
+                can fail
 and the kept-logits leak under --seconds 20: exit 3, a leak, 15 %.
 The recordings stay in DIR (tune_FW_CASE.trace.csv).
 
@@ -31,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,18 +85,35 @@ def tune(vram, args, command, timeout):
     return r
 
 
-def apply(setting, fw, steps, lib, timeout, env_extra=None):
-    """The training loop, STEPS steps, under SETTING; its exit status."""
-    out = os.devnull
+def apply(setting, fw, steps, lib, timeout, env_extra=None, prefix=None):
+    """The training loop, STEPS steps, under SETTING (and PREFIX, a command
+    that runs it, e.g. vram run --limit); its exit status (0 ok, 3 an
+    out-of-memory error, 1 anything else) and the error's text. The loop
+    writes its own error to --out, where it catches it."""
+    fd, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), VRAM_LIBRARY=lib or "")
     env.update(env_extra or {})
     for k in ("PYTORCH_CUDA_ALLOC_CONF", "XLA_PYTHON_CLIENT_ALLOCATOR", "VRAM_TRACE"):
         env.pop(k, None)
-    cmd = [sys.executable, "-c", APPLY, json.dumps(setting), TRAIN, "--framework", fw,
-           "--case", "clean", "--steps", str(steps), "--out", out]
+    cmd = (prefix or []) + [sys.executable, "-c", APPLY, json.dumps(setting), TRAIN,
+                            "--framework", fw, "--case", "clean", "--steps", str(steps),
+                            "--out", out]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        env=env, timeout=timeout)
-    return p.returncode, p.stderr[-600:]
+    rc, err = p.returncode, p.stderr[-600:]
+    try:
+        with open(out) as f:
+            loop_error = json.load(f).get("error")
+    except (OSError, ValueError):
+        loop_error = None
+    os.unlink(out)
+    if loop_error:
+        err = loop_error[-600:]
+        if rc == 1 and ("out of memory" in loop_error.lower() or
+                        "RESOURCE_EXHAUSTED" in loop_error):
+            rc = 3
+    return rc, err
 
 
 def judge_steady(j, rc):
@@ -162,10 +182,19 @@ def main():
                 tries = [("fraction", {"fraction": j["settings"]["pytorch_fraction"]}, 0),
                          ("vram.torch.use", {"vram_limit": "%dM" % (rec["cap_bytes"] // MIB),
                                              "vram_strategy": rec["strategy"]}, 0),
-                         ("too small", {"fraction": rec["min_limit_bytes"] / 2 / total}, 3)]
+                         ("too small", {}, 3)]
+                # Too small is judged in the trace's own currency: the
+                # driver's view of every allocation, which `vram run
+                # --limit` caps. PyTorch's fraction caps only its own
+                # allocator's bytes, not what cuBLAS allocates for itself
+                # (cublasCreate's 64 MiB on the H200), so half the smallest
+                # cap can still hold a small model's tensors under it.
+                half = ["%s" % a.vram, "run", "--limit",
+                        "%dM" % (rec["min_limit_bytes"] // 2 // MIB), "--"]
                 for name, s, want in tries:
                     s["framework"] = fw
-                    rc, err = apply(s, fw, 300, a.lib, timeout=max(30, left()))
+                    rc, err = apply(s, fw, 300, a.lib, timeout=max(30, left()),
+                                    prefix=half if name == "too small" else None)
                     r["apply_" + name] = {"rc": rc, "stderr": err}
                     checks["torch %s: exit %d" % (name, want)] = rc == want
             else:

@@ -232,7 +232,12 @@ typedef char KIND_TEXT_type[4096];
       "reaches the driver.")                                                             \
     X(XLA_PYTHON_CLIENT_ALLOCATOR, KIND_TEXT, run.xla_allocator, "", "JAX's allocator",  \
       "vram record and vram tune set cuda_async when unset, so that each buffer "       \
-      "reaches the driver at its own size.")
+      "reaches the driver at its own size.")                                             \
+    X(XLA_PYTHON_CLIENT_PREALLOCATE, KIND_TEXT, run.xla_preallocate, "",                 \
+      "whether JAX reserves its pool at start",                                          \
+      "vram record and vram tune set false when unset: JAX's cuda_async pool otherwise " \
+      "takes 75% of the device in one allocation at start, which the trace would count " \
+      "as in use.")
 
 /* Every row's field has its kind's type. */
 #define ENV_CHECK_TYPE(name, kind, field, def, expect, doc)                              \

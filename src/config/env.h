@@ -111,6 +111,7 @@ struct env_run {
     char torch_alloc_conf[4096]; /* PYTORCH_CUDA_ALLOC_CONF; "" = unset */
     char tf_gpu_allocator[4096]; /* TF_GPU_ALLOCATOR; "" = unset */
     char xla_allocator[4096];    /* XLA_PYTHON_CLIENT_ALLOCATOR; "" = unset */
+    char xla_preallocate[4096];  /* XLA_PYTHON_CLIENT_PREALLOCATE; "" = unset */
 };
 
 /* Read the variables of the tools (VRAM_PRELOAD_LIBRARY, LD_PRELOAD,

@@ -15,7 +15,7 @@ test_begin() {
     failed=0
     TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-$1.XXXXXX") || exit 1
     trap 'rm -rf "$TMP"' EXIT INT TERM
-    for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\|PYTORCH_CUDA_ALLOC_CONF\|TF_GPU_ALLOCATOR\|XLA_PYTHON_CLIENT_ALLOCATOR\|FAKECUDA_[A-Z_]*\|CUDA_VISIBLE_DEVICES\)=.*/\1/p'); do
+    for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\|PYTORCH_CUDA_ALLOC_CONF\|TF_GPU_ALLOCATOR\|XLA_PYTHON_CLIENT_[A-Z]*\|FAKECUDA_[A-Z_]*\|CUDA_VISIBLE_DEVICES\)=.*/\1/p'); do
         unset "$v"
     done
 }

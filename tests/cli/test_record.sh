@@ -78,6 +78,7 @@ expect_line "VRAM_TRACE is the output, absolute" "VRAM_TRACE=$TMP/env.csv"
 expect_line "PyTorch: the cudaMallocAsync backend" "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"
 expect_line "TensorFlow: cuda_malloc_async" "TF_GPU_ALLOCATOR=cuda_malloc_async"
 expect_line "JAX: the stream-ordered allocator" "XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async"
+expect_line "JAX: no pool reserved at start" "XLA_PYTHON_CLIENT_PREALLOCATE=false"
 expect_line "LD_PRELOAD: the library" "LD_PRELOAD=$LIB"
 if grep -q "^VRAM_GROUP=run-" "$TMP/out"; then pass "a fresh group"; else fail "a fresh group" "no VRAM_GROUP"; fi
 if [ "$rc" -eq 0 ] && grep -q "no GPU allocation was seen" "$TMP/err"; then
@@ -90,8 +91,10 @@ expect_line "a relative output is made absolute" "VRAM_TRACE=$TMP/rel.csv"
 rec PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -- $P -o "$TMP/env.csv" -- env
 expect_line "PyTorch's other options are kept" \
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,backend:cudaMallocAsync"
-rec PYTORCH_CUDA_ALLOC_CONF=backend:native TF_GPU_ALLOCATOR=bfc -- $P -o "$TMP/env.csv" -- env
+rec PYTORCH_CUDA_ALLOC_CONF=backend:native TF_GPU_ALLOCATOR=bfc XLA_PYTHON_CLIENT_PREALLOCATE=true \
+    -- $P -o "$TMP/env.csv" -- env
 expect_line "a backend the user named is kept" "PYTORCH_CUDA_ALLOC_CONF=backend:native"
+expect_line "JAX's preallocation the user set is kept" "XLA_PYTHON_CLIENT_PREALLOCATE=true"
 expect_line "a TensorFlow allocator the user named is kept" "TF_GPU_ALLOCATOR=bfc"
 if [ "$(grep -c "recorded as its pool" "$TMP/err")" -eq 2 ]; then
     pass "each kept pool is said"
@@ -100,7 +103,7 @@ else
 fi
 rec -- $P --driver-view -o "$TMP/env.csv" -- env
 expect_no "--driver-view: no framework setting" \
-    "^(PYTORCH_CUDA_ALLOC_CONF|TF_GPU_ALLOCATOR|XLA_PYTHON_CLIENT_ALLOCATOR)="
+    "^(PYTORCH_CUDA_ALLOC_CONF|TF_GPU_ALLOCATOR|XLA_PYTHON_CLIENT_ALLOCATOR|XLA_PYTHON_CLIENT_PREALLOCATE)="
 expect_line "--driver-view: still a trace" "VRAM_TRACE=$TMP/env.csv"
 rec -- $P -o "$TMP/env.csv" -- sh -c 'exit 3'
 if [ "$rc" -eq 3 ]; then pass "the command's exit status"; else fail "the command's exit status" "exit $rc"; fi

@@ -223,6 +223,31 @@ class Robustness(unittest.TestCase):
         self.assertEqual(plan._sdp_choice_cuda(torch, (q.half(), k.half(), k.half()),
                                                {"enable_gqa": True}), 1)
 
+    def test_grouped_heads_trace_the_scores(self):
+        """Traced, fp32 attention with grouped heads holds the math path's
+        B x H x S x S scores, as on the device (PyTorch 2.11 on the H200:
+        Qwen2 and LLaMA in fp32 peaked there); with as many key heads as
+        query heads it takes the memory-efficient kernel, whose trace holds
+        nothing that size. enable_gqa came in PyTorch 2.5."""
+        import inspect
+        import torch
+        F = torch.nn.functional
+        sdpa = getattr(F, "scaled_dot_product_attention", None)
+        if sdpa is None or "enable_gqa" not in str(inspect.signature(sdpa)) \
+                and "enable_gqa" not in (sdpa.__doc__ or ""):
+            self.skipTest("scaled_dot_product_attention has no enable_gqa here")
+        B, H, KV, S, D = 2, 8, 2, 256, 64
+
+        def run(kv):
+            def fn():
+                q = torch.randn(B, H, S, D, device="cuda")
+                k = torch.randn(B, kv, S, D, device="cuda")
+                v = torch.randn(B, kv, S, D, device="cuda")
+                F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != H)
+            return [e[2] for e in plan.trace(fn).events if e[0] == "a"]
+        self.assertIn(f32(B, H, S, S), run(KV))
+        self.assertNotIn(f32(B, H, S, S), run(H))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -137,6 +137,7 @@ static const char *const other_rows[] = {
     "PYTORCH_CUDA_ALLOC_CONF",
     "TF_GPU_ALLOCATOR",
     "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
 };
 #define N_OTHER (sizeof other_rows / sizeof other_rows[0])
 

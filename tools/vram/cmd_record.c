@@ -18,6 +18,9 @@
 **                               is named already)
 **   TF_GPU_ALLOCATOR          = cuda_malloc_async (if unset)
 **   XLA_PYTHON_CLIENT_ALLOCATOR = cuda_async (if unset)
+**   XLA_PYTHON_CLIENT_PREALLOCATE = false (if unset: the cuda_async pool
+**                               otherwise takes 75% of the device in one
+**                               allocation, freed at once, at start)
 ** A setting the user made is kept and said on standard error. The command
 ** runs as a child; when it ends, the trace is read back and summarized in
 ** one line.
@@ -72,8 +75,8 @@ record_notes(FILE *out)
             "Unless --driver-view, PyTorch, TensorFlow and JAX are set up so that each\n"
             "tensor is its own allocation: PYTORCH_CUDA_ALLOC_CONF gets\n"
             "backend:cudaMallocAsync (PyTorch 2.0 or later), TF_GPU_ALLOCATOR=\n"
-            "cuda_malloc_async, XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async; settings already\n"
-            "made are kept. Each allocation names its call site (the innermost Python\n"
+            "cuda_malloc_async, XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async and\n"
+            "XLA_PYTHON_CLIENT_PREALLOCATE=false; settings already made are kept. Each allocation names its call site (the innermost Python\n"
             "frames of a thread holding the GIL, and native return addresses) unless\n"
             "--no-sites. docs/RECORD.md has more.\n");
 }
@@ -223,6 +226,9 @@ steer_frameworks(const char *who, const struct env_run *env)
                   "recorded as its pool's regions",
                   who);
     }
+    if (env->xla_preallocate[0] == '\0' &&
+        (rc = set_or_fail(who, "XLA_PYTHON_CLIENT_PREALLOCATE", "false")) >= 0)
+        return rc;
     return -1;
 }
 
