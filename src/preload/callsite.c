@@ -25,8 +25,20 @@
 **     line on its thread, with the GIL held. An allocation without the
 **     GIL gets that line (the native call it is part of), behind a note
 **     saying so; a thread that never ran Python gets a note naming it.
-**     The profile function replaces one set with sys.setprofile (the
+**     From 3.12 the watch is a sys.monitoring CALL callback instead (tool
+**     id 4, else 3: the ids no profiler, debugger or coverage tool takes
+**     by convention, so cProfile and sys.setprofile keep working): it
+**     sees every call of a callable that is not a Python function, which
+**     covers what C_CALL misses (a jitted JAX function, a ctypes
+**     function pointer: C types that are not builtins). Before 3.12 the
+**     profile function replaces one set with sys.setprofile (the
 **     recording is that process's profiler; --no-sites leaves it alone).
+**     Each watched call is keyed by its two innermost frames; its first
+**     8 hits and one in 32 after (at random) read the whole stack again,
+**     and a key whose outer frames turn out to differ (a library helper
+**     reached from several lines of the program: JAX's dispatch for every
+**     jnp call) is read whole at every hit from then on, keyed by the
+**     whole stack.
 **   - Native: the return addresses, recorded as module + offset (dladdr),
 **     with the nearest dynamic symbol, so that addr2line can name the
 **     source line after the run. They come from libunwind's
@@ -82,6 +94,9 @@ typedef void (*fn_restore)(void *, void *, void *);
 typedef int (*fn_profile)(void *, void *, int, void *); /* Py_tracefunc */
 typedef void (*fn_setprofile)(fn_profile, void *);
 typedef int (*fn_pending)(int (*)(void *), void *);
+typedef void *(*fn_import)(const char *);
+typedef void *(*fn_call_method)(void *, const char *, const char *, ...);
+typedef void *(*fn_cfunction_new)(void *, void *, void *);
 
 static struct {
     bool ready;                  /* all found: Python frames can be read */
@@ -102,7 +117,23 @@ static struct {
     fn_setprofile set_profile;   /* PyEval_SetProfile: this thread */
     fn_setprofile set_profile_all; /* PyEval_SetProfileAllThreads (3.12+) */
     fn_pending add_pending;      /* Py_AddPendingCall */
+    fn_import import;            /* PyImport_ImportModule */
+    fn_call_method call_method;  /* PyObject_CallMethod */
+    fn_cfunction_new cfunction_new; /* PyCFunction_NewEx */
+    fn_ptr_ptr object_type;      /* PyObject_Type: new reference */
+    void *function_type;         /* &PyFunction_Type */
+    void *method_type;           /* &PyMethod_Type */
+    void *none;                  /* &_Py_NoneStruct */
 } py;
+
+/* CPython's PyMethodDef, as the stable ABI fixes it. */
+struct py_method_def {
+    const char *name;
+    void *meth;
+    int flags;
+    const char *doc;
+};
+#define PY_METH_FASTCALL 0x0080
 
 /* PyTrace_C_CALL: Python is about to call a builtin (CPython's value,
 ** the same in every version that has the event). */
@@ -137,6 +168,17 @@ struct call_entry {
     uintptr_t code, caller;
     int pos, caller_pos;
     struct py_site *py; /* NULL: an empty bucket */
+    uint32_t hits;      /* calls seen with this key */
+    bool deep;          /* its outer frames differ: read whole every time */
+    struct raw_stack *whole; /* the whole stack first seen (code, pos) */
+};
+
+/* A whole Python stack (its code objects and positions) to its names:
+** the watched calls whose two innermost frames are not enough. */
+struct deep_entry {
+    uint64_t hash;
+    struct raw_stack key; /* n_native 0 */
+    struct py_site *py;   /* NULL: an empty bucket */
 };
 
 struct cache_entry {
@@ -160,18 +202,21 @@ static struct {
     struct call_entry *calls; /* 1 << call_bits buckets, at most half full */
     unsigned call_bits;
     size_t n_calls;
+    struct deep_entry *deep; /* 1 << deep_bits buckets, at most half full */
+    unsigned deep_bits;
+    size_t n_deep;
+    uint64_t random;         /* next_random's state */
     int profile_asked;     /* the profile function is installed or on its
                               way (atomic) */
-} C = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} C = {.lock = PTHREAD_MUTEX_INITIALIZER, .random = 0x9e3779b97f4a7c15ULL};
 
-/* The last Python stack read on this thread (initial-exec: no allocation
-** on first access from inside a hook), and the innermost frame of the
-** last call into native code the profile function saw here. */
+/* The last Python stack read on this thread, or named at its last watched
+** call into native code (initial-exec: no allocation on first access from
+** inside a hook). Watched calls take the lock every time: a shortcut for a
+** call with the same two innermost frames as the last one on the thread
+** hid a second caller reached right after the first (the alternation the
+** call-site test plants). */
 static _Thread_local struct py_site *last_py __attribute__((tls_model("initial-exec")));
-static _Thread_local uintptr_t last_call_code __attribute__((tls_model("initial-exec")));
-static _Thread_local int last_call_pos __attribute__((tls_model("initial-exec")));
-static _Thread_local uintptr_t last_call_caller __attribute__((tls_model("initial-exec")));
-static _Thread_local int last_call_caller_pos __attribute__((tls_model("initial-exec")));
 /* This thread is inside C.lock: reading frames can run the garbage
 ** collector, whose finalizers run Python, whose builtin calls reach the
 ** profile function, which must then not take the lock again. */
@@ -209,6 +254,13 @@ py_find(void)
     PY_FIND(set_profile, "PyEval_SetProfile");
     PY_FIND(set_profile_all, "PyEval_SetProfileAllThreads");
     PY_FIND(add_pending, "Py_AddPendingCall");
+    PY_FIND(import, "PyImport_ImportModule");
+    PY_FIND(call_method, "PyObject_CallMethod");
+    PY_FIND(cfunction_new, "PyCFunction_NewEx");
+    PY_FIND(object_type, "PyObject_Type");
+    py.function_type = dlsym(RTLD_DEFAULT, "PyFunction_Type");
+    py.method_type = dlsym(RTLD_DEFAULT, "PyMethod_Type");
+    py.none = dlsym(RTLD_DEFAULT, "_Py_NoneStruct");
     C.lasti_is_line = py.frame_lasti == NULL;
     py.ready = py.gil_check != NULL && py.get_frame != NULL && py.frame_code != NULL &&
                py.frame_back != NULL && py.frame_line != NULL && py.incref != NULL &&
@@ -485,31 +537,89 @@ calls_grow(void)
     return true;
 }
 
-/*
-** The profile function: at each call of a builtin, the calling line's
-** stack becomes the thread's last Python stack. Only the innermost frame
-** is read each time (its code object and instruction); the whole stack
-** is read and named once per calling instruction. The GIL is held.
-*/
-static int
-profile_call(void *obj, void *frame, int what, void *arg)
+/* The named stack of the whole Python stack S (read from a watched call
+** whose key is deep), from the deep table; NULL when out of memory. The
+** lock is held. */
+static struct py_site *
+deep_site(const struct raw_stack *s)
 {
+    uint64_t h = raw_hash(s);
+    size_t mask, i;
+
+    if ((C.n_deep + 1) * 2 > (C.deep == NULL ? 0 : (size_t)1 << C.deep_bits)) {
+        unsigned bits = C.deep == NULL ? 8 : C.deep_bits + 1;
+        struct deep_entry *b = calloc((size_t)1 << bits, sizeof *b);
+        if (b == NULL)
+            return NULL;
+        mask = ((size_t)1 << bits) - 1;
+        for (i = 0; C.deep != NULL && i < ((size_t)1 << C.deep_bits); i++) {
+            size_t j = (size_t)C.deep[i].hash & mask;
+            if (C.deep[i].py == NULL)
+                continue;
+            while (b[j].py != NULL)
+                j = (j + 1) & mask;
+            b[j] = C.deep[i];
+        }
+        free(C.deep);
+        C.deep = b;
+        C.deep_bits = bits;
+    }
+    mask = ((size_t)1 << C.deep_bits) - 1;
+    i = (size_t)h & mask;
+    while (C.deep[i].py != NULL &&
+           !(C.deep[i].hash == h && memcmp(&C.deep[i].key, s, sizeof *s) == 0))
+        i = (i + 1) & mask;
+    if (C.deep[i].py == NULL) {
+        struct py_site *ps = name_python(s);
+        if (ps == NULL)
+            return NULL;
+        C.deep[i] = (struct deep_entry){.hash = h, .key = *s, .py = ps};
+        C.n_deep++;
+    }
+    return C.deep[i].py;
+}
+
+/* Whether the whole stacks A and B hold the same frames. */
+static bool
+same_python(const struct raw_stack *a, const struct raw_stack *b)
+{
+    return a->n_py == b->n_py &&
+           memcmp(a->code, b->code, (size_t)a->n_py * sizeof a->code[0]) == 0 &&
+           memcmp(a->pos, b->pos, (size_t)a->n_py * sizeof a->pos[0]) == 0;
+}
+
+/* A pseudo-random number (xorshift64): which hits of a key read the
+** whole stack, so that no period in the program's calls can hide a
+** second caller from it. The lock is held. */
+static uint64_t
+next_random(void)
+{
+    C.random ^= C.random << 13;
+    C.random ^= C.random >> 7;
+    C.random ^= C.random << 17;
+    return C.random;
+}
+
+/*
+** A call into native code from Python FRAME (borrowed): its stack becomes
+** the thread's last Python stack. Only the two innermost frames are read
+** each time (their code objects and instructions); the whole stack is
+** read and named once per key, read again at its first 8 hits and then
+** at one in 32 chosen at random, to find keys whose outer frames vary,
+** and at every hit of such a key. The GIL is held.
+*/
+static void
+note_call(void *frame)
+{
+    struct call_entry key = {0}, *e;
     struct raw_stack s;
-    void *code;
-    int pos;
+    void *code, *back;
     size_t j, mask;
 
-    (void)obj;
-    (void)arg;
-    if (what != PY_TRACE_C_CALL || frame == NULL || in_lock)
-        return 0;
-    struct call_entry key = {0};
-    void *back;
     code = py.frame_code(frame);
-    pos = C.lasti_is_line ? py.frame_line(frame) : py.frame_lasti(frame);
+    key.pos = C.lasti_is_line ? py.frame_line(frame) : py.frame_lasti(frame);
     py.decref(code); /* the frame keeps it alive */
     key.code = (uintptr_t)code;
-    key.pos = pos;
     back = py.frame_back(frame);
     if (back != NULL) {
         void *caller = py.frame_code(back);
@@ -518,9 +628,6 @@ profile_call(void *obj, void *frame, int what, void *arg)
         py.decref(caller);
         py.decref(back);
     }
-    if (key.code == last_call_code && key.pos == last_call_pos &&
-        key.caller == last_call_caller && key.caller_pos == last_call_caller_pos)
-        return 0;
     pthread_mutex_lock(&C.lock);
     in_lock = true;
     if ((C.n_calls + 1) * 2 > (C.calls == NULL ? 0 : (size_t)1 << C.call_bits) &&
@@ -532,37 +639,150 @@ profile_call(void *obj, void *frame, int what, void *arg)
            !(C.calls[j].code == key.code && C.calls[j].pos == key.pos &&
              C.calls[j].caller == key.caller && C.calls[j].caller_pos == key.caller_pos))
         j = (j + 1) & mask;
-    if (C.calls[j].py == NULL) {
-        struct py_site *ps;
-        memset(&s, 0, sizeof s);
+    e = &C.calls[j];
+    memset(&s, 0, sizeof s); /* the padding too: deep keys are hashed whole */
+    if (e->py == NULL) {
         read_frames(frame, &s);
-        if (s.n_py == 0 || (ps = name_python(&s)) == NULL)
+        if (s.n_py == 0 || (key.py = name_python(&s)) == NULL)
             goto out;
-        key.py = ps;
-        C.calls[j] = key;
+        key.whole = malloc(sizeof s);
+        if (key.whole != NULL)
+            *key.whole = s;
+        *e = key;
         C.n_calls++;
+    } else if (e->deep || e->hits++ < 8 || (next_random() & 31) == 0) {
+        read_frames(frame, &s);
+        if (!e->deep && e->whole != NULL && !same_python(&s, e->whole))
+            e->deep = true;
     }
-    last_py = C.calls[j].py;
-    last_call_code = key.code;
-    last_call_pos = key.pos;
-    last_call_caller = key.caller;
-    last_call_caller_pos = key.caller_pos;
+    last_py = e->py;
+    if (e->deep && s.n_py > 0) {
+        struct py_site *ps = deep_site(&s);
+        if (ps != NULL)
+            last_py = ps;
+    }
 out:
     in_lock = false;
     pthread_mutex_unlock(&C.lock);
+}
+
+/* The profile function (before 3.12): each call of a builtin (C_CALL). */
+static int
+profile_call(void *obj, void *frame, int what, void *arg)
+{
+    (void)obj;
+    (void)arg;
+    if (what == PY_TRACE_C_CALL && frame != NULL && !in_lock)
+        note_call(frame);
     return 0;
 }
 
-/* Install the profile function: on every thread (3.12+), else on this
-** one. The GIL is held. As a pending call, it runs on the main thread. */
+/* The sys.monitoring CALL callback (3.12+): (code, instruction offset,
+** callable, first argument). A call of a Python function or method leads
+** to Python code whose own calls are seen in their turn; any other
+** callable is native code, which may allocate without the GIL. */
+static void *
+monitor_call(void *self, void *const *args, ssize_t nargs)
+{
+    (void)self;
+    if (nargs >= 3 && !in_lock) {
+        void *type = py.object_type(args[2]);
+        bool python = type == py.function_type || type == py.method_type;
+        py.decref(type);
+        if (!python) {
+            void *frame = py.get_frame(); /* borrowed: the calling frame */
+            if (frame != NULL)
+                note_call(frame);
+        }
+    }
+    py.incref(py.none);
+    return py.none;
+}
+
+static struct py_method_def monitor_def = {"vram_callsite", NULL, PY_METH_FASTCALL,
+                                           "vram's call-site watch"};
+
+/* Drop RESULT, a method call's; false (the error cleared) if it raised. */
+static bool
+call_ok(void *result)
+{
+    if (result == NULL) {
+        py.err_clear_fn();
+        return false;
+    }
+    py.decref(result);
+    return true;
+}
+
+/* Watch calls through sys.monitoring (3.12+); false where it is missing,
+** or both tool ids are taken. The GIL is held. */
+static bool
+monitor_install(void)
+{
+    static const int tools[] = {4, 3};
+    void *(*fn)(void *, void *const *, ssize_t) = monitor_call;
+    void *sys, *mon, *events = NULL, *call = NULL, *cb = NULL;
+    bool ok = false;
+    size_t i;
+
+    if (py.import == NULL || py.call_method == NULL || py.cfunction_new == NULL ||
+        py.object_type == NULL || py.function_type == NULL || py.method_type == NULL ||
+        py.none == NULL)
+        return false;
+    if ((sys = py.import("sys")) == NULL) {
+        py.err_clear_fn();
+        return false;
+    }
+    mon = py.getattr(sys, "monitoring");
+    py.decref(sys);
+    if (mon == NULL) {
+        py.err_clear_fn(); /* before 3.12 */
+        return false;
+    }
+    memcpy(&monitor_def.meth, &fn, sizeof fn);
+    if ((events = py.getattr(mon, "events")) == NULL ||
+        (call = py.getattr(events, "CALL")) == NULL ||
+        (cb = py.cfunction_new(&monitor_def, NULL, NULL)) == NULL) {
+        py.err_clear_fn();
+        goto done;
+    }
+    for (i = 0; i < sizeof tools / sizeof tools[0] && !ok; i++) {
+        if (!call_ok(py.call_method(mon, "use_tool_id", "is", tools[i], "vram")))
+            continue;
+        ok = call_ok(py.call_method(mon, "register_callback", "iOO", tools[i], call, cb)) &&
+             call_ok(py.call_method(mon, "set_events", "iO", tools[i], call));
+        if (!ok)
+            (void)call_ok(py.call_method(mon, "free_tool_id", "i", tools[i]));
+    }
+done:
+    if (cb != NULL)
+        py.decref(cb); /* sys.monitoring keeps its own reference */
+    if (call != NULL)
+        py.decref(call);
+    if (events != NULL)
+        py.decref(events);
+    py.decref(mon);
+    return ok;
+}
+
+/* Install the watch: sys.monitoring (3.12+), else the profile function on
+** every thread (PyEval_SetProfileAllThreads), else on this one. The GIL
+** is held; as a pending call, it runs on the main thread. An exception
+** the program has pending survives. */
 static int
 profile_install(void *arg)
 {
+    void *type, *value, *tb;
+
     (void)arg;
-    if (py.set_profile_all != NULL)
-        py.set_profile_all(profile_call, NULL);
-    else
-        py.set_profile(profile_call, NULL);
+    py.err_fetch(&type, &value, &tb);
+    if (!monitor_install()) {
+        if (py.set_profile_all != NULL)
+            py.set_profile_all(profile_call, NULL);
+        else
+            py.set_profile(profile_call, NULL);
+    }
+    py.err_restore(type, value, tb);
     return 0;
 }
 

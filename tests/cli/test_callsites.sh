@@ -51,6 +51,17 @@ first_frames() {
         }' "$1"
 }
 
+# site_has TRACE SIZE FRAME: "N of M": of the M 'a' events of SIZE bytes,
+# the N whose site holds the frame line FRAME (its text after the id).
+site_has() {
+    awk -F, -v size="$2" -v want="$3" '
+        /^#@frame / { id = substr($1, 9); t = $2; for (i = 3; i <= NF; i++) t = t "," $i; fr[id] = t; next }
+        /^#@site / { id = substr($1, 8); has[id] = 0; for (i = 2; i <= NF; i++) if (fr[$i] == want) has[id] = 1; next }
+        /^#/ || /^t_us/ { next }
+        $2 == "a" && $4 == size { m++; if (has[$8]) n++ }
+        END { printf "%d of %d\n", n, m }' "$1"
+}
+
 # ---- a Python program ----
 if [ -x /usr/bin/python3 ]; then
     held=$(grep -n "# PLANTED held" "$SCRIPT" | cut -d: -f1)
@@ -87,6 +98,16 @@ if [ -x /usr/bin/python3 ]; then
     else
         fail "python: the line without the GIL" "$(sort "$TMP/released" | uniq -c | head -3)"
     fi
+    # A helper reached from two lines: each allocation names its own caller.
+    for which in a:16384 b:20480; do
+        line=$(grep -n "# PLANTED from_${which%:*}" "$SCRIPT" | cut -d: -f1)
+        n=$(site_has "$TMP/py.csv" "${which#*:}" "py,$SCRIPT,$line,from_${which%:*}")
+        if [ "$n" = "30 of 30" ]; then
+            pass "python: a shared helper's allocations name their caller, from_${which%:*}"
+        else
+            fail "python: a shared helper's caller, from_${which%:*}" "$n"
+        fi
+    done
     sites=$(grep -c "^#@site " "$TMP/py.csv")
     if [ "$sites" -le 6 ]; then
         pass "python: repeated stacks are interned ($sites sites for 60 allocations)"
@@ -143,6 +164,34 @@ assert d["peak_sites"][0]["headline"].endswith(":" + sys.argv[3] + " in leak_ste
     fi
 else
     echo "skip python: no /usr/bin/python3"
+fi
+
+# ---- a call of a C callable that is not a builtin (3.12+) ----
+# A ctypes function pointer, like a jitted JAX function, is no builtin:
+# Python's profile function sees no call there; 3.12's sys.monitoring does.
+# Found on PATH, or among pyenv's versions (pyenv's shims run only the
+# version selected).
+PY312=
+PYENV_ROOT_DIR=$(pyenv root 2>/dev/null)
+for py in $(command -v python3.13 python3.12) \
+    ${PYENV_ROOT_DIR:+"$PYENV_ROOT_DIR"/versions/3.1[2-9]*/bin/python3}; do
+    if [ -x "$py" ] && "$py" -c 'import ctypes, sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then
+        PY312=$py
+        break
+    fi
+done
+if [ -n "$PY312" ]; then
+    rec "$TMP/py312.csv" -- "$PY312" "$SCRIPT"
+    direct=$(grep -n "# PLANTED direct" "$SCRIPT" | cut -d: -f1)
+    n8=$(site_has "$TMP/py312.csv" 8192 "py,$SCRIPT,$direct,direct")
+    n9=$(site_has "$TMP/py312.csv" 8193 "py,$SCRIPT,$direct,direct")
+    if [ "$rc" -eq 0 ] && [ "$n8" = "15 of 15" ] && [ "$n9" = "15 of 15" ]; then
+        pass "python 3.12+: a ctypes function pointer's line, $(basename "$SCRIPT"):$direct (sys.monitoring)"
+    else
+        fail "python 3.12+: the C callable's line" "exit $rc, $n8, $n9"
+    fi
+else
+    echo "skip python 3.12+: no python3.12 or python3.13 on PATH"
 fi
 
 # ---- a C program ----
