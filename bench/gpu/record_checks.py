@@ -167,8 +167,10 @@ def site_check(r):
     if order >= len(hits):
         return None
     want = hits[order]
-    # The Python frames (a note, "ran without the GIL: ...", may come first).
-    lines = [f for f in stack if ".py:" in f]
+    # The Python frames (a note, "ran without the GIL: ...", may come first),
+    # and the line analyze names for the site (its stack in the JSON keeps
+    # the innermost frames only: JAX's dispatch is deeper than they go).
+    lines = [f for f in stack if ".py:" in f] + [r.get("top_site") or ""]
     return any(f.startswith(want + " in ") for f in lines)
 
 

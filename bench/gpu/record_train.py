@@ -94,6 +94,16 @@ def line_of(marker):
     return None
 
 
+def torch_allocated(torch):
+    """PyTorch's allocated bytes; 0 under an allocator that keeps no
+    statistics (a pluggable one, such as vram.torch.use: "does not yet
+    support getDeviceStats")."""
+    try:
+        return torch.cuda.memory_allocated()
+    except RuntimeError:
+        return 0
+
+
 def run_torch(case, steps):
     import torch
     torch.manual_seed(0)
@@ -127,7 +137,7 @@ def run_torch(case, steps):
         del logits, loss, x, y
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t) * 1000.0)
-        allocated.append(torch.cuda.memory_allocated())
+        allocated.append(torch_allocated(torch))
         used.append(driver())
     return allocated, times, used, torch.__version__
 

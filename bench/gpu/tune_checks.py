@@ -54,7 +54,7 @@ try:
         if s.get("vram_limit"):
             import vram.torch
             vram.torch.use(limit=s["vram_limit"], strategy=s["vram_strategy"])
-        else:
+        elif "fraction" in s:
             torch.cuda.set_per_process_memory_fraction(s["fraction"], 0)
     runpy.run_path(sys.argv[0], run_name="__main__")
 except SystemExit as e:
