@@ -46,6 +46,11 @@ MIB = 1 << 20
 # out-of-memory error, 1 anything else.
 APPLY = r'''
 import json, runpy, sys, traceback
+def out_of_memory(text):
+    # PyTorch's OutOfMemoryError, JAX's RESOURCE_EXHAUSTED, and a library's
+    # own allocation refused (cublasCreate under vram run --limit).
+    return ("out of memory" in text.lower() or "RESOURCE_EXHAUSTED" in text or
+            "ALLOC_FAILED" in text)
 s = json.loads(sys.argv[1])
 sys.argv = sys.argv[2:]
 try:
@@ -62,7 +67,7 @@ except SystemExit as e:
 except BaseException as e:
     text = traceback.format_exc()
     sys.stderr.write(text[-1500:])
-    sys.exit(3 if "out of memory" in text.lower() or "RESOURCE_EXHAUSTED" in text else 1)
+    sys.exit(3 if out_of_memory(text) else 1)
 '''
 
 
@@ -111,7 +116,7 @@ def apply(setting, fw, steps, lib, timeout, env_extra=None, prefix=None):
     if loop_error:
         err = loop_error[-600:]
         if rc == 1 and ("out of memory" in loop_error.lower() or
-                        "RESOURCE_EXHAUSTED" in loop_error):
+                        "RESOURCE_EXHAUSTED" in loop_error or "ALLOC_FAILED" in loop_error):
             rc = 3
     return rc, err
 
