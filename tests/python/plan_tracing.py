@@ -223,6 +223,42 @@ class Robustness(unittest.TestCase):
         self.assertEqual(plan._sdp_choice_cuda(torch, (q.half(), k.half(), k.half()),
                                                {"enable_gqa": True}), 1)
 
+    def test_padding_mask_read_as_on_the_device(self):
+        """A program that asks whether its padding mask is all ones (Hugging
+        Face's masking before SDPA) gets the device's answer: the value of a
+        64 x 1,024 boolean mask is known, and transformers' is_fake_tensor,
+        which would make it build the full attention mask instead, says no
+        during the trace only (transformers is stood in for here)."""
+        import types
+        import torch
+        names = ["transformers", "transformers.utils", "transformers.utils.import_utils"]
+        saved = {n: sys.modules.get(n) for n in names}
+        utils = types.ModuleType(names[-1])
+
+        def is_fake_tensor(t):
+            return True
+
+        utils.is_fake_tensor = is_fake_tensor
+        utils.is_tracing = lambda t=None: utils.is_fake_tensor(t)
+        for n in names:
+            sys.modules[n] = utils if n == names[-1] else types.ModuleType(n)
+        seen = {}
+        try:
+            def fn():
+                ids = torch.zeros(64, 1024, dtype=torch.long, device="cuda")
+                mask = torch.ones_like(ids).bool()
+                seen["tracing"] = utils.is_tracing(mask)
+                seen["all"] = bool(mask.all())
+            plan.trace(fn)
+        finally:
+            for n, m in saved.items():
+                if m is None:
+                    sys.modules.pop(n, None)
+                else:
+                    sys.modules[n] = m
+        self.assertEqual(seen, {"tracing": False, "all": True})
+        self.assertIs(utils.is_fake_tensor, is_fake_tensor)
+
     def test_grouped_heads_trace_the_scores(self):
         """Traced, fp32 attention with grouped heads holds the math path's
         B x H x S x S scores, as on the device (PyTorch 2.11 on the H200:
