@@ -631,32 +631,6 @@ def _patched(torch, tracer, meta, gpu_memory):
         return run
     patch(torch.autograd, "backward", _wrap(orig_backward))
     patch(torch.autograd, "grad", _wrap(orig_grad))
-    # Fused attention: PyTorch 2.x picks the kernel inside the composite
-    # scaled_dot_product_attention through a C++ stub that no dispatch mode
-    # sees, so a fake tensor gets the stub's choice, not the device's. Where
-    # the device would take the math path (_sdp_choice_cuda), the trace
-    # takes it too, through the same math operator.
-    functional = torch.nn.functional
-    orig_sdpa = getattr(functional, "scaled_dot_product_attention", None)
-    math_sdpa = getattr(getattr(torch.ops, "aten", None), "_scaled_dot_product_attention_math",
-                        None)
-    if orig_sdpa is not None and math_sdpa is not None:
-        def sdpa(*a, **k):
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
-                     "enable_gqa")
-            full = dict(zip(names, a))
-            full.update(k)
-            q = full.get("query")
-            if q is None or q.device.type not in ("cuda", "meta") or \
-                    _sdp_choice_cuda(torch, (), full) != 0:
-                return orig_sdpa(*a, **k)
-            extra = {"scale": full.get("scale")}
-            if full.get("enable_gqa"):
-                extra["enable_gqa"] = True
-            return math_sdpa(q, full["key"], full["value"], full.get("attn_mask"),
-                             full.get("dropout_p", 0.0), full.get("is_causal", False),
-                             **extra)[0]
-        patch(functional, "scaled_dot_product_attention", sdpa)
     # Parameters and optimizers, to tell weights, gradients and states apart.
     import weakref
     orig_param_new = torch.nn.Parameter.__new__
