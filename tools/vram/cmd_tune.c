@@ -12,8 +12,8 @@
 **    poll loads its complete lines and finds its iterations as
 **    `vram analyze` does (marks, else the period of the event stream, else
 **    the floor of live bytes). Once --periods complete iterations after
-**    the first have peaks within TUNE_FLAT_SHARE of each other (a steady
-**    state), the command is stopped (SIGINT, then SIGTERM, then SIGKILL:
+**    the first have peaks within TUNE_FLAT_SHARE of each other and span
+**    TUNE_SPAN_SHARE of the recording (a steady state), the command is stopped (SIGINT, then SIGTERM, then SIGKILL:
 **    run_command_watched); --seconds and --iterations bound the recording.
 **    With --trace the recording is a file and nothing runs.
 ** 2. Replay the trace under every strategy on the simulated device (the
@@ -75,6 +75,14 @@ enum {
 ** (the shared traces: resnet50_fp32's steps 2-15 within 0.0 %); 1 % still
 ** takes the few small tensors (a scalar, an RNG state) that move. */
 #define TUNE_FLAT_SHARE 0.01
+/* ... and those iterations must span this share of the recording (from its
+** first event): a burst of identical rounds early on is no steady state.
+** On the H200, XLA's autotuning while compiling a JAX step allocated and
+** freed the same trial workspaces 17 times in 13 ms, 3.8 s into the
+** recording, and was taken for 17 steady steps before any step ran;
+** PyTorch's steps of the same loop span 2.6 % of their recording after 40
+** steps, so a tenth costs a recording a few more seconds of steps. */
+#define TUNE_SPAN_SHARE 0.10
 /* The tuning advice's headroom above the measured peak: 10-15 %. The low
 ** end once the peak has repeated flat (the replay already counts what the
 ** allocator loses to fragmentation), the high end when the recording may
@@ -132,7 +140,7 @@ static const struct cli_opt opt_table[] = {
      "temporary file, removed"},
     {OPT_PERIODS, "periods", 0, "N",
      "a steady state is N complete iterations after the first whose peaks agree within "
-     "1 % (2..1000; default 3)"},
+     "1 % and that span a tenth of the recording (2..1000; default 3)"},
     {OPT_SECONDS, "seconds", 0, "S",
      "stop the command after S seconds at most, steady or not (default 600)"},
     {OPT_ITERATIONS, "iterations", 0, "N",
@@ -292,6 +300,7 @@ struct steady {
     uint64_t lo, hi;  /* least and most of their peaks (with steady or not,
                          over the last min(PERIODS, complete) of them) */
     double spread;    /* (hi - lo) / hi */
+    double span;      /* share of the recording the complete iterations span */
 };
 
 static void
@@ -313,7 +322,11 @@ steady_of(const struct an_result *r, unsigned periods, struct steady *s)
             s->hi = p;
     }
     s->spread = s->hi > 0 ? (double)(s->hi - s->lo) / (double)s->hi : 0.0;
-    s->steady = s->complete >= periods && s->spread <= TUNE_FLAT_SHARE && !r->leak;
+    uint64_t t0 = r->iters[0].t_start_us, w0 = r->iters[1].t_start_us,
+             t1 = r->iters[s->complete].t_end_us;
+    s->span = t1 > t0 ? (double)(t1 - w0) / (double)(t1 - t0) : 1.0;
+    s->steady = s->complete >= periods && s->spread <= TUNE_FLAT_SHARE &&
+                s->span >= TUNE_SPAN_SHARE && !r->leak;
 }
 
 /* ------------------------------------------------------------------ */
@@ -523,6 +536,11 @@ pick_headroom(struct tune *tu)
                  "15%%: the iterations' peaks vary by %.1f%%: the recording may not have "
                  "seen the largest",
                  s->spread * 100.0);
+    else if (s->complete >= tu->periods && s->span < TUNE_SPAN_SHARE)
+        snprintf(tu->headroom_why, sizeof tu->headroom_why,
+                 "15%%: the %zu iterations span %.1f%% of the recording, %.0f%% needed for a "
+                 "steady state (a burst of rounds, such as autotuning, is not one)",
+                 s->complete, s->span * 100.0, TUNE_SPAN_SHARE * 100.0);
     else
         snprintf(tu->headroom_why, sizeof tu->headroom_why,
                  "15%%: only %zu complete iterations after the first, %u needed for a "
