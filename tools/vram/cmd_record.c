@@ -76,9 +76,10 @@ record_notes(FILE *out)
             "tensor is its own allocation: PYTORCH_CUDA_ALLOC_CONF gets\n"
             "backend:cudaMallocAsync (PyTorch 2.0 or later), TF_GPU_ALLOCATOR=\n"
             "cuda_malloc_async, XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async and\n"
-            "XLA_PYTHON_CLIENT_PREALLOCATE=false; settings already made are kept. Each allocation names its call site (the innermost Python\n"
-            "frames of a thread holding the GIL, and native return addresses) unless\n"
-            "--no-sites. docs/RECORD.md has more.\n");
+            "XLA_PYTHON_CLIENT_PREALLOCATE=false; settings already made are kept. Each\n"
+            "allocation names its call site (the innermost Python frames of a thread\n"
+            "holding the GIL, and native return addresses) unless --no-sites.\n"
+            "docs/RECORD.md has more.\n");
 }
 
 static const struct cli_command record_cmd = {
