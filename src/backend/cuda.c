@@ -488,17 +488,6 @@ cuda_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     return leave_with_address(c, mode, st, p, addr);
 }
 
-static vram_status
-cuda_mem_free(struct backend *b, int dev, uint64_t addr)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemFree,
-                            c->api.cuMemFree((vcu_deviceptr)addr));
-}
-
 /* ================================================================== */
 /* Virtual memory                                                      */
 /* ================================================================== */
@@ -540,17 +529,6 @@ cuda_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 }
 
 static vram_status
-cuda_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter_vm(c, dev, size, "va_release");
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemAddressFree,
-                            c->api.cuMemAddressFree((vcu_deviceptr)addr, (size_t)size));
-}
-
-static vram_status
 cuda_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
 {
     struct cuda_backend *c = cuda_of(b);
@@ -573,17 +551,6 @@ cuda_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
         return st;
     *handle = h;
     return VRAM_OK;
-}
-
-static vram_status
-cuda_phys_release(struct backend *b, int dev, uint64_t handle)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemRelease,
-                            c->api.cuMemRelease((vcu_mem_handle)handle));
 }
 
 /* Map HANDLE at [addr, addr+size) and make it readable and writable from
@@ -613,17 +580,6 @@ cuda_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t hand
     }
     capture_restore(c, mode);
     return cuda_leave(c, st);
-}
-
-static vram_status
-cuda_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter_vm(c, dev, size, "unmap");
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemUnmap,
-                            c->api.cuMemUnmap((vcu_deviceptr)addr, (size_t)size));
 }
 
 /* ================================================================== */
@@ -673,16 +629,6 @@ cuda_event_query(struct backend *b, int dev, uint64_t event, bool *done)
     return VRAM_OK;
 }
 
-static vram_status
-cuda_synchronize(struct backend *b, int dev)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuCtxSynchronize, c->api.cuCtxSynchronize());
-}
-
 /* The legacy default stream (0) never captures, and asking about it while
 ** another thread captures in the global mode is itself prohibited. */
 static vram_status
@@ -706,16 +652,45 @@ cuda_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
     return VRAM_OK;
 }
 
-static vram_status
-cuda_event_destroy(struct backend *b, int dev, uint64_t event)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuEventDestroy,
-                            c->api.cuEventDestroy((vcu_event)(uintptr_t)event));
-}
+/* ================================================================== */
+/* Calls that are one driver call                                      */
+/* ================================================================== */
+
+/*
+** The calls that are one driver call in DEV's primary context: the
+** backend function NAME, its parameters after the backend, how it enters
+** the device (a VM call through cuda_enter_vm, which checks its size), and
+** the entry point with its arguments. Each becomes cuda_NAME, which enters,
+** calls, and leaves with the call's status.
+*/
+#define CUDA_ONE_CALL(X)                                                                 \
+    X(mem_free, (int dev, uint64_t addr), cuda_enter(c, dev), cuMemFree,                 \
+      ((vcu_deviceptr)addr))                                                             \
+    X(va_release, (int dev, uint64_t addr, uint64_t size),                               \
+      cuda_enter_vm(c, dev, size, "va_release"), cuMemAddressFree,                       \
+      ((vcu_deviceptr)addr, (size_t)size))                                               \
+    X(phys_release, (int dev, uint64_t handle), cuda_enter(c, dev), cuMemRelease,        \
+      ((vcu_mem_handle)handle))                                                          \
+    X(unmap, (int dev, uint64_t addr, uint64_t size),                                    \
+      cuda_enter_vm(c, dev, size, "unmap"), cuMemUnmap,                                  \
+      ((vcu_deviceptr)addr, (size_t)size))                                               \
+    X(event_destroy, (int dev, uint64_t event), cuda_enter(c, dev), cuEventDestroy,      \
+      ((vcu_event)(uintptr_t)event))                                                     \
+    X(synchronize, (int dev), cuda_enter(c, dev), cuCtxSynchronize, ())
+
+#define CUDA_UNPAREN(...) __VA_ARGS__
+
+#define X(name, params, enter, entry, args)                                              \
+    static vram_status cuda_##name(struct backend *b, CUDA_UNPAREN params)               \
+    {                                                                                    \
+        struct cuda_backend *c = cuda_of(b);                                             \
+        vram_status st = enter;                                                          \
+        if (st != VRAM_OK)                                                               \
+            return st;                                                                   \
+        return cuda_leave_after(c, VCU_ENTRY_##entry, c->api.entry args);                \
+    }
+CUDA_ONE_CALL(X)
+#undef X
 
 /* ================================================================== */
 /* Open and close                                                      */
