@@ -350,6 +350,21 @@ cuda_device_info(struct backend *b, int dev, vram_physical_info *out)
     return VRAM_OK;
 }
 
+/* The properties of the physical memory vram makes on device H: pinned
+** device memory, no shareable handle. The granularity is asked for with
+** the same properties that phys_create uses. */
+static vcu_mem_allocation_prop
+pinned_prop(vcu_device h)
+{
+    vcu_mem_allocation_prop prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = VCU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = VCU_MEM_HANDLE_TYPE_NONE;
+    prop.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = h;
+    return prop;
+}
+
 /*
 ** The VM granularity of D, and whether the VM calls work on it: only with
 ** the entry points, the device attribute, and a granularity the driver
@@ -369,11 +384,7 @@ probe_vmm(struct cuda_backend *c, int ordinal, struct cuda_device *d)
             d->handle) != VCU_SUCCESS ||
         !supported)
         return;
-    vcu_mem_allocation_prop prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = VCU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = d->handle;
+    vcu_mem_allocation_prop prop = pinned_prop(d->handle);
     size_t g = 0;
     vcu_result r = c->api.cuMemGetAllocationGranularity(
         &g, &prop, VCU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -459,18 +470,25 @@ capture_restore(struct cuda_backend *c, vcu_stream_capture_mode mode)
         (void)c->api.cuThreadExchangeStreamCaptureMode(&mode);
 }
 
-/* After a call that obtained address P under the relaxed capture MODE with
-** status ST: restore the mode, leave the device, and write *ADDR on
-** success. */
+/* After a call that obtained VALUE (an address, a handle, an event) with
+** status ST: leave the device (cuda_leave), and write *OUT on success. */
 static vram_status
-leave_with_address(struct cuda_backend *c, vcu_stream_capture_mode mode, vram_status st,
-                   vcu_deviceptr p, uint64_t *addr)
+leave_with_value(struct cuda_backend *c, vram_status st, uint64_t value, uint64_t *out)
 {
-    capture_restore(c, mode);
     st = cuda_leave(c, st);
     if (st == VRAM_OK)
-        *addr = p;
+        *out = value;
     return st;
+}
+
+/* leave_with_value for a call made under the relaxed capture MODE: the
+** mode is restored first. */
+static vram_status
+leave_with_result(struct cuda_backend *c, vcu_stream_capture_mode mode, vram_status st,
+                  uint64_t value, uint64_t *out)
+{
+    capture_restore(c, mode);
+    return leave_with_value(c, st, value, out);
 }
 
 static vram_status
@@ -485,7 +503,7 @@ cuda_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     vcu_deviceptr p = 0;
     vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemAlloc, c->api.cuMemAlloc(&p, (size_t)size));
-    return leave_with_address(c, mode, st, p, addr);
+    return leave_with_result(c, mode, st, p, addr);
 }
 
 /* ================================================================== */
@@ -525,7 +543,7 @@ cuda_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     st = cuda_check(c, VCU_ENTRY_cuMemAddressReserve,
                     c->api.cuMemAddressReserve(&p, (size_t)size,
                                                (size_t)c->dev[dev].granularity, 0, 0));
-    return leave_with_address(c, mode, st, p, addr);
+    return leave_with_result(c, mode, st, p, addr);
 }
 
 static vram_status
@@ -535,22 +553,12 @@ cuda_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
     vram_status st = cuda_enter_vm(c, dev, size, "phys_create");
     if (st != VRAM_OK)
         return st;
-    vcu_mem_allocation_prop prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = VCU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = VCU_MEM_HANDLE_TYPE_NONE;
-    prop.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = c->dev[dev].handle;
+    vcu_mem_allocation_prop prop = pinned_prop(c->dev[dev].handle);
     vcu_mem_handle h = 0;
     vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemCreate,
                     c->api.cuMemCreate(&h, (size_t)size, &prop, 0));
-    capture_restore(c, mode);
-    st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *handle = h;
-    return VRAM_OK;
+    return leave_with_result(c, mode, st, h, handle);
 }
 
 /* Map HANDLE at [addr, addr+size) and make it readable and writable from
@@ -604,11 +612,7 @@ cuda_event_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
         if (st != VRAM_OK) /* the error stays cuEventRecord's */
             (void)c->api.cuEventDestroy(ev);
     }
-    st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *event = (uint64_t)(uintptr_t)ev;
-    return VRAM_OK;
+    return leave_with_value(c, st, (uint64_t)(uintptr_t)ev, event);
 }
 
 static vram_status
@@ -623,10 +627,9 @@ cuda_event_query(struct backend *b, int dev, uint64_t event, bool *done)
     if (r != VCU_SUCCESS && r != VCU_ERROR_NOT_READY)
         st = api_fail(&c->api, VCU_ENTRY_cuEventQuery, r, VRAM_OK);
     st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *done = finished;
-    return VRAM_OK;
+    if (st == VRAM_OK)
+        *done = finished;
+    return st;
 }
 
 /* The legacy default stream (0) never captures, and asking about it while
@@ -646,10 +649,9 @@ cuda_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
     st = cuda_leave_after(
         c, VCU_ENTRY_cuStreamIsCapturing,
         c->api.cuStreamIsCapturing((vcu_stream)(uintptr_t)stream, &status));
-    if (st != VRAM_OK)
-        return st;
-    *active = status != VCU_STREAM_CAPTURE_STATUS_NONE;
-    return VRAM_OK;
+    if (st == VRAM_OK)
+        *active = status != VCU_STREAM_CAPTURE_STATUS_NONE;
+    return st;
 }
 
 /* ================================================================== */

@@ -146,12 +146,12 @@ static vram_status
 sim_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes, uint64_t *total_bytes)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    struct sim_device *d;
+    vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    pthread_mutex_lock(&s->lock);
     *free_bytes = sim_free_locked(s, dev);
-    *total_bytes = s->dev[dev].total;
+    *total_bytes = d->total;
     pthread_mutex_unlock(&s->lock);
     return VRAM_OK;
 }
