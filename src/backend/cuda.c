@@ -356,12 +356,12 @@ cuda_device_info(struct backend *b, int dev, vram_physical_info *out)
 static vcu_mem_allocation_prop
 pinned_prop(vcu_device h)
 {
-    vcu_mem_allocation_prop prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = VCU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = VCU_MEM_HANDLE_TYPE_NONE;
-    prop.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = h;
+    /* Members not named are zero: no Win32 metadata, no allocation flags. */
+    vcu_mem_allocation_prop prop = {
+        .type = VCU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = VCU_MEM_HANDLE_TYPE_NONE,
+        .location = {.type = VCU_MEM_LOCATION_TYPE_DEVICE, .id = h},
+    };
     return prop;
 }
 

@@ -324,14 +324,13 @@ check_physical(const vram_context *ctx, bool args_ok, const char *call, int inde
 vram_status
 vram_physical_info_get(vram_context *ctx, int index, vram_physical_info *out)
 {
+    uint64_t free_bytes = 0, total = 0;
     vram_status st = check_physical(ctx, out != NULL, "vram_physical_info_get", index);
+    if (st == VRAM_OK)
+        st = ctx->backend->ops->mem_get_info(ctx->backend, index, &free_bytes, &total);
     if (st != VRAM_OK)
         return st;
     vram_physical_info info = ctx->phys[index].info;
-    uint64_t free_bytes, total;
-    st = ctx->backend->ops->mem_get_info(ctx->backend, index, &free_bytes, &total);
-    if (st != VRAM_OK)
-        return st;
     info.free_bytes = free_bytes;
     *out = info;
     return VRAM_OK;
@@ -341,9 +340,8 @@ vram_status
 vram_configure(vram_context *ctx, int index, const vram_device_config *config)
 {
     vram_status st = check_physical(ctx, config != NULL, "vram_configure", index);
-    if (st != VRAM_OK)
-        return st;
-    st = validate_config(config);
+    if (st == VRAM_OK)
+        st = validate_config(config);
     if (st != VRAM_OK)
         return st;
     pthread_mutex_lock(&ctx->lock);

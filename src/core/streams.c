@@ -454,34 +454,43 @@ pool_new_locked(struct vram_device *dev, uint64_t id)
 }
 
 /* Check DEV and POOL for CALL, take DEV's lock and point *GP at POOL's
-** slot (NULL: no such pool). On success the caller unlocks. */
+** slot: made if MAKE and there is none, else NULL when there is none. On
+** success the caller unlocks. */
 static vram_status
-pool_lock(struct vram_device *dev, uint64_t pool, const char *call,
+pool_lock(struct vram_device *dev, uint64_t pool, const char *call, bool make,
           struct graph_pool **gp)
 {
     if (dev == NULL || pool == 0)
         return error_set(VRAM_E_INVALID, "%s: NULL device or pool 0", call);
     device_lock(dev);
     *gp = pool_find_locked(dev, pool);
+    if (*gp == NULL && make)
+        *gp = pool_new_locked(dev, pool);
+    if (*gp == NULL && make)
+        return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY, "out of host memory");
     return VRAM_OK;
+}
+
+/* Leave DEV's lock, failing CALL because POOL is in the wrong state: it
+** is WHY ("open already"). */
+static vram_status
+pool_fail_unlock(struct vram_device *dev, const char *call, uint64_t pool,
+                 const char *why)
+{
+    return error_set_unlock(&dev->lock, VRAM_E_INVALID,
+                            "%s: pool %" PRIu64 " of GPU:%d is %s", call, pool,
+                            dev->index, why);
 }
 
 vram_status
 vram_pool_begin(vram_device *dev, uint64_t pool)
 {
     struct graph_pool *gp = NULL;
-    vram_status st = pool_lock(dev, pool, "vram_pool_begin", &gp);
+    vram_status st = pool_lock(dev, pool, "vram_pool_begin", true, &gp);
+    if (st == VRAM_OK && gp->open)
+        st = pool_fail_unlock(dev, "vram_pool_begin", pool, "open already");
     if (st != VRAM_OK)
         return st;
-    if (gp == NULL)
-        gp = pool_new_locked(dev, pool);
-    if (gp == NULL)
-        return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY, "out of host memory");
-    if (gp->open)
-        return error_set_unlock(&dev->lock, VRAM_E_INVALID,
-                                "vram_pool_begin: pool %" PRIu64
-                                " of GPU:%d is open already",
-                                pool, dev->index);
     gp->open = true;
     atomic_fetch_add_explicit(&dev->pools_open, 1, memory_order_release);
     device_unlock(dev);
@@ -518,13 +527,11 @@ vram_status
 vram_pool_end(vram_device *dev, uint64_t pool)
 {
     struct graph_pool *gp = NULL;
-    vram_status st = pool_lock(dev, pool, "vram_pool_end", &gp);
+    vram_status st = pool_lock(dev, pool, "vram_pool_end", false, &gp);
+    if (st == VRAM_OK && (gp == NULL || !gp->open))
+        st = pool_fail_unlock(dev, "vram_pool_end", pool, "not open");
     if (st != VRAM_OK)
         return st;
-    if (gp == NULL || !gp->open)
-        return error_set_unlock(&dev->lock, VRAM_E_INVALID,
-                                "vram_pool_end: pool %" PRIu64 " of GPU:%d is not open",
-                                pool, dev->index);
     gp->open = false;
     atomic_fetch_sub_explicit(&dev->pools_open, 1, memory_order_release);
     flush_deferred_locked(dev);
@@ -536,18 +543,16 @@ vram_status
 vram_pool_release(vram_device *dev, uint64_t pool)
 {
     struct graph_pool *gp = NULL;
-    vram_status st = pool_lock(dev, pool, "vram_pool_release", &gp);
+    vram_status st = pool_lock(dev, pool, "vram_pool_release", false, &gp);
+    if (st == VRAM_OK && gp == NULL)
+        st = error_set_unlock(&dev->lock, VRAM_E_INVALID,
+                              "vram_pool_release: GPU:%d has no pool %" PRIu64,
+                              dev->index, pool);
+    else if (st == VRAM_OK && gp->open)
+        st = pool_fail_unlock(dev, "vram_pool_release", pool,
+                              "still open (capture not ended)");
     if (st != VRAM_OK)
         return st;
-    if (gp == NULL)
-        return error_set_unlock(&dev->lock, VRAM_E_INVALID,
-                                "vram_pool_release: GPU:%d has no pool %" PRIu64,
-                                dev->index, pool);
-    if (gp->open)
-        return error_set_unlock(&dev->lock, VRAM_E_INVALID,
-                                "vram_pool_release: pool %" PRIu64
-                                " of GPU:%d is still open (capture not ended)",
-                                pool, dev->index);
     /* A replay of the graph may still run on any stream: wait for the
     ** device once, then the pool's freed blocks are idle. */
     struct block *list = gp->free_list;
