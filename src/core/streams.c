@@ -471,6 +471,18 @@ pool_lock(struct vram_device *dev, uint64_t pool, const char *call, bool make,
     return VRAM_OK;
 }
 
+/* Open or close GP, with dev->pools_open (read without the lock on the
+** allocation path) in step. */
+static void
+pool_set_open_locked(struct vram_device *dev, struct graph_pool *gp, bool open)
+{
+    gp->open = open;
+    if (open)
+        atomic_fetch_add_explicit(&dev->pools_open, 1, memory_order_release);
+    else
+        atomic_fetch_sub_explicit(&dev->pools_open, 1, memory_order_release);
+}
+
 /* Leave DEV's lock, failing CALL because POOL is in the wrong state: it
 ** is WHY ("open already"). */
 static vram_status
@@ -491,8 +503,7 @@ vram_pool_begin(vram_device *dev, uint64_t pool)
         st = pool_fail_unlock(dev, "vram_pool_begin", pool, "open already");
     if (st != VRAM_OK)
         return st;
-    gp->open = true;
-    atomic_fetch_add_explicit(&dev->pools_open, 1, memory_order_release);
+    pool_set_open_locked(dev, gp, true);
     device_unlock(dev);
     return VRAM_OK;
 }
@@ -532,8 +543,7 @@ vram_pool_end(vram_device *dev, uint64_t pool)
         st = pool_fail_unlock(dev, "vram_pool_end", pool, "not open");
     if (st != VRAM_OK)
         return st;
-    gp->open = false;
-    atomic_fetch_sub_explicit(&dev->pools_open, 1, memory_order_release);
+    pool_set_open_locked(dev, gp, false);
     flush_deferred_locked(dev);
     device_unlock(dev);
     return VRAM_OK;
