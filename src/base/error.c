@@ -46,7 +46,7 @@ vram_last_error(void)
 }
 
 /* error_set with the arguments in AP. */
-static vram_status
+static vram_status __attribute__((format(printf, 2, 0)))
 error_setv(vram_status status, const char *fmt, va_list ap)
 {
     /* Format into a copy first: callers may pass vram_last_error() itself
