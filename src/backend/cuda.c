@@ -350,6 +350,21 @@ cuda_device_info(struct backend *b, int dev, vram_physical_info *out)
     return VRAM_OK;
 }
 
+/* The properties of the physical memory vram makes on device H: pinned
+** device memory, no shareable handle. The granularity is asked for with
+** the same properties that phys_create uses. */
+static vcu_mem_allocation_prop
+pinned_prop(vcu_device h)
+{
+    /* Members not named are zero: no Win32 metadata, no allocation flags. */
+    vcu_mem_allocation_prop prop = {
+        .type = VCU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = VCU_MEM_HANDLE_TYPE_NONE,
+        .location = {.type = VCU_MEM_LOCATION_TYPE_DEVICE, .id = h},
+    };
+    return prop;
+}
+
 /*
 ** The VM granularity of D, and whether the VM calls work on it: only with
 ** the entry points, the device attribute, and a granularity the driver
@@ -369,11 +384,7 @@ probe_vmm(struct cuda_backend *c, int ordinal, struct cuda_device *d)
             d->handle) != VCU_SUCCESS ||
         !supported)
         return;
-    vcu_mem_allocation_prop prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = VCU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = d->handle;
+    vcu_mem_allocation_prop prop = pinned_prop(d->handle);
     size_t g = 0;
     vcu_result r = c->api.cuMemGetAllocationGranularity(
         &g, &prop, VCU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -459,18 +470,25 @@ capture_restore(struct cuda_backend *c, vcu_stream_capture_mode mode)
         (void)c->api.cuThreadExchangeStreamCaptureMode(&mode);
 }
 
-/* After a call that obtained address P under the relaxed capture MODE with
-** status ST: restore the mode, leave the device, and write *ADDR on
-** success. */
+/* After a call that obtained VALUE (an address, a handle, an event) with
+** status ST: leave the device (cuda_leave), and write *OUT on success. */
 static vram_status
-leave_with_address(struct cuda_backend *c, vcu_stream_capture_mode mode, vram_status st,
-                   vcu_deviceptr p, uint64_t *addr)
+leave_with_value(struct cuda_backend *c, vram_status st, uint64_t value, uint64_t *out)
 {
-    capture_restore(c, mode);
     st = cuda_leave(c, st);
     if (st == VRAM_OK)
-        *addr = p;
+        *out = value;
     return st;
+}
+
+/* leave_with_value for a call made under the relaxed capture MODE: the
+** mode is restored first. */
+static vram_status
+leave_with_result(struct cuda_backend *c, vcu_stream_capture_mode mode, vram_status st,
+                  uint64_t value, uint64_t *out)
+{
+    capture_restore(c, mode);
+    return leave_with_value(c, st, value, out);
 }
 
 static vram_status
@@ -485,18 +503,7 @@ cuda_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     vcu_deviceptr p = 0;
     vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemAlloc, c->api.cuMemAlloc(&p, (size_t)size));
-    return leave_with_address(c, mode, st, p, addr);
-}
-
-static vram_status
-cuda_mem_free(struct backend *b, int dev, uint64_t addr)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemFree,
-                            c->api.cuMemFree((vcu_deviceptr)addr));
+    return leave_with_result(c, mode, st, p, addr);
 }
 
 /* ================================================================== */
@@ -536,18 +543,7 @@ cuda_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
     st = cuda_check(c, VCU_ENTRY_cuMemAddressReserve,
                     c->api.cuMemAddressReserve(&p, (size_t)size,
                                                (size_t)c->dev[dev].granularity, 0, 0));
-    return leave_with_address(c, mode, st, p, addr);
-}
-
-static vram_status
-cuda_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter_vm(c, dev, size, "va_release");
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemAddressFree,
-                            c->api.cuMemAddressFree((vcu_deviceptr)addr, (size_t)size));
+    return leave_with_result(c, mode, st, p, addr);
 }
 
 static vram_status
@@ -557,33 +553,12 @@ cuda_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
     vram_status st = cuda_enter_vm(c, dev, size, "phys_create");
     if (st != VRAM_OK)
         return st;
-    vcu_mem_allocation_prop prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = VCU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = VCU_MEM_HANDLE_TYPE_NONE;
-    prop.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = c->dev[dev].handle;
+    vcu_mem_allocation_prop prop = pinned_prop(c->dev[dev].handle);
     vcu_mem_handle h = 0;
     vcu_stream_capture_mode mode = capture_relax(c);
     st = cuda_check(c, VCU_ENTRY_cuMemCreate,
                     c->api.cuMemCreate(&h, (size_t)size, &prop, 0));
-    capture_restore(c, mode);
-    st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *handle = h;
-    return VRAM_OK;
-}
-
-static vram_status
-cuda_phys_release(struct backend *b, int dev, uint64_t handle)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemRelease,
-                            c->api.cuMemRelease((vcu_mem_handle)handle));
+    return leave_with_result(c, mode, st, h, handle);
 }
 
 /* Map HANDLE at [addr, addr+size) and make it readable and writable from
@@ -615,17 +590,6 @@ cuda_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t hand
     return cuda_leave(c, st);
 }
 
-static vram_status
-cuda_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter_vm(c, dev, size, "unmap");
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuMemUnmap,
-                            c->api.cuMemUnmap((vcu_deviceptr)addr, (size_t)size));
-}
-
 /* ================================================================== */
 /* Events                                                              */
 /* ================================================================== */
@@ -648,11 +612,7 @@ cuda_event_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
         if (st != VRAM_OK) /* the error stays cuEventRecord's */
             (void)c->api.cuEventDestroy(ev);
     }
-    st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *event = (uint64_t)(uintptr_t)ev;
-    return VRAM_OK;
+    return leave_with_value(c, st, (uint64_t)(uintptr_t)ev, event);
 }
 
 static vram_status
@@ -667,20 +627,9 @@ cuda_event_query(struct backend *b, int dev, uint64_t event, bool *done)
     if (r != VCU_SUCCESS && r != VCU_ERROR_NOT_READY)
         st = api_fail(&c->api, VCU_ENTRY_cuEventQuery, r, VRAM_OK);
     st = cuda_leave(c, st);
-    if (st != VRAM_OK)
-        return st;
-    *done = finished;
-    return VRAM_OK;
-}
-
-static vram_status
-cuda_synchronize(struct backend *b, int dev)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuCtxSynchronize, c->api.cuCtxSynchronize());
+    if (st == VRAM_OK)
+        *done = finished;
+    return st;
 }
 
 /* The legacy default stream (0) never captures, and asking about it while
@@ -700,22 +649,50 @@ cuda_stream_capturing(struct backend *b, int dev, uint64_t stream, bool *active)
     st = cuda_leave_after(
         c, VCU_ENTRY_cuStreamIsCapturing,
         c->api.cuStreamIsCapturing((vcu_stream)(uintptr_t)stream, &status));
-    if (st != VRAM_OK)
-        return st;
-    *active = status != VCU_STREAM_CAPTURE_STATUS_NONE;
-    return VRAM_OK;
+    if (st == VRAM_OK)
+        *active = status != VCU_STREAM_CAPTURE_STATUS_NONE;
+    return st;
 }
 
-static vram_status
-cuda_event_destroy(struct backend *b, int dev, uint64_t event)
-{
-    struct cuda_backend *c = cuda_of(b);
-    vram_status st = cuda_enter(c, dev);
-    if (st != VRAM_OK)
-        return st;
-    return cuda_leave_after(c, VCU_ENTRY_cuEventDestroy,
-                            c->api.cuEventDestroy((vcu_event)(uintptr_t)event));
-}
+/* ================================================================== */
+/* Calls that are one driver call                                      */
+/* ================================================================== */
+
+/*
+** The calls that are one driver call in DEV's primary context: the
+** backend function NAME, its parameters after the backend, how it enters
+** the device (a VM call through cuda_enter_vm, which checks its size), and
+** the entry point with its arguments. Each becomes cuda_NAME, which enters,
+** calls, and leaves with the call's status.
+*/
+#define CUDA_ONE_CALL(X)                                                                 \
+    X(mem_free, (int dev, uint64_t addr), cuda_enter(c, dev), cuMemFree,                 \
+      ((vcu_deviceptr)addr))                                                             \
+    X(va_release, (int dev, uint64_t addr, uint64_t size),                               \
+      cuda_enter_vm(c, dev, size, "va_release"), cuMemAddressFree,                       \
+      ((vcu_deviceptr)addr, (size_t)size))                                               \
+    X(phys_release, (int dev, uint64_t handle), cuda_enter(c, dev), cuMemRelease,        \
+      ((vcu_mem_handle)handle))                                                          \
+    X(unmap, (int dev, uint64_t addr, uint64_t size),                                    \
+      cuda_enter_vm(c, dev, size, "unmap"), cuMemUnmap,                                  \
+      ((vcu_deviceptr)addr, (size_t)size))                                               \
+    X(event_destroy, (int dev, uint64_t event), cuda_enter(c, dev), cuEventDestroy,      \
+      ((vcu_event)(uintptr_t)event))                                                     \
+    X(synchronize, (int dev), cuda_enter(c, dev), cuCtxSynchronize, ())
+
+#define CUDA_UNPAREN(...) __VA_ARGS__
+
+#define X(name, params, enter, entry, args)                                              \
+    static vram_status cuda_##name(struct backend *b, CUDA_UNPAREN params)               \
+    {                                                                                    \
+        struct cuda_backend *c = cuda_of(b);                                             \
+        vram_status st = enter;                                                          \
+        if (st != VRAM_OK)                                                               \
+            return st;                                                                   \
+        return cuda_leave_after(c, VCU_ENTRY_##entry, c->api.entry args);                \
+    }
+CUDA_ONE_CALL(X)
+#undef X
 
 /* ================================================================== */
 /* Open and close                                                      */

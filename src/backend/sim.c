@@ -15,7 +15,6 @@
 ** Memory is accounted in granules, as the driver does.
 */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -113,18 +112,19 @@ sim_lock_dev(struct sim_backend *s, int dev, struct sim_device **d)
     return VRAM_OK;
 }
 
-/* Release the simulator's lock and fail with STATUS and the message FMT:
-** the way out of every call that found something wrong under the lock. */
-static vram_status __attribute__((format(printf, 3, 4)))
-sim_unlock_fail(struct sim_backend *s, vram_status status, const char *fmt, ...)
+/* Check DEV, and that SIZE, the size of CALL, is a whole number of
+** granules: the opening of the calls that make virtual or physical
+** memory. */
+static vram_status
+sim_check_granules(struct sim_backend *s, int dev, const char *call, uint64_t size)
 {
-    pthread_mutex_unlock(&s->lock);
-    char line[512]; /* the size of the last-error line */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    return error_set(status, "%s", line);
+    vram_status st = sim_check_dev(s, dev);
+    if (st != VRAM_OK)
+        return st;
+    if (size == 0 || size % SIM_GRANULARITY != 0)
+        return error_set(VRAM_E_INVALID, "sim: %s(%" PRIu64 "): not a multiple of 2 MiB",
+                         call, size);
+    return VRAM_OK;
 }
 
 static vram_status
@@ -143,10 +143,25 @@ sim_free_locked(const struct sim_backend *s, int dev)
 }
 
 static vram_status
+sim_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    struct sim_backend *s = sim_of(b);
+    struct sim_device *d;
+    vram_status st = sim_lock_dev(s, dev, &d);
+    if (st != VRAM_OK)
+        return st;
+    *free_bytes = sim_free_locked(s, dev);
+    *total_bytes = d->total;
+    pthread_mutex_unlock(&s->lock);
+    return VRAM_OK;
+}
+
+static vram_status
 sim_device_info(struct backend *b, int dev, vram_physical_info *out)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    uint64_t free_bytes, total;
+    vram_status st = sim_mem_get_info(b, dev, &free_bytes, &total);
     if (st != VRAM_OK)
         return st;
     vram_physical_info info;
@@ -156,28 +171,12 @@ sim_device_info(struct backend *b, int dev, vram_physical_info *out)
              s->opt.memory_bytes >> 20);
     /* A fixed, recognisable UUID per ordinal: stable across runs. */
     snprintf(info.uuid, sizeof info.uuid, "GPU-5a5a5a5a-0000-4000-8000-%012x", dev);
-    pthread_mutex_lock(&s->lock);
-    info.total_bytes = s->dev[dev].total;
-    info.free_bytes = sim_free_locked(s, dev);
-    pthread_mutex_unlock(&s->lock);
+    info.total_bytes = total;
+    info.free_bytes = free_bytes;
     info.cc_major = s->opt.cc_major;
     info.cc_minor = s->opt.cc_minor;
     info.granularity = SIM_GRANULARITY;
     *out = info;
-    return VRAM_OK;
-}
-
-static vram_status
-sim_mem_get_info(struct backend *b, int dev, uint64_t *free_bytes, uint64_t *total_bytes)
-{
-    struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
-    if (st != VRAM_OK)
-        return st;
-    pthread_mutex_lock(&s->lock);
-    *free_bytes = sim_free_locked(s, dev);
-    *total_bytes = s->dev[dev].total;
-    pthread_mutex_unlock(&s->lock);
     return VRAM_OK;
 }
 
@@ -190,10 +189,10 @@ sim_room_locked(struct sim_backend *s, int dev, const char *call, uint64_t size,
     uint64_t avail = sim_free_locked(s, dev);
     if (charged <= avail)
         return VRAM_OK;
-    return sim_unlock_fail(s, VRAM_E_OOM,
-                           "sim: %s(%" PRIu64 " bytes) on device %d: out of memory "
-                           "(%" PRIu64 " bytes free)",
-                           call, size, dev, avail);
+    return error_set_unlock(&s->lock, VRAM_E_OOM,
+                            "sim: %s(%" PRIu64 " bytes) on device %d: out of memory "
+                            "(%" PRIu64 " bytes free)",
+                            call, size, dev, avail);
 }
 
 /* Make room in *ARR (elements of ELEM bytes, *CAP of them) for NEED;
@@ -225,7 +224,7 @@ sim_slot_locked(struct sim_backend *s, void **arr, size_t elem, uint64_t *n,
     if (slot < *n)
         return VRAM_OK;
     if (!grow_array(arr, elem, cap, *n + 1))
-        return sim_unlock_fail(s, VRAM_E_HOST_MEMORY, "sim: out of host memory");
+        return error_set_unlock(&s->lock, VRAM_E_HOST_MEMORY, "sim: out of host memory");
     (*n)++;
     return VRAM_OK;
 }
@@ -250,15 +249,15 @@ sim_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
         return st;
     if (!grow_array((void **)&d->allocs, sizeof *d->allocs, &d->cap_allocs,
                     d->n_allocs + 1))
-        return sim_unlock_fail(s, VRAM_E_HOST_MEMORY, "sim: out of host memory");
+        return error_set_unlock(&s->lock, VRAM_E_HOST_MEMORY, "sim: out of host memory");
     struct sim_alloc a = {0, charged, 0};
     if (s->opt.host_backed) {
         void *p = mmap(NULL, charged, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED)
-            return sim_unlock_fail(s, VRAM_E_OOM,
-                                   "sim: host-backed mem_alloc(%" PRIu64 "): mmap failed",
-                                   size);
+            return error_set_unlock(
+                &s->lock, VRAM_E_OOM,
+                "sim: host-backed mem_alloc(%" PRIu64 "): mmap failed", size);
         a.addr = (uint64_t)(uintptr_t)p;
         a.mapped = charged;
     } else {
@@ -293,8 +292,8 @@ sim_mem_free(struct backend *b, int dev, uint64_t addr)
             munmap((void *)(uintptr_t)a.addr, a.mapped);
         return VRAM_OK;
     }
-    return sim_unlock_fail(s, VRAM_E_INVALID,
-                           "sim: mem_free(0x%" PRIx64 "): not an allocation", addr);
+    return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                            "sim: mem_free(0x%" PRIx64 "): not an allocation", addr);
 }
 
 /* ---- virtual memory: the calls of the expandable strategy ---- */
@@ -333,12 +332,9 @@ static vram_status
 sim_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    vram_status st = sim_check_granules(s, dev, "va_reserve", size);
     if (st != VRAM_OK)
         return st;
-    if (size == 0 || size % SIM_GRANULARITY != 0)
-        return error_set(VRAM_E_INVALID,
-                         "sim: va_reserve(%" PRIu64 "): not a multiple of 2 MiB", size);
     struct sim_range r = {0, size, zmem_alloc(size / SIM_GRANULARITY, sizeof(uint64_t)),
                           false};
     if (r.mapped == NULL)
@@ -381,10 +377,10 @@ sim_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
             continue;
         for (uint64_t g = 0; g < size / SIM_GRANULARITY; g++)
             if (r->mapped[g] != 0)
-                return sim_unlock_fail(s, VRAM_E_INVALID,
-                                       "sim: va_release(0x%" PRIx64 "): granule %" PRIu64
-                                       " still mapped",
-                                       addr, g);
+                return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                                        "sim: va_release(0x%" PRIx64 "): granule %" PRIu64
+                                        " still mapped",
+                                        addr, g);
         if (r->host)
             munmap((void *)(uintptr_t)r->addr, r->size);
         zmem_free(r->mapped, r->size / SIM_GRANULARITY, sizeof(uint64_t));
@@ -392,20 +388,17 @@ sim_va_release(struct backend *b, int dev, uint64_t addr, uint64_t size)
         pthread_mutex_unlock(&s->lock);
         return VRAM_OK;
     }
-    return sim_unlock_fail(s, VRAM_E_INVALID,
-                           "sim: va_release(0x%" PRIx64 "): not a reserved range", addr);
+    return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                            "sim: va_release(0x%" PRIx64 "): not a reserved range", addr);
 }
 
 static vram_status
 sim_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
 {
     struct sim_backend *s = sim_of(b);
-    vram_status st = sim_check_dev(s, dev);
+    vram_status st = sim_check_granules(s, dev, "phys_create", size);
     if (st != VRAM_OK)
         return st;
-    if (size == 0 || size % SIM_GRANULARITY != 0)
-        return error_set(VRAM_E_INVALID,
-                         "sim: phys_create(%" PRIu64 "): not a multiple of 2 MiB", size);
     pthread_mutex_lock(&s->lock);
     struct sim_device *d = &s->dev[dev];
     st = sim_room_locked(s, dev, "phys_create", size, size);
@@ -418,8 +411,8 @@ sim_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
         if (d->memfd < 0)
             d->memfd = memfd_create("vram-sim-physical", MFD_CLOEXEC);
         if (d->memfd < 0 || ftruncate(d->memfd, (off_t)(d->memfd_size + size)) != 0)
-            return sim_unlock_fail(s, VRAM_E_HOST_MEMORY,
-                                   "sim: no memory file for physical allocations");
+            return error_set_unlock(&s->lock, VRAM_E_HOST_MEMORY,
+                                    "sim: no memory file for physical allocations");
         offset = d->memfd_size;
         d->memfd_size += size;
     }
@@ -449,11 +442,11 @@ sim_phys_release(struct backend *b, int dev, uint64_t handle)
     if (st != VRAM_OK)
         return st;
     if (handle == 0 || handle > d->n_phys || d->phys[handle - 1].size == 0)
-        return sim_unlock_fail(s, VRAM_E_INVALID,
-                               "sim: phys_release(%" PRIu64 "): no such handle", handle);
+        return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                                "sim: phys_release(%" PRIu64 "): no such handle", handle);
     if (d->phys[handle - 1].maps != 0)
-        return sim_unlock_fail(s, VRAM_E_INVALID,
-                               "sim: phys_release(%" PRIu64 "): still mapped", handle);
+        return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                                "sim: phys_release(%" PRIu64 "): still mapped", handle);
     d->used -= d->phys[handle - 1].size;
     if (s->opt.host_backed)
         (void)fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
@@ -465,13 +458,20 @@ sim_phys_release(struct backend *b, int dev, uint64_t handle)
     return VRAM_OK;
 }
 
-/* Granules [*g0, *g1) of R covered by [addr, addr+size). */
-static void
-granules_of(const struct sim_range *r, uint64_t addr, uint64_t size, uint64_t *g0,
-            uint64_t *g1)
+/* The reserved range of D that holds [addr, addr+size) on granule
+** boundaries, and the granules [*g0, *g1) of it that the span covers; NULL
+** when no range holds it so. Caller holds s->lock. */
+static struct sim_range *
+granules_locked(struct sim_device *d, uint64_t addr, uint64_t size, uint64_t *g0,
+                uint64_t *g1)
 {
+    struct sim_range *r = find_range_locked(d, addr, size);
+    if (r == NULL || size == 0 || (addr - r->addr) % SIM_GRANULARITY != 0 ||
+        size % SIM_GRANULARITY != 0)
+        return NULL;
     *g0 = (addr - r->addr) / SIM_GRANULARITY;
     *g1 = (addr - r->addr + size) / SIM_GRANULARITY;
+    return r;
 }
 
 static vram_status
@@ -482,24 +482,20 @@ sim_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handl
     vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    struct sim_range *r = find_range_locked(d, addr, size);
-    const char *why = NULL;
     uint64_t g0 = 0, g1 = 0;
-    if (r == NULL || size == 0 || (addr - r->addr) % SIM_GRANULARITY != 0 ||
-        size % SIM_GRANULARITY != 0)
+    struct sim_range *r = granules_locked(d, addr, size, &g0, &g1);
+    const char *why = NULL;
+    if (r == NULL)
         why = "not granule-aligned inside a reserved range";
     else if (handle == 0 || handle > d->n_phys || d->phys[handle - 1].size != size)
         why = "no physical allocation of that size";
-    if (why == NULL) {
-        granules_of(r, addr, size, &g0, &g1);
-        for (uint64_t g = g0; g < g1; g++)
-            if (r->mapped[g] != 0)
-                why = "already mapped";
-    }
+    for (uint64_t g = g0; why == NULL && g < g1; g++)
+        if (r->mapped[g] != 0)
+            why = "already mapped";
     if (why != NULL)
-        return sim_unlock_fail(s, VRAM_E_INVALID,
-                               "sim: map(0x%" PRIx64 ", %" PRIu64 "): %s", addr, size,
-                               why);
+        return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                                "sim: map(0x%" PRIx64 ", %" PRIu64 "): %s", addr, size,
+                                why);
     for (uint64_t g = g0; g < g1; g++)
         r->mapped[g] = handle;
     if (r->host &&
@@ -507,8 +503,8 @@ sim_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handl
              d->memfd, (off_t)d->phys[handle - 1].offset) == MAP_FAILED) {
         for (uint64_t g = g0; g < g1; g++)
             r->mapped[g] = 0;
-        return sim_unlock_fail(s, VRAM_E_HOST_MEMORY,
-                               "sim: map(0x%" PRIx64 "): mmap failed", addr);
+        return error_set_unlock(&s->lock, VRAM_E_HOST_MEMORY,
+                                "sim: map(0x%" PRIx64 "): mmap failed", addr);
     }
     d->phys[handle - 1].maps += g1 - g0;
     pthread_mutex_unlock(&s->lock);
@@ -523,19 +519,15 @@ sim_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
     vram_status st = sim_lock_dev(s, dev, &d);
     if (st != VRAM_OK)
         return st;
-    struct sim_range *r = find_range_locked(d, addr, size);
-    bool ok = r != NULL && size > 0 && (addr - r->addr) % SIM_GRANULARITY == 0 &&
-              size % SIM_GRANULARITY == 0;
     uint64_t g0 = 0, g1 = 0;
-    if (ok) {
-        granules_of(r, addr, size, &g0, &g1);
-        for (uint64_t g = g0; g < g1; g++)
-            ok = ok && r->mapped[g] != 0;
-    }
+    struct sim_range *r = granules_locked(d, addr, size, &g0, &g1);
+    bool ok = r != NULL;
+    for (uint64_t g = g0; ok && g < g1; g++)
+        ok = r->mapped[g] != 0;
     if (!ok)
-        return sim_unlock_fail(s, VRAM_E_INVALID,
-                               "sim: unmap(0x%" PRIx64 ", %" PRIu64 "): not mapped", addr,
-                               size);
+        return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                                "sim: unmap(0x%" PRIx64 ", %" PRIu64 "): not mapped",
+                                addr, size);
     for (uint64_t g = g0; g < g1; g++) {
         d->phys[r->mapped[g] - 1].maps--;
         r->mapped[g] = 0;
@@ -571,14 +563,16 @@ sim_event_record(struct backend *b, int dev, uint64_t stream, uint64_t *event)
     return VRAM_OK;
 }
 
-/* The queries left of EVENT, for CALL; else VRAM_E_INVALID, the lock
-** released. Called with s->lock held. */
+/* Take the simulator's lock and point *LEFT at the queries left of EVENT,
+** for CALL; else VRAM_E_INVALID, the lock released. On success the caller
+** unlocks. */
 static vram_status
-sim_event_locked(struct sim_backend *s, const char *call, uint64_t event, int **left)
+sim_lock_event(struct sim_backend *s, const char *call, uint64_t event, int **left)
 {
+    pthread_mutex_lock(&s->lock);
     if (event == 0 || event > s->n_events || s->events[event - 1] < 0)
-        return sim_unlock_fail(s, VRAM_E_INVALID, "sim: %s(%" PRIu64 "): no such event",
-                               call, event);
+        return error_set_unlock(&s->lock, VRAM_E_INVALID,
+                                "sim: %s(%" PRIu64 "): no such event", call, event);
     *left = &s->events[event - 1];
     return VRAM_OK;
 }
@@ -589,8 +583,7 @@ sim_event_query(struct backend *b, int dev, uint64_t event, bool *done)
     struct sim_backend *s = sim_of(b);
     (void)dev;
     int *left = NULL;
-    pthread_mutex_lock(&s->lock);
-    vram_status st = sim_event_locked(s, "event_query", event, &left);
+    vram_status st = sim_lock_event(s, "event_query", event, &left);
     if (st != VRAM_OK)
         return st;
     if (*left > 0)
@@ -606,8 +599,7 @@ sim_event_destroy(struct backend *b, int dev, uint64_t event)
     struct sim_backend *s = sim_of(b);
     (void)dev;
     int *left = NULL;
-    pthread_mutex_lock(&s->lock);
-    vram_status st = sim_event_locked(s, "event_destroy", event, &left);
+    vram_status st = sim_lock_event(s, "event_destroy", event, &left);
     if (st != VRAM_OK)
         return st;
     *left = -1;
@@ -691,56 +683,36 @@ sim_modelled_ns(struct backend *b, int dev)
     return atomic_load_explicit(&s->dev_ns[dev], memory_order_relaxed);
 }
 
-static vram_status
-costed_mem_alloc(struct backend *b, int dev, uint64_t size, uint64_t *addr)
-{
-    charge(b, dev, sim_costs(b)->alloc);
-    return sim_mem_alloc(b, dev, size, addr);
-}
+/*
+** Every call the model prices: its name, what it costs in ns (an
+** expression of the model C and, where the call has one, its SIZE), its
+** parameters after the backend, and the arguments passed on. Each becomes
+** costed_NAME, which charges the cost and calls sim_NAME.
+*/
+#define SIM_COSTED_CALLS(X)                                                              \
+    X(mem_alloc, c->alloc, (int dev, uint64_t size, uint64_t *addr), (dev, size, addr))  \
+    X(mem_free, c->free_, (int dev, uint64_t addr), (dev, addr))                         \
+    X(va_reserve, c->reserve, (int dev, uint64_t size, uint64_t *addr),                  \
+      (dev, size, addr))                                                                 \
+    X(phys_create, c->create + c->create_per_mib * (size >> 20),                         \
+      (int dev, uint64_t size, uint64_t *handle), (dev, size, handle))                   \
+    X(phys_release, c->release, (int dev, uint64_t handle), (dev, handle))               \
+    X(map, c->map + c->map_per_mib * (size >> 20),                                       \
+      (int dev, uint64_t addr, uint64_t size, uint64_t handle),                          \
+      (dev, addr, size, handle))                                                         \
+    X(unmap, c->unmap, (int dev, uint64_t addr, uint64_t size), (dev, addr, size))
 
-static vram_status
-costed_mem_free(struct backend *b, int dev, uint64_t addr)
-{
-    charge(b, dev, sim_costs(b)->free_);
-    return sim_mem_free(b, dev, addr);
-}
+#define SIM_UNPAREN(...) __VA_ARGS__
 
-static vram_status
-costed_va_reserve(struct backend *b, int dev, uint64_t size, uint64_t *addr)
-{
-    charge(b, dev, sim_costs(b)->reserve);
-    return sim_va_reserve(b, dev, size, addr);
-}
-
-static vram_status
-costed_phys_create(struct backend *b, int dev, uint64_t size, uint64_t *handle)
-{
-    const struct driver_costs *c = sim_costs(b);
-    charge(b, dev, c->create + c->create_per_mib * (size >> 20));
-    return sim_phys_create(b, dev, size, handle);
-}
-
-static vram_status
-costed_phys_release(struct backend *b, int dev, uint64_t handle)
-{
-    charge(b, dev, sim_costs(b)->release);
-    return sim_phys_release(b, dev, handle);
-}
-
-static vram_status
-costed_map(struct backend *b, int dev, uint64_t addr, uint64_t size, uint64_t handle)
-{
-    const struct driver_costs *c = sim_costs(b);
-    charge(b, dev, c->map + c->map_per_mib * (size >> 20));
-    return sim_map(b, dev, addr, size, handle);
-}
-
-static vram_status
-costed_unmap(struct backend *b, int dev, uint64_t addr, uint64_t size)
-{
-    charge(b, dev, sim_costs(b)->unmap);
-    return sim_unmap(b, dev, addr, size);
-}
+#define X(name, cost, params, args)                                                      \
+    static vram_status costed_##name(struct backend *b, SIM_UNPAREN params)              \
+    {                                                                                    \
+        const struct driver_costs *c = sim_costs(b);                                     \
+        charge(b, dev, cost);                                                            \
+        return sim_##name(b, SIM_UNPAREN args);                                          \
+    }
+SIM_COSTED_CALLS(X)
+#undef X
 
 /* The simulator's work completes at once: a synchronize costs the idle
 ** call. */
@@ -827,13 +799,9 @@ backend_sim_open(const vram_sim_options *options, struct backend **out)
                              "sim: unknown driver cost model '%s' (known: h200)",
                              o.driver_costs);
         }
-        s->ops.mem_alloc = costed_mem_alloc;
-        s->ops.mem_free = costed_mem_free;
-        s->ops.va_reserve = costed_va_reserve;
-        s->ops.phys_create = costed_phys_create;
-        s->ops.phys_release = costed_phys_release;
-        s->ops.map = costed_map;
-        s->ops.unmap = costed_unmap;
+#define X(name, cost, params, args) s->ops.name = costed_##name;
+        SIM_COSTED_CALLS(X)
+#undef X
         s->ops.synchronize = costed_synchronize;
         s->ops.modelled_ns = sim_modelled_ns;
         o.driver_costs = NULL; /* the caller's string need not outlive the open */

@@ -2,6 +2,7 @@
 /*
 ** error.c -- status texts and the per-thread last-error line.
 */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,18 +45,26 @@ vram_last_error(void)
     return last_error;
 }
 
-vram_status
-error_set(vram_status status, const char *fmt, ...)
+/* error_set with the arguments in AP. */
+static vram_status __attribute__((format(printf, 2, 0)))
+error_setv(vram_status status, const char *fmt, va_list ap)
 {
     /* Format into a copy first: callers may pass vram_last_error() itself
     ** as an argument, and vsnprintf's source and destination must not
     ** overlap. */
     char line[sizeof last_error];
+    vsnprintf(line, sizeof line, fmt, ap);
+    memcpy(last_error, line, sizeof line);
+    return status;
+}
+
+vram_status
+error_set(vram_status status, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    status = error_setv(status, fmt, ap);
     va_end(ap);
-    memcpy(last_error, line, sizeof line);
     return status;
 }
 
@@ -69,4 +78,15 @@ void
 error_take(char *buf, size_t len)
 {
     snprintf(buf, len, "%s", last_error);
+}
+
+vram_status
+error_set_unlock(pthread_mutex_t *lock, vram_status status, const char *fmt, ...)
+{
+    pthread_mutex_unlock(lock);
+    va_list ap;
+    va_start(ap, fmt);
+    status = error_setv(status, fmt, ap);
+    va_end(ap);
+    return status;
 }

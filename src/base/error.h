@@ -5,6 +5,7 @@
 #ifndef VRAM_BASE_ERROR_H
 #define VRAM_BASE_ERROR_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 #include "vram.h"
@@ -13,6 +14,12 @@
 ** STATUS, so that callers can write: return error_set(VRAM_E_PARSE, ...); */
 vram_status error_set(vram_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Release LOCK, then error_set: the way out of a call that found something
+** wrong while holding LOCK (the name says that it returns unlocked):
+** return error_set_unlock(&s->lock, VRAM_E_INVALID, ...); */
+vram_status error_set_unlock(pthread_mutex_t *lock, vram_status status, const char *fmt,
+                             ...) __attribute__((format(printf, 3, 4)));
 
 /* Clear the calling thread's last-error line (at the start of a public
 ** call). */

@@ -308,20 +308,29 @@ vram_physical_count(vram_context *ctx, int *out)
     return VRAM_OK;
 }
 
-vram_status
-vram_physical_info_get(vram_context *ctx, int index, vram_physical_info *out)
+/* VRAM_OK if CTX is a context, ARGS_OK (CALL's other pointers are not
+** NULL) and INDEX names one of its physical devices; else why not. */
+static vram_status
+check_physical(const vram_context *ctx, bool args_ok, const char *call, int index)
 {
-    if (ctx == NULL || out == NULL)
-        return error_set(VRAM_E_INVALID, "vram_physical_info_get: NULL argument");
+    if (ctx == NULL || !args_ok)
+        return error_set(VRAM_E_INVALID, "%s: NULL argument", call);
     if (index < 0 || index >= ctx->n_physical)
         return error_set(VRAM_E_NO_DEVICE, "no physical device %d (there are %d)", index,
                          ctx->n_physical);
-    vram_physical_info info = ctx->phys[index].info;
-    uint64_t free_bytes, total;
-    vram_status st =
-        ctx->backend->ops->mem_get_info(ctx->backend, index, &free_bytes, &total);
+    return VRAM_OK;
+}
+
+vram_status
+vram_physical_info_get(vram_context *ctx, int index, vram_physical_info *out)
+{
+    uint64_t free_bytes = 0, total = 0;
+    vram_status st = check_physical(ctx, out != NULL, "vram_physical_info_get", index);
+    if (st == VRAM_OK)
+        st = ctx->backend->ops->mem_get_info(ctx->backend, index, &free_bytes, &total);
     if (st != VRAM_OK)
         return st;
+    vram_physical_info info = ctx->phys[index].info;
     info.free_bytes = free_bytes;
     *out = info;
     return VRAM_OK;
@@ -330,23 +339,19 @@ vram_physical_info_get(vram_context *ctx, int index, vram_physical_info *out)
 vram_status
 vram_configure(vram_context *ctx, int index, const vram_device_config *config)
 {
-    if (ctx == NULL || config == NULL)
-        return error_set(VRAM_E_INVALID, "vram_configure: NULL argument");
-    if (index < 0 || index >= ctx->n_physical)
-        return error_set(VRAM_E_NO_DEVICE, "no physical device %d (there are %d)", index,
-                         ctx->n_physical);
-    vram_status st = validate_config(config);
+    vram_status st = check_physical(ctx, config != NULL, "vram_configure", index);
+    if (st == VRAM_OK)
+        st = validate_config(config);
     if (st != VRAM_OK)
         return st;
     pthread_mutex_lock(&ctx->lock);
     struct physical *p = &ctx->phys[index];
-    if (p->initialized) {
-        pthread_mutex_unlock(&ctx->lock);
-        return error_set(VRAM_E_INITIALIZED,
-                         "physical devices cannot be modified after being initialized "
-                         "(device %d is in use)",
-                         index);
-    }
+    if (p->initialized)
+        return error_set_unlock(
+            &ctx->lock, VRAM_E_INITIALIZED,
+            "physical devices cannot be modified after being initialized "
+            "(device %d is in use)",
+            index);
     p->config = *config;
     pthread_mutex_unlock(&ctx->lock);
     return VRAM_OK;
@@ -355,11 +360,9 @@ vram_configure(vram_context *ctx, int index, const vram_device_config *config)
 vram_status
 vram_get_config(vram_context *ctx, int index, vram_device_config *out)
 {
-    if (ctx == NULL || out == NULL)
-        return error_set(VRAM_E_INVALID, "vram_get_config: NULL argument");
-    if (index < 0 || index >= ctx->n_physical)
-        return error_set(VRAM_E_NO_DEVICE, "no physical device %d (there are %d)", index,
-                         ctx->n_physical);
+    vram_status st = check_physical(ctx, out != NULL, "vram_get_config", index);
+    if (st != VRAM_OK)
+        return st;
     pthread_mutex_lock(&ctx->lock);
     *out = ctx->phys[index].config;
     pthread_mutex_unlock(&ctx->lock);
@@ -469,9 +472,8 @@ vram_device_get(vram_context *ctx, int index, vram_device **out)
         return VRAM_OK;
     }
     int total = logical_count_locked(ctx, ctx->n_physical);
-    pthread_mutex_unlock(&ctx->lock);
-    return error_set(VRAM_E_NO_DEVICE, "no logical device %d (there are %d)", index,
-                     total);
+    return error_set_unlock(&ctx->lock, VRAM_E_NO_DEVICE,
+                            "no logical device %d (there are %d)", index, total);
 }
 
 vram_status

@@ -362,8 +362,8 @@ alloc_finish_unlock(struct vram_device *dev, struct block *b, size_t size, void 
 {
     if (pool != 0 && pool_tag_locked(dev, b, pool) != VRAM_OK) {
         device_release_block_locked(dev, b);
-        device_unlock(dev);
-        return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
+        return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY,
+                                "out of host memory for the allocator");
     }
     dev->num_allocs++;
     if (device_in_use_locked(dev) > dev->peak_in_use)
@@ -417,10 +417,9 @@ alloc_expandable_unlock(struct vram_device *dev, size_t size, uint64_t rounded,
     for (bool polled = false;; polled = true) {
         bool host_oom;
         struct block *b = heap_take(&dev->heap, rounded, size, stream, &host_oom);
-        if (b == NULL && host_oom) {
-            device_unlock(dev);
-            return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
-        }
+        if (b == NULL && host_oom)
+            return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY,
+                                    "out of host memory for the allocator");
         if (b != NULL) {
             st = expand_back_locked(dev, b->addr, b->size);
             if (st == VRAM_OK)
@@ -492,10 +491,9 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         b = heap_take(&dev->heap, rounded, size, stream, &host_oom);
         if (b != NULL)
             break;
-        if (host_oom) {
-            device_unlock(dev);
-            return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the allocator");
-        }
+        if (host_oom)
+            return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY,
+                                    "out of host memory for the allocator");
         /* Giving memory back frees device memory, which a CUDA graph
         ** capture forbids (cuMemFree synchronizes). */
         bool may_release = !released && dev->pools_open == 0;
@@ -607,14 +605,13 @@ vram_release_idle(vram_device *dev, uint64_t *released)
     uint64_t bytes = 0;
     vram_status st = VRAM_OK;
     device_lock(dev);
-    if (dev->pools_open > 0) {
-        device_unlock(dev);
-        return error_set(VRAM_E_UNSUPPORTED,
-                         "GPU:%d: idle memory cannot be given back while a CUDA graph is "
-                         "captured (capture forbids freeing device memory); call it "
-                         "after the capture",
-                         dev->index);
-    }
+    if (dev->pools_open > 0)
+        return error_set_unlock(
+            &dev->lock, VRAM_E_UNSUPPORTED,
+            "GPU:%d: idle memory cannot be given back while a CUDA graph is "
+            "captured (capture forbids freeing device memory); call it "
+            "after the capture",
+            dev->index);
     /* Blocks freed with work still queued on other streams stay allocated
     ** until their events complete: only those done come back (and become
     ** idle) here; the others keep their memory. */
@@ -676,12 +673,11 @@ vram_set_limit(vram_device *dev, uint64_t bytes)
     uint64_t held = device_reserved_locked(dev) + dev->pending;
     if (held > bytes) {
         char a[32], b[32];
-        device_unlock(dev);
-        return error_set(VRAM_E_INVALID,
-                         "GPU:%d: cannot lower the cap to %s: %s is held from the device "
-                         "now (free memory first, then set the cap)",
-                         dev->index, size_format(bytes, a, sizeof a),
-                         size_format(held, b, sizeof b));
+        return error_set_unlock(
+            &dev->lock, VRAM_E_INVALID,
+            "GPU:%d: cannot lower the cap to %s: %s is held from the device "
+            "now (free memory first, then set the cap)",
+            dev->index, size_format(bytes, a, sizeof a), size_format(held, b, sizeof b));
     }
     dev->limit = bytes;
     device_unlock(dev);

@@ -430,28 +430,34 @@ expand_phys_bytes(const struct expand *e)
 
 /* ---- giving idle memory back (vram_release_idle) ---- */
 
+/* An address unit a release unmaps. */
+struct release_unmap {
+    uint64_t gran;  /* the address unit */
+    uint32_t unit;  /* the physical unit mapped there */
+    vram_status st; /* the unmap's result */
+};
+
+/* A physical unit a release gives back. */
+struct release_unit {
+    uint64_t handle; /* its backend handle */
+    uint32_t unit;   /* its index */
+    vram_status st;  /* the release's result; VRAM_E_BACKEND when not tried */
+};
+
 /* The backend calls of one release, made without the lock. */
 struct release_job {
-    uint64_t *gran;      /* address units to unmap */
-    uint32_t *gunit;     /* the physical unit mapped at each */
-    vram_status *gst;    /* their results */
-    bool *bad;           /* per physical unit: one of its unmaps failed */
-    uint32_t *unit;      /* physical units to release */
-    uint64_t *handle;    /* their handles */
-    vram_status *ust;    /* their results; VRAM_E_BACKEND when not tried */
+    struct release_unmap *g; /* n_g of them */
+    struct release_unit *u;  /* n_u of them */
+    bool *bad;               /* per physical unit: one of its unmaps failed */
     uint64_t n_g, n_u;
 };
 
 static void
 release_job_free(struct release_job *j)
 {
-    free(j->gran);
-    free(j->gunit);
-    free(j->gst);
+    free(j->g);
+    free(j->u);
     free(j->bad);
-    free(j->unit);
-    free(j->handle);
-    free(j->ust);
 }
 
 /* Unmap, then release the units none of whose mappings failed. Without
@@ -470,17 +476,19 @@ release_job_run(struct vram_device *dev, struct release_job *j)
         calls++;
     }
     for (uint64_t k = 0; k < j->n_g; k++) {
-        j->gst[k] = st != VRAM_OK ? st
-                                  : be->ops->unmap(be, dev->physical,
-                                                   addr_of(e, j->gran[k]), e->gran);
+        struct release_unmap *m = &j->g[k];
+        m->st = st != VRAM_OK
+                    ? st
+                    : be->ops->unmap(be, dev->physical, addr_of(e, m->gran), e->gran);
         calls += st == VRAM_OK;
-        if (j->gst[k] != VRAM_OK)
-            j->bad[j->gunit[k]] = true;
+        if (m->st != VRAM_OK)
+            j->bad[m->unit] = true;
     }
     for (uint64_t k = 0; k < j->n_u; k++) {
-        j->ust[k] = VRAM_E_BACKEND;
-        if (st == VRAM_OK && !j->bad[j->unit[k]]) {
-            j->ust[k] = be->ops->phys_release(be, dev->physical, j->handle[k]);
+        struct release_unit *u = &j->u[k];
+        u->st = VRAM_E_BACKEND;
+        if (st == VRAM_OK && !j->bad[u->unit]) {
+            u->st = be->ops->phys_release(be, dev->physical, u->handle);
             calls++;
         }
     }
@@ -502,30 +510,25 @@ expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
     uint64_t n_g = 0;
     for (uint64_t g = 0; g < e->n; g++)
         n_g += e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0;
-    j.unit = malloc(e->n_idle * sizeof *j.unit);
-    j.handle = malloc(e->n_idle * sizeof *j.handle);
-    j.ust = malloc(e->n_idle * sizeof *j.ust);
-    j.gran = malloc((n_g + 1) * sizeof *j.gran);
-    j.gunit = malloc((n_g + 1) * sizeof *j.gunit);
-    j.gst = malloc((n_g + 1) * sizeof *j.gst);
+    j.u = malloc(e->n_idle * sizeof *j.u);
+    j.g = malloc((n_g + 1) * sizeof *j.g);
     j.bad = calloc(e->n_p, sizeof *j.bad);
-    if (j.unit == NULL || j.handle == NULL || j.ust == NULL || j.gran == NULL ||
-        j.gunit == NULL || j.gst == NULL || j.bad == NULL) {
+    if (j.u == NULL || j.g == NULL || j.bad == NULL) {
         release_job_free(&j);
         return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the release");
     }
     for (uint64_t g = 0; g < e->n; g++)
         if (e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0) {
             e->g[g].state = G_UNMAPPING;
-            j.gunit[j.n_g] = e->g[g].phys - 1;
-            j.gran[j.n_g++] = g;
+            j.g[j.n_g].unit = e->g[g].phys - 1;
+            j.g[j.n_g++].gran = g;
         }
     for (uint64_t p = 0; p < e->n_p; p++)
         if (e->p[p].owner == 0) {
             e->p[p].owner = PHYS_HOLE; /* still held: counted until released */
             e->n_idle--;
-            j.unit[j.n_u] = (uint32_t)p;
-            j.handle[j.n_u++] = e->p[p].handle;
+            j.u[j.n_u].unit = (uint32_t)p;
+            j.u[j.n_u++].handle = e->p[p].handle;
         }
     e->releasing_idle = true;
     device_unlock(dev);
@@ -533,8 +536,8 @@ expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
     device_lock(dev);
     dev->backend_calls += calls;
     for (uint64_t k = 0; k < j.n_g; k++) {
-        struct granule *gr = &e->g[j.gran[k]];
-        if (j.gst[k] == VRAM_OK) {
+        struct granule *gr = &e->g[j.g[k].gran];
+        if (j.g[k].st == VRAM_OK) {
             e->p[gr->phys - 1].maps--;
             gr->phys = 0;
             gr->state = G_UNMAPPED;
@@ -544,8 +547,8 @@ expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
     }
     vram_status st = VRAM_OK;
     for (uint64_t k = 0; k < j.n_u; k++) {
-        uint32_t p = j.unit[k];
-        if (j.ust[k] == VRAM_OK) {
+        uint32_t p = j.u[k].unit;
+        if (j.u[k].st == VRAM_OK) {
             assert(e->p[p].maps == 0);
             e->p[p].handle = 0;
             e->holes[e->n_holes++] = p;

@@ -145,7 +145,9 @@ struct vram_context {
 
 /* The device lock: every function named _locked is called with it held
 ** and returns with it held (it may drop it around a backend call, and
-** says so); a function that returns with it released ends in _unlock. */
+** says so); a function that returns with it released ends in _unlock.
+** A call that fails under it leaves with
+** return error_set_unlock(&dev->lock, status, ...). */
 static inline void
 device_lock(struct vram_device *dev)
 {

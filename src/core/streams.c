@@ -71,21 +71,17 @@ vram_record_stream(vram_device *dev, const void *ptr, void *stream)
         return error_set(VRAM_E_INVALID, "vram_record_stream: NULL device");
     device_lock(dev);
     struct block *b = heap_lookup(&dev->heap, (uint64_t)(uintptr_t)ptr);
-    if (b == NULL || b->pending) {
-        device_unlock(dev);
-        return error_set(VRAM_E_BAD_POINTER,
-                         "vram_record_stream(%p): not a live allocation of GPU:%d", ptr,
-                         dev->index);
-    }
+    if (b == NULL || b->pending)
+        return error_set_unlock(&dev->lock, VRAM_E_BAD_POINTER,
+                                "vram_record_stream(%p): not a live allocation of GPU:%d",
+                                ptr, dev->index);
     if (stream == b->stream) { /* its own stream orders it already */
         device_unlock(dev);
         return VRAM_OK;
     }
     struct block_ext *x = ext_of(b);
-    if (x == NULL) {
-        device_unlock(dev);
-        return error_set(VRAM_E_HOST_MEMORY, "out of host memory");
-    }
+    if (x == NULL)
+        return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY, "out of host memory");
     for (uint32_t i = 0; i < x->n_uses; i++) {
         if (x->uses[i] == stream) {
             device_unlock(dev);
@@ -95,10 +91,8 @@ vram_record_stream(vram_device *dev, const void *ptr, void *stream)
     if (x->n_uses == x->cap_uses) {
         uint32_t cap = x->cap_uses ? 2 * x->cap_uses : 2;
         struct block_ext *nx = realloc(x, sizeof *x + cap * sizeof x->uses[0]);
-        if (nx == NULL) {
-            device_unlock(dev);
-            return error_set(VRAM_E_HOST_MEMORY, "out of host memory");
-        }
+        if (nx == NULL)
+            return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY, "out of host memory");
         nx->cap_uses = cap;
         b->ext = x = nx;
     }
@@ -437,14 +431,12 @@ pool_tag_locked(struct vram_device *dev, struct block *b, uint64_t pool)
     return VRAM_OK;
 }
 
-/* The pool slot for ID, opened; a free slot or a new one if it has none. */
+/* A slot for the new pool ID: a free slot, or a new one if none is free;
+** NULL when out of host memory. */
 static struct graph_pool *
-pool_slot_locked(struct vram_device *dev, uint64_t id)
+pool_new_locked(struct vram_device *dev, uint64_t id)
 {
-    struct graph_pool *gp = pool_find_locked(dev, id);
-    if (gp != NULL)
-        return gp;
-    gp = pool_find_locked(dev, 0);
+    struct graph_pool *gp = pool_find_locked(dev, 0);
     if (gp == NULL) {
         if (dev->n_pools == dev->cap_pools) {
             uint32_t cap = dev->cap_pools ? 2 * dev->cap_pools : 4;
@@ -461,25 +453,57 @@ pool_slot_locked(struct vram_device *dev, uint64_t id)
     return gp;
 }
 
+/* Check DEV and POOL for CALL, take DEV's lock and point *GP at POOL's
+** slot: made if MAKE and there is none, else NULL when there is none. On
+** success the caller unlocks. */
+static vram_status
+pool_lock(struct vram_device *dev, uint64_t pool, const char *call, bool make,
+          struct graph_pool **gp)
+{
+    if (dev == NULL || pool == 0)
+        return error_set(VRAM_E_INVALID, "%s: NULL device or pool 0", call);
+    device_lock(dev);
+    *gp = pool_find_locked(dev, pool);
+    if (*gp == NULL && make)
+        *gp = pool_new_locked(dev, pool);
+    if (*gp == NULL && make)
+        return error_set_unlock(&dev->lock, VRAM_E_HOST_MEMORY, "out of host memory");
+    return VRAM_OK;
+}
+
+/* Open or close GP, with dev->pools_open (read without the lock on the
+** allocation path) in step. */
+static void
+pool_set_open_locked(struct vram_device *dev, struct graph_pool *gp, bool open)
+{
+    gp->open = open;
+    if (open)
+        atomic_fetch_add_explicit(&dev->pools_open, 1, memory_order_release);
+    else
+        atomic_fetch_sub_explicit(&dev->pools_open, 1, memory_order_release);
+}
+
+/* Leave DEV's lock, failing CALL because POOL is in the wrong state: it
+** is WHY ("open already"). */
+static vram_status
+pool_fail_unlock(struct vram_device *dev, const char *call, uint64_t pool,
+                 const char *why)
+{
+    return error_set_unlock(&dev->lock, VRAM_E_INVALID,
+                            "%s: pool %" PRIu64 " of GPU:%d is %s", call, pool,
+                            dev->index, why);
+}
+
 vram_status
 vram_pool_begin(vram_device *dev, uint64_t pool)
 {
-    if (dev == NULL || pool == 0)
-        return error_set(VRAM_E_INVALID, "vram_pool_begin: NULL device or pool 0");
-    device_lock(dev);
-    struct graph_pool *gp = pool_slot_locked(dev, pool);
-    if (gp == NULL) {
-        device_unlock(dev);
-        return error_set(VRAM_E_HOST_MEMORY, "out of host memory");
-    }
-    if (gp->open) {
-        device_unlock(dev);
-        return error_set(VRAM_E_INVALID,
-                         "vram_pool_begin: pool %" PRIu64 " of GPU:%d is open already",
-                         pool, dev->index);
-    }
-    gp->open = true;
-    atomic_fetch_add_explicit(&dev->pools_open, 1, memory_order_release);
+    struct graph_pool *gp = NULL;
+    vram_status st = pool_lock(dev, pool, "vram_pool_begin", true, &gp);
+    if (st == VRAM_OK && gp->open)
+        st = pool_fail_unlock(dev, "vram_pool_begin", pool, "open already");
+    if (st != VRAM_OK)
+        return st;
+    pool_set_open_locked(dev, gp, true);
     device_unlock(dev);
     return VRAM_OK;
 }
@@ -513,18 +537,13 @@ flush_deferred_locked(struct vram_device *dev)
 vram_status
 vram_pool_end(vram_device *dev, uint64_t pool)
 {
-    if (dev == NULL || pool == 0)
-        return error_set(VRAM_E_INVALID, "vram_pool_end: NULL device or pool 0");
-    device_lock(dev);
-    struct graph_pool *gp = pool_find_locked(dev, pool);
-    if (gp == NULL || !gp->open) {
-        device_unlock(dev);
-        return error_set(VRAM_E_INVALID,
-                         "vram_pool_end: pool %" PRIu64 " of GPU:%d is not open", pool,
-                         dev->index);
-    }
-    gp->open = false;
-    atomic_fetch_sub_explicit(&dev->pools_open, 1, memory_order_release);
+    struct graph_pool *gp = NULL;
+    vram_status st = pool_lock(dev, pool, "vram_pool_end", false, &gp);
+    if (st == VRAM_OK && (gp == NULL || !gp->open))
+        st = pool_fail_unlock(dev, "vram_pool_end", pool, "not open");
+    if (st != VRAM_OK)
+        return st;
+    pool_set_open_locked(dev, gp, false);
     flush_deferred_locked(dev);
     device_unlock(dev);
     return VRAM_OK;
@@ -533,30 +552,23 @@ vram_pool_end(vram_device *dev, uint64_t pool)
 vram_status
 vram_pool_release(vram_device *dev, uint64_t pool)
 {
-    if (dev == NULL || pool == 0)
-        return error_set(VRAM_E_INVALID, "vram_pool_release: NULL device or pool 0");
-    device_lock(dev);
-    struct graph_pool *gp = pool_find_locked(dev, pool);
-    if (gp == NULL) {
-        device_unlock(dev);
-        return error_set(VRAM_E_INVALID,
-                         "vram_pool_release: GPU:%d has no pool %" PRIu64, dev->index,
-                         pool);
-    }
-    if (gp->open) {
-        device_unlock(dev);
-        return error_set(VRAM_E_INVALID,
-                         "vram_pool_release: pool %" PRIu64
-                         " of GPU:%d is still open (capture not ended)",
-                         pool, dev->index);
-    }
+    struct graph_pool *gp = NULL;
+    vram_status st = pool_lock(dev, pool, "vram_pool_release", false, &gp);
+    if (st == VRAM_OK && gp == NULL)
+        st = error_set_unlock(&dev->lock, VRAM_E_INVALID,
+                              "vram_pool_release: GPU:%d has no pool %" PRIu64,
+                              dev->index, pool);
+    else if (st == VRAM_OK && gp->open)
+        st = pool_fail_unlock(dev, "vram_pool_release", pool,
+                              "still open (capture not ended)");
+    if (st != VRAM_OK)
+        return st;
     /* A replay of the graph may still run on any stream: wait for the
     ** device once, then the pool's freed blocks are idle. */
     struct block *list = gp->free_list;
     gp->free_list = NULL;
     uint64_t bytes = gp->free_bytes;
     gp->free_bytes = 0;
-    vram_status st = VRAM_OK;
     struct backend *be = dev->ctx->backend;
     if (list != NULL && be->ops->synchronize != NULL) {
         device_unlock(dev);

@@ -706,6 +706,19 @@ ledger_after_fork(struct ledger *l)
     return VRAM_OK;
 }
 
+/* VRAM_OK if L is a member's handle; else why CALL cannot go on: L is NULL,
+** or a monitoring handle, which CANNOT ("cannot reserve"). */
+static vram_status
+check_member(const struct ledger *l, const char *call, const char *cannot)
+{
+    if (l == NULL)
+        return error_set(VRAM_E_INVALID, "%s: NULL handle", call);
+    if (!l->member)
+        return error_set(VRAM_E_INVALID, "ledger of group %s: a monitoring handle %s",
+                         l->group, cannot);
+    return VRAM_OK;
+}
+
 /* Whether USED + BYTES would pass LIMIT (0 = none), without overflow. */
 static bool
 over_limit(uint64_t used, uint64_t bytes, uint64_t limit)
@@ -738,13 +751,9 @@ vram_status
 ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limit,
                uint64_t *group_used)
 {
-    if (l == NULL)
-        return error_set(VRAM_E_INVALID, "ledger_reserve: NULL handle");
-    if (!l->member)
-        return error_set(VRAM_E_INVALID,
-                         "ledger of group %s: a monitoring handle cannot reserve",
-                         l->group);
-    vram_status rc = check_uuid(uuid);
+    vram_status rc = check_member(l, "ledger_reserve", "cannot reserve");
+    if (rc == VRAM_OK)
+        rc = check_uuid(uuid);
     if (rc != VRAM_OK)
         return rc;
     struct slot *s = NULL;
@@ -817,14 +826,10 @@ ledger_release(struct ledger *l, const char *uuid, uint64_t bytes)
 vram_status
 ledger_host_add(struct ledger *l, uint64_t bytes)
 {
-    if (l == NULL)
-        return error_set(VRAM_E_INVALID, "ledger_host_add: NULL handle");
-    if (!l->member)
-        return error_set(VRAM_E_INVALID,
-                         "ledger of group %s: a monitoring handle holds no host memory",
-                         l->group);
     struct slot *s = NULL;
-    vram_status rc = own_slot(l, &s);
+    vram_status rc = check_member(l, "ledger_host_add", "holds no host memory");
+    if (rc == VRAM_OK)
+        rc = own_slot(l, &s);
     if (rc == VRAM_OK)
         use_add(&s->pinned, bytes);
     return rc;
