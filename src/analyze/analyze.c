@@ -72,31 +72,31 @@ class_bounds(unsigned c, uint64_t *lo, uint64_t *hi)
     *hi = c == 64 ? UINT64_MAX : 1ULL << c;
 }
 
+/* Largest bytes first, then the larger class. */
 static int
 cmp_class_bytes(const void *a, const void *b)
 {
     const struct an_class *x = a, *y = b;
-    if (x->bytes != y->bytes)
-        return x->bytes < y->bytes ? 1 : -1;
-    return (x->lo < y->lo) - (x->lo > y->lo);
+    int c = order_u64(y->bytes, x->bytes);
+    return c != 0 ? c : order_u64(y->lo, x->lo);
 }
 
+/* Largest size first, then the older id. */
 static int
 cmp_suspect(const void *a, const void *b)
 {
     const struct an_suspect *x = a, *y = b;
-    if (x->size != y->size)
-        return x->size < y->size ? 1 : -1;
-    return (x->id > y->id) - (x->id < y->id);
+    int c = order_u64(y->size, x->size);
+    return c != 0 ? c : order_u64(x->id, y->id);
 }
 
+/* Largest bytes first, then the earlier label. */
 static int
 cmp_origin(const void *a, const void *b)
 {
     const struct an_origin *x = a, *y = b;
-    if (x->bytes != y->bytes)
-        return x->bytes < y->bytes ? 1 : -1;
-    return (x->label > y->label) - (x->label < y->label);
+    int c = order_u64(y->bytes, x->bytes);
+    return c != 0 ? c : (x->label > y->label) - (x->label < y->label);
 }
 
 /* ------------------------------------------------------------------ */
@@ -554,11 +554,10 @@ static int
 cmp_grouped_suspect(const void *a, const void *b)
 {
     const struct grouped_suspect *x = a, *y = b;
-    if (x->group_count != y->group_count)
-        return x->group_count < y->group_count ? 1 : -1;
-    if (x->group_bytes != y->group_bytes)
-        return x->group_bytes < y->group_bytes ? 1 : -1;
-    return cmp_suspect(&x->s, &y->s);
+    int c = order_u64(y->group_count, x->group_count);
+    if (c == 0)
+        c = order_u64(y->group_bytes, x->group_bytes);
+    return c != 0 ? c : cmp_suspect(&x->s, &y->s);
 }
 
 /*

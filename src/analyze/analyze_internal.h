@@ -45,11 +45,18 @@
 /* Small helpers                                                        */
 /* ------------------------------------------------------------------ */
 
+/* -1, 0 or 1 as X is below, equal to or above Y: the step of every qsort
+** comparator here (negate it for "largest first"). */
+static inline int
+order_u64(uint64_t x, uint64_t y)
+{
+    return (x > y) - (x < y);
+}
+
 static inline int
 cmp_u64(const void *a, const void *b)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+    return order_u64(*(const uint64_t *)a, *(const uint64_t *)b);
 }
 
 static inline vram_status

@@ -107,11 +107,10 @@ cmp_site_bytes(const void *a, const void *b)
     const struct an_site *x = a, *y = b;
     /* Leak groups: those born in the most iterations first (the tensor
     ** kept every step, not a workspace made once), then by bytes. */
-    int most_iters = (y->iters > x->iters) - (y->iters < x->iters);
-    if (most_iters != 0)
-        return most_iters;
-    int most_first = (y->bytes > x->bytes) - (y->bytes < x->bytes);
-    return most_first != 0 ? most_first : (x->site > y->site) - (x->site < y->site);
+    int c = order_u64(y->iters, x->iters);
+    if (c == 0)
+        c = order_u64(y->bytes, x->bytes);
+    return c != 0 ? c : order_u64(x->site, y->site);
 }
 
 /*
