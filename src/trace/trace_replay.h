@@ -59,6 +59,23 @@ void trace_replay_reset(struct trace_replay *r);
 /* Release what init obtained. NULL-safe. */
 void trace_replay_fini(struct trace_replay *r);
 
+/* Free, through H, the live allocation of EV's slot (EV is event INDEX)
+** and take it off the counts; on failure r->failed_event = INDEX. */
+static inline int
+trace_replay_free_slot(struct trace_replay *r, const struct trace_replay_hooks *h,
+                       void *ctx, const struct trace_event *ev, uint64_t index)
+{
+    uint32_t k = ev->slot;
+    if (h->free(ctx, ev, index, r->ptr[k], r->size[k]) != TRACE_REPLAY_OK) {
+        r->failed_event = index;
+        return TRACE_REPLAY_FAILED;
+    }
+    r->live[k] = false;
+    r->in_use -= r->size[k];
+    r->live_blocks--;
+    return TRACE_REPLAY_OK;
+}
+
 /* Replay events FIRST..END-1 of the trace through H with CTX. The state
 ** carries over from one call to the next (replaying in stretches).
 ** TRACE_REPLAY_OK, or TRACE_REPLAY_FAILED with r->failed_event set. */
@@ -91,16 +108,9 @@ trace_replay_run(struct trace_replay *r, uint64_t first, uint64_t end,
                 r->peak_in_use = r->in_use;
             if (++r->live_blocks > r->peak_live_blocks)
                 r->peak_live_blocks = r->live_blocks;
-        } else if (ev->op == TRACE_FREE) {
-            if (!r->live[k])
-                continue; /* its allocation was refused */
-            if (h->free(ctx, ev, i, r->ptr[k], r->size[k]) != TRACE_REPLAY_OK) {
-                r->failed_event = i;
+        } else if (ev->op == TRACE_FREE && r->live[k]) { /* not live: refused */
+            if (trace_replay_free_slot(r, h, ctx, ev, i) != TRACE_REPLAY_OK)
                 return TRACE_REPLAY_FAILED;
-            }
-            r->live[k] = false;
-            r->in_use -= r->size[k];
-            r->live_blocks--;
         }
     }
     return TRACE_REPLAY_OK;
@@ -117,13 +127,8 @@ trace_replay_release(struct trace_replay *r, const struct trace_replay_hooks *h,
         uint32_t k = ev->slot;
         if (ev->op != TRACE_ALLOC || k >= t->n_slots || !r->live[k])
             continue;
-        if (h->free(ctx, ev, i, r->ptr[k], r->size[k]) != TRACE_REPLAY_OK) {
-            r->failed_event = i;
+        if (trace_replay_free_slot(r, h, ctx, ev, i) != TRACE_REPLAY_OK)
             return TRACE_REPLAY_FAILED;
-        }
-        r->live[k] = false;
-        r->in_use -= r->size[k];
-        r->live_blocks--;
     }
     return TRACE_REPLAY_OK;
 }
