@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,24 +49,28 @@
 #define LABELS_INITIAL_BITS 6
 
 /*
-** X(role, header name, required): the columns a reader understands. A
-** header may name them in any order; other columns are ignored so that
-** the format can grow without breaking this reader.
+** X(role, header name, required, number): the columns a reader understands.
+** A header may name them in any order; other columns are ignored so that
+** the format can grow without breaking this reader. NUMBER is where a plain
+** decimal column goes in struct trace_event (NOT_NUMBER for the others,
+** which parse_event reads by name).
 */
+#define NOT_NUMBER SIZE_MAX
+#define EVENT_NUMBER(member) offsetof(struct trace_event, member)
 #define TRACE_COLUMN_LIST(X)                                                             \
-    X(COL_T_US, "t_us", true)                                                            \
-    X(COL_OP, "op", true)                                                                \
-    X(COL_ID, "id", true)                                                                \
-    X(COL_SIZE, "size", true)                                                            \
-    X(COL_STREAM, "stream", true)                                                        \
-    X(COL_DEVICE, "device", false)                                                       \
-    X(COL_LABEL, "label", false)                                                     \
-    X(COL_SITE, "site", false)
+    X(COL_T_US, "t_us", true, EVENT_NUMBER(t_us))                                        \
+    X(COL_OP, "op", true, NOT_NUMBER)                                                    \
+    X(COL_ID, "id", true, EVENT_NUMBER(id))                                              \
+    X(COL_SIZE, "size", true, EVENT_NUMBER(size))                                        \
+    X(COL_STREAM, "stream", true, EVENT_NUMBER(stream))                                  \
+    X(COL_DEVICE, "device", false, NOT_NUMBER)                                           \
+    X(COL_LABEL, "label", false, NOT_NUMBER)                                             \
+    X(COL_SITE, "site", false, NOT_NUMBER)
 
 /* clang-format off */
 enum column_role {
     COL_IGNORED = 0,
-#define X_(role, name, required) role,
+#define X_(role, name, required, number) role,
     TRACE_COLUMN_LIST(X_)
 #undef X_
     COL_COUNT
@@ -74,9 +79,10 @@ enum column_role {
 static const struct {
     const char *name;
     bool required;
+    size_t number; /* offset of its uint64_t in struct trace_event, or NOT_NUMBER */
 } columns[COL_COUNT] = {
-    [COL_IGNORED] = {"", false},
-#define X_(role, name, required) [role] = {name, required},
+    [COL_IGNORED] = {"", false, NOT_NUMBER},
+#define X_(role, name, required, number) [role] = {name, required, number},
     TRACE_COLUMN_LIST(X_)
 #undef X_
 };
@@ -916,37 +922,17 @@ parse_event(struct reader *r, const char *line, size_t n)
         }
         if (f->n == 0)
             return parse_error(r, "empty field '%s'", columns[role].name);
-        switch (role) {
-        case COL_OP:
+        if (columns[role].number != NOT_NUMBER) {
+            st = number_field(r, f, role, (uint64_t *)((char *)&ev + columns[role].number));
+        } else if (role == COL_DEVICE) {
+            st = device_field(r, f, &ev.device);
+        } else { /* COL_OP */
             if (f->n != 1 || (f->p[0] != TRACE_ALLOC && f->p[0] != TRACE_FREE &&
                               f->p[0] != TRACE_MARK && f->p[0] != TRACE_OOM))
                 return parse_error(r, "op '%s' is not 'a', 'f', 'm' or 'o'",
                                    field_text(f, text, sizeof text));
             ev.op = f->p[0];
             st = VRAM_OK;
-            break;
-        case COL_T_US:
-            st = number_field(r, f, role, &ev.t_us);
-            break;
-        case COL_ID:
-            st = number_field(r, f, role, &ev.id);
-            break;
-        case COL_SIZE:
-            st = number_field(r, f, role, &ev.size);
-            break;
-        case COL_STREAM:
-            st = number_field(r, f, role, &ev.stream);
-            break;
-        case COL_DEVICE:
-            st = device_field(r, f, &ev.device);
-            break;
-        case COL_LABEL:
-        case COL_SITE:
-        case COL_IGNORED:
-        case COL_COUNT:
-        default:
-            st = VRAM_OK;
-            break;
         }
         if (st != VRAM_OK)
             return st;
