@@ -304,34 +304,47 @@ loss_bytes_per_token(const struct plan_model *m, const struct dtypes *d)
 /* Checks                                                               */
 /* ------------------------------------------------------------------ */
 
+/* A condition a model or a job must not meet, and what to say if it does. */
+struct check {
+    bool fails;
+    const char *what;
+};
+
+/* What the first of the N CHECKS that fails says, or NULL: checks are
+** listed in the order they are reported. */
+static const char *
+first_failed(const struct check *checks, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (checks[k].fails)
+            return checks[k].what;
+    return NULL;
+}
+
 bool
 plan_model_check(const struct plan_model *m, char *err, size_t len)
 {
-    const char *w = NULL;
-    if (m->layers == 0 || m->hidden == 0 || m->heads == 0 || m->vocab == 0)
-        w = "the model needs layers, a hidden size, heads and a vocabulary";
-    else if (m->layers > PLAN_MAX_LAYERS)
-        w = "more layers than any model has (limit 4096)";
-    else if (m->hidden > PLAN_MAX_HIDDEN)
-        w = "hidden size beyond any model's (limit 1048576)";
-    else if (m->heads > PLAN_MAX_HEADS || m->kv_heads > PLAN_MAX_HEADS)
-        w = "more attention heads than any model has (limit 4096)";
-    else if (m->intermediate > PLAN_MAX_INTERMEDIATE)
-        w = "MLP size beyond any model's (limit 4194304)";
-    else if (m->vocab > PLAN_MAX_VOCAB)
-        w = "vocabulary beyond any model's (limit 16777216)";
-    else if (m->positions > PLAN_MAX_POSITIONS || m->window > PLAN_MAX_POSITIONS)
-        w = "positions beyond any model's (limit 16777216)";
-    else if (m->type_vocab > 65536)
-        w = "token types beyond any model's (limit 65536)";
-    else if (m->head_dim > 65536)
-        w = "head size beyond any model's (limit 65536)";
-    else if (m->kv_heads == 0 || m->heads % m->kv_heads != 0)
-        w = "the key/value heads must divide the heads";
-    else if (m->head_dim == 0 && m->hidden % m->heads != 0)
-        w = "the heads must divide the hidden size";
-    else if (!llama_like(m->arch) && m->head_dim != 0 && m->head_dim * m->heads != m->hidden)
-        w = "head size x heads must be the hidden size in this family";
+    const struct check checks[] = {
+        {m->layers == 0 || m->hidden == 0 || m->heads == 0 || m->vocab == 0,
+         "the model needs layers, a hidden size, heads and a vocabulary"},
+        {m->layers > PLAN_MAX_LAYERS, "more layers than any model has (limit 4096)"},
+        {m->hidden > PLAN_MAX_HIDDEN, "hidden size beyond any model's (limit 1048576)"},
+        {m->heads > PLAN_MAX_HEADS || m->kv_heads > PLAN_MAX_HEADS,
+         "more attention heads than any model has (limit 4096)"},
+        {m->intermediate > PLAN_MAX_INTERMEDIATE, "MLP size beyond any model's (limit 4194304)"},
+        {m->vocab > PLAN_MAX_VOCAB, "vocabulary beyond any model's (limit 16777216)"},
+        {m->positions > PLAN_MAX_POSITIONS || m->window > PLAN_MAX_POSITIONS,
+         "positions beyond any model's (limit 16777216)"},
+        {m->type_vocab > 65536, "token types beyond any model's (limit 65536)"},
+        {m->head_dim > 65536, "head size beyond any model's (limit 65536)"},
+        {m->kv_heads == 0 || m->heads % m->kv_heads != 0,
+         "the key/value heads must divide the heads"},
+        {m->heads != 0 && m->head_dim == 0 && m->hidden % m->heads != 0,
+         "the heads must divide the hidden size"},
+        {!llama_like(m->arch) && m->head_dim != 0 && m->head_dim * m->heads != m->hidden,
+         "head size x heads must be the hidden size in this family"},
+    };
+    const char *w = first_failed(checks, sizeof checks / sizeof *checks);
     if (w != NULL) {
         if (err)
             snprintf(err, len, "%s", w);
@@ -359,49 +372,68 @@ allocator_overhead(wide peak)
     return peak / 100 * 8;
 }
 
-/* The memory a job with tensor peak PEAK needs: the peak, the allocator's
-** overhead and the CUDA context. False, with *WHY, when it does not fit 64
-** bits. */
-static bool
-total_of(wide peak, wide *total, const char **why)
+/* The index of the largest of the N PEAKS, the first of equals. */
+static int
+peak_index(const wide *peaks, int n)
 {
-    *total = peak + allocator_overhead(peak) + PLAN_CONTEXT_BYTES;
-    if (*total > WIDE_MAX64) {
+    int at = 0;
+    for (int k = 1; k < n; k++)
+        if (peaks[k] > peaks[at])
+            at = k;
+    return at;
+}
+
+/* What a prediction adds to its tensor PEAK: the allocator's overhead and
+** the CUDA context, into *ALLOCATOR and *CONTEXT, the peak into *TENSOR and
+** the sum into *TOTAL. False, with *WHY, when the sum does not fit 64 bits. */
+static bool
+totals(wide peak, uint64_t *tensor, uint64_t *allocator, uint64_t *context, uint64_t *total,
+       const char **why)
+{
+    wide sum = peak + allocator_overhead(peak) + PLAN_CONTEXT_BYTES;
+    if (sum > WIDE_MAX64) {
         if (why)
             *why = "the sizes overflow 64 bits (no GPU has that much memory)";
         return false;
     }
+    *tensor = (uint64_t)peak;
+    *allocator = (uint64_t)allocator_overhead(peak);
+    *context = PLAN_CONTEXT_BYTES;
+    *total = (uint64_t)sum;
     return true;
 }
 
 static _Thread_local char check_err[96]; /* the reason plan_model_check gave */
 
+/* False, with *WHY, when one of the N CHECKS of a job fails (the first) or
+** its model M does not pass plan_model_check. */
+static bool
+job_ok(const struct check *checks, size_t n, const struct plan_model *m, const char **why)
+{
+    const char *w = first_failed(checks, n);
+    if (w == NULL && !plan_model_check(m, check_err, sizeof check_err))
+        w = check_err;
+    if (w != NULL && why)
+        *why = w;
+    return w == NULL;
+}
+
 bool
 plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_result *out,
              const char **why)
 {
-    const char *w = NULL;
-    if (j->batch == 0)
-        w = "batch must be at least 1";
-    else if (j->seq == 0)
-        w = "sequence length must be at least 1";
-    else if (j->batch > PLAN_MAX_BATCH)
-        w = "batch beyond any job's (limit 1073741824)";
-    else if (j->seq > PLAN_MAX_SEQ)
-        w = "sequence length beyond any model's (limit 16777216)";
-    else if (j->accum == 0 || j->batch % j->accum != 0)
-        w = "accum must divide the batch";
-    else if (j->data_parallel == 0 || j->data_parallel > PLAN_MAX_RANKS)
-        w = "data-parallel size must be 1..1048576";
-    else if (j->zero < 0 || j->zero > 3)
-        w = "ZeRO stage must be 0, 1, 2 or 3";
-    else if (!plan_model_check(m, check_err, sizeof check_err))
-        w = check_err;
-    if (w != NULL) {
-        if (why)
-            *why = w;
+    const struct check checks[] = {
+        {j->batch == 0, "batch must be at least 1"},
+        {j->seq == 0, "sequence length must be at least 1"},
+        {j->batch > PLAN_MAX_BATCH, "batch beyond any job's (limit 1073741824)"},
+        {j->seq > PLAN_MAX_SEQ, "sequence length beyond any model's (limit 16777216)"},
+        {j->accum == 0 || j->batch % j->accum != 0, "accum must divide the batch"},
+        {j->data_parallel == 0 || j->data_parallel > PLAN_MAX_RANKS,
+         "data-parallel size must be 1..1048576"},
+        {j->zero < 0 || j->zero > 3, "ZeRO stage must be 0, 1, 2 or 3"},
+    };
+    if (!job_ok(checks, sizeof checks / sizeof *checks, m, why))
         return false;
-    }
 
     struct dtypes d = dtypes_of(j->precision);
     wide P = param_count(m);
@@ -450,22 +482,16 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
         tmpC = d.autocast ? 2 * layer_matmul_params(m) : 0;
         peakC = W + O + G + actsC + tmpC;
     }
-    wide peak = max_w(peakA, max_w(peakB, peakC));
-    wide total;
-    if (!total_of(peak, &total, why))
-        return false;
-
-    struct plan_result r;
-    memset(&r, 0, sizeof r);
-    r.params = (uint64_t)P;
-    r.weights_bytes = (uint64_t)W;
-    r.optimizer_bytes = (uint64_t)O;
-    if (peakA >= peakB && peakA >= peakC) {
+    const wide peaks[] = {peakA, peakB, peakC};
+    int at = peak_index(peaks, 3);
+    struct plan_result r = {
+        .params = (uint64_t)P, .weights_bytes = (uint64_t)W, .optimizer_bytes = (uint64_t)O};
+    if (at == 0) {
         r.gradients_bytes = (uint64_t)grads_held;
         r.activations_bytes = (uint64_t)acts;
         r.temporary_bytes = (uint64_t)tmpA;
         r.peak_phase = "backward";
-    } else if (peakB >= peakC) {
+    } else if (at == 1) {
         r.gradients_bytes = (uint64_t)G;
         r.temporary_bytes = (uint64_t)opt_tmp;
         r.peak_phase = "optimizer step";
@@ -475,10 +501,9 @@ plan_predict(const struct plan_model *m, const struct plan_job *j, struct plan_r
         r.temporary_bytes = (uint64_t)tmpC;
         r.peak_phase = "recompute";
     }
-    r.tensor_peak_bytes = (uint64_t)peak;
-    r.allocator_bytes = (uint64_t)allocator_overhead(peak);
-    r.context_bytes = PLAN_CONTEXT_BYTES;
-    r.total_bytes = (uint64_t)total;
+    if (!totals(peaks[at], &r.tensor_peak_bytes, &r.allocator_bytes, &r.context_bytes,
+                &r.total_bytes, why))
+        return false;
     *out = r;
     return true;
 }
@@ -593,27 +618,17 @@ bool
 plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
               struct plan_gen_result *out, const char **why)
 {
-    const char *w = NULL;
-    if (m->arch == PLAN_BERT)
-        w = "bert has no causal language-model head to generate with";
-    else if (j->batch == 0 || j->batch > PLAN_MAX_BATCH)
-        w = "batch must be 1..1073741824";
-    else if (j->prompt == 0 || j->prompt > PLAN_MAX_SEQ)
-        w = "the prompt must be 1..16777216 tokens";
-    else if (j->new_tokens == 0 || j->new_tokens > PLAN_MAX_SEQ)
-        w = "new tokens must be 1..16777216";
-    else if (j->precision != PLAN_FP32 && j->precision != PLAN_FP16 &&
-             j->precision != PLAN_BF16)
-        w = "inference precision is fp32, fp16 or bf16";
-    else if (j->attention != PLAN_SDPA && j->attention != PLAN_EAGER)
-        w = "attention is sdpa or eager";
-    else if (!plan_model_check(m, check_err, sizeof check_err))
-        w = check_err;
-    if (w != NULL) {
-        if (why)
-            *why = w;
+    const struct check checks[] = {
+        {m->arch == PLAN_BERT, "bert has no causal language-model head to generate with"},
+        {j->batch == 0 || j->batch > PLAN_MAX_BATCH, "batch must be 1..1073741824"},
+        {j->prompt == 0 || j->prompt > PLAN_MAX_SEQ, "the prompt must be 1..16777216 tokens"},
+        {j->new_tokens == 0 || j->new_tokens > PLAN_MAX_SEQ, "new tokens must be 1..16777216"},
+        {j->precision != PLAN_FP32 && j->precision != PLAN_FP16 && j->precision != PLAN_BF16,
+         "inference precision is fp32, fp16 or bf16"},
+        {j->attention != PLAN_SDPA && j->attention != PLAN_EAGER, "attention is sdpa or eager"},
+    };
+    if (!job_ok(checks, sizeof checks / sizeof *checks, m, why))
         return false;
-    }
     struct widths wd = widths_of(m);
     wide hd = m->heads ? wd.q / m->heads : 0;
     wide e = j->precision == PLAN_FP32 ? 4 : 2;
@@ -677,38 +692,27 @@ plan_generate(const struct plan_model *m, const struct plan_gen_job *j,
     wide ids_end = B * ((wide)P + j->new_tokens - 1) * GEN_IDS_PER_TOKEN;
     wide peak_end = W + ws + ids_end + cache_end + act_end;
 
-    wide peak = max_w(peak_con, max_w(peak_pre, peak_end));
-    wide total;
-    if (!total_of(peak, &total, why))
-        return false;
-    struct plan_gen_result r;
-    memset(&r, 0, sizeof r);
-    r.params = (uint64_t)params;
-    r.weights_bytes = (uint64_t)W;
-    if (peak_con >= peak_pre && peak_con >= peak_end) {
+    const wide peaks[] = {peak_con, peak_pre, peak_end};
+    int k = peak_index(peaks, 3);
+    struct plan_gen_result r = {.params = (uint64_t)params,
+                                .weights_bytes = (uint64_t)W,
+                                .construction_bytes = (uint64_t)peak_con,
+                                .prefill_bytes = (uint64_t)peak_pre,
+                                .decode_bytes = (uint64_t)peak_end,
+                                .prefill_at = at};
+    if (k == 0) {
         r.activations_bytes = (uint64_t)head_copy;
         r.peak_phase = "construction";
-    } else if (peak_pre >= peak_end) {
-        r.kv_cache_bytes = (uint64_t)cache_pre;
-        r.activations_bytes = (uint64_t)act_pre;
+    } else { /* the prefill or the last decode step */
+        r.kv_cache_bytes = (uint64_t)(k == 1 ? cache_pre : cache_end);
+        r.activations_bytes = (uint64_t)(k == 1 ? act_pre : act_end);
         r.workspace_bytes = (uint64_t)ws;
-        r.token_ids_bytes = (uint64_t)ids_pre;
-        r.peak_phase = "prefill";
-    } else {
-        r.kv_cache_bytes = (uint64_t)cache_end;
-        r.activations_bytes = (uint64_t)act_end;
-        r.workspace_bytes = (uint64_t)ws;
-        r.token_ids_bytes = (uint64_t)ids_end;
-        r.peak_phase = "last decode step";
+        r.token_ids_bytes = (uint64_t)(k == 1 ? ids_pre : ids_end);
+        r.peak_phase = k == 1 ? "prefill" : "last decode step";
     }
-    r.construction_bytes = (uint64_t)peak_con;
-    r.prefill_bytes = (uint64_t)peak_pre;
-    r.decode_bytes = (uint64_t)peak_end;
-    r.prefill_at = at;
-    r.tensor_peak_bytes = (uint64_t)peak;
-    r.allocator_bytes = (uint64_t)allocator_overhead(peak);
-    r.context_bytes = PLAN_CONTEXT_BYTES;
-    r.total_bytes = (uint64_t)total;
+    if (!totals(peaks[k], &r.tensor_peak_bytes, &r.allocator_bytes, &r.context_bytes,
+                &r.total_bytes, why))
+        return false;
     *out = r;
     return true;
 }
@@ -983,26 +987,32 @@ static const char *const precision_names[] = {"fp32", "mixed-fp16", "mixed-bf16"
                                               "bf16"};
 static const char *const optimizer_names[] = {"sgd", "sgd-momentum", "adam", "adamw"};
 
+/* The index of S among the N NAMES, or -1. */
+static int
+name_index(const char *s, const char *const *names, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(s, names[k]) == 0)
+            return (int)k;
+    return -1;
+}
+
 bool
 plan_precision_parse(const char *s, enum plan_precision *out)
 {
-    for (size_t k = 0; k < sizeof precision_names / sizeof precision_names[0]; k++)
-        if (strcmp(s, precision_names[k]) == 0) {
-            *out = (enum plan_precision)k;
-            return true;
-        }
-    return false;
+    int k = name_index(s, precision_names, sizeof precision_names / sizeof *precision_names);
+    if (k >= 0)
+        *out = (enum plan_precision)k;
+    return k >= 0;
 }
 
 bool
 plan_optimizer_parse(const char *s, enum plan_optimizer *out)
 {
-    for (size_t k = 0; k < sizeof optimizer_names / sizeof optimizer_names[0]; k++)
-        if (strcmp(s, optimizer_names[k]) == 0) {
-            *out = (enum plan_optimizer)k;
-            return true;
-        }
-    return false;
+    int k = name_index(s, optimizer_names, sizeof optimizer_names / sizeof *optimizer_names);
+    if (k >= 0)
+        *out = (enum plan_optimizer)k;
+    return k >= 0;
 }
 
 bool
@@ -1041,12 +1051,10 @@ plan_arch_name(enum plan_arch a)
 bool
 plan_arch_parse(const char *s, enum plan_arch *out)
 {
-    for (size_t k = 0; k < PLAN_N_ARCH; k++)
-        if (strcmp(s, arch_names[k]) == 0) {
-            *out = (enum plan_arch)k;
-            return true;
-        }
-    return false;
+    int k = name_index(s, arch_names, PLAN_N_ARCH);
+    if (k >= 0)
+        *out = (enum plan_arch)k;
+    return k >= 0;
 }
 
 const char *
