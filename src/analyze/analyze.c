@@ -23,6 +23,7 @@
 */
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,8 +78,7 @@ static int
 cmp_class_bytes(const void *a, const void *b)
 {
     const struct an_class *x = a, *y = b;
-    int c = order_u64(y->bytes, x->bytes);
-    return c != 0 ? c : order_u64(y->lo, x->lo);
+    return order_u64_2(y->bytes, x->bytes, y->lo, x->lo);
 }
 
 /* Largest size first, then the older id. */
@@ -86,8 +86,7 @@ static int
 cmp_suspect(const void *a, const void *b)
 {
     const struct an_suspect *x = a, *y = b;
-    int c = order_u64(y->size, x->size);
-    return c != 0 ? c : order_u64(x->id, y->id);
+    return order_u64_2(y->size, x->size, x->id, y->id);
 }
 
 /* Largest bytes first, then the earlier label. */
@@ -323,38 +322,44 @@ an_iters_by_marks(struct work *w, struct an_result *r, bool *done)
     return VRAM_OK;
 }
 
-/* The iteration holding event I (binary search); AN_NO_ITER before the first. */
-static uint32_t
-iter_of(const struct an_result *r, uint64_t i)
+/* The last of the N spans at BASE (STRIDE bytes apart, in event order)
+** whose first event, the uint64_t at OFFSET in each, is I or before it:
+** the one holding event I (binary search); SIZE_MAX before the first. */
+static size_t
+span_of(const void *base, size_t n, size_t stride, size_t offset, uint64_t i)
 {
-    if (r->n_iters == 0 || i < r->iters[0].first_event)
-        return AN_NO_ITER;
-    size_t lo = 0, hi = r->n_iters - 1;
+    const char *first = (const char *)base + offset;
+#define FIRST_EVENT(k) (*(const uint64_t *)(const void *)(first + (k) * stride))
+    if (n == 0 || i < FIRST_EVENT(0))
+        return SIZE_MAX;
+    size_t lo = 0, hi = n - 1;
     while (lo < hi) {
         size_t mid = (lo + hi + 1) / 2;
-        if (r->iters[mid].first_event <= i)
+        if (FIRST_EVENT(mid) <= i)
             lo = mid;
         else
             hi = mid - 1;
     }
-    return (uint32_t)lo;
+    return lo;
+#undef FIRST_EVENT
+}
+
+/* The iteration holding event I; AN_NO_ITER before the first. */
+static uint32_t
+iter_of(const struct an_result *r, uint64_t i)
+{
+    size_t k = span_of(r->iters, r->n_iters, sizeof *r->iters,
+                       offsetof(struct an_iter, first_event), i);
+    return k == SIZE_MAX ? AN_NO_ITER : (uint32_t)k;
 }
 
 /* The label of the phase holding event I; -1 before the first mark. */
 static int32_t
 phase_label_of(const struct an_result *r, uint64_t i)
 {
-    if (r->n_phases == 0 || i < r->phases[0].first_event)
-        return -1;
-    size_t lo = 0, hi = r->n_phases - 1;
-    while (lo < hi) {
-        size_t mid = (lo + hi + 1) / 2;
-        if (r->phases[mid].first_event <= i)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return r->phases[lo].label;
+    size_t k = span_of(r->phases, r->n_phases, sizeof *r->phases,
+                       offsetof(struct an_phase, first_event), i);
+    return k == SIZE_MAX ? -1 : r->phases[k].label;
 }
 
 /* ------------------------------------------------------------------ */
@@ -554,9 +559,7 @@ static int
 cmp_grouped_suspect(const void *a, const void *b)
 {
     const struct grouped_suspect *x = a, *y = b;
-    int c = order_u64(y->group_count, x->group_count);
-    if (c == 0)
-        c = order_u64(y->group_bytes, x->group_bytes);
+    int c = order_u64_2(y->group_count, x->group_count, y->group_bytes, x->group_bytes);
     return c != 0 ? c : cmp_suspect(&x->s, &y->s);
 }
 
@@ -590,67 +593,6 @@ order_suspects(struct an_suspect *v, size_t n)
     free(g);
 }
 
-/*
-** Suspects: allocations still live at the end of the last fitted
-** iteration, born in a fitted iteration before it (so that each outlived
-** the iteration that made it, and every later one the fit saw). Not "never
-** freed": a program that keeps a tensor every step frees them all at its
-** end (an interpreter's teardown), after the steps the fit covers.
-*/
-static vram_status
-find_suspects(struct work *w, struct an_result *r)
-{
-    const struct trace *t = w->t;
-    if (!r->leak || r->n_iters < 3 || r->leak_iters_used < 2)
-        return VRAM_OK;
-    size_t last_fit = r->leak_iters_used; /* the fit covers 1 .. leak_iters_used */
-    if (last_fit >= r->n_iters)
-        last_fit = r->n_iters - 1;
-    memset(w->alive, 0, (t->n_slots > 0 ? t->n_slots : 1) * sizeof *w->alive);
-    for (uint64_t i = 0; i <= r->iters[last_fit].last_event && i < w->n; i++) {
-        const struct trace_event *ev = &t->events[i];
-        if (ev->slot >= t->n_slots)
-            continue;
-        if (is_alloc(ev))
-            w->alive[ev->slot] = true;
-        else if (is_free(ev))
-            w->alive[ev->slot] = false;
-    }
-    size_t count = 0;
-    for (uint32_t s = 0; s < t->n_slots; s++) {
-        if (!w->alive[s])
-            continue;
-        uint32_t born = iter_of(r, w->born_event[s]);
-        if (born != AN_NO_ITER && born >= 1 && born < last_fit)
-            count++;
-    }
-    if (count == 0)
-        return VRAM_OK;
-    r->suspects = calloc(count, sizeof *r->suspects);
-    if (r->suspects == NULL)
-        return no_memory();
-    size_t k = 0;
-    for (uint32_t s = 0; s < t->n_slots; s++) {
-        if (!w->alive[s])
-            continue;
-        uint64_t e = w->born_event[s];
-        uint32_t born = iter_of(r, e);
-        if (born == AN_NO_ITER || born < 1 || born >= last_fit)
-            continue;
-        const struct trace_event *ev = &t->events[e];
-        r->suspects[k++] = (struct an_suspect){
-            .id = ev->id, .size = ev->size, .born = born, .t_us = ev->t_us, .site = ev->site};
-        r->suspect_bytes += ev->size;
-    }
-    r->n_suspects = k;
-    order_suspects(r->suspects, k);
-    return an_leak_sites(r);
-}
-
-/* ------------------------------------------------------------------ */
-/* 5. What was live at an event                                         */
-/* ------------------------------------------------------------------ */
-
 /* w->alive := the slots live after event UPTO. */
 static void
 live_set_at(struct work *w, uint64_t upto)
@@ -667,6 +609,63 @@ live_set_at(struct work *w, uint64_t upto)
             w->alive[ev->slot] = false;
     }
 }
+
+/* The iteration slot S was born in when that makes it a suspect (below):
+** it is live in w->alive and was born in a fitted iteration before
+** LAST_FIT. AN_NO_ITER otherwise. */
+static uint32_t
+suspect_iter(const struct work *w, const struct an_result *r, uint32_t s, size_t last_fit)
+{
+    if (!w->alive[s])
+        return AN_NO_ITER;
+    uint32_t born = iter_of(r, w->born_event[s]);
+    return born != AN_NO_ITER && born >= 1 && born < last_fit ? born : AN_NO_ITER;
+}
+
+/*
+** Suspects: allocations still live at the end of the last fitted
+** iteration, born in a fitted iteration before it (so that each outlived
+** the iteration that made it, and every later one the fit saw). Not "never
+** freed": a program that keeps a tensor every step frees them all at its
+** end (an interpreter's teardown), after the steps the fit covers.
+*/
+static vram_status
+find_suspects(struct work *w, struct an_result *r)
+{
+    const struct trace *t = w->t;
+    if (!r->leak || r->n_iters < 3 || r->leak_iters_used < 2)
+        return VRAM_OK;
+    size_t last_fit = r->leak_iters_used; /* the fit covers 1 .. leak_iters_used */
+    if (last_fit >= r->n_iters)
+        last_fit = r->n_iters - 1;
+    live_set_at(w, r->iters[last_fit].last_event);
+    size_t count = 0;
+    for (uint32_t s = 0; s < t->n_slots; s++)
+        if (suspect_iter(w, r, s, last_fit) != AN_NO_ITER)
+            count++;
+    if (count == 0)
+        return VRAM_OK;
+    r->suspects = calloc(count, sizeof *r->suspects);
+    if (r->suspects == NULL)
+        return no_memory();
+    size_t k = 0;
+    for (uint32_t s = 0; s < t->n_slots; s++) {
+        uint32_t born = suspect_iter(w, r, s, last_fit);
+        if (born == AN_NO_ITER)
+            continue;
+        const struct trace_event *ev = &t->events[w->born_event[s]];
+        r->suspects[k++] = (struct an_suspect){
+            .id = ev->id, .size = ev->size, .born = born, .t_us = ev->t_us, .site = ev->site};
+        r->suspect_bytes += ev->size;
+    }
+    r->n_suspects = k;
+    order_suspects(r->suspects, k);
+    return an_leak_sites(r);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. What was live at an event                                         */
+/* ------------------------------------------------------------------ */
 
 /* The non-empty size classes of w->alive, largest bytes first. */
 static vram_status
@@ -1037,17 +1036,10 @@ an_result_free(struct an_result *r)
 {
     if (r == NULL)
         return;
-    free(r->peak_classes);
-    free(r->phases);
-    free(r->phase_groups);
-    free(r->iters);
-    free(r->suspects);
-    free(r->points);
-    free(r->peak_origins);
-    free(r->device_peaks);
-    free(r->oom_classes);
-    free(r->oom_largest);
-    free(r->leak_sites);
-    free(r->peak_sites);
+    void *owned[] = {r->peak_classes, r->phases,       r->phase_groups, r->iters,
+                     r->suspects,     r->points,       r->peak_origins, r->device_peaks,
+                     r->oom_classes,  r->oom_largest,  r->leak_sites,   r->peak_sites};
+    for (size_t k = 0; k < sizeof owned / sizeof *owned; k++)
+        free(owned[k]);
     free(r);
 }

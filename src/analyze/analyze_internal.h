@@ -53,6 +53,14 @@ order_u64(uint64_t x, uint64_t y)
     return (x > y) - (x < y);
 }
 
+/* order_u64 of X1 against Y1, or where they are equal, of X2 against Y2. */
+static inline int
+order_u64_2(uint64_t x1, uint64_t y1, uint64_t x2, uint64_t y2)
+{
+    int c = order_u64(x1, y1);
+    return c != 0 ? c : order_u64(x2, y2);
+}
+
 static inline int
 cmp_u64(const void *a, const void *b)
 {

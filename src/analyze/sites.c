@@ -107,9 +107,7 @@ cmp_site_bytes(const void *a, const void *b)
     const struct an_site *x = a, *y = b;
     /* Leak groups: those born in the most iterations first (the tensor
     ** kept every step, not a workspace made once), then by bytes. */
-    int c = order_u64(y->iters, x->iters);
-    if (c == 0)
-        c = order_u64(y->bytes, x->bytes);
+    int c = order_u64_2(y->iters, x->iters, y->bytes, x->bytes);
     return c != 0 ? c : order_u64(x->site, y->site);
 }
 
