@@ -255,6 +255,10 @@ struct an_cmp_row {
 ** in BUF (LEN bytes). Returns BUF. */
 const char *an_cmp_class_name(const struct an_cmp_row *row, char *buf, size_t len);
 
+/* The name of phase or size-class ROW as the tables show it: its label,
+** "(before the first mark)", or its class (an_cmp_class_name, into BUF). */
+const char *an_cmp_row_name(const struct an_cmp_row *row, char *buf, size_t len);
+
 struct an_compare {
     const struct an_result *a, *b; /* borrowed */
     struct an_cmp_row *phases;     /* A's labels in order, then B's others */
@@ -262,6 +266,13 @@ struct an_compare {
     struct an_cmp_row *classes;    /* largest class first */
     size_t n_classes;
 };
+
+/* The rows every comparison table opens with, each named by its label:
+** peak live, peak reserved (under A's strategy: that name is written into
+** NAME, LEN bytes) and the least live bytes within the last iteration. */
+#define AN_CMP_PEAK_ROWS 3
+void an_cmp_peak_rows(const struct an_compare *c, struct an_cmp_row rows[AN_CMP_PEAK_ROWS],
+                      char *name, size_t len);
 
 /* Compare A with B (both borrowed; they must outlive OUT). OUT written
 ** only on success; free with an_compare_free. VRAM_E_HOST_MEMORY. */

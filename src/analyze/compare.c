@@ -130,11 +130,12 @@ fmt_change(uint64_t a, uint64_t b, char *buf, size_t len)
 }
 
 static void
-cmp_line(FILE *out, const char *name, uint64_t a, uint64_t b, bool in_a, bool in_b)
+cmp_line(FILE *out, const char *name, const struct an_cmp_row *row)
 {
     char x[32], y[32], z[64];
-    fprintf(out, "  %-32s %14s %14s  %s\n", name, in_a ? fmt_size(a, x, sizeof x) : "-",
-            in_b ? fmt_size(b, y, sizeof y) : "-", fmt_change(a, b, z, sizeof z));
+    fprintf(out, "  %-32s %14s %14s  %s\n", name, row->in_a ? fmt_size(row->a, x, sizeof x) : "-",
+            row->in_b ? fmt_size(row->b, y, sizeof y) : "-",
+            fmt_change(row->a, row->b, z, sizeof z));
 }
 
 const char *
@@ -150,6 +151,43 @@ an_cmp_class_name(const struct an_cmp_row *row, char *buf, size_t len)
     return buf;
 }
 
+const char *
+an_cmp_row_name(const struct an_cmp_row *row, char *buf, size_t len)
+{
+    if (row->hi != 0) /* a size class: [0, 1) is the lowest */
+        return an_cmp_class_name(row, buf, len);
+    return row->label != NULL ? row->label : "(before the first mark)";
+}
+
+void
+an_cmp_peak_rows(const struct an_compare *c, struct an_cmp_row rows[AN_CMP_PEAK_ROWS],
+                 char *name, size_t len)
+{
+    const struct an_result *a = c->a, *b = c->b;
+    snprintf(name, len, "peak reserved (%s)", vram_strategy_name(a->strategy));
+    rows[0] = (struct an_cmp_row){.label = "peak live", .a = a->peak_bytes, .b = b->peak_bytes,
+                                  .in_a = true, .in_b = true};
+    rows[1] = (struct an_cmp_row){.label = name, .a = a->peak_reserved, .b = b->peak_reserved,
+                                  .in_a = true, .in_b = true};
+    rows[2] = (struct an_cmp_row){
+        .label = "least live per iteration, last",
+        .a = a->n_iters > 0 ? a->iters[a->n_iters - 1].min_live : 0,
+        .b = b->n_iters > 0 ? b->iters[b->n_iters - 1].min_live : 0,
+        .in_a = a->n_iters > 0,
+        .in_b = b->n_iters > 0};
+}
+
+/* A titled table of N phase or size-class ROWS; nothing when N is 0. */
+static void
+print_rows(FILE *out, const char *title, const struct an_cmp_row *rows, size_t n)
+{
+    char name[80];
+    if (n > 0)
+        fprintf(out, "\n%s:\n", title);
+    for (size_t i = 0; i < n; i++)
+        cmp_line(out, an_cmp_row_name(&rows[i], name, sizeof name), &rows[i]);
+}
+
 void
 an_print_compare_text(FILE *out, const struct an_compare *c)
 {
@@ -160,34 +198,14 @@ an_print_compare_text(FILE *out, const struct an_compare *c)
     fprintf(out, "A  %s\nB  %s\n\n", a->trace != NULL ? a->trace->path : "?",
             b->trace != NULL ? b->trace->path : "?");
     fprintf(out, "  %-32s %14s %14s  %s\n", "", "A", "B", "change (B - A)");
-    cmp_line(out, "peak live", a->peak_bytes, b->peak_bytes, true, true);
-    snprintf(name, sizeof name, "peak reserved (%s)", vram_strategy_name(a->strategy));
-    cmp_line(out, name, a->peak_reserved, b->peak_reserved, true, true);
-    cmp_line(out, "least live per iteration, last",
-             a->n_iters > 0 ? a->iters[a->n_iters - 1].min_live : 0,
-             b->n_iters > 0 ? b->iters[b->n_iters - 1].min_live : 0, a->n_iters > 0,
-             b->n_iters > 0);
+    struct an_cmp_row peaks[AN_CMP_PEAK_ROWS];
+    an_cmp_peak_rows(c, peaks, name, sizeof name);
+    for (size_t i = 0; i < AN_CMP_PEAK_ROWS; i++)
+        cmp_line(out, peaks[i].label, &peaks[i]);
     fprintf(out, "  %-32s %14zu %14zu\n", "iterations", a->n_iters, b->n_iters);
-    char la[32], lb[32];
-    snprintf(la, sizeof la, "%s", a->leak ? "yes" : "no");
-    snprintf(lb, sizeof lb, "%s", b->leak ? "yes" : "no");
-    fprintf(out, "  %-32s %14s %14s\n", "leak", la, lb);
-    if (c->n_phases > 0) {
-        fprintf(out, "\nphase peaks (by mark label; the largest of each):\n");
-        for (size_t i = 0; i < c->n_phases; i++) {
-            const struct an_cmp_row *row = &c->phases[i];
-            cmp_line(out, row->label != NULL ? row->label : "(before the first mark)",
-                     row->a, row->b, row->in_a, row->in_b);
-        }
-    }
-    if (c->n_classes > 0) {
-        fprintf(out, "\nlive at the peak by size class:\n");
-        for (size_t i = 0; i < c->n_classes; i++) {
-            const struct an_cmp_row *row = &c->classes[i];
-            cmp_line(out, an_cmp_class_name(row, name, sizeof name), row->a, row->b,
-                     row->in_a, row->in_b);
-        }
-    }
+    fprintf(out, "  %-32s %14s %14s\n", "leak", a->leak ? "yes" : "no", b->leak ? "yes" : "no");
+    print_rows(out, "phase peaks (by mark label; the largest of each)", c->phases, c->n_phases);
+    print_rows(out, "live at the peak by size class", c->classes, c->n_classes);
 }
 
 /* {"a": A, "b": B, "delta": B - A} for one quantity. */

@@ -94,30 +94,16 @@ putf(struct page *p, const char *fmt, ...)
 static void
 put_esc_n(struct page *p, const char *text, size_t len)
 {
+    static const char *const entity[256] = {
+        ['&'] = "&amp;", ['<'] = "&lt;", ['>'] = "&gt;", ['"'] = "&quot;", ['\''] = "&#39;"};
     for (size_t i = 0; i < len && text[i] != '\0'; i++) {
         unsigned char c = (unsigned char)text[i];
-        switch (c) {
-        case '&':
-            put(p, "&amp;");
-            break;
-        case '<':
-            put(p, "&lt;");
-            break;
-        case '>':
-            put(p, "&gt;");
-            break;
-        case '"':
-            put(p, "&quot;");
-            break;
-        case '\'':
-            put(p, "&#39;");
-            break;
-        default:
-            if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f)
-                fputc('?', p->out);
-            else
-                fputc(c, p->out);
-        }
+        if (entity[c] != NULL)
+            put(p, entity[c]);
+        else if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f)
+            fputc('?', p->out);
+        else
+            fputc(c, p->out);
     }
 }
 
@@ -301,19 +287,36 @@ put_byte_tick(struct page *p, double v, int k)
     putf(p, " %s", iec_units[k]);
 }
 
+/* An SVG attribute, NAME="V", V a coordinate (one decimal), after a space. */
+static void
+put_attr(struct page *p, const char *name, double v)
+{
+    putf(p, " %s=\"", name);
+    put_num(p, v, 1);
+    fputc('"', p->out);
+}
+
+/* The opening of an SVG chart H pixels high (CHART_W wide), named ARIA. */
+static void
+svg_open(struct page *p, double h, const char *aria)
+{
+    put(p, "<svg viewBox=\"0 0 ");
+    put_num(p, CHART_W, 0);
+    put(p, " ");
+    put_num(p, h, 0);
+    putf(p, "\" role=\"img\" aria-label=\"%s\">\n", aria);
+}
+
 /* An SVG line from (X1, Y1) to (X2, Y2) with ATTRS ("stroke=..."). */
 static void
 svg_line(struct page *p, double x1, double x2, double y1, double y2, const char *attrs)
 {
-    put(p, "<line x1=\"");
-    put_num(p, x1, 1);
-    put(p, "\" x2=\"");
-    put_num(p, x2, 1);
-    put(p, "\" y1=\"");
-    put_num(p, y1, 1);
-    put(p, "\" y2=\"");
-    put_num(p, y2, 1);
-    putf(p, "\" %s/>", attrs);
+    put(p, "<line");
+    put_attr(p, "x1", x1);
+    put_attr(p, "x2", x2);
+    put_attr(p, "y1", y1);
+    put_attr(p, "y2", y2);
+    putf(p, " %s/>", attrs);
 }
 
 /* The opening of an SVG text at (X, Y) anchored at ANCHOR ("start",
@@ -324,11 +327,9 @@ svg_text(struct page *p, const char *cls, double x, double y, const char *anchor
     put(p, "<text");
     if (cls != NULL)
         putf(p, " class=\"%s\"", cls);
-    put(p, " x=\"");
-    put_num(p, x, 1);
-    put(p, "\" y=\"");
-    put_num(p, y, 1);
-    putf(p, "\" text-anchor=\"%s\"", anchor);
+    put_attr(p, "x", x);
+    put_attr(p, "y", y);
+    putf(p, " text-anchor=\"%s\"", anchor);
 }
 
 /* Horizontal grid lines and labels of Y (bytes) from its lo to its hi, in
@@ -785,15 +786,12 @@ time_ticks(struct page *p, const struct time_axis *ax, double top, double bottom
 {
     for (size_t i = 0; i < ax->n_gaps; i++) {
         double a = tx(ax, ax->lo[i]), b = tx(ax, ax->hi[i]), mid = (a + b) / 2;
-        put(p, "<rect x=\"");
-        put_num(p, a, 1);
-        put(p, "\" y=\"");
-        put_num(p, top, 1);
-        put(p, "\" width=\"");
-        put_num(p, b - a, 1);
-        put(p, "\" height=\"");
-        put_num(p, bottom - top, 1);
-        put(p, "\" fill=\"#eef0f3\"/>\n");
+        put(p, "<rect");
+        put_attr(p, "x", a);
+        put_attr(p, "y", top);
+        put_attr(p, "width", b - a);
+        put_attr(p, "height", bottom - top);
+        put(p, " fill=\"#eef0f3\"/>\n");
         svg_text(p, NULL, mid, top + 16, "middle");
         put(p, ">no events</text>\n");
         svg_text(p, "strong", mid, top + 32, "middle");
@@ -919,11 +917,7 @@ timeline_chart(struct page *p, double w0, double w1, const char *aria)
     struct time_axis x;
     time_axis_init(&x, p, w0, w1, left, right);
 
-    put(p, "<svg viewBox=\"0 0 ");
-    put_num(p, CHART_W, 0);
-    put(p, " ");
-    put_num(p, h, 0);
-    putf(p, "\" role=\"img\" aria-label=\"%s\">\n", aria);
+    svg_open(p, h, aria);
     y_grid(p, &y, ystep, k, left, right);
     time_ticks(p, &x, top, bottom);
     svg_text(p, NULL, (left + right) / 2, h - 8, "middle");
@@ -987,12 +981,10 @@ timeline_chart(struct page *p, double w0, double w1, const char *aria)
         double ty = top + 17;
         if (py - 7 > ty + 4)
             vline(p, px, ty + 4, py - 7, "stroke=\"" C_ALERT "\" stroke-width=\"1\"");
-        put(p, "<circle cx=\"");
-        put_num(p, px, 1);
-        put(p, "\" cy=\"");
-        put_num(p, py, 1);
-        put(p,
-            "\" r=\"5.5\" fill=\"" C_ALERT "\" stroke=\"#fff\" stroke-width=\"2\"/>\n");
+        put(p, "<circle");
+        put_attr(p, "cx", px);
+        put_attr(p, "cy", py);
+        put(p, " r=\"5.5\" fill=\"" C_ALERT "\" stroke=\"#fff\" stroke-width=\"2\"/>\n");
         bool to_left = px > left + 0.7 * (right - left);
         svg_text(p, "halo strong", to_left ? px - 6 : px + 6, ty,
                  to_left ? "end" : "start");
@@ -1393,11 +1385,8 @@ leak_chart(struct page *p)
     if (used < n)
         put(p, "<span><i class=\"sw min hollow\"></i>left out of the fit (the warm-up, "
                "an end cut short)</span>");
-    put(p, "</div>\n<svg viewBox=\"0 0 ");
-    put_num(p, CHART_W, 0);
-    put(p, " ");
-    put_num(p, h, 0);
-    put(p, "\" role=\"img\" aria-label=\"least live bytes per iteration\">\n");
+    put(p, "</div>\n");
+    svg_open(p, h, "least live bytes per iteration");
     y_grid(p, &y, step, k, left, right);
     double istep = decimal_step((double)n, 12);
     if (istep < 1)
@@ -1429,15 +1418,13 @@ leak_chart(struct page *p)
     put(p, "\n");
     double radius = n > 200 ? 1.5 : n > 60 ? 2.5 : 4;
     for (size_t i = 0; i < n; i++) {
-        put(p, "<circle cx=\"");
-        put_num(p, sc(&x, (double)(i + 1)), 1);
-        put(p, "\" cy=\"");
-        put_num(p, sc(&y, (double)r->iters[i].min_live), 1);
-        put(p, "\" r=\"");
-        put_num(p, radius, 1);
-        put(p, i < f || i > last ? "\" fill=\"#fff\" stroke=\"" C_LIVE
-                                   "\" stroke-width=\"1.5\"/>\n"
-                                 : "\" fill=\"" C_LIVE "\"/>\n");
+        put(p, "<circle");
+        put_attr(p, "cx", sc(&x, (double)(i + 1)));
+        put_attr(p, "cy", sc(&y, (double)r->iters[i].min_live));
+        put_attr(p, "r", radius);
+        put(p, i < f || i > last
+                   ? " fill=\"#fff\" stroke=\"" C_LIVE "\" stroke-width=\"1.5\"/>\n"
+                   : " fill=\"" C_LIVE "\"/>\n");
     }
     put(p, "</svg>\n<p class=\"note\">The least live bytes of an iteration are what "
            "survives from one iteration to the next; a steady rise is a leak.");
@@ -1715,25 +1702,28 @@ an_write_html(FILE *out, const struct an_result *r)
 /* The comparison of two runs (vram analyze --compare --html)           */
 /* ------------------------------------------------------------------ */
 
+/* The next cell of a comparison row: size V, or "-" when not KNOWN. */
+static void
+compare_cell(struct page *p, bool known, uint64_t v)
+{
+    put(p, "</td><td class=\"num\">");
+    if (known)
+        put_size(p, v);
+    else
+        put(p, "-");
+}
+
 /* One row: NAME, A, B and the change, "-" where a side lacks the row. */
 static void
-compare_row(struct page *p, const char *name, uint64_t a, uint64_t b, bool in_a, bool in_b)
+compare_row(struct page *p, const char *name, const struct an_cmp_row *row)
 {
     put(p, "<tr><td>");
     put_esc(p, name);
+    compare_cell(p, row->in_a, row->a);
+    compare_cell(p, row->in_b, row->b);
     put(p, "</td><td class=\"num\">");
-    if (in_a)
-        put_size(p, a);
-    else
-        put(p, "-");
-    put(p, "</td><td class=\"num\">");
-    if (in_b)
-        put_size(p, b);
-    else
-        put(p, "-");
-    put(p, "</td><td class=\"num\">");
-    if (in_a && in_b)
-        put_size_signed(p, (double)b - (double)a);
+    if (row->in_a && row->in_b)
+        put_size_signed(p, (double)row->b - (double)row->a);
     else
         put(p, "-");
     put(p, "</td></tr>\n");
@@ -1747,6 +1737,25 @@ compare_table_head(struct page *p, const char *title)
     put(p, "</h2>\n<table>\n<thead><tr><th></th><th class=\"num\">A</th>"
            "<th class=\"num\">B</th><th class=\"num\">Change (B &minus; A)</th></tr></thead>"
            "\n<tbody>\n");
+}
+
+static void
+compare_table_end(struct page *p)
+{
+    put(p, "</tbody>\n</table>\n</section>\n");
+}
+
+/* A titled table of N phase or size-class ROWS; nothing when N is 0. */
+static void
+compare_table(struct page *p, const char *title, const struct an_cmp_row *rows, size_t n)
+{
+    char name[96];
+    if (n == 0)
+        return;
+    compare_table_head(p, title);
+    for (size_t i = 0; i < n; i++)
+        compare_row(p, an_cmp_row_name(&rows[i], name, sizeof name), &rows[i]);
+    compare_table_end(p);
 }
 
 vram_status
@@ -1776,40 +1785,21 @@ an_write_compare_html(FILE *out, const struct an_compare *c)
     put(p, "</h1>\n</header>\n");
 
     compare_table_head(p, "Peaks");
-    compare_row(p, "peak live", a->peak_bytes, b->peak_bytes, true, true);
     char name[96];
-    snprintf(name, sizeof name, "peak reserved (%s)", vram_strategy_name(a->strategy));
-    compare_row(p, name, a->peak_reserved, b->peak_reserved, true, true);
-    compare_row(p, "least live per iteration, last",
-                a->n_iters > 0 ? a->iters[a->n_iters - 1].min_live : 0,
-                b->n_iters > 0 ? b->iters[b->n_iters - 1].min_live : 0, a->n_iters > 0,
-                b->n_iters > 0);
+    struct an_cmp_row peaks[AN_CMP_PEAK_ROWS];
+    an_cmp_peak_rows(c, peaks, name, sizeof name);
+    for (size_t i = 0; i < AN_CMP_PEAK_ROWS; i++)
+        compare_row(p, peaks[i].label, &peaks[i]);
     putf(p, "<tr><td>iterations</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td>"
             "<td></td></tr>\n",
          a->n_iters, b->n_iters);
     putf(p, "<tr><td>leak</td><td class=\"num\">%s</td><td class=\"num\">%s</td><td></td>"
             "</tr>\n",
          a->leak ? "yes" : "no", b->leak ? "yes" : "no");
-    put(p, "</tbody>\n</table>\n</section>\n");
-
-    if (c->n_phases > 0) {
-        compare_table_head(p, "Phase peaks (by mark label; the largest of each)");
-        for (size_t i = 0; i < c->n_phases; i++) {
-            const struct an_cmp_row *row = &c->phases[i];
-            compare_row(p, row->label != NULL ? row->label : "(before the first mark)",
-                        row->a, row->b, row->in_a, row->in_b);
-        }
-        put(p, "</tbody>\n</table>\n</section>\n");
-    }
-    if (c->n_classes > 0) {
-        compare_table_head(p, "Live at the peak, by size class");
-        for (size_t i = 0; i < c->n_classes; i++) {
-            const struct an_cmp_row *row = &c->classes[i];
-            compare_row(p, an_cmp_class_name(row, name, sizeof name), row->a, row->b,
-                        row->in_a, row->in_b);
-        }
-        put(p, "</tbody>\n</table>\n</section>\n");
-    }
+    compare_table_end(p);
+    compare_table(p, "Phase peaks (by mark label; the largest of each)", c->phases,
+                  c->n_phases);
+    compare_table(p, "Live at the peak, by size class", c->classes, c->n_classes);
     put(p, "<footer>Written by vram " VRAM_VERSION " (vram analyze --compare --html). Sizes "
            "in IEC units: 1 MiB = 1024 KiB.</footer>\n</main>\n</body>\n</html>\n");
     if (fflush(out) != 0 || ferror(out))

@@ -245,6 +245,46 @@ print_leak(FILE *out, const struct an_result *r)
     print_leak_sites(out, r);
 }
 
+/* The "why" line of each cause: live + request WHAT the bound, the cap or,
+** BY_STRATEGY, what the replay's strategy reserved, its name between WHAT
+** and AFTER; then what that means. */
+struct oom_why {
+    bool by_strategy;
+    const char *what, *after, *means;
+};
+static const struct oom_why oom_why[] = {
+    [AN_OOM_OVER_CAP] = {false, "exceeds the cap of", NULL,
+                         "the job is too big for it (see `vram plan`)"},
+    [AN_OOM_UNDER_CAP] = {false, "fits under the cap of", NULL,
+                          "the free memory was in pieces or held outside the live set "
+                          "(fragmentation); try VRAM_STRATEGY=expandable"},
+    [AN_OOM_NEW_HIGH] = {true, "is more than", "ever reserved in the replay",
+                         "the job outgrew its memory; give the cap with --limit for a "
+                         "firmer answer"},
+    [AN_OOM_WITHIN_RESERVED] = {true, "is within what", "reserved before in the replay",
+                                "the memory existed, likely in pieces (fragmentation); try "
+                                "VRAM_STRATEGY=expandable, or give the cap with --limit"},
+};
+
+static void
+print_oom_why(FILE *out, const struct an_result *r)
+{
+    if ((size_t)r->oom_cause >= sizeof oom_why / sizeof *oom_why)
+        return;
+    const struct oom_why *w = &oom_why[r->oom_cause];
+    if (w->what == NULL)
+        return; /* AN_OOM_NONE */
+    char need[32], bound[32];
+    fprintf(out, "  why: live + request = %s %s ",
+            fmt_size(r->oom_live + r->oom_request, need, sizeof need), w->what);
+    if (w->by_strategy)
+        fprintf(out, "%s %s (%s)", vram_strategy_name(r->strategy), w->after,
+                fmt_size(r->oom_reserved, bound, sizeof bound));
+    else
+        fputs(fmt_size(r->oom_cap, bound, sizeof bound), out);
+    fprintf(out, ": %s\n", w->means);
+}
+
 static void
 print_oom(FILE *out, const struct an_result *r)
 {
@@ -257,40 +297,7 @@ print_oom(FILE *out, const struct an_result *r)
             "oom        the last allocation failed at %.3f s: %s asked with %s live\n",
             rel_s(r, r->oom_time_us), fmt_size(r->oom_request, a, sizeof a),
             fmt_size(r->oom_live, b, sizeof b));
-    uint64_t need = r->oom_live + r->oom_request;
-    switch (r->oom_cause) {
-    case AN_OOM_OVER_CAP:
-        fprintf(out,
-                "  why: live + request = %s exceeds the cap of %s: the job is too big "
-                "for it (see `vram plan`)\n",
-                fmt_size(need, a, sizeof a), fmt_size(r->oom_cap, b, sizeof b));
-        break;
-    case AN_OOM_UNDER_CAP:
-        fprintf(out,
-                "  why: live + request = %s fits under the cap of %s: the free memory "
-                "was in pieces or held outside the live set (fragmentation); try "
-                "VRAM_STRATEGY=expandable\n",
-                fmt_size(need, a, sizeof a), fmt_size(r->oom_cap, b, sizeof b));
-        break;
-    case AN_OOM_NEW_HIGH:
-        fprintf(out,
-                "  why: live + request = %s is more than %s ever reserved in the replay "
-                "(%s): the job outgrew its memory; give the cap with --limit for a "
-                "firmer answer\n",
-                fmt_size(need, a, sizeof a), vram_strategy_name(r->strategy),
-                fmt_size(r->oom_reserved, b, sizeof b));
-        break;
-    case AN_OOM_WITHIN_RESERVED:
-        fprintf(out,
-                "  why: live + request = %s is within what %s reserved before in the "
-                "replay (%s): the memory existed, likely in pieces (fragmentation); try "
-                "VRAM_STRATEGY=expandable, or give the cap with --limit\n",
-                fmt_size(need, a, sizeof a), vram_strategy_name(r->strategy),
-                fmt_size(r->oom_reserved, b, sizeof b));
-        break;
-    case AN_OOM_NONE:
-        break;
-    }
+    print_oom_why(out, r);
     if (r->n_oom_classes > 0) {
         fprintf(out, "  live then, by size class:\n");
         print_classes(out, r->oom_classes, r->n_oom_classes);
