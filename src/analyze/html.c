@@ -1511,6 +1511,27 @@ leak_section(struct page *p)
     put(p, "</section>\n");
 }
 
+/* What each cause of a final OOM says: BEFORE the bound (the cap, or BY_CAP
+** false, the most the replay reserved), then AFTER; over the cap, by how
+** much follows. */
+struct oom_story {
+    bool by_cap;
+    const char *before, *after;
+};
+static const struct oom_story oom_story[] = {
+    [AN_OOM_OVER_CAP] = {true, " That is more than the cap of <b>",
+                         "</b>: the job is too big for it, by "},
+    [AN_OOM_UNDER_CAP] = {true, " That fits in the cap of <b>",
+                          "</b>: the memory was there, but in pieces too small (fragmentation) "
+                          "or held outside the live set (cached blocks, another process)."},
+    [AN_OOM_NEW_HIGH] = {false, " No cap is known; that is more than the job ever held before (",
+                         " reserved at most in the replay): it outgrew its memory."},
+    [AN_OOM_WITHIN_RESERVED] = {false,
+                                " No cap is known; that fits in what the job held before (",
+                                " reserved at most in the replay): the memory was there, in "
+                                "pieces or held outside the live set."},
+};
+
 /* The story of the final OOM: what was asked, what was held, why it
 ** failed (r->oom_cause), and what held the memory then. */
 static void
@@ -1530,34 +1551,16 @@ oom_section(struct page *p)
     put(p, "</b> were live: it needed ");
     put_size(p, need);
     put(p, " at once.");
-    switch (r->oom_cause) {
-    case AN_OOM_OVER_CAP:
-        put(p, " That is more than the cap of <b>");
-        put_size(p, r->oom_cap);
-        put(p, "</b>: the job is too big for it, by ");
-        put_size(p, need > r->oom_cap ? need - r->oom_cap : 0);
-        put(p, ".");
-        break;
-    case AN_OOM_UNDER_CAP:
-        put(p, " That fits in the cap of <b>");
-        put_size(p, r->oom_cap);
-        put(p, "</b>: the memory was there, but in pieces too small (fragmentation) or "
-               "held outside the live set (cached blocks, another process).");
-        break;
-    case AN_OOM_NEW_HIGH:
-        put(p, " No cap is known; that is more than the job ever held before (");
-        put_size(p, r->peak_reserved);
-        put(p, " reserved at most in the replay): it outgrew its memory.");
-        break;
-    case AN_OOM_WITHIN_RESERVED:
-        put(p, " No cap is known; that fits in what the job held before (");
-        put_size(p, r->peak_reserved);
-        put(p, " reserved at most in the replay): the memory was there, in pieces or "
-               "held outside the live set.");
-        break;
-    case AN_OOM_NONE:
-    default:
-        break;
+    if ((size_t)r->oom_cause < sizeof oom_story / sizeof *oom_story &&
+        oom_story[r->oom_cause].before != NULL) {
+        const struct oom_story *s = &oom_story[r->oom_cause];
+        put(p, s->before);
+        put_size(p, s->by_cap ? r->oom_cap : r->peak_reserved);
+        put(p, s->after);
+        if (r->oom_cause == AN_OOM_OVER_CAP) {
+            put_size(p, need > r->oom_cap ? need - r->oom_cap : 0);
+            put(p, ".");
+        }
     }
     put(p, "</p>\n");
     if (r->leak && r->n_iters >= 2) {

@@ -1047,14 +1047,15 @@ struct source {
     char err_msg[96];
 };
 
-/* Fill S->in from the file. False on a read error (recorded). */
+/* Read up to CAP bytes of the file into BUF, *LEN of them (0 at its end,
+** then S->in_eof). False on a read error (recorded). */
 static bool
-source_fill(struct source *s, size_t *len)
+source_read_fd(struct source *s, void *buf, size_t cap, size_t *len)
 {
     ssize_t n;
 
     do
-        n = read(s->fd, s->in, SOURCE_IN_SIZE);
+        n = read(s->fd, buf, cap);
     while (n < 0 && errno == EINTR);
     if (n < 0) {
         s->err_errno = errno;
@@ -1064,6 +1065,13 @@ source_fill(struct source *s, size_t *len)
         s->in_eof = true;
     *len = (size_t)n;
     return true;
+}
+
+/* Fill S->in from the file. False on a read error (recorded). */
+static bool
+source_fill(struct source *s, size_t *len)
+{
+    return source_read_fd(s, s->in, SOURCE_IN_SIZE, len);
 }
 
 /* Take FD (closed by source_close, also on failure) and look at its first
@@ -1080,17 +1088,10 @@ source_open(struct source *s, int fd)
         return SRC_NOMEM;
     /* read() may return a single byte (a pipe); the magic needs two. */
     while (len < 2 && !s->in_eof) {
-        ssize_t n;
-        do
-            n = read(fd, s->in + len, SOURCE_IN_SIZE - len);
-        while (n < 0 && errno == EINTR);
-        if (n < 0) {
-            s->err_errno = errno;
+        size_t n;
+        if (!source_read_fd(s, s->in + len, SOURCE_IN_SIZE - len, &n))
             return SRC_IO;
-        }
-        if (n == 0)
-            s->in_eof = true;
-        len += (size_t)n;
+        len += n;
     }
     s->gzip = len >= 2 && s->in[0] == 0x1f && s->in[1] == 0x8b;
     if (!s->gzip) {
@@ -1192,19 +1193,7 @@ source_read(struct source *s, char *buf, size_t len, size_t *got)
         }
         if (s->in_eof)
             return SRC_OK;
-        for (;;) {
-            ssize_t r = read(s->fd, buf, len);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0) {
-                s->err_errno = errno;
-                return SRC_IO;
-            }
-            if (r == 0)
-                s->in_eof = true;
-            *got = (size_t)r;
-            return SRC_OK;
-        }
+        return source_read_fd(s, buf, len, got) ? SRC_OK : SRC_IO;
     }
 
     res = source_inflate(s, buf, len);
