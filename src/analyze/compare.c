@@ -16,6 +16,11 @@
 #include "analyze/analyze_internal.h"
 #include "base/error.h"
 
+/* an_compare's rows follow it in one block. */
+_Static_assert(_Alignof(struct an_cmp_row) <= _Alignof(struct an_compare) &&
+                   sizeof(struct an_compare) % _Alignof(struct an_cmp_row) == 0,
+               "rows after struct an_compare are aligned");
+
 /* Phase rows: one per distinct label of A then of B, largest peak each. */
 static void
 add_phase_rows(struct an_cmp_row *rows, size_t *n, const struct an_result *r, bool is_a)
@@ -59,17 +64,15 @@ an_compare(const struct an_result *a, const struct an_result *b, struct an_compa
 {
     if (a == NULL || b == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "an_compare: NULL argument");
-    struct an_compare *c = calloc(1, sizeof *c);
+    /* One block: the comparison, then room for every phase and class row. */
     size_t max_phases = a->n_phases + b->n_phases;
     size_t max_classes = a->n_peak_classes + b->n_peak_classes;
-    if (c != NULL) {
-        c->phases = calloc(max_phases > 0 ? max_phases : 1, sizeof *c->phases);
-        c->classes = calloc(max_classes > 0 ? max_classes : 1, sizeof *c->classes);
-    }
-    if (c == NULL || c->phases == NULL || c->classes == NULL) {
-        an_compare_free(c);
+    struct an_compare *c = calloc(1, sizeof *c + (max_phases + max_classes) *
+                                                     sizeof(struct an_cmp_row));
+    if (c == NULL)
         return no_memory();
-    }
+    c->phases = (struct an_cmp_row *)(void *)(c + 1);
+    c->classes = c->phases + max_phases;
     c->a = a;
     c->b = b;
     add_phase_rows(c->phases, &c->n_phases, a, true);
@@ -104,11 +107,7 @@ an_compare(const struct an_result *a, const struct an_result *b, struct an_compa
 void
 an_compare_free(struct an_compare *c)
 {
-    if (c == NULL)
-        return;
-    free(c->phases);
-    free(c->classes);
-    free(c);
+    free(c); /* its rows with it */
 }
 
 /* "+1.50 GiB (+12.3%)" or "0 B" into BUF. */

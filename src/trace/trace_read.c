@@ -1316,15 +1316,12 @@ out:
 static void
 reader_destroy(struct reader *r)
 {
-    free(r->roles);
-    free(r->fields);
-    free(r->meta);
-    free(r->events);
+    void *owned[] = {r->roles, r->fields, r->meta, r->events, r->site_start, r->site_frames};
+    for (size_t k = 0; k < sizeof owned / sizeof *owned; k++)
+        free(owned[k]);
     ids_destroy(&r->ids);
     labels_destroy(&r->labels);
     frames_free(r->frames, r->n_frames);
-    free(r->site_start);
-    free(r->site_frames);
 }
 
 /* Move what R built into a new struct trace. */
