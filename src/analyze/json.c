@@ -7,7 +7,6 @@
 #include <json-c/json.h>
 #include <math.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -146,95 +145,43 @@ json_num(double v, int digits)
 }
 
 static struct json_object *
+json_classes(const struct an_class *c, size_t n)
+{
+    struct json_object *a = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "lo", an_json_u64(c[i].lo));
+        json_object_object_add(o, "hi", an_json_u64(c[i].hi));
+        json_object_object_add(o, "count", an_json_u64(c[i].count));
+        json_object_object_add(o, "bytes", an_json_u64(c[i].bytes));
+        json_object_array_add(a, o);
+    }
+    return a;
+}
+
+static struct json_object *
+json_allocs(const struct an_suspect *s, size_t n)
+{
+    struct json_object *a = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "id", an_json_u64(s[i].id));
+        json_object_object_add(o, "size", an_json_u64(s[i].size));
+        json_object_object_add(
+            o, "born_iteration",
+            s[i].born == AN_NO_ITER ? NULL : an_json_u64((uint64_t)s[i].born + 1));
+        json_object_object_add(o, "t_us", an_json_u64(s[i].t_us));
+        json_object_array_add(a, o);
+    }
+    return a;
+}
+
+static struct json_object *
 json_label(const struct trace *t, int32_t label)
 {
     if (label < 0 || t == NULL || (uint32_t)label >= t->n_labels)
         return NULL;
     return json_object_new_string(t->labels[label]);
-}
-
-/* A member of a result's rows as JSON: how it reads, its key, where it is. */
-enum field_kind {
-    F_U64,   /* uint64_t as it is */
-    F_EVENT, /* uint64_t event index, written from 1 (json_event) */
-    F_ITER,  /* uint32_t iteration index, written from 1; null for AN_NO_ITER */
-    F_LABEL  /* int32_t mark label, written as its text; null before the first */
-};
-struct json_field {
-    const char *key;
-    enum field_kind kind;
-    size_t offset;
-};
-#define FIELD(key, kind, type, member) {key, kind, offsetof(type, member)}
-
-static const struct json_field class_fields[] = {
-    FIELD("lo", F_U64, struct an_class, lo),
-    FIELD("hi", F_U64, struct an_class, hi),
-    FIELD("count", F_U64, struct an_class, count),
-    FIELD("bytes", F_U64, struct an_class, bytes),
-};
-static const struct json_field alloc_fields[] = {
-    FIELD("id", F_U64, struct an_suspect, id),
-    FIELD("size", F_U64, struct an_suspect, size),
-    FIELD("born_iteration", F_ITER, struct an_suspect, born),
-    FIELD("t_us", F_U64, struct an_suspect, t_us),
-};
-static const struct json_field origin_fields[] = {
-    FIELD("label", F_LABEL, struct an_origin, label),
-    FIELD("count", F_U64, struct an_origin, count),
-    FIELD("bytes", F_U64, struct an_origin, bytes),
-};
-static const struct json_field iter_fields[] = {
-    FIELD("first_event", F_EVENT, struct an_iter, first_event),
-    FIELD("last_event", F_EVENT, struct an_iter, last_event),
-    FIELD("t_start_us", F_U64, struct an_iter, t_start_us),
-    FIELD("t_end_us", F_U64, struct an_iter, t_end_us),
-    FIELD("min_live_bytes", F_U64, struct an_iter, min_live),
-    FIELD("peak_live_bytes", F_U64, struct an_iter, peak_live),
-    FIELD("label", F_LABEL, struct an_iter, label),
-};
-static const struct json_field phase_fields[] = {
-    FIELD("label", F_LABEL, struct an_phase, label),
-    FIELD("first_event", F_EVENT, struct an_phase, first_event),
-    FIELD("last_event", F_EVENT, struct an_phase, last_event),
-    FIELD("peak_bytes", F_U64, struct an_phase, peak_live),
-};
-#define FIELDS(table) table, sizeof table / sizeof *table
-
-static struct json_object *
-json_field_value(const struct json_field *f, const void *row, const struct trace *t)
-{
-    const void *at = (const char *)row + f->offset;
-    switch (f->kind) {
-    case F_EVENT:
-        return json_event(*(const uint64_t *)at);
-    case F_ITER: {
-        uint32_t it = *(const uint32_t *)at;
-        return it == AN_NO_ITER ? NULL : an_json_u64((uint64_t)it + 1);
-    }
-    case F_LABEL:
-        return json_label(t, *(const int32_t *)at);
-    case F_U64:
-    default:
-        return an_json_u64(*(const uint64_t *)at);
-    }
-}
-
-/* The N rows at ROWS (SIZE bytes apart) as an array of objects with the
-** members FIELDS (N_FIELDS of them), labels read in T. */
-static struct json_object *
-json_list(const void *rows, size_t n, size_t size, const struct json_field *fields,
-          size_t n_fields, const struct trace *t)
-{
-    struct json_object *a = json_object_new_array();
-    for (size_t i = 0; i < n; i++) {
-        const char *row = (const char *)rows + i * size;
-        struct json_object *o = json_object_new_object();
-        for (size_t k = 0; k < n_fields; k++)
-            json_object_object_add(o, fields[k].key, json_field_value(&fields[k], row, t));
-        json_object_array_add(a, o);
-    }
-    return a;
 }
 
 /* The result as a json-c object (the caller puts it). */
@@ -263,11 +210,16 @@ an_result_json(const struct an_result *r)
         o, "peak_iteration",
         r->peak_iter == SIZE_MAX ? NULL : an_json_u64((uint64_t)r->peak_iter + 1));
     json_object_object_add(o, "peak_classes",
-                           json_list(r->peak_classes, r->n_peak_classes,
-                                     sizeof *r->peak_classes, FIELDS(class_fields), t));
-    json_object_object_add(o, "peak_by_phase",
-                           json_list(r->peak_origins, r->n_peak_origins,
-                                     sizeof *r->peak_origins, FIELDS(origin_fields), t));
+                           json_classes(r->peak_classes, r->n_peak_classes));
+    struct json_object *origins = json_object_new_array();
+    for (size_t i = 0; i < r->n_peak_origins; i++) {
+        struct json_object *g = json_object_new_object();
+        json_object_object_add(g, "label", json_label(t, r->peak_origins[i].label));
+        json_object_object_add(g, "count", an_json_u64(r->peak_origins[i].count));
+        json_object_object_add(g, "bytes", an_json_u64(r->peak_origins[i].bytes));
+        json_object_array_add(origins, g);
+    }
+    json_object_object_add(o, "peak_by_phase", origins);
 
     json_object_object_add(o, "iterations", an_json_u64(r->n_iters));
     json_object_object_add(o, "iterations_from", json_object_new_string(an_iters_source(r)));
@@ -286,20 +238,38 @@ an_result_json(const struct an_result *r)
                            r->leak ? an_json_u64((uint64_t)llround(r->leak_iters_to_full))
                                    : NULL);
     json_object_object_add(o, "suspect_bytes", an_json_u64(r->suspect_bytes));
-    json_object_object_add(o, "suspects",
-                           json_list(r->suspects, r->n_suspects, sizeof *r->suspects,
-                                     FIELDS(alloc_fields), t));
+    json_object_object_add(o, "suspects", json_allocs(r->suspects, r->n_suspects));
     json_object_object_add(o, "leak_sites",
                            json_sites(t, r->leak_sites, r->n_leak_sites,
                                       r->leak_site_iters > 0 ? r->leak_site_iters : 1));
     json_object_object_add(o, "peak_sites", json_sites(t, r->peak_sites, r->n_peak_sites, 0));
 
-    json_object_object_add(o, "iteration_list",
-                           json_list(r->iters, r->n_iters, sizeof *r->iters,
-                                     FIELDS(iter_fields), t));
-    json_object_object_add(o, "phases",
-                           json_list(r->phases, r->n_phases, sizeof *r->phases,
-                                     FIELDS(phase_fields), t));
+    struct json_object *iters = json_object_new_array();
+    for (size_t i = 0; i < r->n_iters; i++) {
+        const struct an_iter *it = &r->iters[i];
+        struct json_object *j = json_object_new_object();
+        json_object_object_add(j, "first_event", json_event(it->first_event));
+        json_object_object_add(j, "last_event", json_event(it->last_event));
+        json_object_object_add(j, "t_start_us", an_json_u64(it->t_start_us));
+        json_object_object_add(j, "t_end_us", an_json_u64(it->t_end_us));
+        json_object_object_add(j, "min_live_bytes", an_json_u64(it->min_live));
+        json_object_object_add(j, "peak_live_bytes", an_json_u64(it->peak_live));
+        json_object_object_add(j, "label", json_label(t, it->label));
+        json_object_array_add(iters, j);
+    }
+    json_object_object_add(o, "iteration_list", iters);
+
+    struct json_object *phases = json_object_new_array();
+    for (size_t i = 0; i < r->n_phases; i++) {
+        const struct an_phase *p = &r->phases[i];
+        struct json_object *j = json_object_new_object();
+        json_object_object_add(j, "label", json_label(t, p->label));
+        json_object_object_add(j, "first_event", json_event(p->first_event));
+        json_object_object_add(j, "last_event", json_event(p->last_event));
+        json_object_object_add(j, "peak_bytes", an_json_u64(p->peak_live));
+        json_object_array_add(phases, j);
+    }
+    json_object_object_add(o, "phases", phases);
 
     json_object_object_add(o, "strategy",
                            json_object_new_string(vram_strategy_name(r->strategy)));
@@ -325,11 +295,9 @@ an_result_json(const struct an_result *r)
         json_object_object_add(j, "cause",
                                json_object_new_string(oom_cause_name(r->oom_cause)));
         json_object_object_add(j, "classes",
-                               json_list(r->oom_classes, r->n_oom_classes,
-                                         sizeof *r->oom_classes, FIELDS(class_fields), t));
+                               json_classes(r->oom_classes, r->n_oom_classes));
         json_object_object_add(j, "largest",
-                               json_list(r->oom_largest, r->n_oom_largest,
-                                         sizeof *r->oom_largest, FIELDS(alloc_fields), t));
+                               json_allocs(r->oom_largest, r->n_oom_largest));
         json_object_object_add(o, "oom", j);
     } else {
         json_object_object_add(o, "oom", NULL);
