@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,7 +78,45 @@ struct judged {
     uint64_t word;  /* the owner word judged alive */
     uint64_t at_ns; /* CLOCK_MONOTONIC of that /proc read */
     uint64_t rss;   /* the resident set it read, bytes */
+    int fd;         /* /proc/PID/stat of WORD's process, kept open; -1 none */
 };
+
+/*
+** The /proc/PID/stat descriptors kept open by all monitoring handles of
+** this process, at most half its RLIMIT_NOFILE (512 under the usual 1024):
+** beyond, a judgment opens and closes the file as before. Keeping it saves
+** the path walk, open and close of each judgment (ledger_proc_judge_fd).
+*/
+static _Atomic int kept_fds;
+static _Atomic int kept_fds_max = -1; /* -1: not yet asked */
+
+static bool
+kept_fd_take(void)
+{
+    int max = atomic_load(&kept_fds_max);
+    if (max < 0) {
+        struct rlimit rl;
+        max = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                  ? (int)(rl.rlim_cur / 2 < 65536 ? rl.rlim_cur / 2 : 65536)
+                  : 512;
+        atomic_store(&kept_fds_max, max);
+    }
+    if (atomic_fetch_add(&kept_fds, 1) < max)
+        return true;
+    atomic_fetch_sub(&kept_fds, 1);
+    return false;
+}
+
+/* Close entry J's kept descriptor, if any. */
+static void
+judged_forget(struct judged *j)
+{
+    if (j->fd >= 0) {
+        close(j->fd);
+        j->fd = -1;
+        atomic_fetch_sub(&kept_fds, 1);
+    }
+}
 
 /* This process's entry in a handle: the index in bits 0-15 and the
 ** generation of the owner word in bits 16-45; -1 = none. */
@@ -644,6 +683,8 @@ ledger_close(struct ledger *l)
         return;
     if (l->map != NULL)
         munmap(l->map, sizeof *l->map);
+    for (int i = 0; l->judged != NULL && i < LEDGER_MAX_PROCS; i++)
+        judged_forget(&l->judged[i]);
     free(l->judged);
     free(l);
 }
@@ -885,18 +926,35 @@ copy_proc(const struct slot *s, struct ledger_proc *p, uint64_t *word)
 static bool
 judge_entry(struct ledger *l, int i, uint64_t w, struct ledger_proc *p, uint64_t pidns)
 {
-    if (l->judged == NULL)
+    if (l->judged == NULL) {
         l->judged = calloc(LEDGER_MAX_PROCS, sizeof *l->judged); /* NULL: no memory */
+        for (int k = 0; l->judged != NULL && k < LEDGER_MAX_PROCS; k++)
+            l->judged[k].fd = -1;
+    }
     struct judged *j = l->judged != NULL ? &l->judged[i] : NULL;
     bool here = pidns == 0 || l->me.pidns == 0 || pidns == l->me.pidns;
     uint64_t now = now_ns();
+    if (j != NULL && (j->word != w || !here))
+        judged_forget(j); /* another process in the entry now, or one not read */
     if (here && j != NULL && j->word == w && now - j->at_ns < JUDGE_INTERVAL_NS) {
         p->rss = j->rss;
         return false;
     }
-    bool dead = ledger_proc_judge(owner_pid(w), p->start_time, pidns, l->me.pidns, &p->rss);
+    /* J's descriptor, else a new one, kept if there is room for it. */
+    bool keep = here && j != NULL && (j->fd >= 0 || kept_fd_take());
+    int fd = j != NULL ? j->fd : -1;
+    bool dead = ledger_proc_judge_fd(owner_pid(w), p->start_time, pidns, l->me.pidns, &fd,
+                                     keep, &p->rss);
+    if (dead && fd >= 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (keep && fd < 0)
+        atomic_fetch_sub(&kept_fds, 1); /* dead or unreadable: not kept */
+    if (j != NULL)
+        j->fd = fd;
     if (j != NULL && here && !dead)
-        *j = (struct judged){w, now, p->rss};
+        *j = (struct judged){w, now, p->rss, fd};
     return dead;
 }
 
@@ -943,6 +1001,8 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
         if (!got) {
             if (live)
                 out->stale = true;
+            else if (l->judged != NULL)
+                judged_forget(&l->judged[i]); /* a free entry keeps no descriptor */
             continue;
         }
         if (!l->member && judge_entry(l, i, w, p, ld(&s->pidns))) {

@@ -127,23 +127,18 @@ struct proc_stat {
     char comm[LEDGER_COMM_LEN];
 };
 
+/* Bytes of /proc/PID/stat read: field 24 ends within ~600 bytes even
+** with a 64-byte comm and every number at its widest. */
+#define STAT_BYTES 1024
+
 /*
-** Parse /proc/PID/stat into *OUT. Returns 0 or an errno value (ENOENT or
-** ESRCH: the process is gone; EINVAL: a line we cannot parse). The command
-** name (field 2) may hold spaces and ')' itself, so the fields are counted
-** from the LAST ')'.
+** Parse the N bytes of /proc/PID/stat in BUF into *OUT. Returns 0 or
+** EINVAL (a line we cannot parse). The command name (field 2) may hold
+** spaces and ')' itself, so the fields are counted from the LAST ')'.
 */
 static int
-proc_stat_read(pid_t pid, struct proc_stat *out)
+proc_stat_parse(const char *buf, size_t n, struct proc_stat *out)
 {
-    char path[48];
-    char buf[1024]; /* field 22 ends within ~500 bytes even with a 64-byte comm */
-    size_t n = 0;
-    proc_path(path, sizeof path, pid, "stat");
-    int err = read_small_file(path, buf, sizeof buf, &n);
-    if (err != 0)
-        return err;
-
     const char *lp = memchr(buf, '(', n);
     const char *rp = NULL;
     for (size_t i = n; i > 0; i--)
@@ -183,6 +178,45 @@ proc_stat_read(pid_t pid, struct proc_stat *out)
         return EINVAL;
     *out = ps;
     return 0;
+}
+
+/*
+** Read /proc/PID/stat into *OUT through *FD: -1 opens it (async-signal-
+** safe: ledger_after_fork runs this in a fork child), and the descriptor
+** stays in *FD when KEEP, else it is closed. One read at offset 0: the
+** kernel renders the line whole at each read from the start, and only its
+** first STAT_BYTES matter. Returns 0 or an errno value (ENOENT, or ESRCH
+** on a kept descriptor: the process is gone; EINVAL: a line we cannot
+** parse). On an error the descriptor is closed and *FD is -1.
+*/
+static int
+proc_stat_fd(pid_t pid, int *fd, bool keep, struct proc_stat *out)
+{
+    char buf[STAT_BYTES];
+    if (*fd < 0) {
+        char path[48];
+        proc_path(path, sizeof path, pid, "stat");
+        *fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (*fd < 0)
+            return errno;
+    }
+    ssize_t r;
+    do
+        r = pread(*fd, buf, sizeof buf, 0);
+    while (r < 0 && errno == EINTR);
+    int err = r < 0 ? errno : proc_stat_parse(buf, (size_t)r, out);
+    if (err != 0 || !keep) {
+        close(*fd);
+        *fd = -1;
+    }
+    return err;
+}
+
+static int
+proc_stat_read(pid_t pid, struct proc_stat *out)
+{
+    int fd = -1;
+    return proc_stat_fd(pid, &fd, false, out);
 }
 
 /* The number of live threads of PID ("Threads:" of /proc/PID/status); -1
@@ -271,13 +305,21 @@ bool
 ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
                   uint64_t *rss)
 {
+    int fd = -1;
+    return ledger_proc_judge_fd(pid, start_time, pidns, my_pidns, &fd, false, rss);
+}
+
+bool
+ledger_proc_judge_fd(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
+                     int *fd, bool keep, uint64_t *rss)
+{
     *rss = 0;
     if (pid <= 0)
         return true; /* garbage; and kill(-pid) would mean a process group */
     if (pidns != 0 && my_pidns != 0 && pidns != my_pidns)
         return false; /* its pid means another process here */
     struct proc_stat ps;
-    int err = proc_stat_read(pid, &ps);
+    int err = proc_stat_fd(pid, fd, keep, &ps);
     if (err == ENOENT || err == ESRCH)
         return true;
     if (err != 0)

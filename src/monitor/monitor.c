@@ -214,6 +214,7 @@ struct monitor {
     struct ledger_snapshot snap; /* scratch: large, so not on the stack */
     char groups[MON_MAX_GROUPS][LEDGER_GROUP_LEN]; /* scratch: ledger_list's names */
     bool all_users;                                 /* every user's ledgers */
+    uid_t euid;                                     /* geteuid(), asked once */
     uid_t uids[MON_MAX_USERS];                      /* scratch: ledger_list_users' */
     int n_tracks;
     struct track tracks[MON_MAX_PROCS];
@@ -239,7 +240,8 @@ monitor_open(bool use_nvml, struct monitor **out)
     /* Root, or a reader by the policy (which then also needs the right to
     ** read other users' 0600 files: CAP_DAC_READ_SEARCH, see
     ** contrib/systemd). A policy that does not load grants nothing. */
-    m->all_users = geteuid() == 0;
+    m->euid = geteuid();
+    m->all_users = m->euid == 0;
     if (!m->all_users) {
         struct policy p;
         bool present = false;
@@ -443,6 +445,16 @@ track_add(struct track *t, double time, uint64_t used)
     return den > 0 ? num / den * 60.0 : 0;
 }
 
+/* Copy the string in the array SRC into the array DST of the same size,
+** NUL-terminated: a fixed-size memcpy rather than snprintf's "%s" (two
+** per process row at every sample). */
+#define COPY_NAME(dst, src)                                                             \
+    do {                                                                                \
+        _Static_assert(sizeof(dst) == sizeof(src), "COPY_NAME: arrays of one size");   \
+        memcpy((dst), (src), sizeof(dst));                                              \
+        (dst)[sizeof(dst) - 1] = '\0';                                                  \
+    } while (0)
+
 /* The rows of the snapshot in m->snap, its group shown as LABEL. */
 static void
 add_snapshot(struct monitor *m, const char *label)
@@ -454,8 +466,8 @@ add_snapshot(struct monitor *m, const char *label)
         if ((size_t)v->n_groups < sizeof v->groups / sizeof v->groups[0]) {
             struct mon_group *g = &v->groups[v->n_groups++];
             memset(g, 0, sizeof *g);
-            snprintf(g->group, sizeof g->group, "%s", s->group);
-            snprintf(g->uuid, sizeof g->uuid, "%s", s->uuid[d]);
+            COPY_NAME(g->group, s->group);
+            COPY_NAME(g->uuid, s->uuid[d]);
             g->quota_bytes = s->limit[d];
             g->used_bytes = s->used[d];
             g->refusals = s->refusals[d];
@@ -469,8 +481,8 @@ add_snapshot(struct monitor *m, const char *label)
                 continue;
             struct mon_proc *p = &v->procs[v->n_procs++];
             memset(p, 0, sizeof *p);
-            snprintf(p->group, sizeof p->group, "%s", s->group);
-            snprintf(p->uuid, sizeof p->uuid, "%s", s->uuid[d]);
+            COPY_NAME(p->group, s->group);
+            COPY_NAME(p->uuid, s->uuid[d]);
             p->pid = lp->pid;
             p->uid = lp->uid;
             memcpy(p->comm, lp->comm, sizeof p->comm);
@@ -569,7 +581,7 @@ held_prune(struct monitor *m)
 static void
 sample_ledger(struct monitor *m, const char *group)
 {
-    vram_status st = held_snapshot(m, geteuid(), true, group);
+    vram_status st = held_snapshot(m, m->euid, true, group);
     if (st == VRAM_OK)
         add_snapshot(m, group);
     note_unread(m, st);
@@ -600,7 +612,7 @@ sample_all_users(struct monitor *m)
     for (int i = 0; i < n; i++) {
         uid_t uid = m->uids[i];
         int ng = 0;
-        if (uid == geteuid() ||
+        if (uid == m->euid ||
             ledger_list_user(uid, m->groups, MON_MAX_GROUPS, &ng) != VRAM_OK)
             continue;
         char user[64];

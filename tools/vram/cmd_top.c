@@ -62,6 +62,8 @@ on_signal(int sig)
 
 #define TOP_USERS 64 /* user names remembered */
 
+struct frame;
+
 /* The state of the view. */
 struct top {
     enum sort_key sort;
@@ -73,6 +75,7 @@ struct top {
     int n_users;
     uid_t uids[TOP_USERS];
     char names[TOP_USERS][16];
+    struct frame *frame; /* the screen as last drawn; NULL: none yet */
 };
 
 /* The name of UID ("?" unknown, else the number when it has none). */
@@ -100,7 +103,8 @@ static struct top *sort_ctx; /* qsort has no context argument */
 static int
 cmp_proc(const void *a, const void *b)
 {
-    const struct mon_proc *x = a, *y = b;
+    const struct mon_proc *x = *(const struct mon_proc *const *)a;
+    const struct mon_proc *y = *(const struct mon_proc *const *)b;
     double vx = 0, vy = 0;
     switch (sort_ctx->sort) {
     case SORT_USED: vx = (double)x->used_bytes; vy = (double)y->used_bytes; break;
@@ -140,21 +144,140 @@ mib(uint64_t bytes, char *buf, size_t len)
     snprintf(buf, len, v < 9999.95 ? "%.1f" : "%.0f", v);
 }
 
-/* Print one line at ROW, COL, cut before the last column of the terminal,
-** so that no value, however wide, wraps onto the next line. */
-static void line(int row, int col, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/*
+** The screen as last drawn, row by row. At 10 Hz most rows do not change
+** between samples; a row is written to curses only when its text does,
+** and curses refreshes only when one did. A process row's text is made
+** again only when the numbers it shows change (struct row_key): printing
+** the sizes (six floating-point conversions a row) was the largest part
+** of drawing an unchanged screen.
+*/
+struct row_key {
+    int index; /* the GPU's, -1 unknown */
+    pid_t pid;
+    uid_t uid;
+    char comm[LEDGER_COMM_LEN];
+    char group[LEDGER_GROUP_LEN];
+    uint64_t used, peak, quota, pinned, rss;
+    double trend;
+    char hist[8];
+};
+
+struct shown {
+    bool valid; /* the terminal shows TEXT at COL on this row */
+    bool keyed; /* KEY holds the numbers TEXT was made from */
+    bool bold;
+    int col;
+    struct row_key key;
+    char text[512];
+};
+
+struct frame {
+    int lines, cols; /* the terminal's size it was made for */
+    int used;        /* rows drawn last time */
+    bool changed;    /* a row was written since the last refresh */
+    struct shown *row;
+};
+
+/* T's frame for the terminal's size now, new (the screen erased) when
+** there is none or the size changed; NULL if out of memory (drawn then
+** without one). */
+static struct frame *
+frame_get(struct top *t)
+{
+    struct frame *f = t->frame;
+    if (f != NULL && f->lines == LINES && f->cols == COLS)
+        return f;
+    if (f != NULL)
+        free(f->row);
+    free(f);
+    t->frame = f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return NULL;
+    f->lines = LINES;
+    f->cols = COLS;
+    f->row = calloc(LINES > 0 ? (size_t)LINES : 1, sizeof f->row[0]);
+    if (f->row == NULL) {
+        free(f);
+        t->frame = NULL;
+        return NULL;
+    }
+    erase();
+    f->changed = true;
+    return f;
+}
 
 static void
-line(int row, int col, const char *fmt, ...)
+frame_free(struct top *t)
+{
+    if (t->frame != NULL)
+        free(t->frame->row);
+    free(t->frame);
+    t->frame = NULL;
+}
+
+/* Whether ROW shows, at COL, the text made from KEY. */
+static bool
+frame_same(const struct frame *f, int row, int col, const struct row_key *key)
+{
+    return f != NULL && row < f->lines && f->row[row].valid && f->row[row].keyed &&
+           f->row[row].col == col && memcmp(&f->row[row].key, key, sizeof *key) == 0;
+}
+
+/* Show TEXT at ROW, COL (bold if BOLD; made from KEY, or NULL), cut
+** before the last column of the terminal so that no value, however
+** wide, wraps onto the next line. Nothing is written if the row shows it
+** already. */
+static void
+put_row(struct frame *f, int row, int col, bool bold, const char *text,
+        const struct row_key *key)
+{
+    if (row >= LINES)
+        return;
+    struct shown *s = f != NULL && row < f->lines ? &f->row[row] : NULL;
+    if (s != NULL && s->valid && s->col == col && s->bold == bold &&
+        strcmp(s->text, text) == 0) {
+        s->keyed = key != NULL;
+        if (key != NULL)
+            s->key = *key;
+        return;
+    }
+    move(row, 0);
+    clrtoeol();
+    int room = COLS - 1 - col;
+    if (bold)
+        attron(A_BOLD);
+    if (room > 0)
+        mvaddnstr(row, col, text, room);
+    if (bold)
+        attroff(A_BOLD);
+    if (f == NULL)
+        return;
+    f->changed = true;
+    if (s == NULL)
+        return;
+    s->valid = true;
+    s->bold = bold;
+    s->col = col;
+    s->keyed = key != NULL;
+    if (key != NULL)
+        s->key = *key;
+    snprintf(s->text, sizeof s->text, "%s", text);
+}
+
+/* Print one line at ROW, COL (bold if BOLD), through put_row. */
+static void line(struct frame *f, int row, int col, bool bold, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void
+line(struct frame *f, int row, int col, bool bold, const char *fmt, ...)
 {
     char buf[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    int room = COLS - 1 - col;
-    if (room > 0)
-        mvaddnstr(row, col, buf, room);
+    put_row(f, row, col, bold, buf, NULL);
 }
 
 /* GPU's index as NVML numbers it, "-" when unknown (a GPU only the
@@ -169,88 +292,131 @@ gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
         snprintf(buf, len, "-");
 }
 
+/* The numbers process row P shows, into *K. */
+static void
+row_key_of(const struct mon_view *v, const struct mon_proc *p, struct row_key *k)
+{
+    memset(k, 0, sizeof *k); /* padding too: keys are compared whole */
+    const struct mon_device *d = mon_device_of(v, p->uuid);
+    k->index = d != NULL && d->index >= 0 ? d->index : -1;
+    k->pid = p->pid;
+    k->uid = p->uid;
+    memcpy(k->comm, p->comm, strnlen(p->comm, sizeof k->comm - 1));
+    memcpy(k->group, p->group, strnlen(p->group, sizeof k->group - 1));
+    k->used = p->used_bytes;
+    k->peak = p->peak_bytes;
+    k->quota = p->quota_bytes;
+    k->pinned = p->pinned_bytes;
+    k->rss = p->rss_bytes;
+    k->trend = p->trend_bytes_per_minute;
+    graph(p, k->hist, 5);
+}
+
+/* Process row P (its numbers K) at ROW. */
+static void
+proc_row(struct top *t, struct frame *f, int row, const struct mon_proc *p,
+         const struct row_key *k)
+{
+    char cur[32], peak[32], quota[32], idx[16], pin[32], rss[32], trend[32];
+    const char *user = user_name(t, p->uid);
+    mib(p->used_bytes, cur, sizeof cur);
+    mib(p->peak_bytes, peak, sizeof peak);
+    mib(p->quota_bytes, quota, sizeof quota);
+    mib(p->pinned_bytes, pin, sizeof pin);
+    mib(p->rss_bytes, rss, sizeof rss);
+    if (k->index >= 0)
+        snprintf(idx, sizeof idx, "%d", k->index);
+    else
+        snprintf(idx, sizeof idx, "-");
+    double per_min = p->trend_bytes_per_minute / (1024.0 * 1024.0);
+    snprintf(trend, sizeof trend, per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f",
+             per_min);
+    char buf[512];
+    snprintf(buf, sizeof buf, "%3s %7ld %-6.6s %-10.10s %-10.10s %7s %7s %7s %7s  %s %7s %7s",
+             idx, (long)p->pid, user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
+             p->quota_bytes ? quota : "none", trend, k->hist, pin, p->rss_bytes ? rss : "-");
+    put_row(f, row, 0, false, buf, k);
+}
+
 /*
 ** One screen, every line within 96 columns (cut at the terminal's width;
 ** the host memory columns come last but the graph): the GPUs by index and name
 ** (the UUID cut to its first group; `vram stat --json` has it whole), each
-** with its groups, then the processes with their GPU's index first.
+** with its groups, then the processes (ORDER: V's, sorted here) with their
+** GPU's index first.
 */
 static void
-draw(struct top *t, struct mon_view *v)
+draw(struct top *t, const struct mon_view *v, const struct mon_proc **order)
 {
-    erase();
+    struct frame *f = frame_get(t);
+    if (f == NULL)
+        erase(); /* no frame: every row is written */
     int row = 0;
-    line(row++, 0, "vram top -- %d GPU%s%s, %d process%s; sort: %s%s; every %.1f s",
-             v->n_devices, v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "",
-             v->n_procs, v->n_procs == 1 ? "" : "es", sort_names[t->sort],
-             t->reverse ? " (reversed)" : "", t->interval_s);
-    line(row++, 0, "keys: q quit, s/u/p/t/i sort by next/used/peak/trend/pid, r reverse");
+    line(f, row++, 0, false, "vram top -- %d GPU%s%s, %d process%s; sort: %s%s; every %.1f s",
+         v->n_devices, v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "", v->n_procs,
+         v->n_procs == 1 ? "" : "es", sort_names[t->sort], t->reverse ? " (reversed)" : "",
+         t->interval_s);
+    line(f, row++, 0, false, "keys: q quit, s/u/p/t/i sort by next/used/peak/trend/pid, r reverse");
     if (v->n_unread > 0)
-        line(row++, 0, "not read: %s%s", v->unread[0], v->n_unread > 1 ? " (and more)" : "");
-    row++;
-    attron(A_BOLD);
-    line(row++, 0, "%3s %-24s %10s %10s  %-12s", "GPU", "NAME", "TOTAL MiB", "USED MiB",
-             "UUID");
-    attroff(A_BOLD);
+        line(f, row++, 0, false, "not read: %s%s", v->unread[0],
+             v->n_unread > 1 ? " (and more)" : "");
+    put_row(f, row++, 0, false, "", NULL);
+    line(f, row++, 0, true, "%3s %-24s %10s %10s  %-12s", "GPU", "NAME", "TOTAL MiB",
+         "USED MiB", "UUID");
     for (int i = 0; i < v->n_devices; i++) {
         const struct mon_device *d = &v->devices[i];
         char a[32], b[32], idx[16];
         mib(d->total_bytes, a, sizeof a);
         mib(d->used_bytes, b, sizeof b);
         gpu_index(v, d->uuid, idx, sizeof idx);
-        line(row++, 0, "%3s %-24.24s %10s %10s  %-12.12s", idx, d->name[0] ? d->name : "-",
-                 d->total_bytes ? a : "-", b, d->uuid);
+        line(f, row++, 0, false, "%3s %-24.24s %10s %10s  %-12.12s", idx,
+             d->name[0] ? d->name : "-", d->total_bytes ? a : "-", b, d->uuid);
         for (int g = 0; g < v->n_groups; g++) {
             if (strcmp(v->groups[g].uuid, d->uuid) != 0)
                 continue;
             mib(v->groups[g].quota_bytes, a, sizeof a);
             mib(v->groups[g].used_bytes, b, sizeof b);
-            line(row++, 4, "group %-16.16s quota %9s MiB  used %9s MiB  refused %llu",
-                     v->groups[g].group, v->groups[g].quota_bytes ? a : "none", b,
-                     (unsigned long long)v->groups[g].refusals);
+            line(f, row++, 4, false, "group %-16.16s quota %9s MiB  used %9s MiB  refused %llu",
+                 v->groups[g].group, v->groups[g].quota_bytes ? a : "none", b,
+                 (unsigned long long)v->groups[g].refusals);
         }
     }
-    row++;
+    put_row(f, row++, 0, false, "", NULL);
     sort_ctx = t;
-    qsort(v->procs, (size_t)v->n_procs, sizeof v->procs[0], cmp_proc);
-    attron(A_BOLD);
-    line(row++, 0, "%3s %7s %-6s %-10s %-10s %7s %7s %7s %7s  %-5s %7s %7s", "GPU", "PID",
-         "USER", "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HIST", "PINNED",
+    qsort(order, (size_t)v->n_procs, sizeof order[0], cmp_proc);
+    line(f, row++, 0, true, "%3s %7s %-6s %-10s %-10s %7s %7s %7s %7s  %-5s %7s %7s", "GPU",
+         "PID", "USER", "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HIST", "PINNED",
          "RSS");
-    attroff(A_BOLD);
-    for (int i = 0; i < v->n_procs && row < LINES; i++) {
-        const struct mon_proc *p = &v->procs[i];
-        char cur[32], peak[32], quota[32], hist[6], idx[16], pin[32], rss[32];
-        const char *user = user_name(t, p->uid);
-        mib(p->used_bytes, cur, sizeof cur);
-        mib(p->peak_bytes, peak, sizeof peak);
-        mib(p->quota_bytes, quota, sizeof quota);
-        mib(p->pinned_bytes, pin, sizeof pin);
-        mib(p->rss_bytes, rss, sizeof rss);
-        graph(p, hist, 5);
-        gpu_index(v, p->uuid, idx, sizeof idx);
-        char trend[32];
-        double per_min = p->trend_bytes_per_minute / (1024.0 * 1024.0);
-        snprintf(trend, sizeof trend, per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f",
-                 per_min);
-        line(row++, 0, "%3s %7ld %-6.6s %-10.10s %-10.10s %7s %7s %7s %7s  %s %7s %7s", idx,
-             (long)p->pid, user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
-             p->quota_bytes ? quota : "none", trend, hist, pin, p->rss_bytes ? rss : "-");
+    for (int i = 0; i < v->n_procs && row < LINES; i++, row++) {
+        struct row_key k;
+        row_key_of(v, order[i], &k);
+        if (!frame_same(f, row, 0, &k))
+            proc_row(t, f, row, order[i], &k);
     }
-    refresh();
+    if (f == NULL) {
+        refresh();
+        return;
+    }
+    for (int r = row; r < f->used && r < f->lines; r++) { /* rows shown before, not now */
+        if (f->row[r].valid) {
+            move(r, 0);
+            clrtoeol();
+            f->row[r].valid = false;
+            f->changed = true;
+        }
+    }
+    f->used = row;
+    if (f->changed)
+        refresh();
+    f->changed = false;
 }
 
-/* Copy the rows of SRC in use into DST: the whole view is 1.5 MB, and
-** at 10 Hz copying it all was a tenth of top's time. */
+/* The rows of V in their order in V, into ORDER (MON_MAX_PROCS). */
 static void
-view_copy(struct mon_view *dst, const struct mon_view *src)
+order_of(const struct mon_view *v, const struct mon_proc **order)
 {
-    memcpy(dst, src, offsetof(struct mon_view, groups));
-    memcpy(dst->groups, src->groups, sizeof src->groups[0] * (size_t)src->n_groups);
-    dst->n_procs = src->n_procs;
-    memcpy(dst->procs, src->procs, sizeof src->procs[0] * (size_t)src->n_procs);
-    dst->n_unread = src->n_unread;
-    memcpy(dst->unread, src->unread, sizeof src->unread);
+    for (int i = 0; i < v->n_procs; i++)
+        order[i] = &v->procs[i];
 }
 
 /* What the command line asks of `vram top`. */
@@ -300,9 +466,10 @@ cmd_top(int argc, char **argv)
     const struct mon_view *sample = NULL;
     if (!cli_monitor_first("top", nvml, &m, &sample))
         return 1;
-    /* The view is sorted in place for drawing: a private copy. */
-    struct mon_view *v = malloc(sizeof *v);
-    if (v == NULL) {
+    /* The monitor's view is drawn in an order of its own: pointers to its
+    ** rows, valid until the next sample. */
+    const struct mon_proc **order = malloc(sizeof *order * MON_MAX_PROCS);
+    if (order == NULL) {
         cli_error("top: out of memory");
         monitor_close(m);
         return 1;
@@ -316,7 +483,7 @@ cmd_top(int argc, char **argv)
 
     if (initscr() == NULL) {
         cli_error("top: cannot initialise the terminal");
-        free(v);
+        free(order);
         monitor_close(m);
         return 1;
     }
@@ -325,8 +492,8 @@ cmd_top(int argc, char **argv)
     curs_set(0);
     keypad(stdscr, TRUE);
     timeout(100);
-    view_copy(v, sample);
-    draw(&t, v);
+    order_of(sample, order);
+    draw(&t, sample, order);
     double next = now_mono_s() + t.interval_s;
     rc = 0;
     while (top_quit_signal == 0) {
@@ -347,17 +514,18 @@ cmd_top(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            view_copy(v, sample);
+            order_of(sample, order);
             next = now_mono_s() + t.interval_s;
             redraw = true;
         }
         if (redraw)
-            draw(&t, v);
+            draw(&t, sample, order);
     }
     endwin();
     if (rc != 0)
         cli_error("top: %s", vram_last_error());
-    free(v);
+    frame_free(&t);
+    free(order);
     monitor_close(m);
     return rc;
 }
