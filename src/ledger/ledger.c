@@ -78,14 +78,14 @@ struct judged {
     uint64_t word;  /* the owner word judged alive */
     uint64_t at_ns; /* CLOCK_MONOTONIC of that /proc read */
     uint64_t rss;   /* the resident set it read, bytes */
-    int fd;         /* /proc/PID/stat of WORD's process, kept open; -1 none */
+    int fd;         /* /proc/PID/statm of WORD's process, kept open; -1 none */
 };
 
 /*
-** The /proc/PID/stat descriptors kept open by all monitoring handles of
+** The /proc/PID/statm descriptors kept open by all monitoring handles of
 ** this process, at most half its RLIMIT_NOFILE (512 under the usual 1024):
-** beyond, a judgment opens and closes the file as before. Keeping it saves
-** the path walk, open and close of each judgment (ledger_proc_judge_fd).
+** beyond, each judgment reads /proc/PID/stat by its path
+** (ledger_proc_judge_fd says what keeping one saves).
 */
 static _Atomic int kept_fds;
 static _Atomic int kept_fds_max = -1; /* -1: not yet asked */

@@ -137,12 +137,14 @@ bool ledger_proc_dead(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t
 ** not read), from the same read of /proc/PID/stat. */
 bool ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
                        uint64_t *rss);
-/* The same through *FD, /proc/PID/stat kept open between the judgments
-** of one process: -1 opens it, kept in *FD when KEEP (else closed, and
-** closed on any error: *FD is then -1). A kept descriptor names the
-** process, not its number: once it is reaped, reading says ESRCH (dead)
-** even if the pid is reused. It saves the path walk, open and close of
-** each judgment. */
+/* The same through *FD, the process's /proc/PID/statm kept open between
+** the judgments of one process: -1 judges it in full (stat) and, when KEEP
+** and it is alive with a START_TIME, opens *FD for the next ones. A kept
+** descriptor names the process, not its number: once it is reaped,
+** reading says ESRCH (dead) even if the pid is reused; while it has memory
+** it is alive, and statm gives its resident set. That saves the path walk,
+** open and close of each judgment, and stat's cost. On any doubt *FD is
+** closed (-1) and the next judgment is a full one. */
 bool ledger_proc_judge_fd(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
                           int *fd, bool keep, uint64_t *rss);
 

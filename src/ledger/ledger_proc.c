@@ -181,42 +181,67 @@ proc_stat_parse(const char *buf, size_t n, struct proc_stat *out)
 }
 
 /*
-** Read /proc/PID/stat into *OUT through *FD: -1 opens it (async-signal-
-** safe: ledger_after_fork runs this in a fork child), and the descriptor
-** stays in *FD when KEEP, else it is closed. One read at offset 0: the
-** kernel renders the line whole at each read from the start, and only its
-** first STAT_BYTES matter. Returns 0 or an errno value (ENOENT, or ESRCH
-** on a kept descriptor: the process is gone; EINVAL: a line we cannot
-** parse). On an error the descriptor is closed and *FD is -1.
+** Read /proc/PID/stat into *OUT: "stat" in the /proc/PID directory open
+** at DIR, or by its path when DIR is -1 (async-signal-safe: ledger_after_fork
+** runs this in a fork child). One read at offset 0: the kernel renders the
+** line whole at each read from the start, and only its first STAT_BYTES
+** matter. Returns 0 or an errno value (ENOENT or ESRCH: the process is
+** gone; EINVAL: a line we cannot parse).
 */
 static int
-proc_stat_fd(pid_t pid, int *fd, bool keep, struct proc_stat *out)
+proc_stat_at(int dir, pid_t pid, struct proc_stat *out)
 {
     char buf[STAT_BYTES];
-    if (*fd < 0) {
+    int fd;
+    if (dir >= 0) {
+        fd = openat(dir, "stat", O_RDONLY | O_CLOEXEC);
+    } else {
         char path[48];
         proc_path(path, sizeof path, pid, "stat");
-        *fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (*fd < 0)
-            return errno;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
     }
+    if (fd < 0)
+        return errno;
     ssize_t r;
     do
-        r = pread(*fd, buf, sizeof buf, 0);
+        r = pread(fd, buf, sizeof buf, 0);
     while (r < 0 && errno == EINTR);
     int err = r < 0 ? errno : proc_stat_parse(buf, (size_t)r, out);
-    if (err != 0 || !keep) {
-        close(*fd);
-        *fd = -1;
-    }
+    close(fd);
     return err;
 }
 
 static int
 proc_stat_read(pid_t pid, struct proc_stat *out)
 {
-    int fd = -1;
-    return proc_stat_fd(pid, &fd, false, out);
+    return proc_stat_at(-1, pid, out);
+}
+
+/*
+** The total and resident pages of the process behind FD, its
+** /proc/PID/statm kept open, into *SIZE and *RESIDENT (the resident set
+** is what field 24 of stat says: file, anonymous and shared memory
+** pages). Returns 0 or an errno value (ESRCH: it is gone, reaped).
+*/
+static int
+proc_statm(int fd, uint64_t *size, uint64_t *resident)
+{
+    char buf[128];
+    ssize_t r;
+    do
+        r = pread(fd, buf, sizeof buf - 1, 0);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return errno;
+    const char *p = buf, *end = buf + r;
+    const char *q = memchr(p, ' ', (size_t)(end - p));
+    if (q == NULL || !parse_u64(p, q, size))
+        return EINVAL;
+    p = q + 1;
+    q = memchr(p, ' ', (size_t)(end - p));
+    if (q == NULL || !parse_u64(p, q, resident))
+        return EINVAL;
+    return 0;
 }
 
 /* The number of live threads of PID ("Threads:" of /proc/PID/status); -1
@@ -318,21 +343,52 @@ ledger_proc_judge_fd(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t 
         return true; /* garbage; and kill(-pid) would mean a process group */
     if (pidns != 0 && my_pidns != 0 && pidns != my_pidns)
         return false; /* its pid means another process here */
+    if (*fd >= 0) {
+        /* The process judged alive before: statm says it still is (and its
+        ** resident set) without the cost of stat, as long as it has memory;
+        ** a zombie has none, and is judged in full below. */
+        uint64_t size = 0, resident = 0;
+        int err = proc_statm(*fd, &size, &resident);
+        if (err == 0 && size != 0) {
+            *rss = resident * page_bytes();
+            return false;
+        }
+        close(*fd);
+        *fd = -1;
+        if (err == ESRCH || err == ENOENT)
+            return true;
+    }
+    /* Kept: stat and statm are read through one /proc/PID directory, so
+    ** that both name the process whose start time stat shows. */
+    int dir = -1;
+    if (keep && start_time != 0) {
+        char path[48];
+        proc_path(path, sizeof path, pid, "");
+        dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
     struct proc_stat ps;
-    int err = proc_stat_fd(pid, fd, keep, &ps);
+    int err = proc_stat_at(dir, pid, &ps);
+    bool dead;
     if (err == ENOENT || err == ESRCH)
-        return true;
-    if (err != 0)
-        return kill(pid, 0) != 0 && errno == ESRCH;
-    if (start_time == 0)
-        return false; /* a member still writing its entry: only a gone pid is dead */
-    if (ps.start_time != start_time)
-        return true;
-    if ((ps.state == 'Z' || ps.state == 'X') && proc_threads(pid) <= 1)
-        return true; /* unreaped; its GPU memory is gone */
-    if (ps.have_rss)
+        dead = true;
+    else if (err != 0)
+        dead = kill(pid, 0) != 0 && errno == ESRCH;
+    else if (start_time == 0)
+        dead = false; /* a member still writing its entry: only a gone pid is dead */
+    else if (ps.start_time != start_time)
+        dead = true;
+    else if ((ps.state == 'Z' || ps.state == 'X') && proc_threads(pid) <= 1)
+        dead = true; /* unreaped; its GPU memory is gone */
+    else
+        dead = false;
+    if (err == 0 && !dead && ps.have_rss)
         *rss = ps.rss_pages * page_bytes();
-    return false;
+    if (dir >= 0) {
+        if (err == 0 && !dead && ps.state != 'Z' && ps.state != 'X')
+            *fd = openat(dir, "statm", O_RDONLY | O_CLOEXEC); /* -1: not kept */
+        close(dir);
+    }
+    return dead;
 }
 
 bool
