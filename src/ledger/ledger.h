@@ -195,4 +195,30 @@ vram_status ledger_list_user(uid_t uid, char (*groups)[LEDGER_GROUP_LEN], int ma
 ** directory owned by <uid>, writable by nobody else): UIDS (MAX), *n. */
 vram_status ledger_list_users(uid_t *uids, int max, int *n);
 
+/*
+** What the listing of a directory depends on: an entry added, removed or
+** renamed changes its times (and its size, on tmpfs), a chmod or chown its
+** change time, a replacement its inode. A monitor sampling at 10 Hz lists
+** again only when the stamp changed (ledger_stamp_still): listing the
+** ledgers and checking each entry's type and owner was a fifth of `vram
+** top`'s own CPU time with 20 groups (BENCHMARKS.md).
+*/
+struct ledger_stamp {
+    uint64_t ino, size, mode, uid;
+    int64_t mtime_ns, ctime_ns;
+    int64_t taken_ns; /* CLOCK_REALTIME when the stamp was taken */
+};
+
+/* The stamp of user UID's ledger directory, or with ROOT of the directory
+** of all users' directories (UID unused); false when it is not there (or
+** not a directory). */
+bool ledger_dir_stamp(bool root, uid_t uid, struct ledger_stamp *out);
+
+/* Whether stamp NOW is stamp THEN's, and THEN was taken when the
+** directory had been still long enough (LEDGER_STILL_NS) that a later
+** change cannot share its times: file times come from a clock that ticks
+** coarsely (a jiffy), so a change in the same tick as the one before would
+** leave them as they were. */
+bool ledger_stamp_still(const struct ledger_stamp *then, const struct ledger_stamp *now);
+
 #endif

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -373,6 +374,45 @@ vram_status
 ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n)
 {
     return ledger_list_user(geteuid(), groups, max, n);
+}
+
+/* How long a directory must have been still before a stamp of it can be
+** trusted: many jiffies (1-10 ms), and the coarse clock of file times
+** against CLOCK_REALTIME. */
+#define LEDGER_STILL_NS INT64_C(100000000)
+
+bool
+ledger_dir_stamp(bool root, uid_t uid, struct ledger_stamp *out)
+{
+    char path[64];
+    if (root)
+        snprintf(path, sizeof path, "%s", LEDGER_ROOT);
+    else
+        ledger_dir_path(path, sizeof path, uid);
+    struct timespec now;
+    struct stat sb;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return false;
+    *out = (struct ledger_stamp){
+        .ino = (uint64_t)sb.st_ino,
+        .size = (uint64_t)sb.st_size,
+        .mode = (uint64_t)sb.st_mode,
+        .uid = (uint64_t)sb.st_uid,
+        .mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec,
+        .ctime_ns = (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec,
+        .taken_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec,
+    };
+    return true;
+}
+
+bool
+ledger_stamp_still(const struct ledger_stamp *then, const struct ledger_stamp *now)
+{
+    int64_t last = then->mtime_ns > then->ctime_ns ? then->mtime_ns : then->ctime_ns;
+    return then->ino == now->ino && then->size == now->size && then->mode == now->mode &&
+           then->uid == now->uid && then->mtime_ns == now->mtime_ns &&
+           then->ctime_ns == now->ctime_ns && then->taken_ns - last >= LEDGER_STILL_NS;
 }
 
 vram_status

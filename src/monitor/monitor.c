@@ -207,15 +207,40 @@ struct held {
 
 #define MON_MAX_HELD 1024
 
+/*
+** One user's ledger names, listed again only when the directory's stamp
+** changed (ledger_stamp_still) or MON_RELIST_S passed since, whichever
+** comes first: the second bounds what a clock stepped back could hide.
+*/
+struct listing {
+    bool valid;    /* the names below are the directory's at STAMP */
+    uid_t uid;
+    struct ledger_stamp stamp;
+    double at_s;   /* CLOCK_MONOTONIC of the listing */
+    char user[64]; /* the user's name (another user's), else the uid */
+    int n;
+    char groups[MON_MAX_GROUPS][LEDGER_GROUP_LEN];
+};
+
+#define MON_LISTINGS 16 /* users whose listing is kept; others are listed each time */
+#define MON_RELIST_S 1.0
+
 struct monitor {
     struct nvml nvml;
     bool have_nvml;
     struct mon_view view;
     struct ledger_snapshot snap; /* scratch: large, so not on the stack */
-    char groups[MON_MAX_GROUPS][LEDGER_GROUP_LEN]; /* scratch: ledger_list's names */
     bool all_users;                                 /* every user's ledgers */
     uid_t euid;                                     /* geteuid(), asked once */
-    uid_t uids[MON_MAX_USERS];                      /* scratch: ledger_list_users' */
+    int n_lists;
+    struct listing lists[MON_LISTINGS]; /* the first users' listings */
+    struct listing spare;               /* scratch for the others' */
+    /* The users with a ledger directory, listed again as LISTS are. */
+    bool users_valid;
+    struct ledger_stamp users_stamp;
+    double users_at_s;
+    int n_uids;
+    uid_t uids[MON_MAX_USERS];
     int n_tracks;
     struct track tracks[MON_MAX_PROCS];
     int track_hint; /* where track_find looks first: rows come in the same order */
@@ -578,15 +603,6 @@ held_prune(struct monitor *m)
         m->held[i].seen = false;
 }
 
-static void
-sample_ledger(struct monitor *m, const char *group)
-{
-    vram_status st = held_snapshot(m, m->euid, true, group);
-    if (st == VRAM_OK)
-        add_snapshot(m, group);
-    note_unread(m, st);
-}
-
 /* User UID's name into BUF, else the uid in digits. */
 static void
 user_label(uid_t uid, char *buf, size_t len)
@@ -599,33 +615,98 @@ user_label(uid_t uid, char *buf, size_t len)
         snprintf(buf, len, "%lu", (unsigned long)uid);
 }
 
+/* User UID's ledger names (and name), listed again only when they may
+** have changed (struct listing): *OUT. VRAM_E_IO when the directory
+** cannot be listed. */
+static vram_status
+list_groups(struct monitor *m, uid_t uid, const struct listing **out)
+{
+    struct listing *c = NULL;
+    for (int i = 0; i < m->n_lists && c == NULL; i++)
+        if (m->lists[i].uid == uid)
+            c = &m->lists[i];
+    if (c == NULL && m->n_lists < MON_LISTINGS) {
+        c = &m->lists[m->n_lists++];
+        c->valid = false;
+        c->uid = uid;
+    }
+    if (c == NULL) {
+        c = &m->spare;
+        c->valid = false;
+        c->uid = uid;
+    }
+    struct ledger_stamp now;
+    bool stamped = ledger_dir_stamp(false, uid, &now);
+    double t = now_mono_s();
+    *out = c;
+    if (c->valid && stamped && ledger_stamp_still(&c->stamp, &now) && t - c->at_s < MON_RELIST_S)
+        return VRAM_OK;
+    c->valid = false;
+    vram_status st = ledger_list_user(uid, c->groups, MON_MAX_GROUPS, &c->n);
+    if (st != VRAM_OK)
+        return st;
+    if (uid != m->euid)
+        user_label(uid, c->user, sizeof c->user);
+    c->valid = stamped && c != &m->spare;
+    c->stamp = now;
+    c->at_s = t;
+    return VRAM_OK;
+}
+
+/* The users with a ledger directory, listed again only when /dev/shm
+** changed (as list_groups). */
+static vram_status
+list_users(struct monitor *m)
+{
+    struct ledger_stamp now;
+    bool stamped = ledger_dir_stamp(true, 0, &now);
+    double t = now_mono_s();
+    if (m->users_valid && stamped && ledger_stamp_still(&m->users_stamp, &now) &&
+        t - m->users_at_s < MON_RELIST_S)
+        return VRAM_OK;
+    m->users_valid = false;
+    vram_status st = ledger_list_users(m->uids, MON_MAX_USERS, &m->n_uids);
+    if (st != VRAM_OK)
+        return st;
+    m->users_valid = stamped;
+    m->users_stamp = now;
+    m->users_at_s = t;
+    return VRAM_OK;
+}
+
+static void
+sample_ledger(struct monitor *m, const char *group)
+{
+    vram_status st = held_snapshot(m, m->euid, true, group);
+    if (st == VRAM_OK)
+        add_snapshot(m, group);
+    note_unread(m, st);
+}
+
 /* Every other user's ledgers, read-only (ledger_attach_user): each group
 ** as "<user>/<group>". A ledger that cannot be opened is left out
 ** (note_unread counts it). */
 static vram_status
 sample_all_users(struct monitor *m)
 {
-    int n = 0;
-    vram_status st = ledger_list_users(m->uids, MON_MAX_USERS, &n);
+    vram_status st = list_users(m);
     if (st != VRAM_OK)
         return st;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < m->n_uids; i++) {
         uid_t uid = m->uids[i];
-        int ng = 0;
-        if (uid == m->euid ||
-            ledger_list_user(uid, m->groups, MON_MAX_GROUPS, &ng) != VRAM_OK)
+        const struct listing *c = NULL;
+        if (uid == m->euid || list_groups(m, uid, &c) != VRAM_OK)
             continue;
-        char user[64];
-        user_label(uid, user, sizeof user);
-        for (int k = 0; k < ng; k++) {
-            vram_status s2 = held_snapshot(m, uid, false, m->groups[k]);
+        const char *user = c->user;
+        for (int k = 0; k < c->n; k++) {
+            vram_status s2 = held_snapshot(m, uid, false, c->groups[k]);
             note_unread(m, s2);
             if (s2 != VRAM_OK)
                 continue;
             char label[LEDGER_GROUP_LEN];
-            int w = snprintf(label, sizeof label, "%s/%s", user, m->groups[k]);
+            int w = snprintf(label, sizeof label, "%s/%s", user, c->groups[k]);
             if (w < 0 || (size_t)w >= sizeof label) /* a long name: the uid is shorter */
-                snprintf(label, sizeof label, "%lu/%.40s", (unsigned long)uid, m->groups[k]);
+                snprintf(label, sizeof label, "%lu/%.40s", (unsigned long)uid, c->groups[k]);
             add_snapshot(m, label);
         }
     }
@@ -665,9 +746,8 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
 {
     if (m == NULL || view == NULL)
         return error_set(VRAM_E_INVALID, "monitor_sample: NULL");
-    char (*groups)[LEDGER_GROUP_LEN] = m->groups;
-    int n = 0;
-    vram_status st = ledger_list(groups, MON_MAX_GROUPS, &n);
+    const struct listing *own = NULL;
+    vram_status st = list_groups(m, m->euid, &own);
     if (st != VRAM_OK)
         return st;
     struct mon_view *v = &m->view;
@@ -678,8 +758,8 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
         sample_nvml(m);
     for (int i = 0; i < m->n_tracks; i++)
         m->tracks[i].seen = false;
-    for (int i = 0; i < n; i++)
-        sample_ledger(m, groups[i]);
+    for (int i = 0; i < own->n; i++)
+        sample_ledger(m, own->groups[i]);
     if (m->all_users && (st = sample_all_users(m)) != VRAM_OK) {
         held_prune(m);
         return st;
