@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -84,15 +85,24 @@ sleep_ms(unsigned ms)
     nanosleep(&ts, NULL);
 }
 
-/* A member of GROUP holding MIBS MiB until killed: its pid. */
+/* The members alive, killed by the teardown whatever the test's outcome. */
+#define MAX_MEMBERS 8
+static pid_t members[MAX_MEMBERS];
+
+/* A member of GROUP holding MIBS MiB until killed (or this process
+** dies): its pid. */
 static pid_t
 member(const char *group, unsigned mibs)
 {
     int ready[2];
     assert_int_equal(pipe(ready), 0);
+    pid_t parent = getpid();
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
         close(ready[0]);
         struct ledger *l = NULL;
         char ok = ledger_open(group, &l) == VRAM_OK &&
@@ -102,6 +112,11 @@ member(const char *group, unsigned mibs)
         for (;;)
             pause();
     }
+    for (int i = 0; i < MAX_MEMBERS; i++)
+        if (members[i] == 0) {
+            members[i] = pid;
+            break;
+        }
     close(ready[1]);
     char ok = 0;
     assert_int_equal(read(ready[0], &ok, 1), 1);
@@ -115,6 +130,19 @@ stop(pid_t pid)
 {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    for (int i = 0; i < MAX_MEMBERS; i++)
+        if (members[i] == pid)
+            members[i] = 0;
+}
+
+static int
+stop_all(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MAX_MEMBERS; i++)
+        if (members[i] != 0)
+            stop(members[i]);
+    return 0;
 }
 
 /* Take a sample of M: *VIEW; the opens it made into *PROC and *LISTS. */
@@ -194,9 +222,6 @@ test_steady_state(void **state)
     assert_int_equal(v->n_procs, 2);
 
     monitor_close(m);
-    stop(a1);
-    stop(b1);
-    stop(c1);
 }
 
 int
@@ -209,7 +234,7 @@ main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_steady_state),
+        cmocka_unit_test_teardown(test_steady_state, stop_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
