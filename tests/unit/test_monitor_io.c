@@ -50,32 +50,36 @@ count(int dir, const char *path, int flags)
         atomic_fetch_add(&dir_lists, 1);
 }
 
+/* openat(2) of PATH in DIR, counted; AP holds the mode when FLAGS ask
+** for one. */
+static int
+counted_open(int dir, const char *path, int flags, va_list ap)
+{
+    mode_t mode = 0;
+    if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE)
+        mode = va_arg(ap, mode_t);
+    count(dir, path, flags);
+    return (int)syscall(SYS_openat, dir, path, flags, mode);
+}
+
 int
 open(const char *path, int flags, ...)
 {
-    mode_t mode = 0;
-    if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    count(AT_FDCWD, path, flags);
-    return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+    va_list ap;
+    va_start(ap, flags);
+    int fd = counted_open(AT_FDCWD, path, flags, ap);
+    va_end(ap);
+    return fd;
 }
 
 int
 openat(int dir, const char *path, int flags, ...)
 {
-    mode_t mode = 0;
-    if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = va_arg(ap, mode_t);
-        va_end(ap);
-    }
-    count(dir, path, flags);
-    return (int)syscall(SYS_openat, dir, path, flags, mode);
+    va_list ap;
+    va_start(ap, flags);
+    int fd = counted_open(dir, path, flags, ap);
+    va_end(ap);
+    return fd;
 }
 
 static void

@@ -148,9 +148,8 @@ mib(uint64_t bytes, char *buf, size_t len)
 ** The screen as last drawn, row by row. At 10 Hz most rows do not change
 ** between samples; a row is written to curses only when its text does,
 ** and curses refreshes only when one did. A process row's text is made
-** again only when the numbers it shows change (struct row_key): printing
-** the sizes (six floating-point conversions a row) was the largest part
-** of drawing an unchanged screen.
+** again only when the numbers it shows change (struct row_key), which
+** spares six floating-point conversions a row.
 */
 struct row_key {
     int index; /* the GPU's, -1 unknown */
