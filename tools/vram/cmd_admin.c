@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,14 +41,27 @@
 #define CGROUP_DIR "/sys/fs/cgroup"
 #define MAX_PRELOAD_FILE (64 * 1024) /* a larger /etc/ld.so.preload is refused */
 
-enum opt_id { OPT_USER, OPT_ROOT, OPT_PRELOAD };
+struct admin {
+    const char *root;    /* "" or DIR */
+    const char *user;    /* --user, or NULL */
+    const char *preload; /* --preload, or NULL */
+    const char *verb;    /* enable, disable, status or check */
+    char preload_file[PATH_MAX];
+    char policy_file[PATH_MAX];
+    char cgroup_dir[PATH_MAX];
+};
+
+#define AT(member) offsetof(struct admin, member)
 
 static const struct cli_opt opt_table[] = {
-    {OPT_USER, "user", 0, "NAME", "check: also print NAME's limit on each GPU"},
-    {OPT_ROOT, "root", 0, "DIR",
-     "work on DIR/etc/ld.so.preload, DIR/etc/vram/policy.conf and DIR/sys/fs/cgroup"},
-    {OPT_PRELOAD, "preload", 0, "PATH",
-     "enable: the library to preload (default: lib/libvram-preload.so beside bin/vram)"},
+    {0, "user", 0, "NAME", "check: also print NAME's limit on each GPU",
+     .store = CLIOPT_STRING, .field = AT(user)},
+    {0, "root", 0, "DIR",
+     "work on DIR/etc/ld.so.preload, DIR/etc/vram/policy.conf and DIR/sys/fs/cgroup",
+     .store = CLIOPT_STRING, .field = AT(root)},
+    {0, "preload", 0, "PATH",
+     "enable: the library to preload (default: lib/libvram-preload.so beside bin/vram)",
+     .store = CLIOPT_STRING, .field = AT(preload)},
 };
 
 static const struct cli_command admin_cmd = {
@@ -61,19 +75,8 @@ static const struct cli_command admin_cmd = {
              "  status   the preload line, the library, the policy, and whether the kernel\n"
              "           has the cgroup v2 dmem controller (GPU memory limits of its own)\n"
              "  check    validate the policy file; with --user, that user's limits\n",
-    .opts = opt_table,
-    .n_opts = sizeof opt_table / sizeof opt_table[0],
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 failure, 2 bad usage or a policy that does not pass.",
-};
-
-struct admin {
-    const char *root;    /* "" or DIR */
-    const char *user;    /* --user, or NULL */
-    const char *preload; /* --preload, or NULL */
-    const char *verb;    /* enable, disable, status or check */
-    char preload_file[PATH_MAX];
-    char policy_file[PATH_MAX];
-    char cgroup_dir[PATH_MAX];
 };
 
 /* ------------------------------------------------------------------ */
@@ -711,22 +714,16 @@ do_status(const struct admin *a)
     return 0;
 }
 
-/* One option or operand of `vram admin` (cliopt_handler). */
+/* The operand of `vram admin`, its action (cliopt_handler; the options
+** are stored by the table). */
 static int
 admin_arg(void *ctx, const struct cli_opt *opt, const char *value)
 {
     struct admin *a = ctx;
-    if (opt == NULL) {
-        if (a->verb != NULL)
-            return cliopt_usage_error(&admin_cmd, "unexpected argument '%s'", value);
-        a->verb = value;
-    } else if (opt->id == OPT_USER) {
-        a->user = value;
-    } else if (opt->id == OPT_ROOT) {
-        a->root = value;
-    } else if (opt->id == OPT_PRELOAD) {
-        a->preload = value;
-    }
+    (void)opt;
+    if (a->verb != NULL)
+        return cliopt_usage_error(&admin_cmd, "unexpected argument '%s'", value);
+    a->verb = value;
     return CLIOPT_GO_ON;
 }
 

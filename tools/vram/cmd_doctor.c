@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,17 +42,25 @@
 /* A GPU whose memory is held by others beyond this share of its total. */
 #define OTHERS_SHARE 0.10
 
-enum opt_id { OPT_STRATEGY, OPT_LIMIT, OPT_JSON };
+/* What the command line asks of `vram doctor`. */
+struct doctor_args {
+    struct an_options opts;
+    bool json;
+    const char *path; /* the trace, or NULL: the environment */
+    bool trace_opts;  /* --strategy or --limit was given */
+};
+
+enum opt_id { OPT_STRATEGY, OPT_LIMIT };
 
 static const struct cli_opt opt_table[] = {
     {OPT_STRATEGY, "strategy", 0, "NAME",
-     "with TRACE: replay under this strategy (default: growth)"},
+     "with TRACE: replay under this strategy (default: growth)", .store = CLIOPT_CALL},
     {OPT_LIMIT, "limit", 0, "SIZE",
-     "with TRACE: the job's cap (memory_limit), to judge a final OOM against"},
-    {OPT_JSON, "json", 0, NULL, "print one JSON object {\"checks\":[...],...}"},
+     "with TRACE: the job's cap (memory_limit), to judge a final OOM against",
+     .store = CLIOPT_CALL},
+    {0, "json", 0, NULL, "print one JSON object {\"checks\":[...],...}",
+     .store = CLIOPT_SET, .field = offsetof(struct doctor_args, json)},
 };
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static const struct cli_command doctor_cmd = {
     .prog = "vram doctor",
@@ -60,8 +69,7 @@ static const struct cli_command doctor_cmd = {
              "next step. Without TRACE: the environment and the GPUs. With TRACE:\n"
              "preallocation, a leak, an OOM below the cap (fragmentation), an OOM\n"
              "above it (the job is too big), uneven use of several GPUs.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 no problem found (warnings allowed), 1 a problem found or the "
                    "checks could not run, 2 bad usage or a malformed trace.",
 };
@@ -595,15 +603,8 @@ doctor_environment(bool json)
     return print_report(&rep, json);
 }
 
-/* What the command line asks of `vram doctor`. */
-struct doctor_args {
-    struct an_options opts;
-    bool json;
-    const char *path; /* the trace, or NULL: the environment */
-    bool trace_opts;  /* --strategy or --limit was given */
-};
 
-/* One option or operand of `vram doctor` (cliopt_handler). */
+/* --strategy, --limit or the trace of `vram doctor` (cliopt_handler). */
 static int
 doctor_arg(void *ctx, const struct cli_opt *o, const char *value)
 {
@@ -624,9 +625,6 @@ doctor_arg(void *ctx, const struct cli_opt *o, const char *value)
         if (!cliopt_size(&doctor_cmd, o->name, value, &a->opts.limit))
             return CLI_EXIT_USAGE;
         a->trace_opts = true;
-        break;
-    case OPT_JSON:
-        a->json = true;
         break;
     }
     return CLIOPT_GO_ON;

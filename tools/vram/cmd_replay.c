@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,44 +43,8 @@
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
 
-enum opt_id {
-    OPT_BACKEND,
-    OPT_STRATEGY,
-    OPT_LIMIT,
-    OPT_DEVICE_MEMORY,
-    OPT_REPEAT,
-    OPT_MIN_LIMIT,
-    OPT_WARM,
-    OPT_DRIVER_COSTS,
-    OPT_JSON
-};
-
-static const struct cli_opt opt_table[] = {
-    {OPT_BACKEND, "backend", 0, "sim|cuda",
-     "replay on the simulated device (default) or on the GPU through the CUDA "
-     "driver"},
-    {OPT_STRATEGY, "strategy", 0, "NAME[,NAME...]|all",
-     "strategies to replay under (default: growth)"},
-    {OPT_LIMIT, "limit", 0, "SIZE",
-     "cap of each device (memory_limit), e.g. 6G; default: none"},
-    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
-     "memory of each simulated device (default: an H200's 143771 MiB); "
-     "--backend sim only"},
-    {OPT_REPEAT, "repeat", 0, "N", "replay N times (1..1000) and report the median ns/op"},
-    {OPT_MIN_LIMIT, "min-limit", 0, NULL,
-     "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
-     "between peak in use and the device memory"},
-    {OPT_WARM, "warm", 0, NULL,
-     "time a second pass over the trace on the same allocator, as in a long "
-     "training run (the first pass obtains the memory; untimed)"},
-    {OPT_DRIVER_COSTS, "driver-costs", 0, "MODEL",
-     "--backend sim only: every backend call takes what the CUDA driver's costs "
-     "on MODEL (h200: measured on an NVIDIA H200), so that ns/op models the "
-     "GPU's whole time, driver calls included"},
-    {OPT_JSON, "json", 0, NULL, "print one JSON object per line (sizes in bytes)"},
-};
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+/* The options cliopt_parse leaves to replay_arg. */
+enum opt_id { OPT_BACKEND, OPT_STRATEGY, OPT_DRIVER_COSTS };
 
 /* Every strategy the library knows, in the order of the public list. */
 static const vram_strategy all_strategies[] = {
@@ -89,6 +54,61 @@ static const vram_strategy all_strategies[] = {
 };
 
 #define N_STRATEGIES (sizeof all_strategies / sizeof all_strategies[0])
+
+/* ------------------------------------------------------------------ */
+/* Settings and results                                                 */
+/* ------------------------------------------------------------------ */
+
+struct replay_settings {
+    vram_backend_kind backend;              /* VRAM_BACKEND_SIM or _CUDA */
+    bool device_memory_given;               /* --device-memory was on the line */
+    vram_strategy strategies[N_STRATEGIES]; /* in the order asked, no repeats */
+    size_t n_strategies;
+    uint64_t limit_bytes;   /* 0 = no cap given */
+    uint64_t device_memory; /* bytes per simulated device; with cuda, the
+                               smallest GPU's total (--min-limit's bound) */
+    uint64_t repeat;        /* runs per trace and strategy, 1..1000 */
+    bool min_limit;
+    bool warm; /* --warm: time a second pass */
+    bool json;
+};
+
+/* Where parse_args puts what it reads. */
+struct replay_args {
+    struct replay_settings set;
+    const char **paths; /* the traces, pointing into ARGV */
+    int n_paths;
+};
+
+#define AT(member) offsetof(struct replay_args, set.member)
+
+static const struct cli_opt opt_table[] = {
+    {OPT_BACKEND, "backend", 0, "sim|cuda",
+     "replay on the simulated device (default) or on the GPU through the CUDA "
+     "driver", .store = CLIOPT_CALL},
+    {OPT_STRATEGY, "strategy", 0, "NAME[,NAME...]|all",
+     "strategies to replay under (default: growth)", .store = CLIOPT_CALL},
+    {0, "limit", 0, "SIZE", "cap of each device (memory_limit), e.g. 6G; default: none",
+     .store = CLIOPT_SIZE, .field = AT(limit_bytes)},
+    {0, "device-memory", 0, "SIZE",
+     "memory of each simulated device (default: an H200's 143771 MiB); "
+     "--backend sim only", .store = CLIOPT_SIZE, .field = AT(device_memory)},
+    {0, "repeat", 0, "N", "replay N times (1..1000) and report the median ns/op",
+     .store = CLIOPT_COUNT, .field = AT(repeat), .min = 1, .max = 1000},
+    {0, "min-limit", 0, NULL,
+     "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
+     "between peak in use and the device memory", .store = CLIOPT_SET, .field = AT(min_limit)},
+    {0, "warm", 0, NULL,
+     "time a second pass over the trace on the same allocator, as in a long "
+     "training run (the first pass obtains the memory; untimed)",
+     .store = CLIOPT_SET, .field = AT(warm)},
+    {OPT_DRIVER_COSTS, "driver-costs", 0, "MODEL",
+     "--backend sim only: every backend call takes what the CUDA driver's costs "
+     "on MODEL (h200: measured on an NVIDIA H200), so that ns/op models the "
+     "GPU's whole time, driver calls included", .store = CLIOPT_CALL},
+    {0, "json", 0, NULL, "print one JSON object per line (sizes in bytes)",
+     .store = CLIOPT_SET, .field = AT(json)},
+};
 
 static void
 replay_notes(FILE *out)
@@ -105,28 +125,9 @@ static const struct cli_command replay_cmd = {
     .about = "Replay .csv or .csv.gz allocation traces through the allocator on a\n"
              "simulated GPU (or the real one: --backend cuda) and report, per trace\n"
              "and strategy, what it cost.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = replay_notes,
     .exit_status = "0 ok, 1 failure, 2 bad usage or a malformed trace.",
-};
-
-/* ------------------------------------------------------------------ */
-/* Settings and results                                                 */
-/* ------------------------------------------------------------------ */
-
-struct replay_settings {
-    vram_backend_kind backend;              /* VRAM_BACKEND_SIM or _CUDA */
-    bool device_memory_given;               /* --device-memory was on the line */
-    vram_strategy strategies[N_STRATEGIES]; /* in the order asked, no repeats */
-    size_t n_strategies;
-    uint64_t limit_bytes;   /* 0 = no cap given */
-    uint64_t device_memory; /* bytes per simulated device; with cuda, the
-                               smallest GPU's total (--min-limit's bound) */
-    unsigned repeat;        /* runs per trace and strategy, 1..1000 */
-    bool min_limit;
-    bool warm; /* --warm: time a second pass */
-    bool json;
 };
 
 /* --driver-costs MODEL, or NULL: the simulated device's driver cost model
@@ -407,7 +408,7 @@ replay_repeated(const struct trace *t, vram_strategy st,
     double times[1000];
     struct replay_result first, r;
     memset(&first, 0, sizeof first);
-    for (unsigned i = 0; i < set->repeat; i++) {
+    for (uint64_t i = 0; i < set->repeat; i++) {
         int rc = replay_once(t, set->backend, st, set->limit_bytes, set->device_memory,
                              set->warm, sl, &r);
         if (rc != REPLAY_OK)
@@ -416,7 +417,7 @@ replay_repeated(const struct trace *t, vram_strategy st,
             first = r;
         times[i] = r.ns_per_op;
     }
-    first.ns_per_op = median_of(times, set->repeat);
+    first.ns_per_op = median_of(times, (unsigned)set->repeat);
     *out = first;
     return REPLAY_OK;
 }
@@ -645,19 +646,12 @@ print_table(const struct replay_row *rows, size_t n_rows, bool with_min_limit)
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
 
-/* Where parse_args puts what it reads. */
-struct replay_args {
-    struct replay_settings *set;
-    const char **paths; /* the traces, pointing into ARGV */
-    int n_paths;
-};
-
 /* One option or operand of `vram replay` (cliopt_handler). */
 static int
 replay_arg(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct replay_args *a = ctx;
-    struct replay_settings *set = a->set;
+    struct replay_settings *set = &a->set;
     if (o == NULL) {
         a->paths[a->n_paths++] = value;
         return CLIOPT_GO_ON;
@@ -677,36 +671,11 @@ replay_arg(void *ctx, const struct cli_opt *o, const char *value)
         if (!parse_strategies(value, set))
             return CLI_EXIT_USAGE;
         break;
-    case OPT_LIMIT:
-        if (!cliopt_size(&replay_cmd, o->name, value, &set->limit_bytes))
-            return CLI_EXIT_USAGE;
-        break;
-    case OPT_DEVICE_MEMORY:
-        if (!cliopt_size(&replay_cmd, o->name, value, &set->device_memory))
-            return CLI_EXIT_USAGE;
-        set->device_memory_given = true;
-        break;
-    case OPT_REPEAT: {
-        uint64_t n = 0;
-        if (!cliopt_count(&replay_cmd, o->name, value, 1, 1000, &n))
-            return CLI_EXIT_USAGE;
-        set->repeat = (unsigned)n;
-        break;
-    }
-    case OPT_MIN_LIMIT:
-        set->min_limit = true;
-        break;
-    case OPT_WARM:
-        set->warm = true;
-        break;
     case OPT_DRIVER_COSTS:
         if (strcmp(value, "h200") != 0)
             return cliopt_usage_error(
                 &replay_cmd, "--driver-costs '%s': the known model is h200", value);
         replay_driver_costs = "h200";
-        break;
-    case OPT_JSON:
-        set->json = true;
         break;
     }
     return CLIOPT_GO_ON;
@@ -720,9 +689,14 @@ static int
 parse_args(int argc, char **argv, struct replay_settings *set, const char **paths,
            int *n_paths)
 {
-    struct replay_args a = {set, paths, 0};
+    struct replay_args a = {*set, paths, 0};
+    a.set.device_memory = 0; /* 0: not given (cliopt_size refuses 0) */
     int rc = cliopt_parse(&replay_cmd, argc, argv, replay_arg, &a, NULL);
     *n_paths = a.n_paths;
+    a.set.device_memory_given = a.set.device_memory != 0;
+    if (!a.set.device_memory_given)
+        a.set.device_memory = set->device_memory;
+    *set = a.set;
     if (rc != CLIOPT_GO_ON)
         return rc;
     if (*n_paths == 0)

@@ -7,6 +7,7 @@
 ** come from VRAM_METRICS_LIST, like `vram top` and the exporter.
 */
 #include <json-c/json.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +19,29 @@
 #include "monitor/prom.h"
 #include "base/size.h"
 
-enum opt_id { OPT_JSON, OPT_PROM, OPT_CONFIG, OPT_MARKDOWN, OPT_NO_NVML };
+/* What the command line asks of `vram stat`. */
+enum { FMT_TABLE, FMT_JSON, FMT_PROM };
+struct stat_args {
+    int fmt; /* FMT_... */
+    bool nvml;
+};
+
+#define AT(member) offsetof(struct stat_args, member)
+
+enum opt_id { OPT_CONFIG, OPT_MARKDOWN };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_JSON, "json", 0, NULL, "print JSON (sizes in integer bytes)"},
-    {OPT_PROM, "prometheus", 0, NULL, "print what the exporter serves at /metrics"},
-    {OPT_CONFIG, "config", 0, NULL, "print every setting vram would use here and its source"},
-    {OPT_MARKDOWN, "metrics-markdown", 0, NULL, "print the metric list (docs/METRICS.md)"},
-    {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+    {FMT_JSON, "json", 0, NULL, "print JSON (sizes in integer bytes)", .store = CLIOPT_ID,
+     .field = AT(fmt)},
+    {FMT_PROM, "prometheus", 0, NULL, "print what the exporter serves at /metrics",
+     .store = CLIOPT_ID, .field = AT(fmt)},
+    {OPT_CONFIG, "config", 0, NULL, "print every setting vram would use here and its source",
+     .store = CLIOPT_CALL},
+    {OPT_MARKDOWN, "metrics-markdown", 0, NULL, "print the metric list (docs/METRICS.md)",
+     .store = CLIOPT_CALL},
+    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",
+     .store = CLIOPT_CLEAR, .field = AT(nvml)},
 };
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static const struct cli_command stat_cmd = {
     .prog = "vram stat",
@@ -35,8 +49,7 @@ static const struct cli_command stat_cmd = {
     .about =
         "GPU memory per device (index, name, use), per group (quota, use, refusals)\n"
         "and per process, once, from the vram ledgers of the calling user and NVML.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 failure, 2 bad usage.",
     .no_operands = true,
 };
@@ -322,37 +335,18 @@ say_unread(const struct mon_view *v)
         cli_error("stat: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
 }
 
-/* What the command line asks of `vram stat`. */
-struct stat_args {
-    enum { FMT_TABLE, FMT_JSON, FMT_PROM } fmt;
-    bool nvml;
-};
-
-/* One option of `vram stat` (cliopt_handler); --config and --markdown
-** print and end the command. */
+/* --config and --metrics-markdown (cliopt_handler): each prints and ends
+** the command. */
 static int
 stat_option(void *ctx, const struct cli_opt *opt, const char *value)
 {
-    struct stat_args *a = ctx;
+    (void)ctx;
     (void)value;
-    switch ((enum opt_id)opt->id) {
-    case OPT_JSON:
-        a->fmt = FMT_JSON;
-        break;
-    case OPT_PROM:
-        a->fmt = FMT_PROM;
-        break;
-    case OPT_CONFIG:
+    if (opt->id == OPT_CONFIG)
         env_print(stdout, NULL, NULL);
-        return fflush(stdout) == 0 ? 0 : 1;
-    case OPT_MARKDOWN:
+    else
         metrics_markdown(stdout);
-        return fflush(stdout) == 0 ? 0 : 1;
-    case OPT_NO_NVML:
-        a->nvml = false;
-        break;
-    }
-    return CLIOPT_GO_ON;
+    return fflush(stdout) == 0 ? 0 : 1;
 }
 
 bool

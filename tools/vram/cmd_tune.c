@@ -38,6 +38,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,41 +122,50 @@ static const vram_strategy tune_simplicity[] = {
 /* Options                                                              */
 /* ------------------------------------------------------------------ */
 
-enum opt_id {
-    OPT_TRACE,
-    OPT_OUTPUT,
-    OPT_PERIODS,
-    OPT_SECONDS,
-    OPT_ITERATIONS,
-    OPT_DEVICE_MEMORY,
-    OPT_DRIVER_VIEW,
-    OPT_PRELOAD,
-    OPT_JSON
+struct tune_args {
+    const char *trace;
+    const char *output;
+    const char *preload;
+    uint64_t periods;        /* 2..TUNE_PERIODS_MAX */
+    double seconds;
+    uint64_t max_iterations; /* 0: no bound */
+    uint64_t device_memory;  /* 0: unknown */
+    bool driver_view;
+    bool json;
+    char **command;
 };
+
+#define AT(member) offsetof(struct tune_args, member)
 
 static const struct cli_opt opt_table[] = {
-    {OPT_TRACE, "trace", 0, "FILE", "tune an existing trace (.csv or .csv.gz); nothing runs"},
-    {OPT_OUTPUT, "output", 'o', "FILE",
+    {0, "trace", 0, "FILE", "tune an existing trace (.csv or .csv.gz); nothing runs",
+     .store = CLIOPT_STRING, .field = AT(trace)},
+    {0, "output", 'o', "FILE",
      "keep the recording in FILE (plain CSV: it is read while it grows); default: a "
-     "temporary file, removed"},
-    {OPT_PERIODS, "periods", 0, "N",
+     "temporary file, removed", .store = CLIOPT_STRING, .field = AT(output)},
+    {0, "periods", 0, "N",
      "a steady state is N complete iterations after the first whose peaks agree within "
-     "1 % and that span a tenth of the recording (2..1000; default 3)"},
-    {OPT_SECONDS, "seconds", 0, "S",
-     "stop the command after S seconds at most, steady or not (default 600)"},
-    {OPT_ITERATIONS, "iterations", 0, "N",
-     "stop the command after N complete iterations at most, steady or not"},
-    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
+     "1 % and that span a tenth of the recording (2..1000; default 3)",
+     .store = CLIOPT_COUNT, .field = AT(periods), .min = 2, .max = TUNE_PERIODS_MAX},
+    {0, "seconds", 0, "S",
+     "stop the command after S seconds at most, steady or not (default 600)",
+     .store = CLIOPT_SECONDS, .field = AT(seconds), .lo = 0.1, .hi = 1e7},
+    {0, "iterations", 0, "N",
+     "stop the command after N complete iterations at most, steady or not",
+     .store = CLIOPT_COUNT, .field = AT(max_iterations), .min = 2, .max = UINT32_MAX},
+    {0, "device-memory", 0, "SIZE",
      "the GPU's total memory, for the frameworks' fractions and the replays (default: "
-     "the smallest GPU's, asked of the driver after a recording; with --trace unknown)"},
-    {OPT_DRIVER_VIEW, "driver-view", 0, NULL,
-     "record the frameworks' own allocators as they are, as vram record --driver-view"},
-    {OPT_PRELOAD, "preload", 0, "PATH", "the preload library, as vram run --preload"},
-    {OPT_JSON, "json", 0, NULL,
-     "print one JSON object (sizes in bytes; docs/RECORD.md has the schema)"},
+     "the smallest GPU's, asked of the driver after a recording; with --trace unknown)",
+     .store = CLIOPT_SIZE, .field = AT(device_memory)},
+    {0, "driver-view", 0, NULL,
+     "record the frameworks' own allocators as they are, as vram record --driver-view",
+     .store = CLIOPT_SET, .field = AT(driver_view)},
+    {0, "preload", 0, "PATH", "the preload library, as vram run --preload",
+     .store = CLIOPT_STRING, .field = AT(preload)},
+    {0, "json", 0, NULL,
+     "print one JSON object (sizes in bytes; docs/RECORD.md has the schema)",
+     .store = CLIOPT_SET, .field = AT(json)},
 };
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static void
 tune_notes(FILE *out)
@@ -176,86 +186,15 @@ static const struct cli_command tune_cmd = {
     .about = "Record COMMAND until its memory use is steady (or read a trace), replay it\n"
              "under every strategy, and recommend a strategy, a GPU memory cap with\n"
              "10-15% headroom and the settings that apply it in each framework.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = tune_notes,
     .exit_status = "0 recommended from a steady state; 3 recommended from what was seen, "
                    "with no steady state (said); 1 the command failed, recorded nothing, "
                    "or a replay failed; 2 bad usage or an unreadable or malformed trace; "
                    "126 COMMAND cannot be executed; 127 COMMAND not found.",
     .stop_at_operand = true,
+    .command_optional = true, /* with --trace there is none */
 };
-
-struct tune_args {
-    const char *trace;
-    const char *output;
-    const char *preload;
-    unsigned periods;
-    double seconds;
-    uint64_t max_iterations; /* 0: no bound */
-    uint64_t device_memory;  /* 0: unknown */
-    bool driver_view;
-    bool json;
-    char **command;
-};
-
-/* The arguments of `vram tune` (cliopt_handler): options, and the first
-** operand, where COMMAND starts (stop_at_operand makes every later
-** argument an operand: COMMAND's own). */
-struct tune_parse {
-    struct tune_args *a;
-    int argc;
-    char **argv;
-};
-
-static int
-tune_arg(void *ctx, const struct cli_opt *opt, const char *value)
-{
-    struct tune_parse *p = ctx;
-    struct tune_args *a = p->a;
-    uint64_t n;
-    if (opt == NULL) {
-        for (int i = 1; i < p->argc && a->command == NULL; i++)
-            if (p->argv[i] == value)
-                a->command = p->argv + i;
-        return CLIOPT_GO_ON;
-    }
-    switch ((enum opt_id)opt->id) {
-    case OPT_TRACE:
-        a->trace = value;
-        break;
-    case OPT_OUTPUT:
-        a->output = value;
-        break;
-    case OPT_PERIODS:
-        if (!cliopt_count(&tune_cmd, opt->name, value, 2, TUNE_PERIODS_MAX, &n))
-            return TUNE_USAGE;
-        a->periods = (unsigned)n;
-        break;
-    case OPT_SECONDS:
-        if (!cliopt_seconds(&tune_cmd, opt->name, value, 0.1, 1e7, &a->seconds))
-            return TUNE_USAGE;
-        break;
-    case OPT_ITERATIONS:
-        if (!cliopt_count(&tune_cmd, opt->name, value, 2, UINT32_MAX, &a->max_iterations))
-            return TUNE_USAGE;
-        break;
-    case OPT_DEVICE_MEMORY:
-        if (!cliopt_size(&tune_cmd, opt->name, value, &a->device_memory))
-            return TUNE_USAGE;
-        break;
-    case OPT_PRELOAD:
-        a->preload = value;
-        break;
-    case OPT_DRIVER_VIEW:
-        a->driver_view = true;
-        break;
-    case OPT_JSON:
-        a->json = true;
-        break;
-    }
-    return CLIOPT_GO_ON;
-}
 
 /* Parse ARGV into A. Returns -1 to go on, else the exit status. */
 static int
@@ -264,9 +203,7 @@ parse_args(int argc, char **argv, struct tune_args *a)
     memset(a, 0, sizeof *a);
     a->periods = TUNE_PERIODS_DEFAULT;
     a->seconds = TUNE_SECONDS_DEFAULT;
-    struct tune_parse p = {a, argc, argv};
-    /* No REST: with --trace there is no command. */
-    int rc = cliopt_parse(&tune_cmd, argc, argv, tune_arg, &p, NULL);
+    int rc = cliopt_parse(&tune_cmd, argc, argv, NULL, a, &a->command);
     if (rc != CLIOPT_GO_ON)
         return rc;
     if (a->trace != NULL && a->command != NULL)
@@ -412,7 +349,7 @@ watch_poll(void *ctx)
     struct trace *t = load_complete_lines(w->path);
     struct an_result *r = NULL;
     if (t != NULL && t->n_events > 0 && analyze_trace(t, NULL, &r) == VRAM_OK) {
-        steady_of(r, w->a->periods, &w->last);
+        steady_of(r, (unsigned)w->a->periods, &w->last);
         if (w->last.steady)
             w->reason = STOP_STEADY;
         else if (w->a->max_iterations > 0 && w->last.complete + 1 >= w->a->max_iterations)
@@ -832,8 +769,8 @@ recommend(struct tune *tu, const struct tune_args *a)
     if (rc != 0)
         return rc;
     tu->r = r;
-    tu->periods = a->periods;
-    steady_of(r, a->periods, &tu->steady);
+    tu->periods = (unsigned)a->periods;
+    steady_of(r, tu->periods, &tu->steady);
     tu->replay_memory = tu->device_memory > 0 ? tu->device_memory : VRAM_SIM_DEFAULT_MEMORY;
     for (size_t i = 0; i < N_STRATEGIES && rc == 0; i++) {
         tu->rows[i].strategy = tune_simplicity[i];
