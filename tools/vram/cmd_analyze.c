@@ -179,6 +179,30 @@ finish_stdout(int rc)
     return rc;
 }
 
+/* The reports of R, or of the comparison C: the HTML one with --html,
+** then, unless that went to standard output, JSON (--json) or text there. */
+static int
+report(const struct analyze_settings *set, const struct an_result *r,
+       const struct an_compare *c)
+{
+    if (set->html != NULL) {
+        int rc = write_html(set->html, r, c);
+        if (rc != 0 || strcmp(set->html, "-") == 0)
+            return rc;
+    }
+    if (!set->json) {
+        if (c != NULL)
+            an_print_compare_text(stdout, c);
+        else
+            an_print_text(stdout, r);
+        return 0;
+    }
+    if ((c != NULL ? an_print_compare_json(stdout, c) : an_print_json(stdout, r)) == VRAM_OK)
+        return 0;
+    cli_error("writing the report: %s", vram_last_error());
+    return 1;
+}
+
 static int
 run_compare(const struct analyze_settings *set)
 {
@@ -194,19 +218,9 @@ run_compare(const struct analyze_settings *set)
         cli_error("analyze: %s", vram_last_error());
         rc = 1;
     }
-    if (rc == 0 && set->html != NULL)
-        rc = write_html(set->html, NULL, c);
-    if (rc == 0 && (set->html == NULL || strcmp(set->html, "-") != 0)) {
-        if (set->json) {
-            if (an_print_compare_json(stdout, c) != VRAM_OK) {
-                cli_error("writing the report: %s", vram_last_error());
-                rc = 1;
-            }
-        } else {
-            an_print_compare_text(stdout, c);
-        }
-        rc = finish_stdout(rc);
-    }
+    if (rc == 0)
+        rc = report(set, NULL, c);
+    rc = finish_stdout(rc);
     an_compare_free(c);
     for (int i = 0; i < 2; i++) {
         an_result_free(r[i]);
@@ -232,18 +246,8 @@ cmd_analyze(int argc, char **argv)
     rc = cli_load_trace(set.paths[0], &t);
     if (rc == 0)
         rc = cli_analyze(t, &set.opts, &r);
-    if (rc == 0 && set.html != NULL)
-        rc = write_html(set.html, r, NULL);
-    if (rc == 0 && (set.html == NULL || strcmp(set.html, "-") != 0)) {
-        if (set.json) {
-            if (an_print_json(stdout, r) != VRAM_OK) {
-                cli_error("writing the report: %s", vram_last_error());
-                rc = 1;
-            }
-        } else {
-            an_print_text(stdout, r);
-        }
-    }
+    if (rc == 0)
+        rc = report(&set, r, NULL);
     rc = finish_stdout(rc);
     an_result_free(r);
     trace_free(t);
