@@ -96,6 +96,16 @@ int replay_summarize(const struct trace *t, vram_strategy st, uint64_t device_me
 ** QUIET) when the driver cannot be opened. */
 int replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet);
 
+/* The CUDA backend opened as the GPUs are (the environment ignored) into
+** *CTX, and the number of physical GPUs into *N. On failure *CTX may still
+** need vram_close. (`vram admin check` shares it.) */
+vram_status cli_open_cuda(vram_context **ctx, int *n);
+
+struct json_object;
+
+/* V as a JSON number written with DECIMALS decimals (`vram tune` too). */
+struct json_object *cli_json_fixed(double v, int decimals);
+
 /* ---- shared by `vram analyze` and `vram doctor` (cmd_analyze.c) ---- */
 
 struct trace;
@@ -119,5 +129,13 @@ struct mon_view;
 ** sample into *V; false, after one line naming WHO, if either fails. */
 bool cli_monitor_first(const char *who, bool nvml, struct monitor **m,
                        const struct mon_view **v);
+
+/* The ledgers V could not read (another vram version...): one line each on
+** stderr, naming WHO; the output shows the others. */
+void cli_say_unread(const char *who, const struct mon_view *v);
+
+/* The index of the GPU UUID as NVML numbers it, "-" when unknown (a GPU
+** only the ledgers know), into BUF. */
+void cli_gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len);
 
 #endif

@@ -467,13 +467,9 @@ print_user(const struct admin *a, const struct policy *p)
                v.group_rules[k]->text);
     if (v.def != NULL)
         printf("  rule: %s: %s\n", policy_rule_describe(v.def, buf, sizeof buf), v.def->text);
-    vram_options o;
-    memset(&o, 0, sizeof o);
-    o.backend = VRAM_BACKEND_CUDA;
-    o.ignore_environment = true;
     vram_context *ctx = NULL;
     int n = 0;
-    if (vram_open(&o, &ctx) != VRAM_OK || vram_physical_count(ctx, &n) != VRAM_OK) {
+    if (cli_open_cuda(&ctx, &n) != VRAM_OK) {
         printf("  no CUDA driver here: limits per GPU follow the rules above\n");
         vram_close(ctx);
         return 0;

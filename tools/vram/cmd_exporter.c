@@ -69,10 +69,7 @@ say_unread(struct exporter *e, const struct mon_view *v)
     if (v->n_unread == e->unread_said)
         return;
     e->unread_said = v->n_unread;
-    for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++)
-        cli_error("exporter: %s", v->unread[i]);
-    if (v->n_unread > MON_MAX_UNREAD)
-        cli_error("exporter: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
+    cli_say_unread("exporter", v);
 }
 
 /* Sample once and swap in the new text. False (with the last error) on failure. */

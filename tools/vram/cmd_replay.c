@@ -510,10 +510,17 @@ meta_per_block(const struct replay_result *r)
     return r->peak_live_blocks ? r->metadata_bytes / r->peak_live_blocks : 0;
 }
 
+struct json_object *
+cli_json_fixed(double v, int decimals)
+{
+    char num[64];
+    snprintf(num, sizeof num, "%.*f", decimals, v);
+    return json_object_new_double_s(v, num);
+}
+
 static int
 print_json_row(const struct replay_row *row, bool with_min_limit)
 {
-    char num[64];
     struct json_object *o = json_object_new_object();
     if (o == NULL)
         return REPLAY_FAIL;
@@ -521,24 +528,20 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
     json_object_object_add(o, "strategy",
                            json_object_new_string(vram_strategy_name(row->strategy)));
     json_object_object_add(o, "ops", json_object_new_uint64(row->r.ops));
-    snprintf(num, sizeof num, "%.1f", row->r.ns_per_op);
-    json_object_object_add(o, "ns_per_op",
-                           json_object_new_double_s(row->r.ns_per_op, num));
+    json_object_object_add(o, "ns_per_op", cli_json_fixed(row->r.ns_per_op, 1));
     json_object_object_add(o, "peak_in_use_bytes",
                            json_object_new_uint64(row->r.peak_in_use_bytes));
     json_object_object_add(o, "peak_reserved_bytes",
                            json_object_new_uint64(row->r.peak_reserved_bytes));
-    double frag = fragmentation_of(&row->r);
-    snprintf(num, sizeof num, "%.3f", frag);
-    json_object_object_add(o, "fragmentation", json_object_new_double_s(frag, num));
+    json_object_object_add(o, "fragmentation",
+                           cli_json_fixed(fragmentation_of(&row->r), 3));
     json_object_object_add(o, "ooms", json_object_new_uint64(row->r.ooms));
     json_object_object_add(o, "warm", json_object_new_boolean(row->r.warm));
     if (replay_driver_costs != NULL) {
         json_object_object_add(o, "driver_costs",
                                json_object_new_string(replay_driver_costs));
-        snprintf(num, sizeof num, "%.1f", row->r.driver_ns_per_op);
         json_object_object_add(o, "driver_ns_per_op",
-                               json_object_new_double_s(row->r.driver_ns_per_op, num));
+                               cli_json_fixed(row->r.driver_ns_per_op, 1));
     }
     json_object_object_add(o, "backend_calls",
                            json_object_new_uint64(row->r.backend_calls));
@@ -716,19 +719,26 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
 ** search), into *N_GPUS and *MIN_TOTAL. Returns REPLAY_OK, or returns
 ** REPLAY_FAIL after one line (none if QUIET).
 */
-int
-replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet)
+vram_status
+cli_open_cuda(vram_context **ctx, int *n)
 {
     vram_options opts;
     memset(&opts, 0, sizeof opts);
     opts.backend = VRAM_BACKEND_CUDA;
     opts.ignore_environment = true;
+    *ctx = NULL;
+    *n = 0;
+    vram_status s = vram_open(&opts, ctx);
+    return s == VRAM_OK ? vram_physical_count(*ctx, n) : s;
+}
+
+int
+replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet)
+{
     vram_context *ctx = NULL;
     int n = 0;
     uint64_t least = UINT64_MAX;
-    vram_status s = vram_open(&opts, &ctx);
-    if (s == VRAM_OK)
-        s = vram_physical_count(ctx, &n);
+    vram_status s = cli_open_cuda(&ctx, &n);
     for (int d = 0; s == VRAM_OK && d < n; d++) {
         vram_physical_info info;
         s = vram_physical_info_get(ctx, d, &info);

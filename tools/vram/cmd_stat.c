@@ -171,15 +171,14 @@ metric_cells(char (*r)[CELL_LEN], int first, enum metric_scope scope, const void
             cell((enum metric_id)id, row, r[c++], CELL_LEN);
 }
 
-/* GPU's index ("-" when NVML does not know it) into BUF. */
-static void
-gpu_cell(const struct mon_view *v, const char *uuid, char *buf)
+void
+cli_gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
 {
     const struct mon_device *d = mon_device_of(v, uuid);
     if (d != NULL && d->index >= 0)
-        snprintf(buf, CELL_LEN, "%d", d->index);
+        snprintf(buf, len, "%d", d->index);
     else
-        snprintf(buf, CELL_LEN, "-");
+        snprintf(buf, len, "-");
 }
 
 /* Host memory: one row per process and group, whatever its GPUs. */
@@ -218,7 +217,7 @@ print_tables(const struct mon_view *v)
         char (*r)[CELL_LEN] = table_row(&t);
         if (r == NULL)
             break;
-        gpu_cell(v, v->devices[i].uuid, r[0]);
+        cli_gpu_index(v, v->devices[i].uuid, r[0], CELL_LEN);
         snprintf(r[1], CELL_LEN, "%s", v->devices[i].name[0] ? v->devices[i].name : "-");
         metric_cells(r, 2, METRIC_DEVICE, &v->devices[i]);
         snprintf(r[t.n_cols - 1], CELL_LEN, "%s", v->devices[i].uuid);
@@ -234,7 +233,7 @@ print_tables(const struct mon_view *v)
         char (*r)[CELL_LEN] = table_row(&t);
         if (r == NULL)
             break;
-        gpu_cell(v, v->groups[i].uuid, r[0]);
+        cli_gpu_index(v, v->groups[i].uuid, r[0], CELL_LEN);
         snprintf(r[1], CELL_LEN, "%s", v->groups[i].group);
         metric_cells(r, 2, METRIC_GROUP, &v->groups[i]);
     }
@@ -252,7 +251,7 @@ print_tables(const struct mon_view *v)
         char (*r)[CELL_LEN] = table_row(&t);
         if (r == NULL)
             break;
-        gpu_cell(v, p->uuid, r[0]);
+        cli_gpu_index(v, p->uuid, r[0], CELL_LEN);
         snprintf(r[1], CELL_LEN, "%ld", (long)p->pid);
         snprintf(r[2], CELL_LEN, "%s", p->comm);
         snprintf(r[3], CELL_LEN, "%s", p->group[0] ? p->group : "-");
@@ -324,15 +323,13 @@ print_json(const struct mon_view *v)
     return 0;
 }
 
-/* The ledgers that could not be read (another vram version...): one line
-** each on stderr; the output shows the others. */
-static void
-say_unread(const struct mon_view *v)
+void
+cli_say_unread(const char *who, const struct mon_view *v)
 {
     for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++)
-        cli_error("stat: %s", v->unread[i]);
+        cli_error("%s: %s", who, v->unread[i]);
     if (v->n_unread > MON_MAX_UNREAD)
-        cli_error("stat: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
+        cli_error("%s: and %d more ledgers not read", who, v->n_unread - MON_MAX_UNREAD);
 }
 
 /* --config and --metrics-markdown (cliopt_handler): each prints and ends
@@ -374,7 +371,7 @@ cmd_stat(int argc, char **argv)
     const struct mon_view *v = NULL;
     if (!cli_monitor_first("stat", a.nvml, &m, &v))
         return 1;
-    say_unread(v);
+    cli_say_unread("stat", v);
     if (a.fmt == FMT_JSON)
         print_json(v);
     else if (a.fmt == FMT_PROM)

@@ -136,18 +136,6 @@ line(int row, int col, const char *fmt, ...)
         mvaddnstr(row, col, buf, room);
 }
 
-/* GPU's index as NVML numbers it, "-" when unknown (a GPU only the
-** ledgers know), into BUF. */
-static void
-gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
-{
-    const struct mon_device *d = mon_device_of(v, uuid);
-    if (d != NULL && d->index >= 0)
-        snprintf(buf, len, "%d", d->index);
-    else
-        snprintf(buf, len, "-");
-}
-
 /*
 ** One screen, every line within 96 columns (cut at the terminal's width;
 ** the host memory columns come last but the graph): the GPUs by index and name
@@ -176,7 +164,7 @@ draw(struct top *t, struct mon_view *v)
         char a[32], b[32], idx[16];
         mib(d->total_bytes, a, sizeof a);
         mib(d->used_bytes, b, sizeof b);
-        gpu_index(v, d->uuid, idx, sizeof idx);
+        cli_gpu_index(v, d->uuid, idx, sizeof idx);
         line(row++, 0, "%3s %-24.24s %10s %10s  %-12.12s", idx, d->name[0] ? d->name : "-",
                  d->total_bytes ? a : "-", b, d->uuid);
         for (int g = 0; g < v->n_groups; g++) {
@@ -207,7 +195,7 @@ draw(struct top *t, struct mon_view *v)
         mib(p->pinned_bytes, pin, sizeof pin);
         mib(p->rss_bytes, rss, sizeof rss);
         graph(p, hist, 5);
-        gpu_index(v, p->uuid, idx, sizeof idx);
+        cli_gpu_index(v, p->uuid, idx, sizeof idx);
         char trend[32];
         double per_min = p->trend_bytes_per_minute / (1024.0 * 1024.0);
         snprintf(trend, sizeof trend, per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f",

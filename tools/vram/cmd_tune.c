@@ -657,12 +657,13 @@ json_size_or_null(bool known, uint64_t v)
     return known ? json_object_new_uint64(v) : NULL;
 }
 
+/* CAP as a fraction of the GPU's memory, to 3 decimals; null when that
+** is unknown. */
 static struct json_object *
-json_fixed(double v, int decimals)
+json_fraction(const struct tune *tu, uint64_t cap)
 {
-    char num[64];
-    snprintf(num, sizeof num, "%.*f", decimals, v);
-    return json_object_new_double_s(v, num);
+    return tu->device_memory > 0 ? cli_json_fixed(fraction_of(cap, tu->device_memory), 3)
+                                 : NULL;
 }
 
 static int
@@ -681,7 +682,7 @@ print_json(const struct tune *tu)
     json_object_object_add(o, "iterations_from", json_object_new_string(an_iters_source(r)));
     json_object_object_add(o, "complete_iterations", json_object_new_uint64(s->complete));
     json_object_object_add(o, "steady", json_object_new_boolean(s->steady));
-    json_object_object_add(o, "peak_spread", json_fixed(s->spread, 4));
+    json_object_object_add(o, "peak_spread", cli_json_fixed(s->spread, 4));
     json_object_object_add(o, "recorded", json_object_new_boolean(tu->ran));
     json_object_object_add(o, "stopped",
                            tu->ran ? json_object_new_string(stop_text(tu->reason, false)) : NULL);
@@ -690,7 +691,7 @@ print_json(const struct tune *tu)
     json_object_object_add(o, "peak_in_use_bytes", json_object_new_uint64(r->peak_bytes));
     json_object_object_add(o, "leak", json_object_new_boolean(r->leak));
     json_object_object_add(o, "leak_bytes_per_iteration",
-                           json_fixed(r->leak ? r->leak_bytes_per_iter : 0.0, 0));
+                           cli_json_fixed(r->leak ? r->leak_bytes_per_iter : 0.0, 0));
     json_object_object_add(o, "device_memory_bytes",
                            json_size_or_null(tu->device_memory > 0, tu->device_memory));
     json_object_object_add(o, "replay_device_memory_bytes",
@@ -704,7 +705,7 @@ print_json(const struct tune *tu)
         json_object_object_add(row, "peak_reserved_bytes",
                                json_object_new_uint64(x->peak_reserved_bytes));
         json_object_object_add(row, "fragmentation",
-                               json_fixed(x->peak_in_use_bytes > 0
+                               cli_json_fixed(x->peak_in_use_bytes > 0
                                               ? (double)x->peak_reserved_bytes /
                                                     (double)x->peak_in_use_bytes
                                               : 0.0,
@@ -722,7 +723,7 @@ print_json(const struct tune *tu)
     json_object_object_add(rec, "strategy",
                            json_object_new_string(vram_strategy_name(best->strategy)));
     json_object_object_add(rec, "min_limit_bytes", json_object_new_uint64(best->s.min_limit_bytes));
-    json_object_object_add(rec, "headroom", json_fixed(tu->headroom, 2));
+    json_object_object_add(rec, "headroom", cli_json_fixed(tu->headroom, 2));
     json_object_object_add(rec, "headroom_reason", json_object_new_string(tu->headroom_why));
     json_object_object_add(rec, "cap_bytes", json_object_new_uint64(tu->cap));
     json_object_object_add(o, "recommended", rec);
@@ -733,20 +734,14 @@ print_json(const struct tune *tu)
     json_object_object_add(set, "pytorch_vram", json_object_new_string(line));
     line_torch_fraction(tu, line, sizeof line);
     json_object_object_add(set, "pytorch", json_object_new_string(line));
-    json_object_object_add(set, "pytorch_fraction",
-                           tu->device_memory > 0
-                               ? json_fixed(fraction_of(tu->cap, tu->device_memory), 3)
-                               : NULL);
+    json_object_object_add(set, "pytorch_fraction", json_fraction(tu, tu->cap));
     line_tf(tu, line, sizeof line);
     json_object_object_add(set, "tensorflow", json_object_new_string(line));
     json_object_object_add(set, "tensorflow_memory_limit_mb",
                            json_object_new_uint64(mib_up(tu->tf_cap)));
     line_jax(tu, line, sizeof line);
     json_object_object_add(set, "jax", json_object_new_string(line));
-    json_object_object_add(set, "jax_mem_fraction",
-                           tu->device_memory > 0
-                               ? json_fixed(fraction_of(tu->jax_cap, tu->device_memory), 3)
-                               : NULL);
+    json_object_object_add(set, "jax_mem_fraction", json_fraction(tu, tu->jax_cap));
     json_object_object_add(o, "settings", set);
     printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     json_object_put(o);
