@@ -28,23 +28,19 @@
 #include "plan/plan.h"
 #include "base/size.h"
 
-/* The options plan_option parses (the model's sizes first: their values
-** are kept by id until the model is known). */
-enum opt_id {
-    OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_KV_HEADS, OPT_INTERMEDIATE, OPT_VOCAB,
-    OPT_POSITIONS, N_MODEL_SIZES,
-    OPT_BATCH = N_MODEL_SIZES, OPT_SEQ, OPT_PRECISION, OPT_OPTIMIZER, OPT_ACCUM,
-    OPT_ATTENTION, OPT_DATA_PARALLEL, OPT_ZERO, OPT_GPU_MEMORY, OPT_PROMPT, OPT_NEW_TOKENS
-};
+/* The options plan_option parses. OPT_COUNT: a whole number of at least
+** .min (parse_count) into .field, 0 meaning not given. */
+enum opt_id { OPT_COUNT, OPT_PRECISION, OPT_OPTIMIZER, OPT_ATTENTION, OPT_ZERO, OPT_GPU_MEMORY };
 
 /* What the command line asks of `vram plan`. */
 struct plan_args {
     const char *config, *arch;
-    uint64_t ov[N_MODEL_SIZES]; /* model overrides by option id; 0: unset */
-    bool untied, json, have_batch, have_seq, generate;
+    /* The model's sizes over the config's or the architecture's; 0: unset. */
+    uint64_t layers, hidden, heads, kv_heads, intermediate, vocab, positions;
+    bool untied, json, generate;
     const char *model_spec, *trace_path, *gpu_text;
     uint64_t gpu_memory, prompt, new_tokens;
-    struct plan_job job;
+    struct plan_job job; /* its batch and seq 0: not given */
 };
 
 #define AT(member) offsetof(struct plan_args, member)
@@ -58,42 +54,46 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_STRING, .field = AT(config)},
     {0, "arch", 0, "NAME", "without --config: a model_type listed below",
      .store = CLIOPT_STRING, .field = AT(arch)},
-    {OPT_LAYERS, "layers", 0, "N", "transformer layers (overrides the config)",
-     .store = CLIOPT_CALL},
-    {OPT_HIDDEN, "hidden", 0, "N", "hidden size", .store = CLIOPT_CALL},
-    {OPT_HEADS, "heads", 0, "N", "attention heads", .store = CLIOPT_CALL},
-    {OPT_KV_HEADS, "kv-heads", 0, "N", "key/value heads (default: the heads)",
-     .store = CLIOPT_CALL},
-    {OPT_INTERMEDIATE, "intermediate", 0, "N", "MLP size (default: 4 x hidden)",
-     .store = CLIOPT_CALL},
-    {OPT_VOCAB, "vocab", 0, "N", "vocabulary size", .store = CLIOPT_CALL},
-    {OPT_POSITIONS, "positions", 0, "N", "learned positions (gpt2, bert)",
-     .store = CLIOPT_CALL},
+    {OPT_COUNT, "layers", 0, "N", "transformer layers (overrides the config)",
+     .store = CLIOPT_CALL, .field = AT(layers), .min = 1},
+    {OPT_COUNT, "hidden", 0, "N", "hidden size",
+     .store = CLIOPT_CALL, .field = AT(hidden), .min = 1},
+    {OPT_COUNT, "heads", 0, "N", "attention heads",
+     .store = CLIOPT_CALL, .field = AT(heads), .min = 1},
+    {OPT_COUNT, "kv-heads", 0, "N", "key/value heads (default: the heads)",
+     .store = CLIOPT_CALL, .field = AT(kv_heads), .min = 1},
+    {OPT_COUNT, "intermediate", 0, "N", "MLP size (default: 4 x hidden)",
+     .store = CLIOPT_CALL, .field = AT(intermediate), .min = 1},
+    {OPT_COUNT, "vocab", 0, "N", "vocabulary size",
+     .store = CLIOPT_CALL, .field = AT(vocab), .min = 1},
+    {OPT_COUNT, "positions", 0, "N", "learned positions (gpt2, bert)",
+     .store = CLIOPT_CALL, .field = AT(positions), .min = 1},
     {0, "untied", 0, NULL, "the output layer does not share the input embedding",
      .store = CLIOPT_SET, .field = AT(untied)},
-    {OPT_BATCH, "batch", 0, "N", "sequences per optimizer step (per data-parallel rank)",
-     .store = CLIOPT_CALL},
-    {OPT_SEQ, "seq", 0, "N", "tokens per sequence", .store = CLIOPT_CALL},
+    {OPT_COUNT, "batch", 0, "N", "sequences per optimizer step (per data-parallel rank)",
+     .store = CLIOPT_CALL, .field = AT(job.batch), .min = 1},
+    {OPT_COUNT, "seq", 0, "N", "tokens per sequence",
+     .store = CLIOPT_CALL, .field = AT(job.seq), .min = 1},
     {OPT_PRECISION, "precision", 0, "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16",
      .store = CLIOPT_CALL},
     {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)",
      .store = CLIOPT_CALL},
-    {OPT_ACCUM, "accum", 0, "N", "gradient accumulation steps (default 1; divides --batch)",
-     .store = CLIOPT_CALL},
+    {OPT_COUNT, "accum", 0, "N", "gradient accumulation steps (default 1; divides --batch)",
+     .store = CLIOPT_CALL, .field = AT(job.accum), .min = 1},
     {0, "checkpointing", 0, NULL, "activation checkpointing on every layer",
      .store = CLIOPT_SET, .field = AT(job.checkpointing)},
     {OPT_ATTENTION, "attention", 0, "A", "sdpa (default; fused, math for fp32 GQA) or eager",
      .store = CLIOPT_CALL},
-    {OPT_DATA_PARALLEL, "data-parallel", 0, "N", "data-parallel ranks (default 1)",
-     .store = CLIOPT_CALL},
+    {OPT_COUNT, "data-parallel", 0, "N", "data-parallel ranks (default 1)",
+     .store = CLIOPT_CALL, .field = AT(job.data_parallel), .min = 1},
     {OPT_ZERO, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3",
      .store = CLIOPT_CALL},
     {0, "generate", 0, NULL, "inference: generation with a KV cache (not training)",
      .store = CLIOPT_SET, .field = AT(generate)},
-    {OPT_PROMPT, "prompt", 0, "N", "with --generate: prompt tokens per sequence",
-     .store = CLIOPT_CALL},
-    {OPT_NEW_TOKENS, "new-tokens", 0, "N", "with --generate: tokens generated per sequence",
-     .store = CLIOPT_CALL},
+    {OPT_COUNT, "prompt", 0, "N", "with --generate: prompt tokens per sequence",
+     .store = CLIOPT_CALL, .field = AT(prompt), .min = 1},
+    {OPT_COUNT, "new-tokens", 0, "N", "with --generate: tokens generated per sequence",
+     .store = CLIOPT_CALL, .field = AT(new_tokens), .min = 1},
     {OPT_GPU_MEMORY, "gpu-memory", 0, "SIZE", "the GPU's memory: largest micro-batch, cap",
      .store = CLIOPT_CALL},
     {0, "json", 0, NULL, "print one JSON object (sizes in integer bytes)",
@@ -549,20 +549,9 @@ plan_option(void *ctx, const struct cli_opt *o, const char *value)
     struct plan_job *job = &pa->job;
     uint64_t u = 0;
     switch (o->id) {
-    case OPT_LAYERS: case OPT_HIDDEN: case OPT_HEADS: case OPT_KV_HEADS:
-    case OPT_INTERMEDIATE: case OPT_VOCAB: case OPT_POSITIONS:
-        if (!parse_count(o->name, value, 1, &pa->ov[o->id]))
+    case OPT_COUNT:
+        if (!parse_count(o->name, value, o->min, (uint64_t *)(void *)((char *)pa + o->field)))
             return 2;
-        break;
-    case OPT_BATCH:
-        if (!parse_count(o->name, value, 1, &job->batch))
-            return 2;
-        pa->have_batch = true;
-        break;
-    case OPT_SEQ:
-        if (!parse_count(o->name, value, 1, &job->seq))
-            return 2;
-        pa->have_seq = true;
         break;
     case OPT_PRECISION:
         if (!plan_precision_parse(value, &job->precision)) {
@@ -577,19 +566,11 @@ plan_option(void *ctx, const struct cli_opt *o, const char *value)
             return 2;
         }
         break;
-    case OPT_ACCUM:
-        if (!parse_count(o->name, value, 1, &job->accum))
-            return 2;
-        break;
     case OPT_ATTENTION:
         if (!plan_attention_parse(value, &job->attention)) {
             cli_error("--attention '%.40s': unknown (sdpa, eager)", value);
             return 2;
         }
-        break;
-    case OPT_DATA_PARALLEL:
-        if (!parse_count(o->name, value, 1, &job->data_parallel))
-            return 2;
         break;
     case OPT_ZERO:
         if (!parse_count(o->name, value, 0, &u) || u > 3) {
@@ -603,14 +584,6 @@ plan_option(void *ctx, const struct cli_opt *o, const char *value)
         if (!cliopt_size(&plan_cmd, o->name, value, &pa->gpu_memory))
             return 2;
         pa->gpu_text = value;
-        break;
-    case OPT_PROMPT:
-        if (!parse_count(o->name, value, 1, &pa->prompt))
-            return 2;
-        break;
-    case OPT_NEW_TOKENS:
-        if (!parse_count(o->name, value, 1, &pa->new_tokens))
-            return 2;
         break;
     }
     return CLIOPT_GO_ON;
@@ -627,8 +600,8 @@ cmd_plan(int argc, char **argv)
     if (rc != CLIOPT_GO_ON)
         return rc;
     if (pa.model_spec != NULL) {
-        if (pa.config != NULL || pa.arch != NULL || pa.generate || pa.have_batch ||
-            pa.have_seq) {
+        if (pa.config != NULL || pa.arch != NULL || pa.generate || pa.job.batch != 0 ||
+            pa.job.seq != 0) {
             cli_error("plan: --model traces the program as it is: its sizes come from it, "
                       "not from --config, --arch, --batch or --seq");
             return 2;
@@ -639,8 +612,8 @@ cmd_plan(int argc, char **argv)
         cli_error("plan: --trace goes with --model (a traced program)");
         return 2;
     }
-    if (pa.generate ? (!pa.have_batch || !pa.prompt || !pa.new_tokens)
-                    : (!pa.have_batch || !pa.have_seq)) {
+    if (pa.generate ? (!pa.job.batch || !pa.prompt || !pa.new_tokens)
+                    : (!pa.job.batch || !pa.job.seq)) {
         cli_error(pa.generate ? "plan: --generate needs --batch, --prompt and --new-tokens"
                            : "plan: --batch and --seq are required (try 'vram plan --help')");
         return 2;
@@ -686,15 +659,15 @@ cmd_plan(int argc, char **argv)
         cli_error("plan: give --config FILE or --arch with the model's sizes");
         return 2;
     }
-    if (pa.ov[OPT_LAYERS]) m.layers = pa.ov[OPT_LAYERS];
-    if (pa.ov[OPT_HIDDEN]) m.hidden = pa.ov[OPT_HIDDEN];
-    if (pa.ov[OPT_HEADS]) m.heads = pa.ov[OPT_HEADS];
-    if (pa.ov[OPT_KV_HEADS]) m.kv_heads = pa.ov[OPT_KV_HEADS];
+    if (pa.layers) m.layers = pa.layers;
+    if (pa.hidden) m.hidden = pa.hidden;
+    if (pa.heads) m.heads = pa.heads;
+    if (pa.kv_heads) m.kv_heads = pa.kv_heads;
     else if (pa.config == NULL) m.kv_heads = m.heads;
-    if (pa.ov[OPT_INTERMEDIATE]) m.intermediate = pa.ov[OPT_INTERMEDIATE];
+    if (pa.intermediate) m.intermediate = pa.intermediate;
     else if (m.intermediate == 0) m.intermediate = 4 * m.hidden;
-    if (pa.ov[OPT_VOCAB]) m.vocab = pa.ov[OPT_VOCAB];
-    if (pa.ov[OPT_POSITIONS]) m.positions = pa.ov[OPT_POSITIONS];
+    if (pa.vocab) m.vocab = pa.vocab;
+    if (pa.positions) m.positions = pa.positions;
     if (pa.untied) m.tied = false;
 
     if (pa.generate) {
