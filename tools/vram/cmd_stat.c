@@ -181,24 +181,37 @@ cli_gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
         snprintf(buf, len, "-");
 }
 
+/* A process's own columns: its pid, command and group. */
+static void
+proc_cols(struct table *t)
+{
+    table_col(t, "PID", 0, true);
+    table_col(t, "COMMAND", 15, false);
+    table_col(t, "GROUP", 16, false);
+}
+
+static void
+proc_cells(char (*r)[CELL_LEN], const struct mon_proc *p)
+{
+    snprintf(r[0], CELL_LEN, "%ld", (long)p->pid);
+    snprintf(r[1], CELL_LEN, "%s", p->comm);
+    snprintf(r[2], CELL_LEN, "%s", p->group[0] ? p->group : "-");
+}
+
 /* Host memory: one row per process and group, whatever its GPUs. */
 static void
 print_host_table(const struct mon_view *v)
 {
     struct table t = {0};
     printf("\nHOST MEMORY\n");
-    table_col(&t, "PID", 0, true);
-    table_col(&t, "COMMAND", 15, false);
-    table_col(&t, "GROUP", 16, false);
+    proc_cols(&t);
     metric_cols(&t, METRIC_HOST);
     for (int i = 0; i < v->n_procs; i++) {
         const struct mon_proc *p = &v->procs[i];
         char (*r)[CELL_LEN] = p->host_row ? table_row(&t) : NULL;
         if (r == NULL)
             continue;
-        snprintf(r[0], CELL_LEN, "%ld", (long)p->pid);
-        snprintf(r[1], CELL_LEN, "%s", p->comm);
-        snprintf(r[2], CELL_LEN, "%s", p->group[0] ? p->group : "-");
+        proc_cells(r, p);
         metric_cells(r, 3, METRIC_HOST, p);
     }
     table_print(&t);
@@ -242,9 +255,7 @@ print_tables(const struct mon_view *v)
     t = (struct table){0};
     printf("\nPROCESSES\n");
     table_col(&t, "GPU", 0, true);
-    table_col(&t, "PID", 0, true);
-    table_col(&t, "COMMAND", 15, false);
-    table_col(&t, "GROUP", 16, false);
+    proc_cols(&t);
     metric_cols(&t, METRIC_PROCESS);
     for (int i = 0; i < v->n_procs; i++) {
         const struct mon_proc *p = &v->procs[i];
@@ -252,9 +263,7 @@ print_tables(const struct mon_view *v)
         if (r == NULL)
             break;
         cli_gpu_index(v, p->uuid, r[0], CELL_LEN);
-        snprintf(r[1], CELL_LEN, "%ld", (long)p->pid);
-        snprintf(r[2], CELL_LEN, "%s", p->comm);
-        snprintf(r[3], CELL_LEN, "%s", p->group[0] ? p->group : "-");
+        proc_cells(r + 1, p);
         metric_cells(r, 4, METRIC_PROCESS, p);
     }
     table_print(&t);
