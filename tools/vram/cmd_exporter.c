@@ -94,26 +94,42 @@ refresh(struct exporter *e)
     return true;
 }
 
-static void *
-sampler(void *arg)
+/* The loop of a thread of the exporter: WORK(E), without the lock, every
+** PERIOD_S seconds until e->stop (WAKE, signalled at the stop, ends the
+** wait early). */
+static void
+every(struct exporter *e, pthread_cond_t *wake, double period_s,
+      void (*work)(struct exporter *e))
 {
-    struct exporter *e = arg;
     pthread_mutex_lock(&e->lock);
     while (!e->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        double at = (double)ts.tv_nsec / 1e9 + e->interval_s;
+        double at = (double)ts.tv_nsec / 1e9 + period_s;
         ts.tv_sec += (time_t)at;
         ts.tv_nsec = (long)((at - (double)(time_t)at) * 1e9);
-        pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+        pthread_cond_timedwait(wake, &e->lock, &ts);
         if (e->stop)
             break;
         pthread_mutex_unlock(&e->lock);
-        if (!refresh(e))
-            cli_error("exporter: sample failed: %s", vram_last_error());
+        work(e);
         pthread_mutex_lock(&e->lock);
     }
     pthread_mutex_unlock(&e->lock);
+}
+
+static void
+sample(struct exporter *e)
+{
+    if (!refresh(e))
+        cli_error("exporter: sample failed: %s", vram_last_error());
+}
+
+static void *
+sampler(void *arg)
+{
+    struct exporter *e = arg;
+    every(e, &e->wake, e->interval_s, sample);
     return NULL;
 }
 
@@ -122,21 +138,7 @@ static void *
 reaper(void *arg)
 {
     struct exporter *e = arg;
-    pthread_mutex_lock(&e->lock);
-    while (!e->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long ns = ts.tv_nsec + EXP_REAP_EVERY_MS * 1000000L;
-        ts.tv_sec += ns / 1000000000L;
-        ts.tv_nsec = ns % 1000000000L;
-        pthread_cond_timedwait(&e->reap_wake, &e->lock, &ts);
-        if (e->stop)
-            break;
-        pthread_mutex_unlock(&e->lock);
-        exporter_reap(e);
-        pthread_mutex_lock(&e->lock);
-    }
-    pthread_mutex_unlock(&e->lock);
+    every(e, &e->reap_wake, EXP_REAP_EVERY_MS / 1000.0, exporter_reap);
     return NULL;
 }
 
