@@ -164,6 +164,20 @@ set_or_fail(const char *who, const char *name, const char *value)
     return -1;
 }
 
+/* NAME (now CURRENT, "" unset) set to VALUE when unset; a value other
+** than VALUE or ALSO_OK (may be NULL) is kept, and a line says that WHAT
+** are recorded as the framework's pool's regions. */
+static int
+steer(const char *who, const char *name, const char *current, const char *value,
+      const char *also_ok, const char *what)
+{
+    if (current[0] == '\0')
+        return set_or_fail(who, name, value);
+    if (strcmp(current, value) != 0 && (also_ok == NULL || strcmp(current, also_ok) != 0))
+        cli_error("%s: %s is set: %s are recorded as its pool's regions", who, name, what);
+    return -1;
+}
+
 /*
 ** The frameworks' settings (see the head of this file). A value the user
 ** set is kept; one line on standard error says so when it keeps the
@@ -185,23 +199,12 @@ steer_frameworks(const char *who, const struct env_run *env)
                   "tensors are recorded as its pool's segments",
                   who);
     }
-    if (env->tf_gpu_allocator[0] == '\0') {
-        if ((rc = set_or_fail(who, "TF_GPU_ALLOCATOR", "cuda_malloc_async")) >= 0)
-            return rc;
-    } else if (strcmp(env->tf_gpu_allocator, "cuda_malloc_async") != 0) {
-        cli_error("%s: TF_GPU_ALLOCATOR is set: TensorFlow's tensors are recorded "
-                  "as its pool's regions",
-                  who);
-    }
-    if (env->xla_allocator[0] == '\0') {
-        if ((rc = set_or_fail(who, "XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")) >= 0)
-            return rc;
-    } else if (strcmp(env->xla_allocator, "platform") != 0 &&
-               strcmp(env->xla_allocator, "cuda_async") != 0) {
-        cli_error("%s: XLA_PYTHON_CLIENT_ALLOCATOR is set: JAX's buffers are "
-                  "recorded as its pool's regions",
-                  who);
-    }
+    if ((rc = steer(who, "TF_GPU_ALLOCATOR", env->tf_gpu_allocator, "cuda_malloc_async",
+                    NULL, "TensorFlow's tensors")) >= 0)
+        return rc;
+    if ((rc = steer(who, "XLA_PYTHON_CLIENT_ALLOCATOR", env->xla_allocator, "cuda_async",
+                    "platform", "JAX's buffers")) >= 0)
+        return rc;
     if (env->xla_preallocate[0] == '\0' &&
         (rc = set_or_fail(who, "XLA_PYTHON_CLIENT_PREALLOCATE", "false")) >= 0)
         return rc;
