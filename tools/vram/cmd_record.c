@@ -106,17 +106,6 @@ static const struct cli_command record_cmd = {
     .stop_at_operand = true,
 };
 
-/* Parse ARGV into A. Returns -1 to go on, else the exit status. */
-static int
-parse_args(int argc, char **argv, struct record_args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->output = REC_DEFAULT_OUTPUT;
-    /* The command starts at the first operand: what follows are its own
-    ** arguments, options or not. */
-    return cliopt_parse(&record_cmd, argc, argv, NULL, a, &a->command);
-}
-
 /*
 ** OUTPUT made absolute into ABS, and created (emptied) now, so that a path
 ** that cannot be written is one line before anything runs rather than a
@@ -272,8 +261,9 @@ record_prepare(const char *who, const char *output, bool driver_view, bool sites
 int
 cmd_record(int argc, char **argv)
 {
-    struct record_args a;
-    int rc = parse_args(argc, argv, &a);
+    /* The command starts at the first operand, as in vram run. */
+    struct record_args a = {.output = REC_DEFAULT_OUTPUT};
+    int rc = cliopt_parse(&record_cmd, argc, argv, NULL, &a, &a.command);
     if (rc >= 0)
         return rc;
     char group[LEDGER_GROUP_LEN];

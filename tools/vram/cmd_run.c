@@ -144,16 +144,6 @@ static const struct cli_command run_cmd = {
     .stop_at_operand = true,
 };
 
-/* Parse ARGV into A. Returns -1 to go on, else the exit status. */
-static int
-parse_args(int argc, char **argv, struct run_args *a)
-{
-    memset(a, 0, sizeof *a);
-    /* The command starts at the first operand: what follows are its own
-    ** arguments, options or not. */
-    return cliopt_parse(&run_cmd, argc, argv, NULL, a, &a->command);
-}
-
 /* ------------------------------------------------------------------ */
 /* The settings                                                         */
 /* ------------------------------------------------------------------ */
@@ -937,8 +927,10 @@ run_command_watched(char **command, const char *group, const struct run_watch *w
 int
 cmd_run(int argc, char **argv)
 {
-    struct run_args a;
-    int rc = parse_args(argc, argv, &a);
+    /* The command starts at the first operand: what follows are its own
+    ** arguments, options or not. */
+    struct run_args a = {.limit = NULL};
+    int rc = cliopt_parse(&run_cmd, argc, argv, NULL, &a, &a.command);
     if (rc >= 0)
         return rc;
     char group[LEDGER_GROUP_LEN];
