@@ -52,13 +52,13 @@ enum cliopt_store {
 };
 
 struct cli_opt {
-    int id;              /* the command's own option number */
+    int id;              /* the command's own option number (its handler's) */
     const char *name;    /* long name without "--" */
     char short_name;     /* one-letter alias ('d' for -d), or 0 */
     const char *metavar; /* NULL: a flag without a value */
     const char *help;    /* one sentence; wrapped to the terminal's 80 columns */
-    /* The rest given by name (.store = CLIOPT_SIZE, .field = ...) where
-    ** cliopt_parse stores the value itself. */
+    /* How cliopt_parse stores the value itself, given by name in the
+    ** table: .store = CLIOPT_SIZE, .field = offsetof(struct args, limit). */
     enum cliopt_store store;
     size_t field;       /* where: offsetof(the settings' type, member) */
     double lo, hi;      /* the bounds of CLIOPT_SECONDS */
