@@ -332,9 +332,10 @@ cliopt_parse(const struct cli_command *cmd, int argc, char **argv, cliopt_handle
             *rest = argv + it.next - 1;
             return CLIOPT_GO_ON;
         }
-        int rc = k == CLIOPT_OPTION && opt->store != CLIOPT_CALL
-                     ? store_option(cmd, opt, value, ctx)
-                     : on_arg(ctx, k == CLIOPT_OPTION ? opt : NULL, value);
+        bool stored = k == CLIOPT_OPTION && opt->store != CLIOPT_CALL;
+        int rc = stored ? store_option(cmd, opt, value, ctx) : CLIOPT_GO_ON;
+        if (rc == CLIOPT_GO_ON && (!stored || opt->notify))
+            rc = on_arg(ctx, k == CLIOPT_OPTION ? opt : NULL, value);
         if (rc != CLIOPT_GO_ON)
             return rc;
     }

@@ -36,8 +36,9 @@
 /*
 ** What cliopt_parse does with an option by itself: most options only store
 ** their value in the command's settings (the CTX of cliopt_parse), FIELD
-** bytes into it; those never reach the command's handler. A value that
-** does not parse is the usage error of the function named.
+** bytes into it; those reach the command's handler only with NOTIFY (to
+** note that they were given). A value that does not parse is the usage
+** error of the function named.
 */
 enum cliopt_store {
     CLIOPT_CALL = 0, /* the handler is called (the default) */
@@ -63,6 +64,7 @@ struct cli_opt {
     size_t field;       /* where: offsetof(the settings' type, member) */
     double lo, hi;      /* the bounds of CLIOPT_SECONDS */
     uint64_t min, max;  /* the bounds of CLIOPT_COUNT */
+    bool notify;        /* stored, and then given to the handler too */
 };
 
 /* A command's option table, for struct cli_command. */

@@ -50,16 +50,17 @@ struct doctor_args {
     bool trace_opts;  /* --strategy or --limit was given */
 };
 
-enum opt_id { OPT_STRATEGY, OPT_LIMIT };
+#define AT(member) offsetof(struct doctor_args, member)
 
+/* --strategy and --limit are noted (notify): they apply to a trace only. */
 static const struct cli_opt opt_table[] = {
-    {OPT_STRATEGY, "strategy", 0, "NAME",
-     "with TRACE: replay under this strategy (default: growth)", .store = CLIOPT_CALL},
-    {OPT_LIMIT, "limit", 0, "SIZE",
+    {0, "strategy", 0, "NAME", "with TRACE: replay under this strategy (default: growth)",
+     .store = CLIOPT_STRATEGY, .field = AT(opts.strategy), .notify = true},
+    {0, "limit", 0, "SIZE",
      "with TRACE: the job's cap (memory_limit), to judge a final OOM against",
-     .store = CLIOPT_CALL},
+     .store = CLIOPT_SIZE, .field = AT(opts.limit), .notify = true},
     {0, "json", 0, NULL, "print one JSON object {\"checks\":[...],...}",
-     .store = CLIOPT_SET, .field = offsetof(struct doctor_args, json)},
+     .store = CLIOPT_SET, .field = AT(json)},
 };
 
 static const struct cli_command doctor_cmd = {
@@ -604,29 +605,19 @@ doctor_environment(bool json)
 }
 
 
-/* --strategy, --limit or the trace of `vram doctor` (cliopt_handler). */
+/* The trace of `vram doctor`, or --strategy or --limit given
+** (cliopt_handler; the table stores their values). */
 static int
 doctor_arg(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct doctor_args *a = ctx;
-    if (o == NULL) {
-        if (a->path != NULL)
-            return cliopt_usage_error(&doctor_cmd, "one trace at a time");
-        a->path = value;
+    if (o != NULL) {
+        a->trace_opts = true;
         return CLIOPT_GO_ON;
     }
-    switch (o->id) {
-    case OPT_STRATEGY:
-        if (!cliopt_strategy(&doctor_cmd, value, &a->opts.strategy))
-            return CLI_EXIT_USAGE;
-        a->trace_opts = true;
-        break;
-    case OPT_LIMIT:
-        if (!cliopt_size(&doctor_cmd, o->name, value, &a->opts.limit))
-            return CLI_EXIT_USAGE;
-        a->trace_opts = true;
-        break;
-    }
+    if (a->path != NULL)
+        return cliopt_usage_error(&doctor_cmd, "one trace at a time");
+    a->path = value;
     return CLIOPT_GO_ON;
 }
 

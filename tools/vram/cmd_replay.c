@@ -43,8 +43,8 @@
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
 
-/* The options cliopt_parse leaves to replay_arg. */
-enum opt_id { OPT_BACKEND, OPT_STRATEGY, OPT_DRIVER_COSTS };
+/* The options replay_arg parses or notes (OPT_DEVICE_MEMORY: given). */
+enum opt_id { OPT_BACKEND, OPT_STRATEGY, OPT_DEVICE_MEMORY, OPT_DRIVER_COSTS };
 
 /* Every strategy the library knows, in the order of the public list. */
 static const vram_strategy all_strategies[] = {
@@ -90,9 +90,9 @@ static const struct cli_opt opt_table[] = {
      "strategies to replay under (default: growth)", .store = CLIOPT_CALL},
     {0, "limit", 0, "SIZE", "cap of each device (memory_limit), e.g. 6G; default: none",
      .store = CLIOPT_SIZE, .field = AT(limit_bytes)},
-    {0, "device-memory", 0, "SIZE",
+    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
      "memory of each simulated device (default: an H200's 143771 MiB); "
-     "--backend sim only", .store = CLIOPT_SIZE, .field = AT(device_memory)},
+     "--backend sim only", .store = CLIOPT_SIZE, .field = AT(device_memory), .notify = true},
     {0, "repeat", 0, "N", "replay N times (1..1000) and report the median ns/op",
      .store = CLIOPT_COUNT, .field = AT(repeat), .min = 1, .max = 1000},
     {0, "min-limit", 0, NULL,
@@ -674,6 +674,9 @@ replay_arg(void *ctx, const struct cli_opt *o, const char *value)
         if (!parse_strategies(value, set))
             return CLI_EXIT_USAGE;
         break;
+    case OPT_DEVICE_MEMORY:
+        set->device_memory_given = true;
+        break;
     case OPT_DRIVER_COSTS:
         if (strcmp(value, "h200") != 0)
             return cliopt_usage_error(
@@ -693,12 +696,8 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
            int *n_paths)
 {
     struct replay_args a = {*set, paths, 0};
-    a.set.device_memory = 0; /* 0: not given (cliopt_size refuses 0) */
     int rc = cliopt_parse(&replay_cmd, argc, argv, replay_arg, &a, NULL);
     *n_paths = a.n_paths;
-    a.set.device_memory_given = a.set.device_memory != 0;
-    if (!a.set.device_memory_given)
-        a.set.device_memory = set->device_memory;
     *set = a.set;
     if (rc != CLIOPT_GO_ON)
         return rc;
