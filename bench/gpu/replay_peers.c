@@ -71,17 +71,18 @@ static bool warm_mode;
 
 static const struct cli_opt opt_table[] = {
     {OPT_ALLOCATOR, "allocator", 0, "cudaMallocAsync|cudaMalloc|all",
-     "allocators to replay through (default: all)"},
+     "allocators to replay through (default: all)", .store = CLIOPT_CALL},
     {OPT_REPEAT, "repeat", 0, "N",
      "replay N times (1..1000) and report the median ns/op "
-     "(default 3)"},
-    {OPT_MAX_EVENTS, "max-events", 0, "N", "replay only the first N events of each trace"},
-    {OPT_DEVICE, "device", 0, "N", "CUDA device ordinal (default 0)"},
-    {OPT_WARM, "warm", 0, NULL, "time a second pass after an untimed first one"},
-    {OPT_JSON, "json", 0, NULL, "print one JSON object per line (sizes in bytes)"},
+     "(default 3)", .store = CLIOPT_CALL},
+    {OPT_MAX_EVENTS, "max-events", 0, "N", "replay only the first N events of each trace",
+     .store = CLIOPT_CALL},
+    {OPT_DEVICE, "device", 0, "N", "CUDA device ordinal (default 0)", .store = CLIOPT_CALL},
+    {OPT_WARM, "warm", 0, NULL, "time a second pass after an untimed first one",
+     .store = CLIOPT_CALL},
+    {OPT_JSON, "json", 0, NULL, "print one JSON object per line (sizes in bytes)",
+     .store = CLIOPT_CALL},
 };
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 enum allocator { ALLOC_POOL, ALLOC_MALLOC, N_ALLOCATORS };
 
@@ -125,8 +126,7 @@ static const struct cli_command peers_cmd = {
     .about = "Replay allocation traces on the GPU through the CUDA stream-ordered\n"
              "pool (cudaMallocAsync, release threshold UINT64_MAX) and through\n"
              "cudaMalloc, for comparison with 'vram replay --backend cuda'.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 failure, 2 bad usage or malformed trace.",
 };
 

@@ -272,6 +272,43 @@ cliopt_next_option(struct cliopt_iter *it, const struct cli_opt **opt, const cha
     return k;
 }
 
+/* OPT's value (VALUE, NULL for a flag) stored as its table entry says,
+** into CTX: CLIOPT_GO_ON, or the usage error's status. */
+static int
+store_option(const struct cli_command *cmd, const struct cli_opt *o, const char *value,
+             void *ctx)
+{
+    char *at = (char *)ctx + o->field;
+    bool ok = true;
+    switch (o->store) {
+    case CLIOPT_CALL:
+        break;
+    case CLIOPT_STRING:
+        *(const char **)(void *)at = value;
+        break;
+    case CLIOPT_SET:
+    case CLIOPT_CLEAR:
+        *(bool *)(void *)at = o->store == CLIOPT_SET;
+        break;
+    case CLIOPT_SIZE:
+        ok = cliopt_size(cmd, o->name, value, (uint64_t *)(void *)at);
+        break;
+    case CLIOPT_SECONDS:
+        ok = cliopt_seconds(cmd, o->name, value, o->lo, o->hi, (double *)(void *)at);
+        break;
+    case CLIOPT_COUNT:
+        ok = cliopt_count(cmd, o->name, value, o->min, o->max, (uint64_t *)(void *)at);
+        break;
+    case CLIOPT_STRATEGY:
+        ok = cliopt_strategy(cmd, value, (vram_strategy *)(void *)at);
+        break;
+    case CLIOPT_ID:
+        *(int *)(void *)at = o->id;
+        break;
+    }
+    return ok ? CLIOPT_GO_ON : CLI_EXIT_USAGE;
+}
+
 int
 cliopt_parse(const struct cli_command *cmd, int argc, char **argv, cliopt_handler on_arg,
              void *ctx, char ***rest)
@@ -286,15 +323,19 @@ cliopt_parse(const struct cli_command *cmd, int argc, char **argv, cliopt_handle
         enum cliopt_kind k = cmd->no_operands ? cliopt_next_option(&it, &opt, &value)
                                               : cliopt_next(&it, &opt, &value);
         if (k == CLIOPT_END)
-            return rest != NULL ? cliopt_usage_error(cmd, "no command given")
-                                : CLIOPT_GO_ON;
+            return rest != NULL && !cmd->command_optional
+                       ? cliopt_usage_error(cmd, "no command given")
+                       : CLIOPT_GO_ON;
         if (k == CLIOPT_EXIT)
             return it.status;
         if (k == CLIOPT_OPERAND && rest != NULL) {
             *rest = argv + it.next - 1;
             return CLIOPT_GO_ON;
         }
-        int rc = on_arg(ctx, k == CLIOPT_OPTION ? opt : NULL, value);
+        bool stored = k == CLIOPT_OPTION && opt->store != CLIOPT_CALL;
+        int rc = stored ? store_option(cmd, opt, value, ctx) : CLIOPT_GO_ON;
+        if (rc == CLIOPT_GO_ON && (!stored || opt->notify))
+            rc = on_arg(ctx, k == CLIOPT_OPTION ? opt : NULL, value);
         if (rc != CLIOPT_GO_ON)
             return rc;
     }

@@ -33,13 +33,42 @@
 /* Most options one command may have, the two implicit ones aside. */
 #define CLIOPT_MAX 48
 
+/*
+** What cliopt_parse does with an option by itself: most options only store
+** their value in the command's settings (the CTX of cliopt_parse), FIELD
+** bytes into it; those reach the command's handler only with NOTIFY (to
+** note that they were given). A value that does not parse is the usage
+** error of the function named.
+*/
+enum cliopt_store {
+    CLIOPT_CALL = 0, /* the handler is called (the default) */
+    CLIOPT_STRING,   /* const char *: the value itself */
+    CLIOPT_SET,      /* bool: true */
+    CLIOPT_CLEAR,    /* bool: false (a --no-THING option) */
+    CLIOPT_SIZE,     /* uint64_t: cliopt_size */
+    CLIOPT_SECONDS,  /* double: cliopt_seconds, LO..HI */
+    CLIOPT_COUNT,    /* uint64_t: cliopt_count, MIN..MAX */
+    CLIOPT_STRATEGY, /* vram_strategy: cliopt_strategy */
+    CLIOPT_ID        /* int: the option's id (of several, the last given wins) */
+};
+
 struct cli_opt {
-    int id;              /* the command's own option number */
+    int id;              /* the command's own option number (its handler's) */
     const char *name;    /* long name without "--" */
     char short_name;     /* one-letter alias ('d' for -d), or 0 */
     const char *metavar; /* NULL: a flag without a value */
     const char *help;    /* one sentence; wrapped to the terminal's 80 columns */
+    /* How cliopt_parse stores the value itself, given by name in the
+    ** table: .store = CLIOPT_SIZE, .field = offsetof(struct args, limit). */
+    enum cliopt_store store;
+    size_t field;       /* where: offsetof(the settings' type, member) */
+    double lo, hi;      /* the bounds of CLIOPT_SECONDS */
+    uint64_t min, max;  /* the bounds of CLIOPT_COUNT */
+    bool notify;        /* stored, and then given to the handler too */
 };
+
+/* A command's option table, for struct cli_command. */
+#define CLIOPT_TABLE(table) .opts = (table), .n_opts = sizeof(table) / sizeof((table)[0])
 
 struct cli_command {
     const char *prog;     /* "vram stat": messages say "vram: stat: ..." */
@@ -56,6 +85,9 @@ struct cli_command {
     /* The command takes no operands: cliopt_parse calls one a usage error
     ** (as cliopt_next_option does). */
     bool no_operands;
+    /* With stop_at_operand: the command line after the options may be
+    ** missing (vram tune --trace FILE); cliopt_parse's *REST is then NULL. */
+    bool command_optional;
 };
 
 enum cliopt_kind {
@@ -97,12 +129,14 @@ enum cliopt_kind cliopt_next_option(struct cliopt_iter *it, const struct cli_opt
 typedef int (*cliopt_handler)(void *ctx, const struct cli_opt *opt, const char *value);
 
 /*
-** Walk ARGV against CMD, giving every option and operand to ON_ARG.
-** Returns CLIOPT_GO_ON when the walk got to the end, else the exit status
-** (help, version, a usage error, or ON_ARG's). With REST not NULL (a
-** command with stop_at_operand), the first operand ends the walk instead
-** of going to ON_ARG: *REST points at it in ARGV (no operand is the usage
-** error "no command given").
+** Walk ARGV against CMD, storing the options the table says how to store
+** (enum cliopt_store) into CTX and giving every other option and operand
+** to ON_ARG (NULL: there are none). Returns CLIOPT_GO_ON when the walk got
+** to the end, else the exit status (help, version, a usage error, or
+** ON_ARG's). With REST not NULL (a command with stop_at_operand), the
+** first operand ends the walk instead of going to ON_ARG: *REST points at
+** it in ARGV (no operand is the usage error "no command given", unless
+** the command has command_optional).
 */
 int cliopt_parse(const struct cli_command *cmd, int argc, char **argv,
                  cliopt_handler on_arg, void *ctx, char ***rest);

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
-** cmd.h -- the subcommands of the `vram` tool. Each takes the arguments
-** after its own name (argv[0] is the subcommand) and returns the exit
-** code: 0 ok, 1 failure, 2 bad usage or bad input.
+** cmd.h -- the subcommands of the `vram` tool, and what several of them
+** share.
 */
 #ifndef VRAM_TOOLS_CMD_H
 #define VRAM_TOOLS_CMD_H
@@ -13,19 +12,40 @@
 
 #include "vram.h"
 
-int cmd_replay(int argc, char **argv);
-int cmd_env(int argc, char **argv);
-int cmd_devices(int argc, char **argv);
-int cmd_run(int argc, char **argv);
-int cmd_record(int argc, char **argv);
-int cmd_tune(int argc, char **argv);
-int cmd_analyze(int argc, char **argv);
-int cmd_doctor(int argc, char **argv);
-int cmd_plan(int argc, char **argv);
-int cmd_stat(int argc, char **argv);
-int cmd_top(int argc, char **argv);
-int cmd_exporter(int argc, char **argv);
-int cmd_admin(int argc, char **argv);
+/*
+** The subcommands, X(NAME, FUNCTION, SUMMARY): the one list. main.c's
+** dispatch table and `vram help` come from it. Each FUNCTION takes the
+** arguments after its own name (argv[0] is the subcommand) and returns the
+** exit code: 0 ok, 1 failure, 2 bad usage or bad input.
+*/
+#define VRAM_COMMAND_LIST(X)                                                              \
+    X("replay", cmd_replay,                                                             \
+      "replay allocation traces through each strategy on a simulated GPU")              \
+    X("env", cmd_env,                                                                   \
+      "print every setting vram reads from the environment, and its source")            \
+    X("devices", cmd_devices,                                                           \
+      "list the GPUs and the logical devices the configuration makes of them")          \
+    X("run", cmd_run, "run a command under a GPU memory quota (the preload library)")   \
+    X("record", cmd_record,                                                             \
+      "run a command and record its GPU allocations, tensor by tensor, into a trace")   \
+    X("tune", cmd_tune,                                                                 \
+      "record a command until steady, replay it, recommend a strategy, a cap and settings")\
+    X("analyze", cmd_analyze,                                                           \
+      "peak, iterations, leak verdict, fragmentation and OOM story of a trace")         \
+    X("doctor", cmd_doctor,                                                             \
+      "check the environment, the GPUs or a trace for the usual memory problems")       \
+    X("plan", cmd_plan, "predict a training job's peak GPU memory before it runs")      \
+    X("stat", cmd_stat,                                                                 \
+      "GPU memory per device, group and process, once (--json, --config)")              \
+    X("top", cmd_top, "GPU memory per device, group and process, live in the terminal") \
+    X("exporter", cmd_exporter,                                                         \
+      "serve the monitoring metrics to Prometheus at /metrics")                         \
+    X("admin", cmd_admin,                                                               \
+      "manage the host's policy: /etc/ld.so.preload, the policy file, dmem (root)")
+
+#define X(name, function, summary) int function(int argc, char **argv);
+VRAM_COMMAND_LIST(X)
+#undef X
 
 /* The preload library installed beside this binary (../lib/libvram-preload.so
 ** from the directory of bin/vram) into BUF; false if there is none (BUF
@@ -96,6 +116,16 @@ int replay_summarize(const struct trace *t, vram_strategy st, uint64_t device_me
 ** QUIET) when the driver cannot be opened. */
 int replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet);
 
+/* The CUDA backend opened as the GPUs are (the environment ignored) into
+** *CTX, and the number of physical GPUs into *N. On failure *CTX may still
+** need vram_close. (`vram admin check` shares it.) */
+vram_status cli_open_cuda(vram_context **ctx, int *n);
+
+struct json_object;
+
+/* V as a JSON number written with DECIMALS decimals (`vram tune` too). */
+struct json_object *cli_json_fixed(double v, int decimals);
+
 /* ---- shared by `vram analyze` and `vram doctor` (cmd_analyze.c) ---- */
 
 struct trace;
@@ -119,5 +149,13 @@ struct mon_view;
 ** sample into *V; false, after one line naming WHO, if either fails. */
 bool cli_monitor_first(const char *who, bool nvml, struct monitor **m,
                        const struct mon_view **v);
+
+/* The ledgers V could not read (another vram version...): one line each on
+** stderr, naming WHO; the output shows the others. */
+void cli_say_unread(const char *who, const struct mon_view *v);
+
+/* The index of the GPU UUID as NVML numbers it, "-" when unknown (a GPU
+** only the ledgers know), into BUF. */
+void cli_gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len);
 
 #endif

@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,14 +41,27 @@
 #define CGROUP_DIR "/sys/fs/cgroup"
 #define MAX_PRELOAD_FILE (64 * 1024) /* a larger /etc/ld.so.preload is refused */
 
-enum opt_id { OPT_USER, OPT_ROOT, OPT_PRELOAD };
+struct admin {
+    const char *root;    /* "" or DIR */
+    const char *user;    /* --user, or NULL */
+    const char *preload; /* --preload, or NULL */
+    const char *verb;    /* enable, disable, status or check */
+    char preload_file[PATH_MAX];
+    char policy_file[PATH_MAX];
+    char cgroup_dir[PATH_MAX];
+};
+
+#define AT(member) offsetof(struct admin, member)
 
 static const struct cli_opt opt_table[] = {
-    {OPT_USER, "user", 0, "NAME", "check: also print NAME's limit on each GPU"},
-    {OPT_ROOT, "root", 0, "DIR",
-     "work on DIR/etc/ld.so.preload, DIR/etc/vram/policy.conf and DIR/sys/fs/cgroup"},
-    {OPT_PRELOAD, "preload", 0, "PATH",
-     "enable: the library to preload (default: lib/libvram-preload.so beside bin/vram)"},
+    {0, "user", 0, "NAME", "check: also print NAME's limit on each GPU",
+     .store = CLIOPT_STRING, .field = AT(user)},
+    {0, "root", 0, "DIR",
+     "work on DIR/etc/ld.so.preload, DIR/etc/vram/policy.conf and DIR/sys/fs/cgroup",
+     .store = CLIOPT_STRING, .field = AT(root)},
+    {0, "preload", 0, "PATH",
+     "enable: the library to preload (default: lib/libvram-preload.so beside bin/vram)",
+     .store = CLIOPT_STRING, .field = AT(preload)},
 };
 
 static const struct cli_command admin_cmd = {
@@ -61,19 +75,8 @@ static const struct cli_command admin_cmd = {
              "  status   the preload line, the library, the policy, and whether the kernel\n"
              "           has the cgroup v2 dmem controller (GPU memory limits of its own)\n"
              "  check    validate the policy file; with --user, that user's limits\n",
-    .opts = opt_table,
-    .n_opts = sizeof opt_table / sizeof opt_table[0],
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 failure, 2 bad usage or a policy that does not pass.",
-};
-
-struct admin {
-    const char *root;    /* "" or DIR */
-    const char *user;    /* --user, or NULL */
-    const char *preload; /* --preload, or NULL */
-    const char *verb;    /* enable, disable, status or check */
-    char preload_file[PATH_MAX];
-    char policy_file[PATH_MAX];
-    char cgroup_dir[PATH_MAX];
 };
 
 /* ------------------------------------------------------------------ */
@@ -222,9 +225,8 @@ library_loads(const char *lib, char *why, size_t len)
 /* The file's text into *OUT (malloc'ed, NUL-terminated; "" when there is
 ** no file). False with a line printed when it cannot be read. */
 static bool
-read_preload_file(const char *path, char **out, bool *exists)
+read_preload_file(const char *path, char **out)
 {
-    *exists = false;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT) {
         *out = calloc(1, 1);
@@ -259,7 +261,6 @@ read_preload_file(const char *path, char **out, bool *exists)
         return false;
     }
     buf[n] = '\0';
-    *exists = true;
     *out = buf;
     return true;
 }
@@ -330,6 +331,28 @@ without_vram(const char *text, int *found, char *first)
     }
     out[o] = '\0';
     return out;
+}
+
+/* The preload file (read_preload_file) and what is left of it without
+** vram's entries (without_vram). */
+struct preload_split {
+    char *text;           /* the whole file; "" when there is none */
+    char *rest;           /* without vram's entries; NULL: out of host memory */
+    int found;            /* vram entries seen */
+    char first[PATH_MAX]; /* the first of them */
+};
+
+/* PATH split into *PS (its TEXT and REST for the caller to free); false,
+** with a line printed, when it cannot be read. */
+static bool
+split_preload_file(const char *path, struct preload_split *ps)
+{
+    ps->found = 0;
+    ps->first[0] = '\0';
+    if (!read_preload_file(path, &ps->text))
+        return false;
+    ps->rest = without_vram(ps->text, &ps->found, ps->first);
+    return true;
 }
 
 /*
@@ -444,13 +467,9 @@ print_user(const struct admin *a, const struct policy *p)
                v.group_rules[k]->text);
     if (v.def != NULL)
         printf("  rule: %s: %s\n", policy_rule_describe(v.def, buf, sizeof buf), v.def->text);
-    vram_options o;
-    memset(&o, 0, sizeof o);
-    o.backend = VRAM_BACKEND_CUDA;
-    o.ignore_environment = true;
     vram_context *ctx = NULL;
     int n = 0;
-    if (vram_open(&o, &ctx) != VRAM_OK || vram_physical_count(ctx, &n) != VRAM_OK) {
+    if (cli_open_cuda(&ctx, &n) != VRAM_OK) {
         printf("  no CUDA driver here: limits per GPU follow the rules above\n");
         vram_close(ctx);
         return 0;
@@ -547,34 +566,31 @@ do_enable(const struct admin *a)
     }
     if (present)
         policy_free(&p);
-    char *old = NULL;
-    bool exists = false;
-    if (!read_preload_file(a->preload_file, &old, &exists))
+    struct preload_split ps;
+    if (!split_preload_file(a->preload_file, &ps))
         return 1;
-    int found = 0;
-    char first[PATH_MAX];
-    char *rest = without_vram(old, &found, first);
-    if (rest == NULL) {
-        free(old);
+    if (ps.rest == NULL) {
+        free(ps.text);
         cli_error("admin: out of host memory");
         return 1;
     }
-    if (found == 1 && strcmp(first, lib) == 0 && strncmp(old, lib, strlen(lib)) == 0) {
+    if (ps.found == 1 && strcmp(ps.first, lib) == 0 &&
+        strncmp(ps.text, lib, strlen(lib)) == 0) {
         printf("%s already names %s: nothing to do\n", a->preload_file, lib);
-        free(old);
-        free(rest);
+        free(ps.text);
+        free(ps.rest);
         return 0;
     }
-    size_t n = strlen(lib) + 1 + strlen(rest) + 1;
+    size_t n = strlen(lib) + 1 + strlen(ps.rest) + 1;
     char *text = malloc(n);
     if (text == NULL) {
-        free(old);
-        free(rest);
+        free(ps.text);
+        free(ps.rest);
         cli_error("admin: out of host memory");
         return 1;
     }
     /* First: the quota enforcer's hooks must come before anybody's. */
-    snprintf(text, n, "%s\n%s", lib, rest);
+    snprintf(text, n, "%s\n%s", lib, ps.rest);
     rc = write_atomically(a->preload_file, text) ? 0 : 1;
     if (rc == 0 && a->root[0] == '\0') {
         /* Now in force for every new process: one must start quietly. */
@@ -584,19 +600,19 @@ do_enable(const struct admin *a)
             cli_error("admin: enable: after writing %s, /bin/true said: %s; the old file is "
                       "back",
                       a->preload_file, err);
-            write_atomically(a->preload_file, old);
+            write_atomically(a->preload_file, ps.text);
             rc = 1;
         }
     }
-    if (rc == 0 && found > 0)
-        printf("%s: %s first, replacing %s\n", a->preload_file, lib, first);
+    if (rc == 0 && ps.found > 0)
+        printf("%s: %s first, replacing %s\n", a->preload_file, lib, ps.first);
     else if (rc == 0)
         printf("%s: %s first\n", a->preload_file, lib);
     if (rc == 0 && !present)
         printf("no policy file at %s: jobs' own settings apply, nobody else is limited\n",
                a->policy_file);
-    free(old);
-    free(rest);
+    free(ps.text);
+    free(ps.rest);
     free(text);
     return rc;
 }
@@ -604,27 +620,23 @@ do_enable(const struct admin *a)
 static int
 do_disable(const struct admin *a)
 {
-    char *old = NULL;
-    bool exists = false;
-    if (!read_preload_file(a->preload_file, &old, &exists))
+    struct preload_split ps;
+    if (!split_preload_file(a->preload_file, &ps))
         return 1;
-    int found = 0;
-    char first[PATH_MAX];
-    char *rest = without_vram(old, &found, first);
     int rc = 0;
-    if (rest == NULL) {
+    if (ps.rest == NULL) {
         cli_error("admin: out of host memory");
         rc = 1;
-    } else if (found == 0) {
+    } else if (ps.found == 0) {
         printf("%s names no vram library: nothing to do\n", a->preload_file);
     } else {
-        rc = write_atomically(a->preload_file, rest) ? 0 : 1;
+        rc = write_atomically(a->preload_file, ps.rest) ? 0 : 1;
         if (rc == 0)
-            printf("%s: %s taken out%s\n", a->preload_file, first,
-                   rest[0] == '\0' ? " (the file is gone: it named nothing else)" : "");
+            printf("%s: %s taken out%s\n", a->preload_file, ps.first,
+                   ps.rest[0] == '\0' ? " (the file is gone: it named nothing else)" : "");
     }
-    free(old);
-    free(rest);
+    free(ps.text);
+    free(ps.rest);
     return rc;
 }
 
@@ -674,21 +686,17 @@ print_dmem(const struct admin *a)
 static int
 do_status(const struct admin *a)
 {
-    char *text = NULL;
-    bool exists = false;
-    if (!read_preload_file(a->preload_file, &text, &exists))
+    struct preload_split ps;
+    if (!split_preload_file(a->preload_file, &ps))
         return 1;
-    int found = 0;
-    char first[PATH_MAX];
-    char *rest = without_vram(text, &found, first);
-    if (found > 0)
-        printf("ld.so.preload: %s names %s: enabled\n", a->preload_file, first);
+    if (ps.found > 0)
+        printf("ld.so.preload: %s names %s: enabled\n", a->preload_file, ps.first);
     else
         printf("ld.so.preload: %s names no vram library: disabled\n", a->preload_file);
-    if (found > 0) {
+    if (ps.found > 0) {
         char why[PATH_MAX + 256];
-        if (library_loads(first, why, sizeof why))
-            printf("library:       %s loads\n", first);
+        if (library_loads(ps.first, why, sizeof why))
+            printf("library:       %s loads\n", ps.first);
         else
             printf("library:       %s\n", why);
     }
@@ -706,27 +714,21 @@ do_status(const struct admin *a)
         policy_free(&p);
     }
     print_dmem(a);
-    free(text);
-    free(rest);
+    free(ps.text);
+    free(ps.rest);
     return 0;
 }
 
-/* One option or operand of `vram admin` (cliopt_handler). */
+/* The operand of `vram admin`, its action (cliopt_handler; the options
+** are stored by the table). */
 static int
 admin_arg(void *ctx, const struct cli_opt *opt, const char *value)
 {
     struct admin *a = ctx;
-    if (opt == NULL) {
-        if (a->verb != NULL)
-            return cliopt_usage_error(&admin_cmd, "unexpected argument '%s'", value);
-        a->verb = value;
-    } else if (opt->id == OPT_USER) {
-        a->user = value;
-    } else if (opt->id == OPT_ROOT) {
-        a->root = value;
-    } else if (opt->id == OPT_PRELOAD) {
-        a->preload = value;
-    }
+    (void)opt;
+    if (a->verb != NULL)
+        return cliopt_usage_error(&admin_cmd, "unexpected argument '%s'", value);
+    a->verb = value;
     return CLIOPT_GO_ON;
 }
 

@@ -12,6 +12,7 @@
 */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,32 +25,37 @@
 #include "base/size.h"
 #include "vram.h"
 
-enum opt_id {
-    OPT_STRATEGY,
-    OPT_LIMIT,
-    OPT_DEVICE_MEMORY,
-    OPT_JSON,
-    OPT_HTML,
-    OPT_COMPARE
+struct analyze_settings {
+    struct an_options opts;
+    bool json, compare;
+    const char *html; /* NULL: no report */
+    const char *paths[2];
+    int n_paths;
 };
+
+#define AT(member) offsetof(struct analyze_settings, member)
 
 static const struct cli_opt opt_table[] = {
-    {OPT_STRATEGY, "strategy", 0, "NAME",
-     "replay under this strategy for reserved bytes and fragmentation (default: growth)"},
-    {OPT_LIMIT, "limit", 0, "SIZE",
+    {0, "strategy", 0, "NAME",
+     "replay under this strategy for reserved bytes and fragmentation (default: growth)",
+     .store = CLIOPT_STRATEGY, .field = AT(opts.strategy)},
+    {0, "limit", 0, "SIZE",
      "cap of the replay, and the cap a final OOM is judged against (default: none; "
-     "the trace's limit= metadata if it has one)"},
-    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
-     "memory of the simulated device (default: an H200's 143771 MiB)"},
-    {OPT_JSON, "json", 0, NULL, "print one JSON object (sizes in integer bytes)"},
-    {OPT_HTML, "html", 0, "FILE",
+     "the trace's limit= metadata if it has one)",
+     .store = CLIOPT_SIZE, .field = AT(opts.limit)},
+    {0, "device-memory", 0, "SIZE",
+     "memory of the simulated device (default: an H200's 143771 MiB)",
+     .store = CLIOPT_SIZE, .field = AT(opts.device_memory)},
+    {0, "json", 0, NULL, "print one JSON object (sizes in integer bytes)",
+     .store = CLIOPT_SET, .field = AT(json)},
+    {0, "html", 0, "FILE",
      "also write a self-contained HTML report (of the comparison with --compare) to "
-     "FILE ('-': to standard output, instead of the text)"},
-    {OPT_COMPARE, "compare", 0, NULL,
-     "compare two traces A B: peak, per-phase peaks, live set at the peak"},
+     "FILE ('-': to standard output, instead of the text)",
+     .store = CLIOPT_STRING, .field = AT(html)},
+    {0, "compare", 0, NULL,
+     "compare two traces A B: peak, per-phase peaks, live set at the peak",
+     .store = CLIOPT_SET, .field = AT(compare)},
 };
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static void
 analyze_notes(FILE *out)
@@ -68,8 +74,7 @@ static const struct cli_command analyze_cmd = {
              "fragmentation of a replay under a strategy, and why a final OOM happened.\n"
              "With --compare, the difference of two runs (as text, --json or --html).\n"
              "See docs/ANALYZE.md.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = analyze_notes,
     .exit_status = "0 ok, 1 failure, 2 bad usage or a malformed trace.",
 };
@@ -108,49 +113,16 @@ cli_analyze(const struct trace *t, const struct an_options *o, struct an_result 
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
 
-struct analyze_settings {
-    struct an_options opts;
-    bool json, compare;
-    const char *html; /* NULL: no report */
-    const char *paths[2];
-    int n_paths;
-};
-
-/* One option or operand of `vram analyze` (cliopt_handler). */
+/* A trace named on the command line (cliopt_handler; the options are
+** stored by the table). */
 static int
 analyze_arg(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct analyze_settings *set = ctx;
-    if (o == NULL) {
-        if (set->n_paths == 2)
-            return cliopt_usage_error(&analyze_cmd,
-                                      "too many traces (one, or two with --compare)");
-        set->paths[set->n_paths++] = value;
-        return CLIOPT_GO_ON;
-    }
-    switch (o->id) {
-    case OPT_STRATEGY:
-        if (!cliopt_strategy(&analyze_cmd, value, &set->opts.strategy))
-            return CLI_EXIT_USAGE;
-        break;
-    case OPT_LIMIT:
-        if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.limit))
-            return CLI_EXIT_USAGE;
-        break;
-    case OPT_DEVICE_MEMORY:
-        if (!cliopt_size(&analyze_cmd, o->name, value, &set->opts.device_memory))
-            return CLI_EXIT_USAGE;
-        break;
-    case OPT_JSON:
-        set->json = true;
-        break;
-    case OPT_HTML:
-        set->html = value;
-        break;
-    case OPT_COMPARE:
-        set->compare = true;
-        break;
-    }
+    (void)o;
+    if (set->n_paths == 2)
+        return cliopt_usage_error(&analyze_cmd, "too many traces (one, or two with --compare)");
+    set->paths[set->n_paths++] = value;
     return CLIOPT_GO_ON;
 }
 
@@ -207,6 +179,30 @@ finish_stdout(int rc)
     return rc;
 }
 
+/* The reports of R, or of the comparison C: the HTML one with --html,
+** then, unless that went to standard output, JSON (--json) or text there. */
+static int
+report(const struct analyze_settings *set, const struct an_result *r,
+       const struct an_compare *c)
+{
+    if (set->html != NULL) {
+        int rc = write_html(set->html, r, c);
+        if (rc != 0 || strcmp(set->html, "-") == 0)
+            return rc;
+    }
+    if (!set->json) {
+        if (c != NULL)
+            an_print_compare_text(stdout, c);
+        else
+            an_print_text(stdout, r);
+        return 0;
+    }
+    if ((c != NULL ? an_print_compare_json(stdout, c) : an_print_json(stdout, r)) == VRAM_OK)
+        return 0;
+    cli_error("writing the report: %s", vram_last_error());
+    return 1;
+}
+
 static int
 run_compare(const struct analyze_settings *set)
 {
@@ -222,19 +218,9 @@ run_compare(const struct analyze_settings *set)
         cli_error("analyze: %s", vram_last_error());
         rc = 1;
     }
-    if (rc == 0 && set->html != NULL)
-        rc = write_html(set->html, NULL, c);
-    if (rc == 0 && (set->html == NULL || strcmp(set->html, "-") != 0)) {
-        if (set->json) {
-            if (an_print_compare_json(stdout, c) != VRAM_OK) {
-                cli_error("writing the report: %s", vram_last_error());
-                rc = 1;
-            }
-        } else {
-            an_print_compare_text(stdout, c);
-        }
-        rc = finish_stdout(rc);
-    }
+    if (rc == 0)
+        rc = report(set, NULL, c);
+    rc = finish_stdout(rc);
     an_compare_free(c);
     for (int i = 0; i < 2; i++) {
         an_result_free(r[i]);
@@ -260,18 +246,8 @@ cmd_analyze(int argc, char **argv)
     rc = cli_load_trace(set.paths[0], &t);
     if (rc == 0)
         rc = cli_analyze(t, &set.opts, &r);
-    if (rc == 0 && set.html != NULL)
-        rc = write_html(set.html, r, NULL);
-    if (rc == 0 && (set.html == NULL || strcmp(set.html, "-") != 0)) {
-        if (set.json) {
-            if (an_print_json(stdout, r) != VRAM_OK) {
-                cli_error("writing the report: %s", vram_last_error());
-                rc = 1;
-            }
-        } else {
-            an_print_text(stdout, r);
-        }
-    }
+    if (rc == 0)
+        rc = report(&set, r, NULL);
     rc = finish_stdout(rc);
     an_result_free(r);
     trace_free(t);

@@ -26,10 +26,9 @@
 
 #define TF_RULE "free - reserve (TensorFlow's rule)"
 
-enum devices_opt { OPT_JSON };
-
+/* The one option, --json, is stored in a bool. */
 static const struct cli_opt opt_table[] = {
-    {OPT_JSON, "json", 0, NULL, "print one JSON object with sizes in bytes"},
+    {0, "json", 0, NULL, "print one JSON object with sizes in bytes", .store = CLIOPT_SET},
 };
 
 static const struct cli_command devices_cmd = {
@@ -40,10 +39,10 @@ static const struct cli_command devices_cmd = {
              "VRAM_STRATEGY, VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION) makes of them.\n"
              "No device is initialized: a cap that depends on free memory at first\n"
              "use is shown as TensorFlow's rule.\n",
-    .opts = opt_table,
-    .n_opts = sizeof opt_table / sizeof opt_table[0],
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 no driver, no device or output error, 2 bad usage or a "
                    "malformed environment variable.",
+    .no_operands = true,
 };
 
 /* One logical device as the configuration describes it. */
@@ -202,15 +201,9 @@ int
 cmd_devices(int argc, char **argv)
 {
     bool json = false;
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
-    enum cliopt_kind kind;
-    cliopt_begin(&it, &devices_cmd, argc, argv);
-    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION)
-        json = true; /* the only option */
-    if (kind == CLIOPT_EXIT)
-        return it.status;
+    int rc = cliopt_parse(&devices_cmd, argc, argv, NULL, &json, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
 
     vram_context *ctx = NULL;
     vram_status st = vram_open(NULL, &ctx);
@@ -230,7 +223,6 @@ cmd_devices(int argc, char **argv)
 
     struct listing l;
     st = listing_load(ctx, &l);
-    int rc;
     if (st != VRAM_OK) {
         cli_error("devices: %s",
                   st == VRAM_E_HOST_MEMORY ? "out of host memory" : vram_last_error());

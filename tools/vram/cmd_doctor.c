@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,17 +42,26 @@
 /* A GPU whose memory is held by others beyond this share of its total. */
 #define OTHERS_SHARE 0.10
 
-enum opt_id { OPT_STRATEGY, OPT_LIMIT, OPT_JSON };
-
-static const struct cli_opt opt_table[] = {
-    {OPT_STRATEGY, "strategy", 0, "NAME",
-     "with TRACE: replay under this strategy (default: growth)"},
-    {OPT_LIMIT, "limit", 0, "SIZE",
-     "with TRACE: the job's cap (memory_limit), to judge a final OOM against"},
-    {OPT_JSON, "json", 0, NULL, "print one JSON object {\"checks\":[...],...}"},
+/* What the command line asks of `vram doctor`. */
+struct doctor_args {
+    struct an_options opts;
+    bool json;
+    const char *path; /* the trace, or NULL: the environment */
+    bool trace_opts;  /* --strategy or --limit was given */
 };
 
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+#define AT(member) offsetof(struct doctor_args, member)
+
+/* --strategy and --limit are noted (notify): they apply to a trace only. */
+static const struct cli_opt opt_table[] = {
+    {0, "strategy", 0, "NAME", "with TRACE: replay under this strategy (default: growth)",
+     .store = CLIOPT_STRATEGY, .field = AT(opts.strategy), .notify = true},
+    {0, "limit", 0, "SIZE",
+     "with TRACE: the job's cap (memory_limit), to judge a final OOM against",
+     .store = CLIOPT_SIZE, .field = AT(opts.limit), .notify = true},
+    {0, "json", 0, NULL, "print one JSON object {\"checks\":[...],...}",
+     .store = CLIOPT_SET, .field = AT(json)},
+};
 
 static const struct cli_command doctor_cmd = {
     .prog = "vram doctor",
@@ -60,8 +70,7 @@ static const struct cli_command doctor_cmd = {
              "next step. Without TRACE: the environment and the GPUs. With TRACE:\n"
              "preallocation, a leak, an OOM below the cap (fragmentation), an OOM\n"
              "above it (the job is too big), uneven use of several GPUs.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 no problem found (warnings allowed), 1 a problem found or the "
                    "checks could not run, 2 bad usage or a malformed trace.",
 };
@@ -595,40 +604,20 @@ doctor_environment(bool json)
     return print_report(&rep, json);
 }
 
-/* What the command line asks of `vram doctor`. */
-struct doctor_args {
-    struct an_options opts;
-    bool json;
-    const char *path; /* the trace, or NULL: the environment */
-    bool trace_opts;  /* --strategy or --limit was given */
-};
 
-/* One option or operand of `vram doctor` (cliopt_handler). */
+/* The trace of `vram doctor`, or --strategy or --limit given
+** (cliopt_handler; the table stores their values). */
 static int
 doctor_arg(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct doctor_args *a = ctx;
-    if (o == NULL) {
-        if (a->path != NULL)
-            return cliopt_usage_error(&doctor_cmd, "one trace at a time");
-        a->path = value;
+    if (o != NULL) {
+        a->trace_opts = true;
         return CLIOPT_GO_ON;
     }
-    switch (o->id) {
-    case OPT_STRATEGY:
-        if (!cliopt_strategy(&doctor_cmd, value, &a->opts.strategy))
-            return CLI_EXIT_USAGE;
-        a->trace_opts = true;
-        break;
-    case OPT_LIMIT:
-        if (!cliopt_size(&doctor_cmd, o->name, value, &a->opts.limit))
-            return CLI_EXIT_USAGE;
-        a->trace_opts = true;
-        break;
-    case OPT_JSON:
-        a->json = true;
-        break;
-    }
+    if (a->path != NULL)
+        return cliopt_usage_error(&doctor_cmd, "one trace at a time");
+    a->path = value;
     return CLIOPT_GO_ON;
 }
 

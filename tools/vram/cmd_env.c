@@ -22,11 +22,13 @@ enum env_mode { MODE_PRINT, MODE_JSON, MODE_MARKDOWN, MODE_CHECK };
 static const struct cli_opt opt_table[] = {
     {MODE_JSON, "json", 0, NULL,
      "print one JSON object {\"variables\":[{\"name\",\"value\",\"source\"},...]}; a "
-     "malformed value has \"error\" instead of \"value\" and \"source\""},
+     "malformed value has \"error\" instead of \"value\" and \"source\"",
+     .store = CLIOPT_CALL},
     {MODE_MARKDOWN, "markdown", 0, NULL,
-     "print the documentation of every variable as Markdown"},
+     "print the documentation of every variable as Markdown", .store = CLIOPT_CALL},
     {MODE_CHECK, "check", 0, NULL,
-     "exit 0 if the environment is valid, else 2 naming the bad value"},
+     "exit 0 if the environment is valid, else 2 naming the bad value",
+     .store = CLIOPT_CALL},
 };
 
 static const struct cli_command env_cmd = {
@@ -34,11 +36,31 @@ static const struct cli_command env_cmd = {
     .synopsis = "[--json | --markdown | --check]",
     .about = "Print every variable vram reads from the environment, its effective\n"
              "value and its source (default or environment).\n",
-    .opts = opt_table,
-    .n_opts = sizeof opt_table / sizeof opt_table[0],
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 output could not be written, 2 bad usage or (with --check) a "
                    "malformed variable.",
+    .no_operands = true,
 };
+
+/* What the command line asks of `vram env`: one mode, named by MODE_ARG. */
+struct env_args {
+    enum env_mode mode;
+    const char *mode_arg;
+};
+
+/* --json, --markdown or --check (cliopt_handler): one mode at a time. */
+static int
+env_option(void *ctx, const struct cli_opt *opt, const char *value)
+{
+    struct env_args *a = ctx;
+    (void)value;
+    if (a->mode_arg != NULL && (enum env_mode)opt->id != a->mode)
+        return cliopt_usage_error(&env_cmd, "--%s and --%s cannot be combined", a->mode_arg,
+                                  opt->name);
+    a->mode = (enum env_mode)opt->id;
+    a->mode_arg = opt->name;
+    return CLIOPT_GO_ON;
+}
 
 static void
 json_row(void *ctx, const char *name, const char *value, const char *source)
@@ -70,25 +92,12 @@ print_json(void)
 int
 cmd_env(int argc, char **argv)
 {
-    enum env_mode mode = MODE_PRINT;
-    const char *mode_arg = NULL;
-    struct cliopt_iter it;
-    const struct cli_opt *opt = NULL;
-    const char *value = NULL;
-    enum cliopt_kind kind;
+    struct env_args a = {MODE_PRINT, NULL};
+    int rc = cliopt_parse(&env_cmd, argc, argv, env_option, &a, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
 
-    cliopt_begin(&it, &env_cmd, argc, argv);
-    while ((kind = cliopt_next_option(&it, &opt, &value)) == CLIOPT_OPTION) {
-        if (mode_arg != NULL && (enum env_mode)opt->id != mode)
-            return cliopt_usage_error(&env_cmd, "--%s and --%s cannot be combined", mode_arg,
-                                      opt->name);
-        mode = (enum env_mode)opt->id;
-        mode_arg = opt->name;
-    }
-    if (kind == CLIOPT_EXIT)
-        return it.status;
-
-    switch (mode) {
+    switch (a.mode) {
     case MODE_CHECK: {
         struct vram_env env;
         if (env_load(NULL, NULL, &env) != VRAM_OK) {

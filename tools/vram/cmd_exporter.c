@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,14 +27,23 @@
 #include "monitor/monitor.h"
 #include "monitor/prom.h"
 
-enum opt_id { OPT_LISTEN, OPT_INTERVAL, OPT_NO_NVML };
+/* What the command line asks of `vram exporter`. */
+struct exporter_args {
+    const char *listen;
+    double interval;
+    bool nvml;
+};
+
+#define AT(member) offsetof(struct exporter_args, member)
 
 static const struct cli_opt opt_table[] = {
-    {OPT_LISTEN, "listen", 0, "ADDR:PORT", "address to serve on (default 127.0.0.1:" EXP_DEFAULT_PORT ")"},
-    {OPT_INTERVAL, "interval", 0, "SECONDS", "seconds between samples, 0.1..3600 (default 1)"},
-    {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+    {0, "listen", 0, "ADDR:PORT", "address to serve on (default 127.0.0.1:" EXP_DEFAULT_PORT ")",
+     .store = CLIOPT_STRING, .field = AT(listen)},
+    {0, "interval", 0, "SECONDS", "seconds between samples, 0.1..3600 (default 1)",
+     .store = CLIOPT_SECONDS, .field = AT(interval), .lo = 0.1, .hi = 3600},
+    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",
+     .store = CLIOPT_CLEAR, .field = AT(nvml)},
 };
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static const struct cli_command exporter_cmd = {
     .prog = "vram exporter",
@@ -44,8 +54,7 @@ static const struct cli_command exporter_cmd = {
         "IPv4 address or [IPv6]. Every series carries the gpu (index), UUID and\n"
         "modelName labels of NVIDIA's dcgm-exporter, and Hostname, so that one query\n"
         "can join the two exporters.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 stopped by SIGINT/SIGTERM, 1 failure (e.g. the address is in use), "
                    "2 bad usage.",
     .no_operands = true,
@@ -60,10 +69,7 @@ say_unread(struct exporter *e, const struct mon_view *v)
     if (v->n_unread == e->unread_said)
         return;
     e->unread_said = v->n_unread;
-    for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++)
-        cli_error("exporter: %s", v->unread[i]);
-    if (v->n_unread > MON_MAX_UNREAD)
-        cli_error("exporter: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
+    cli_say_unread("exporter", v);
 }
 
 /* Sample once and swap in the new text. False (with the last error) on failure. */
@@ -88,26 +94,42 @@ refresh(struct exporter *e)
     return true;
 }
 
-static void *
-sampler(void *arg)
+/* The loop of a thread of the exporter: WORK(E), without the lock, every
+** PERIOD_S seconds until e->stop (WAKE, signalled at the stop, ends the
+** wait early). */
+static void
+every(struct exporter *e, pthread_cond_t *wake, double period_s,
+      void (*work)(struct exporter *e))
 {
-    struct exporter *e = arg;
     pthread_mutex_lock(&e->lock);
     while (!e->stop) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        double at = (double)ts.tv_nsec / 1e9 + e->interval_s;
+        double at = (double)ts.tv_nsec / 1e9 + period_s;
         ts.tv_sec += (time_t)at;
         ts.tv_nsec = (long)((at - (double)(time_t)at) * 1e9);
-        pthread_cond_timedwait(&e->wake, &e->lock, &ts);
+        pthread_cond_timedwait(wake, &e->lock, &ts);
         if (e->stop)
             break;
         pthread_mutex_unlock(&e->lock);
-        if (!refresh(e))
-            cli_error("exporter: sample failed: %s", vram_last_error());
+        work(e);
         pthread_mutex_lock(&e->lock);
     }
     pthread_mutex_unlock(&e->lock);
+}
+
+static void
+sample(struct exporter *e)
+{
+    if (!refresh(e))
+        cli_error("exporter: sample failed: %s", vram_last_error());
+}
+
+static void *
+sampler(void *arg)
+{
+    struct exporter *e = arg;
+    every(e, &e->wake, e->interval_s, sample);
     return NULL;
 }
 
@@ -116,71 +138,27 @@ static void *
 reaper(void *arg)
 {
     struct exporter *e = arg;
-    pthread_mutex_lock(&e->lock);
-    while (!e->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long ns = ts.tv_nsec + EXP_REAP_EVERY_MS * 1000000L;
-        ts.tv_sec += ns / 1000000000L;
-        ts.tv_nsec = ns % 1000000000L;
-        pthread_cond_timedwait(&e->reap_wake, &e->lock, &ts);
-        if (e->stop)
-            break;
-        pthread_mutex_unlock(&e->lock);
-        exporter_reap(e);
-        pthread_mutex_lock(&e->lock);
-    }
-    pthread_mutex_unlock(&e->lock);
+    every(e, &e->reap_wake, EXP_REAP_EVERY_MS / 1000.0, exporter_reap);
     return NULL;
-}
-
-/* What the command line asks of `vram exporter`. */
-struct exporter_args {
-    const char *listen;
-    double interval;
-    bool nvml;
-};
-
-/* One option of `vram exporter` (cliopt_handler). */
-static int
-exporter_option(void *ctx, const struct cli_opt *opt, const char *value)
-{
-    struct exporter_args *a = ctx;
-    switch ((enum opt_id)opt->id) {
-    case OPT_LISTEN:
-        a->listen = value;
-        break;
-    case OPT_INTERVAL:
-        if (!cliopt_seconds(&exporter_cmd, opt->name, value, 0.1, 3600, &a->interval))
-            return CLI_EXIT_USAGE;
-        break;
-    case OPT_NO_NVML:
-        a->nvml = false;
-        break;
-    }
-    return CLIOPT_GO_ON;
 }
 
 int
 cmd_exporter(int argc, char **argv)
 {
     struct exporter_args a = {"127.0.0.1:" EXP_DEFAULT_PORT, 1.0, true};
-    int rc = cliopt_parse(&exporter_cmd, argc, argv, exporter_option, &a, NULL);
+    int rc = cliopt_parse(&exporter_cmd, argc, argv, NULL, &a, NULL);
     if (rc != CLIOPT_GO_ON)
         return rc;
-    const char *listen = a.listen;
-    double interval = a.interval;
-    bool nvml = a.nvml;
     struct sockaddr_storage addr;
     char why[160];
-    if (!exporter_parse_listen(listen, &addr, why, sizeof why)) {
+    if (!exporter_parse_listen(a.listen, &addr, why, sizeof why)) {
         cli_error("exporter: --listen %s", why);
         return 2;
     }
 
     static struct exporter e; /* large-ish and shared with threads: not on the stack */
-    exporter_init(&e, interval);
-    if (monitor_open(nvml, &e.mon) != VRAM_OK || !refresh(&e)) {
+    exporter_init(&e, a.interval);
+    if (monitor_open(a.nvml, &e.mon) != VRAM_OK || !refresh(&e)) {
         cli_error("exporter: %s", vram_last_error());
         monitor_close(e.mon);
         return 1;
@@ -196,13 +174,13 @@ cmd_exporter(int argc, char **argv)
 
     struct MHD_Daemon *d = exporter_start(&e, &addr, EXP_THREADS);
     if (d == NULL) {
-        cli_error("exporter: cannot serve on %s (address in use or not local?)", listen);
+        cli_error("exporter: cannot serve on %s (address in use or not local?)", a.listen);
         monitor_close(e.mon);
         free(e.text);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    printf("vram exporter: serving http://%s/metrics (port %u)\n", listen,
+    printf("vram exporter: serving http://%s/metrics (port %u)\n", a.listen,
            info != NULL ? (unsigned)info->port : 0u);
     fflush(stdout);
 

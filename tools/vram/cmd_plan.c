@@ -11,6 +11,7 @@
 #include <json-c/json.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,44 +28,77 @@
 #include "plan/plan.h"
 #include "base/size.h"
 
-enum opt_id {
-    OPT_CONFIG, OPT_ARCH, OPT_LAYERS, OPT_HIDDEN, OPT_HEADS, OPT_KV_HEADS,
-    OPT_INTERMEDIATE, OPT_VOCAB, OPT_POSITIONS, OPT_UNTIED,
-    OPT_BATCH, OPT_SEQ, OPT_PRECISION, OPT_OPTIMIZER, OPT_ACCUM, OPT_CHECKPOINTING,
-    OPT_ATTENTION, OPT_DATA_PARALLEL, OPT_ZERO, OPT_GPU_MEMORY, OPT_JSON,
-    OPT_GENERATE, OPT_PROMPT, OPT_NEW_TOKENS, OPT_MODEL, OPT_TRACE
+/* The options plan_option parses. OPT_COUNT: a whole number of at least
+** .min (parse_count) into .field, 0 meaning not given. */
+enum opt_id { OPT_COUNT, OPT_PRECISION, OPT_OPTIMIZER, OPT_ATTENTION, OPT_ZERO, OPT_GPU_MEMORY };
+
+/* What the command line asks of `vram plan`. */
+struct plan_args {
+    const char *config, *arch;
+    /* The model's sizes over the config's or the architecture's; 0: unset. */
+    uint64_t layers, hidden, heads, kv_heads, intermediate, vocab, positions;
+    bool untied, json, generate;
+    const char *model_spec, *trace_path, *gpu_text;
+    uint64_t gpu_memory, prompt, new_tokens;
+    struct plan_job job; /* its batch and seq 0: not given */
 };
+
+#define AT(member) offsetof(struct plan_args, member)
 
 static const struct cli_opt opt_table[] = {
-    {OPT_MODEL, "model", 0, "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model)"},
-    {OPT_TRACE, "trace", 0, "FILE", "with --model: write the allocations as a vram trace"},
-    {OPT_CONFIG, "config", 0, "FILE|DIR", "Hugging Face config.json, or the model directory"},
-    {OPT_ARCH, "arch", 0, "NAME", "without --config: a model_type listed below"},
-    {OPT_LAYERS, "layers", 0, "N", "transformer layers (overrides the config)"},
-    {OPT_HIDDEN, "hidden", 0, "N", "hidden size"},
-    {OPT_HEADS, "heads", 0, "N", "attention heads"},
-    {OPT_KV_HEADS, "kv-heads", 0, "N", "key/value heads (default: the heads)"},
-    {OPT_INTERMEDIATE, "intermediate", 0, "N", "MLP size (default: 4 x hidden)"},
-    {OPT_VOCAB, "vocab", 0, "N", "vocabulary size"},
-    {OPT_POSITIONS, "positions", 0, "N", "learned positions (gpt2, bert)"},
-    {OPT_UNTIED, "untied", 0, NULL, "the output layer does not share the input embedding"},
-    {OPT_BATCH, "batch", 0, "N", "sequences per optimizer step (per data-parallel rank)"},
-    {OPT_SEQ, "seq", 0, "N", "tokens per sequence"},
-    {OPT_PRECISION, "precision", 0, "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16"},
-    {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)"},
-    {OPT_ACCUM, "accum", 0, "N", "gradient accumulation steps (default 1; divides --batch)"},
-    {OPT_CHECKPOINTING, "checkpointing", 0, NULL, "activation checkpointing on every layer"},
-    {OPT_ATTENTION, "attention", 0, "A", "sdpa (default; fused, math for fp32 GQA) or eager"},
-    {OPT_DATA_PARALLEL, "data-parallel", 0, "N", "data-parallel ranks (default 1)"},
-    {OPT_ZERO, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3"},
-    {OPT_GENERATE, "generate", 0, NULL, "inference: generation with a KV cache (not training)"},
-    {OPT_PROMPT, "prompt", 0, "N", "with --generate: prompt tokens per sequence"},
-    {OPT_NEW_TOKENS, "new-tokens", 0, "N", "with --generate: tokens generated per sequence"},
-    {OPT_GPU_MEMORY, "gpu-memory", 0, "SIZE", "the GPU's memory: largest micro-batch, cap"},
-    {OPT_JSON, "json", 0, NULL, "print one JSON object (sizes in integer bytes)"},
+    {0, "model", 0, "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model)",
+     .store = CLIOPT_STRING, .field = AT(model_spec)},
+    {0, "trace", 0, "FILE", "with --model: write the allocations as a vram trace",
+     .store = CLIOPT_STRING, .field = AT(trace_path)},
+    {0, "config", 0, "FILE|DIR", "Hugging Face config.json, or the model directory",
+     .store = CLIOPT_STRING, .field = AT(config)},
+    {0, "arch", 0, "NAME", "without --config: a model_type listed below",
+     .store = CLIOPT_STRING, .field = AT(arch)},
+    {OPT_COUNT, "layers", 0, "N", "transformer layers (overrides the config)",
+     .store = CLIOPT_CALL, .field = AT(layers), .min = 1},
+    {OPT_COUNT, "hidden", 0, "N", "hidden size",
+     .store = CLIOPT_CALL, .field = AT(hidden), .min = 1},
+    {OPT_COUNT, "heads", 0, "N", "attention heads",
+     .store = CLIOPT_CALL, .field = AT(heads), .min = 1},
+    {OPT_COUNT, "kv-heads", 0, "N", "key/value heads (default: the heads)",
+     .store = CLIOPT_CALL, .field = AT(kv_heads), .min = 1},
+    {OPT_COUNT, "intermediate", 0, "N", "MLP size (default: 4 x hidden)",
+     .store = CLIOPT_CALL, .field = AT(intermediate), .min = 1},
+    {OPT_COUNT, "vocab", 0, "N", "vocabulary size",
+     .store = CLIOPT_CALL, .field = AT(vocab), .min = 1},
+    {OPT_COUNT, "positions", 0, "N", "learned positions (gpt2, bert)",
+     .store = CLIOPT_CALL, .field = AT(positions), .min = 1},
+    {0, "untied", 0, NULL, "the output layer does not share the input embedding",
+     .store = CLIOPT_SET, .field = AT(untied)},
+    {OPT_COUNT, "batch", 0, "N", "sequences per optimizer step (per data-parallel rank)",
+     .store = CLIOPT_CALL, .field = AT(job.batch), .min = 1},
+    {OPT_COUNT, "seq", 0, "N", "tokens per sequence",
+     .store = CLIOPT_CALL, .field = AT(job.seq), .min = 1},
+    {OPT_PRECISION, "precision", 0, "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16",
+     .store = CLIOPT_CALL},
+    {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)",
+     .store = CLIOPT_CALL},
+    {OPT_COUNT, "accum", 0, "N", "gradient accumulation steps (default 1; divides --batch)",
+     .store = CLIOPT_CALL, .field = AT(job.accum), .min = 1},
+    {0, "checkpointing", 0, NULL, "activation checkpointing on every layer",
+     .store = CLIOPT_SET, .field = AT(job.checkpointing)},
+    {OPT_ATTENTION, "attention", 0, "A", "sdpa (default; fused, math for fp32 GQA) or eager",
+     .store = CLIOPT_CALL},
+    {OPT_COUNT, "data-parallel", 0, "N", "data-parallel ranks (default 1)",
+     .store = CLIOPT_CALL, .field = AT(job.data_parallel), .min = 1},
+    {OPT_ZERO, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3",
+     .store = CLIOPT_CALL},
+    {0, "generate", 0, NULL, "inference: generation with a KV cache (not training)",
+     .store = CLIOPT_SET, .field = AT(generate)},
+    {OPT_COUNT, "prompt", 0, "N", "with --generate: prompt tokens per sequence",
+     .store = CLIOPT_CALL, .field = AT(prompt), .min = 1},
+    {OPT_COUNT, "new-tokens", 0, "N", "with --generate: tokens generated per sequence",
+     .store = CLIOPT_CALL, .field = AT(new_tokens), .min = 1},
+    {OPT_GPU_MEMORY, "gpu-memory", 0, "SIZE", "the GPU's memory: largest micro-batch, cap",
+     .store = CLIOPT_CALL},
+    {0, "json", 0, NULL, "print one JSON object (sizes in integer bytes)",
+     .store = CLIOPT_SET, .field = AT(json)},
 };
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 /* Headroom of the recommended cap above the predicted total: 12.5%, the
 ** middle of the seeds' 10-15% rule. */
@@ -95,10 +129,10 @@ static const struct cli_command plan_cmd = {
              "layer's MLP, attention or logits on the prompt) and the last decode step\n"
              "(cache, its concatenation, one token). --model: any PyTorch program, traced\n"
              "on a fake CUDA device (no GPU; python3 with PyTorch). See docs/PLAN.md.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = plan_notes,
     .exit_status = "0 ok, 1 failure, 2 bad usage or bad input.",
+    .no_operands = true,
 };
 
 /* Parse VALUE of --NAME as an integer in [MIN, 2^40]. */
@@ -507,116 +541,80 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
     return 0;
 }
 
+/* One option of `vram plan` that the table does not store (cliopt_handler). */
+static int
+plan_option(void *ctx, const struct cli_opt *o, const char *value)
+{
+    struct plan_args *pa = ctx;
+    struct plan_job *job = &pa->job;
+    uint64_t u = 0;
+    switch (o->id) {
+    case OPT_COUNT:
+        if (!parse_count(o->name, value, o->min, (uint64_t *)(void *)((char *)pa + o->field)))
+            return 2;
+        break;
+    case OPT_PRECISION:
+        if (!plan_precision_parse(value, &job->precision)) {
+            cli_error("--precision '%.40s': unknown (fp32, mixed-fp16, mixed-bf16, fp16, "
+                      "bf16)", value);
+            return 2;
+        }
+        break;
+    case OPT_OPTIMIZER:
+        if (!plan_optimizer_parse(value, &job->optimizer)) {
+            cli_error("--optimizer '%.40s': unknown (sgd, sgd-momentum, adam, adamw)", value);
+            return 2;
+        }
+        break;
+    case OPT_ATTENTION:
+        if (!plan_attention_parse(value, &job->attention)) {
+            cli_error("--attention '%.40s': unknown (sdpa, eager)", value);
+            return 2;
+        }
+        break;
+    case OPT_ZERO:
+        if (!parse_count(o->name, value, 0, &u) || u > 3) {
+            if (u > 3)
+                cli_error("--zero must be 0, 1, 2 or 3");
+            return 2;
+        }
+        job->zero = (int)u;
+        break;
+    case OPT_GPU_MEMORY:
+        if (!cliopt_size(&plan_cmd, o->name, value, &pa->gpu_memory))
+            return 2;
+        pa->gpu_text = value;
+        break;
+    }
+    return CLIOPT_GO_ON;
+}
+
 int
 cmd_plan(int argc, char **argv)
 {
-    struct cliopt_iter it;
-    const struct cli_opt *o;
-    const char *value;
-    const char *config = NULL, *arch = NULL;
-    uint64_t ov[OPT_UNTIED] = {0}; /* model overrides by option id; 0: unset */
-    bool untied = false, json = false, have_batch = false, have_seq = false;
-    bool generate = false;
-    const char *model_spec = NULL, *trace_path = NULL, *gpu_text = NULL;
-    uint64_t gpu_memory = 0, u = 0, prompt = 0, new_tokens = 0;
-    struct plan_job job = {.batch = 0, .seq = 0, .accum = 1, .data_parallel = 1, .zero = 0,
-                           .precision = PLAN_FP32, .optimizer = PLAN_ADAMW,
-                           .attention = PLAN_SDPA, .checkpointing = false};
-
-    enum cliopt_kind kind;
-    cliopt_begin(&it, &plan_cmd, argc, argv);
-    while ((kind = cliopt_next_option(&it, &o, &value)) == CLIOPT_OPTION) {
-        switch (o->id) {
-        case OPT_CONFIG: config = value; break;
-        case OPT_ARCH: arch = value; break;
-        case OPT_LAYERS: case OPT_HIDDEN: case OPT_HEADS: case OPT_KV_HEADS:
-        case OPT_INTERMEDIATE: case OPT_VOCAB: case OPT_POSITIONS:
-            if (!parse_count(o->name, value, 1, &ov[o->id]))
-                return 2;
-            break;
-        case OPT_UNTIED: untied = true; break;
-        case OPT_BATCH:
-            if (!parse_count(o->name, value, 1, &job.batch))
-                return 2;
-            have_batch = true;
-            break;
-        case OPT_SEQ:
-            if (!parse_count(o->name, value, 1, &job.seq))
-                return 2;
-            have_seq = true;
-            break;
-        case OPT_PRECISION:
-            if (!plan_precision_parse(value, &job.precision)) {
-                cli_error("--precision '%.40s': unknown (fp32, mixed-fp16, mixed-bf16, fp16, "
-                          "bf16)", value);
-                return 2;
-            }
-            break;
-        case OPT_OPTIMIZER:
-            if (!plan_optimizer_parse(value, &job.optimizer)) {
-                cli_error("--optimizer '%.40s': unknown (sgd, sgd-momentum, adam, adamw)",
-                          value);
-                return 2;
-            }
-            break;
-        case OPT_ACCUM:
-            if (!parse_count(o->name, value, 1, &job.accum))
-                return 2;
-            break;
-        case OPT_CHECKPOINTING: job.checkpointing = true; break;
-        case OPT_ATTENTION:
-            if (!plan_attention_parse(value, &job.attention)) {
-                cli_error("--attention '%.40s': unknown (sdpa, eager)", value);
-                return 2;
-            }
-            break;
-        case OPT_DATA_PARALLEL:
-            if (!parse_count(o->name, value, 1, &job.data_parallel))
-                return 2;
-            break;
-        case OPT_ZERO:
-            if (!parse_count(o->name, value, 0, &u) || u > 3) {
-                if (u > 3)
-                    cli_error("--zero must be 0, 1, 2 or 3");
-                return 2;
-            }
-            job.zero = (int)u;
-            break;
-        case OPT_GPU_MEMORY:
-            if (!cliopt_size(&plan_cmd, o->name, value, &gpu_memory))
-                return 2;
-            gpu_text = value;
-            break;
-        case OPT_GENERATE: generate = true; break;
-        case OPT_PROMPT:
-            if (!parse_count(o->name, value, 1, &prompt))
-                return 2;
-            break;
-        case OPT_NEW_TOKENS:
-            if (!parse_count(o->name, value, 1, &new_tokens))
-                return 2;
-            break;
-        case OPT_MODEL: model_spec = value; break;
-        case OPT_TRACE: trace_path = value; break;
-        case OPT_JSON: json = true; break;
-        }
-    }
-    if (kind == CLIOPT_EXIT)
-        return it.status;
-    if (model_spec != NULL) {
-        if (config != NULL || arch != NULL || generate || have_batch || have_seq) {
+    struct plan_args pa = {
+        .job = {.batch = 0, .seq = 0, .accum = 1, .data_parallel = 1, .zero = 0,
+                .precision = PLAN_FP32, .optimizer = PLAN_ADAMW, .attention = PLAN_SDPA,
+                .checkpointing = false}};
+    int rc = cliopt_parse(&plan_cmd, argc, argv, plan_option, &pa, NULL);
+    if (rc != CLIOPT_GO_ON)
+        return rc;
+    if (pa.model_spec != NULL) {
+        if (pa.config != NULL || pa.arch != NULL || pa.generate || pa.job.batch != 0 ||
+            pa.job.seq != 0) {
             cli_error("plan: --model traces the program as it is: its sizes come from it, "
                       "not from --config, --arch, --batch or --seq");
             return 2;
         }
-        return plan_traced(model_spec, trace_path, json, gpu_text);
+        return plan_traced(pa.model_spec, pa.trace_path, pa.json, pa.gpu_text);
     }
-    if (trace_path != NULL) {
+    if (pa.trace_path != NULL) {
         cli_error("plan: --trace goes with --model (a traced program)");
         return 2;
     }
-    if (generate ? (!have_batch || !prompt || !new_tokens) : (!have_batch || !have_seq)) {
-        cli_error(generate ? "plan: --generate needs --batch, --prompt and --new-tokens"
+    if (pa.generate ? (!pa.job.batch || !pa.prompt || !pa.new_tokens)
+                    : (!pa.job.batch || !pa.job.seq)) {
+        cli_error(pa.generate ? "plan: --generate needs --batch, --prompt and --new-tokens"
                            : "plan: --batch and --seq are required (try 'vram plan --help')");
         return 2;
     }
@@ -624,36 +622,36 @@ cmd_plan(int argc, char **argv)
     /* The model: the config, then the flags over it. */
     struct plan_model m;
     memset(&m, 0, sizeof m);
-    if (config != NULL) {
+    if (pa.config != NULL) {
         /* A model directory: its config.json. */
         char dirconf[4096];
         struct stat sb;
-        if (stat(config, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            if ((size_t)snprintf(dirconf, sizeof dirconf, "%s/config.json", config) >=
+        if (stat(pa.config, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            if ((size_t)snprintf(dirconf, sizeof dirconf, "%s/config.json", pa.config) >=
                 sizeof dirconf) {
                 cli_error("plan: --config: path too long");
                 return 2;
             }
-            config = dirconf;
+            pa.config = dirconf;
         }
         size_t len = 0;
-        char *text = slurp(config, &len);
+        char *text = slurp(pa.config, &len);
         if (text == NULL) {
-            cli_error("plan: cannot read '%.200s': %s", config, strerror(errno));
+            cli_error("plan: cannot read '%.200s': %s", pa.config, strerror(errno));
             return 2;
         }
         char err[256];
         bool ok = plan_config_parse_n(text, len, &m, err, sizeof err);
         free(text);
         if (!ok) {
-            cli_error("plan: %.200s: %s", config, err);
+            cli_error("plan: %.200s: %s", pa.config, err);
             return 2;
         }
-    } else if (arch != NULL) {
+    } else if (pa.arch != NULL) {
         enum plan_arch a;
-        if (!plan_arch_parse(arch, &a)) {
+        if (!plan_arch_parse(pa.arch, &a)) {
             cli_error("--arch '%.40s': unknown (%s; any other model: --model FILE.py:FUNCTION)",
-                      arch, plan_arch_list());
+                      pa.arch, plan_arch_list());
             return 2;
         }
         m = plan_model_defaults(a);
@@ -661,46 +659,47 @@ cmd_plan(int argc, char **argv)
         cli_error("plan: give --config FILE or --arch with the model's sizes");
         return 2;
     }
-    if (ov[OPT_LAYERS]) m.layers = ov[OPT_LAYERS];
-    if (ov[OPT_HIDDEN]) m.hidden = ov[OPT_HIDDEN];
-    if (ov[OPT_HEADS]) m.heads = ov[OPT_HEADS];
-    if (ov[OPT_KV_HEADS]) m.kv_heads = ov[OPT_KV_HEADS];
-    else if (config == NULL) m.kv_heads = m.heads;
-    if (ov[OPT_INTERMEDIATE]) m.intermediate = ov[OPT_INTERMEDIATE];
+    if (pa.layers) m.layers = pa.layers;
+    if (pa.hidden) m.hidden = pa.hidden;
+    if (pa.heads) m.heads = pa.heads;
+    if (pa.kv_heads) m.kv_heads = pa.kv_heads;
+    else if (pa.config == NULL) m.kv_heads = m.heads;
+    if (pa.intermediate) m.intermediate = pa.intermediate;
     else if (m.intermediate == 0) m.intermediate = 4 * m.hidden;
-    if (ov[OPT_VOCAB]) m.vocab = ov[OPT_VOCAB];
-    if (ov[OPT_POSITIONS]) m.positions = ov[OPT_POSITIONS];
-    if (untied) m.tied = false;
+    if (pa.vocab) m.vocab = pa.vocab;
+    if (pa.positions) m.positions = pa.positions;
+    if (pa.untied) m.tied = false;
 
-    if (generate) {
-        struct plan_gen_job g = {job.batch, prompt, new_tokens, job.precision, job.attention};
-        return report_generate(&m, &g, gpu_memory, json);
+    if (pa.generate) {
+        struct plan_gen_job g = {pa.job.batch, pa.prompt, pa.new_tokens, pa.job.precision,
+                                 pa.job.attention};
+        return report_generate(&m, &g, pa.gpu_memory, pa.json);
     }
     struct plan_result r;
     const char *why = NULL;
-    if (!plan_predict(&m, &job, &r, &why)) {
+    if (!plan_predict(&m, &pa.job, &r, &why)) {
         cli_error("plan: %s", why);
         return 2;
     }
     uint64_t recommended = r.total_bytes + r.total_bytes / HEADROOM_DIV;
-    uint64_t mmb = gpu_memory ? max_micro_batch(&m, &job, gpu_memory) : 0;
+    uint64_t mmb = pa.gpu_memory ? max_micro_batch(&m, &pa.job, pa.gpu_memory) : 0;
     struct whatif w[3];
-    size_t nw = whatifs(&m, &job, w);
+    size_t nw = whatifs(&m, &pa.job, w);
 
-    if (json) {
+    if (pa.json) {
         struct json_object *root = json_object_new_object();
         json_object_object_add(root, "arch", json_object_new_string(plan_arch_name(m.arch)));
         json_object_object_add(root, "params", json_object_new_uint64(r.params));
         json_object_object_add(root, "precision",
-                               json_object_new_string(plan_precision_name(job.precision)));
+                               json_object_new_string(plan_precision_name(pa.job.precision)));
         json_object_object_add(root, "optimizer",
-                               json_object_new_string(plan_optimizer_name(job.optimizer)));
+                               json_object_new_string(plan_optimizer_name(pa.job.optimizer)));
         json_object_object_add(root, "micro_batch",
-                               json_object_new_uint64(job.batch / job.accum));
+                               json_object_new_uint64(pa.job.batch / pa.job.accum));
         json_add_peak(root, r.peak_phase, r.tensor_peak_bytes, r.total_bytes);
         json_object_object_add(root, "breakdown", breakdown_json(&r));
-        if (gpu_memory) {
-            json_add_fit(root, gpu_memory, r.total_bytes);
+        if (pa.gpu_memory) {
+            json_add_fit(root, pa.gpu_memory, r.total_bytes);
             json_object_object_add(root, "max_micro_batch", json_object_new_uint64(mmb));
             json_object_object_add(root, "recommended_limit_bytes",
                                    json_object_new_uint64(recommended));
@@ -725,9 +724,9 @@ cmd_plan(int argc, char **argv)
     char a[32], b2[32];
     printf("%s, %llu parameters; micro-batch %llu x %llu tokens, accum %llu, %s, %s%s\n",
            plan_arch_name(m.arch), (unsigned long long)r.params,
-           (unsigned long long)(job.batch / job.accum), (unsigned long long)job.seq,
-           (unsigned long long)job.accum, plan_precision_name(job.precision),
-           plan_optimizer_name(job.optimizer), job.checkpointing ? ", checkpointing" : "");
+           (unsigned long long)(pa.job.batch / pa.job.accum), (unsigned long long)pa.job.seq,
+           (unsigned long long)pa.job.accum, plan_precision_name(pa.job.precision),
+           plan_optimizer_name(pa.job.optimizer), pa.job.checkpointing ? ", checkpointing" : "");
     printf("  weights            %12s\n", fmt(r.weights_bytes, a, sizeof a));
     printf("  gradients          %12s\n", fmt(r.gradients_bytes, a, sizeof a));
     printf("  optimizer states   %12s\n", fmt(r.optimizer_bytes, a, sizeof a));
@@ -735,12 +734,13 @@ cmd_plan(int argc, char **argv)
     printf("  temporary buffers  %12s\n", fmt(r.temporary_bytes, a, sizeof a));
     print_peak_lines(r.tensor_peak_bytes, r.peak_phase, r.allocator_bytes,
                      r.context_bytes, r.total_bytes);
-    if (gpu_memory) {
+    if (pa.gpu_memory) {
         printf("GPU memory %s: %s; largest micro-batch that fits: %llu\n",
-               fmt(gpu_memory, a, sizeof a), r.total_bytes <= gpu_memory ? "fits" : "does NOT fit",
+               fmt(pa.gpu_memory, a, sizeof a),
+               r.total_bytes <= pa.gpu_memory ? "fits" : "does NOT fit",
                (unsigned long long)mmb);
         printf("cap to give the job (12.5%% headroom): %s%s\n", fmt(recommended, b2, sizeof b2),
-               recommended > gpu_memory ? " (more than the GPU has)" : "");
+               recommended > pa.gpu_memory ? " (more than the GPU has)" : "");
     }
     for (size_t k = 0; k < nw; k++)
         if (w[k].ok)

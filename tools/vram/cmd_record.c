@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,22 +52,32 @@ enum { REC_FAIL = 1, REC_USAGE = 2 };
 
 #define REC_DEFAULT_OUTPUT "vram.trace.csv"
 
-enum opt_id { OPT_OUTPUT, OPT_LIMIT, OPT_DRIVER_VIEW, OPT_NO_SITES, OPT_PRELOAD };
-
-static const struct cli_opt opt_table[] = {
-    {OPT_OUTPUT, "output", 'o', "FILE",
-     "the trace to write (gzip-compressed when it ends in .gz); default "
-     REC_DEFAULT_OUTPUT},
-    {OPT_LIMIT, "limit", 0, "SPEC", "GPU memory quota while recording, as vram run --limit"},
-    {OPT_DRIVER_VIEW, "driver-view", 0, NULL,
-     "leave the frameworks' own allocators as they are: the trace then holds their "
-     "pool segments, not tensors"},
-    {OPT_NO_SITES, "no-sites", 0, NULL,
-     "record no call sites (the code that allocated): a format-1 trace, as before"},
-    {OPT_PRELOAD, "preload", 0, "PATH", "the preload library, as vram run --preload"},
+struct record_args {
+    const char *output;
+    const char *limit;
+    const char *preload;
+    bool driver_view;
+    bool no_sites;
+    char **command;
 };
 
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+#define AT(member) offsetof(struct record_args, member)
+
+static const struct cli_opt opt_table[] = {
+    {0, "output", 'o', "FILE",
+     "the trace to write (gzip-compressed when it ends in .gz); default "
+     REC_DEFAULT_OUTPUT, .store = CLIOPT_STRING, .field = AT(output)},
+    {0, "limit", 0, "SPEC", "GPU memory quota while recording, as vram run --limit",
+     .store = CLIOPT_STRING, .field = AT(limit)},
+    {0, "driver-view", 0, NULL,
+     "leave the frameworks' own allocators as they are: the trace then holds their "
+     "pool segments, not tensors", .store = CLIOPT_SET, .field = AT(driver_view)},
+    {0, "no-sites", 0, NULL,
+     "record no call sites (the code that allocated): a format-1 trace, as before",
+     .store = CLIOPT_SET, .field = AT(no_sites)},
+    {0, "preload", 0, "PATH", "the preload library, as vram run --preload",
+     .store = CLIOPT_STRING, .field = AT(preload)},
+};
 
 static void
 record_notes(FILE *out)
@@ -87,60 +98,13 @@ static const struct cli_command record_cmd = {
     .synopsis = "[OPTIONS] [--] COMMAND [ARGS...]",
     .about = "Run COMMAND with the preload library recording every GPU allocation\n"
              "and free into a trace that vram analyze and vram replay read.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = record_notes,
     .exit_status = "the command's; 1 vram could not start it, or its trace cannot be "
                    "read; 2 bad usage (nothing was run); 126 COMMAND cannot be executed; "
                    "127 COMMAND not found; 128+N if COMMAND was killed by signal N.",
     .stop_at_operand = true,
 };
-
-struct record_args {
-    const char *output;
-    const char *limit;
-    const char *preload;
-    bool driver_view;
-    bool no_sites;
-    char **command;
-};
-
-/* One option of `vram record` (cliopt_handler; the command is no
-** operand of it: cliopt_parse stops there). */
-static int
-record_option(void *ctx, const struct cli_opt *opt, const char *value)
-{
-    struct record_args *a = ctx;
-    switch ((enum opt_id)opt->id) {
-    case OPT_OUTPUT:
-        a->output = value;
-        break;
-    case OPT_LIMIT:
-        a->limit = value;
-        break;
-    case OPT_DRIVER_VIEW:
-        a->driver_view = true;
-        break;
-    case OPT_NO_SITES:
-        a->no_sites = true;
-        break;
-    case OPT_PRELOAD:
-        a->preload = value;
-        break;
-    }
-    return CLIOPT_GO_ON;
-}
-
-/* Parse ARGV into A. Returns -1 to go on, else the exit status. */
-static int
-parse_args(int argc, char **argv, struct record_args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->output = REC_DEFAULT_OUTPUT;
-    /* The command starts at the first operand: what follows are its own
-    ** arguments, options or not. */
-    return cliopt_parse(&record_cmd, argc, argv, record_option, a, &a->command);
-}
 
 /*
 ** OUTPUT made absolute into ABS, and created (emptied) now, so that a path
@@ -189,6 +153,20 @@ set_or_fail(const char *who, const char *name, const char *value)
     return -1;
 }
 
+/* NAME (now CURRENT, "" unset) set to VALUE when unset; a value other
+** than VALUE or ALSO_OK (may be NULL) is kept, and a line says that WHAT
+** are recorded as the framework's pool's regions. */
+static int
+steer(const char *who, const char *name, const char *current, const char *value,
+      const char *also_ok, const char *what)
+{
+    if (current[0] == '\0')
+        return set_or_fail(who, name, value);
+    if (strcmp(current, value) != 0 && (also_ok == NULL || strcmp(current, also_ok) != 0))
+        cli_error("%s: %s is set: %s are recorded as its pool's regions", who, name, what);
+    return -1;
+}
+
 /*
 ** The frameworks' settings (see the head of this file). A value the user
 ** set is kept; one line on standard error says so when it keeps the
@@ -210,23 +188,12 @@ steer_frameworks(const char *who, const struct env_run *env)
                   "tensors are recorded as its pool's segments",
                   who);
     }
-    if (env->tf_gpu_allocator[0] == '\0') {
-        if ((rc = set_or_fail(who, "TF_GPU_ALLOCATOR", "cuda_malloc_async")) >= 0)
-            return rc;
-    } else if (strcmp(env->tf_gpu_allocator, "cuda_malloc_async") != 0) {
-        cli_error("%s: TF_GPU_ALLOCATOR is set: TensorFlow's tensors are recorded "
-                  "as its pool's regions",
-                  who);
-    }
-    if (env->xla_allocator[0] == '\0') {
-        if ((rc = set_or_fail(who, "XLA_PYTHON_CLIENT_ALLOCATOR", "cuda_async")) >= 0)
-            return rc;
-    } else if (strcmp(env->xla_allocator, "platform") != 0 &&
-               strcmp(env->xla_allocator, "cuda_async") != 0) {
-        cli_error("%s: XLA_PYTHON_CLIENT_ALLOCATOR is set: JAX's buffers are "
-                  "recorded as its pool's regions",
-                  who);
-    }
+    if ((rc = steer(who, "TF_GPU_ALLOCATOR", env->tf_gpu_allocator, "cuda_malloc_async",
+                    NULL, "TensorFlow's tensors")) >= 0)
+        return rc;
+    if ((rc = steer(who, "XLA_PYTHON_CLIENT_ALLOCATOR", env->xla_allocator, "cuda_async",
+                    "platform", "JAX's buffers")) >= 0)
+        return rc;
     if (env->xla_preallocate[0] == '\0' &&
         (rc = set_or_fail(who, "XLA_PYTHON_CLIENT_PREALLOCATE", "false")) >= 0)
         return rc;
@@ -294,8 +261,9 @@ record_prepare(const char *who, const char *output, bool driver_view, bool sites
 int
 cmd_record(int argc, char **argv)
 {
-    struct record_args a;
-    int rc = parse_args(argc, argv, &a);
+    /* The command starts at the first operand, as in vram run. */
+    struct record_args a = {.output = REC_DEFAULT_OUTPUT};
+    int rc = cliopt_parse(&record_cmd, argc, argv, NULL, &a, &a.command);
     if (rc >= 0)
         return rc;
     char group[LEDGER_GROUP_LEN];

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <json-c/json.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,44 +43,8 @@
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
 
-enum opt_id {
-    OPT_BACKEND,
-    OPT_STRATEGY,
-    OPT_LIMIT,
-    OPT_DEVICE_MEMORY,
-    OPT_REPEAT,
-    OPT_MIN_LIMIT,
-    OPT_WARM,
-    OPT_DRIVER_COSTS,
-    OPT_JSON
-};
-
-static const struct cli_opt opt_table[] = {
-    {OPT_BACKEND, "backend", 0, "sim|cuda",
-     "replay on the simulated device (default) or on the GPU through the CUDA "
-     "driver"},
-    {OPT_STRATEGY, "strategy", 0, "NAME[,NAME...]|all",
-     "strategies to replay under (default: growth)"},
-    {OPT_LIMIT, "limit", 0, "SIZE",
-     "cap of each device (memory_limit), e.g. 6G; default: none"},
-    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
-     "memory of each simulated device (default: an H200's 143771 MiB); "
-     "--backend sim only"},
-    {OPT_REPEAT, "repeat", 0, "N", "replay N times (1..1000) and report the median ns/op"},
-    {OPT_MIN_LIMIT, "min-limit", 0, NULL,
-     "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
-     "between peak in use and the device memory"},
-    {OPT_WARM, "warm", 0, NULL,
-     "time a second pass over the trace on the same allocator, as in a long "
-     "training run (the first pass obtains the memory; untimed)"},
-    {OPT_DRIVER_COSTS, "driver-costs", 0, "MODEL",
-     "--backend sim only: every backend call takes what the CUDA driver's costs "
-     "on MODEL (h200: measured on an NVIDIA H200), so that ns/op models the "
-     "GPU's whole time, driver calls included"},
-    {OPT_JSON, "json", 0, NULL, "print one JSON object per line (sizes in bytes)"},
-};
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+/* The options replay_arg parses or notes (OPT_DEVICE_MEMORY: given). */
+enum opt_id { OPT_BACKEND, OPT_STRATEGY, OPT_DEVICE_MEMORY, OPT_DRIVER_COSTS };
 
 /* Every strategy the library knows, in the order of the public list. */
 static const vram_strategy all_strategies[] = {
@@ -89,6 +54,61 @@ static const vram_strategy all_strategies[] = {
 };
 
 #define N_STRATEGIES (sizeof all_strategies / sizeof all_strategies[0])
+
+/* ------------------------------------------------------------------ */
+/* Settings and results                                                 */
+/* ------------------------------------------------------------------ */
+
+struct replay_settings {
+    vram_backend_kind backend;              /* VRAM_BACKEND_SIM or _CUDA */
+    bool device_memory_given;               /* --device-memory was on the line */
+    vram_strategy strategies[N_STRATEGIES]; /* in the order asked, no repeats */
+    size_t n_strategies;
+    uint64_t limit_bytes;   /* 0 = no cap given */
+    uint64_t device_memory; /* bytes per simulated device; with cuda, the
+                               smallest GPU's total (--min-limit's bound) */
+    uint64_t repeat;        /* runs per trace and strategy, 1..1000 */
+    bool min_limit;
+    bool warm; /* --warm: time a second pass */
+    bool json;
+};
+
+/* Where parse_args puts what it reads. */
+struct replay_args {
+    struct replay_settings set;
+    const char **paths; /* the traces, pointing into ARGV */
+    int n_paths;
+};
+
+#define AT(member) offsetof(struct replay_args, set.member)
+
+static const struct cli_opt opt_table[] = {
+    {OPT_BACKEND, "backend", 0, "sim|cuda",
+     "replay on the simulated device (default) or on the GPU through the CUDA "
+     "driver", .store = CLIOPT_CALL},
+    {OPT_STRATEGY, "strategy", 0, "NAME[,NAME...]|all",
+     "strategies to replay under (default: growth)", .store = CLIOPT_CALL},
+    {0, "limit", 0, "SIZE", "cap of each device (memory_limit), e.g. 6G; default: none",
+     .store = CLIOPT_SIZE, .field = AT(limit_bytes)},
+    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
+     "memory of each simulated device (default: an H200's 143771 MiB); "
+     "--backend sim only", .store = CLIOPT_SIZE, .field = AT(device_memory), .notify = true},
+    {0, "repeat", 0, "N", "replay N times (1..1000) and report the median ns/op",
+     .store = CLIOPT_COUNT, .field = AT(repeat), .min = 1, .max = 1000},
+    {0, "min-limit", 0, NULL,
+     "also find the smallest cap (1 MiB resolution) with no OOM, by bisection "
+     "between peak in use and the device memory", .store = CLIOPT_SET, .field = AT(min_limit)},
+    {0, "warm", 0, NULL,
+     "time a second pass over the trace on the same allocator, as in a long "
+     "training run (the first pass obtains the memory; untimed)",
+     .store = CLIOPT_SET, .field = AT(warm)},
+    {OPT_DRIVER_COSTS, "driver-costs", 0, "MODEL",
+     "--backend sim only: every backend call takes what the CUDA driver's costs "
+     "on MODEL (h200: measured on an NVIDIA H200), so that ns/op models the "
+     "GPU's whole time, driver calls included", .store = CLIOPT_CALL},
+    {0, "json", 0, NULL, "print one JSON object per line (sizes in bytes)",
+     .store = CLIOPT_SET, .field = AT(json)},
+};
 
 static void
 replay_notes(FILE *out)
@@ -105,28 +125,9 @@ static const struct cli_command replay_cmd = {
     .about = "Replay .csv or .csv.gz allocation traces through the allocator on a\n"
              "simulated GPU (or the real one: --backend cuda) and report, per trace\n"
              "and strategy, what it cost.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = replay_notes,
     .exit_status = "0 ok, 1 failure, 2 bad usage or a malformed trace.",
-};
-
-/* ------------------------------------------------------------------ */
-/* Settings and results                                                 */
-/* ------------------------------------------------------------------ */
-
-struct replay_settings {
-    vram_backend_kind backend;              /* VRAM_BACKEND_SIM or _CUDA */
-    bool device_memory_given;               /* --device-memory was on the line */
-    vram_strategy strategies[N_STRATEGIES]; /* in the order asked, no repeats */
-    size_t n_strategies;
-    uint64_t limit_bytes;   /* 0 = no cap given */
-    uint64_t device_memory; /* bytes per simulated device; with cuda, the
-                               smallest GPU's total (--min-limit's bound) */
-    unsigned repeat;        /* runs per trace and strategy, 1..1000 */
-    bool min_limit;
-    bool warm; /* --warm: time a second pass */
-    bool json;
 };
 
 /* --driver-costs MODEL, or NULL: the simulated device's driver cost model
@@ -407,7 +408,7 @@ replay_repeated(const struct trace *t, vram_strategy st,
     double times[1000];
     struct replay_result first, r;
     memset(&first, 0, sizeof first);
-    for (unsigned i = 0; i < set->repeat; i++) {
+    for (uint64_t i = 0; i < set->repeat; i++) {
         int rc = replay_once(t, set->backend, st, set->limit_bytes, set->device_memory,
                              set->warm, sl, &r);
         if (rc != REPLAY_OK)
@@ -416,7 +417,7 @@ replay_repeated(const struct trace *t, vram_strategy st,
             first = r;
         times[i] = r.ns_per_op;
     }
-    first.ns_per_op = median_of(times, set->repeat);
+    first.ns_per_op = median_of(times, (unsigned)set->repeat);
     *out = first;
     return REPLAY_OK;
 }
@@ -509,10 +510,17 @@ meta_per_block(const struct replay_result *r)
     return r->peak_live_blocks ? r->metadata_bytes / r->peak_live_blocks : 0;
 }
 
+struct json_object *
+cli_json_fixed(double v, int decimals)
+{
+    char num[64];
+    snprintf(num, sizeof num, "%.*f", decimals, v);
+    return json_object_new_double_s(v, num);
+}
+
 static int
 print_json_row(const struct replay_row *row, bool with_min_limit)
 {
-    char num[64];
     struct json_object *o = json_object_new_object();
     if (o == NULL)
         return REPLAY_FAIL;
@@ -520,24 +528,20 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
     json_object_object_add(o, "strategy",
                            json_object_new_string(vram_strategy_name(row->strategy)));
     json_object_object_add(o, "ops", json_object_new_uint64(row->r.ops));
-    snprintf(num, sizeof num, "%.1f", row->r.ns_per_op);
-    json_object_object_add(o, "ns_per_op",
-                           json_object_new_double_s(row->r.ns_per_op, num));
+    json_object_object_add(o, "ns_per_op", cli_json_fixed(row->r.ns_per_op, 1));
     json_object_object_add(o, "peak_in_use_bytes",
                            json_object_new_uint64(row->r.peak_in_use_bytes));
     json_object_object_add(o, "peak_reserved_bytes",
                            json_object_new_uint64(row->r.peak_reserved_bytes));
-    double frag = fragmentation_of(&row->r);
-    snprintf(num, sizeof num, "%.3f", frag);
-    json_object_object_add(o, "fragmentation", json_object_new_double_s(frag, num));
+    json_object_object_add(o, "fragmentation",
+                           cli_json_fixed(fragmentation_of(&row->r), 3));
     json_object_object_add(o, "ooms", json_object_new_uint64(row->r.ooms));
     json_object_object_add(o, "warm", json_object_new_boolean(row->r.warm));
     if (replay_driver_costs != NULL) {
         json_object_object_add(o, "driver_costs",
                                json_object_new_string(replay_driver_costs));
-        snprintf(num, sizeof num, "%.1f", row->r.driver_ns_per_op);
         json_object_object_add(o, "driver_ns_per_op",
-                               json_object_new_double_s(row->r.driver_ns_per_op, num));
+                               cli_json_fixed(row->r.driver_ns_per_op, 1));
     }
     json_object_object_add(o, "backend_calls",
                            json_object_new_uint64(row->r.backend_calls));
@@ -645,19 +649,12 @@ print_table(const struct replay_row *rows, size_t n_rows, bool with_min_limit)
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
 
-/* Where parse_args puts what it reads. */
-struct replay_args {
-    struct replay_settings *set;
-    const char **paths; /* the traces, pointing into ARGV */
-    int n_paths;
-};
-
 /* One option or operand of `vram replay` (cliopt_handler). */
 static int
 replay_arg(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct replay_args *a = ctx;
-    struct replay_settings *set = a->set;
+    struct replay_settings *set = &a->set;
     if (o == NULL) {
         a->paths[a->n_paths++] = value;
         return CLIOPT_GO_ON;
@@ -677,36 +674,14 @@ replay_arg(void *ctx, const struct cli_opt *o, const char *value)
         if (!parse_strategies(value, set))
             return CLI_EXIT_USAGE;
         break;
-    case OPT_LIMIT:
-        if (!cliopt_size(&replay_cmd, o->name, value, &set->limit_bytes))
-            return CLI_EXIT_USAGE;
-        break;
     case OPT_DEVICE_MEMORY:
-        if (!cliopt_size(&replay_cmd, o->name, value, &set->device_memory))
-            return CLI_EXIT_USAGE;
         set->device_memory_given = true;
-        break;
-    case OPT_REPEAT: {
-        uint64_t n = 0;
-        if (!cliopt_count(&replay_cmd, o->name, value, 1, 1000, &n))
-            return CLI_EXIT_USAGE;
-        set->repeat = (unsigned)n;
-        break;
-    }
-    case OPT_MIN_LIMIT:
-        set->min_limit = true;
-        break;
-    case OPT_WARM:
-        set->warm = true;
         break;
     case OPT_DRIVER_COSTS:
         if (strcmp(value, "h200") != 0)
             return cliopt_usage_error(
                 &replay_cmd, "--driver-costs '%s': the known model is h200", value);
         replay_driver_costs = "h200";
-        break;
-    case OPT_JSON:
-        set->json = true;
         break;
     }
     return CLIOPT_GO_ON;
@@ -720,9 +695,10 @@ static int
 parse_args(int argc, char **argv, struct replay_settings *set, const char **paths,
            int *n_paths)
 {
-    struct replay_args a = {set, paths, 0};
+    struct replay_args a = {*set, paths, 0};
     int rc = cliopt_parse(&replay_cmd, argc, argv, replay_arg, &a, NULL);
     *n_paths = a.n_paths;
+    *set = a.set;
     if (rc != CLIOPT_GO_ON)
         return rc;
     if (*n_paths == 0)
@@ -742,19 +718,26 @@ parse_args(int argc, char **argv, struct replay_settings *set, const char **path
 ** search), into *N_GPUS and *MIN_TOTAL. Returns REPLAY_OK, or returns
 ** REPLAY_FAIL after one line (none if QUIET).
 */
-int
-replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet)
+vram_status
+cli_open_cuda(vram_context **ctx, int *n)
 {
     vram_options opts;
     memset(&opts, 0, sizeof opts);
     opts.backend = VRAM_BACKEND_CUDA;
     opts.ignore_environment = true;
+    *ctx = NULL;
+    *n = 0;
+    vram_status s = vram_open(&opts, ctx);
+    return s == VRAM_OK ? vram_physical_count(*ctx, n) : s;
+}
+
+int
+replay_probe_gpus(int *n_gpus, uint64_t *min_total, bool quiet)
+{
     vram_context *ctx = NULL;
     int n = 0;
     uint64_t least = UINT64_MAX;
-    vram_status s = vram_open(&opts, &ctx);
-    if (s == VRAM_OK)
-        s = vram_physical_count(ctx, &n);
+    vram_status s = cli_open_cuda(&ctx, &n);
     for (int d = 0; s == VRAM_OK && d < n; d++) {
         vram_physical_info info;
         s = vram_physical_info_get(ctx, d, &info);

@@ -31,6 +31,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,22 +89,32 @@ static bool run_says_unlimited = true;
 /* Options: one table, from which both the parser and --help come      */
 /* ------------------------------------------------------------------ */
 
-enum opt_id { OPT_LIMIT, OPT_GROUP, OPT_REPORT, OPT_PRELOAD };
-
-static const struct cli_opt opt_table[] = {
-    {OPT_LIMIT, "limit", 0, "SPEC",
-     "GPU memory quota (sets VRAM_LIMIT): 6G, 50%, 0.5, 0:6G,1:4G, GPU-<uuid>:6G"},
-    {OPT_GROUP, "group", 0, "NAME",
-     "share the quota with every process of group NAME (sets VRAM_GROUP); "
-     "default: a fresh group for this run"},
-    {OPT_REPORT, "report", 0, NULL,
-     "wait for the command, then print each device's peak to standard error"},
-    {OPT_PRELOAD, "preload", 0, "PATH",
-     "the preload library (default: VRAM_PRELOAD_LIBRARY, else the installed "
-     PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)"},
+struct run_args {
+    const char *limit;   /* --limit, or NULL */
+    const char *group;   /* --group, or NULL */
+    const char *preload; /* --preload, or NULL */
+    bool report;
+    char **command; /* NULL-terminated: argv's tail */
 };
 
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+#define AT(member) offsetof(struct run_args, member)
+
+static const struct cli_opt opt_table[] = {
+    {0, "limit", 0, "SPEC",
+     "GPU memory quota (sets VRAM_LIMIT): 6G, 50%, 0.5, 0:6G,1:4G, GPU-<uuid>:6G",
+     .store = CLIOPT_STRING, .field = AT(limit)},
+    {0, "group", 0, "NAME",
+     "share the quota with every process of group NAME (sets VRAM_GROUP); "
+     "default: a fresh group for this run",
+     .store = CLIOPT_STRING, .field = AT(group)},
+    {0, "report", 0, NULL,
+     "wait for the command, then print each device's peak to standard error",
+     .store = CLIOPT_SET, .field = AT(report)},
+    {0, "preload", 0, "PATH",
+     "the preload library (default: VRAM_PRELOAD_LIBRARY, else the installed "
+     PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)",
+     .store = CLIOPT_STRING, .field = AT(preload)},
+};
 
 static void
 run_notes(FILE *out)
@@ -125,55 +136,13 @@ static const struct cli_command run_cmd = {
     .about = "Run COMMAND with the quota enforcer (" PRELOAD_NAME ") preloaded, so\n"
              "that COMMAND and every process it starts share one GPU memory quota\n"
              "per device. Past the quota an allocation fails as out of memory.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = run_notes,
     .exit_status = "the command's; 1 vram could not start it; 2 bad usage or a malformed "
                    "setting (nothing was run); 126 COMMAND cannot be executed; 127 COMMAND "
                    "not found; with --report, 128+N if COMMAND was killed by signal N.",
     .stop_at_operand = true,
 };
-
-struct run_args {
-    const char *limit;   /* --limit, or NULL */
-    const char *group;   /* --group, or NULL */
-    const char *preload; /* --preload, or NULL */
-    bool report;
-    char **command; /* NULL-terminated: argv's tail */
-};
-
-/* One option of `vram run` (cliopt_handler; the command is no
-** operand of it: cliopt_parse stops there). */
-static int
-run_option(void *ctx, const struct cli_opt *opt, const char *value)
-{
-    struct run_args *a = ctx;
-    switch ((enum opt_id)opt->id) {
-    case OPT_LIMIT:
-        a->limit = value;
-        break;
-    case OPT_GROUP:
-        a->group = value;
-        break;
-    case OPT_PRELOAD:
-        a->preload = value;
-        break;
-    case OPT_REPORT:
-        a->report = true;
-        break;
-    }
-    return CLIOPT_GO_ON;
-}
-
-/* Parse ARGV into A. Returns -1 to go on, else the exit status. */
-static int
-parse_args(int argc, char **argv, struct run_args *a)
-{
-    memset(a, 0, sizeof *a);
-    /* The command starts at the first operand: what follows are its own
-    ** arguments, options or not. */
-    return cliopt_parse(&run_cmd, argc, argv, run_option, a, &a->command);
-}
 
 /* ------------------------------------------------------------------ */
 /* The settings                                                         */
@@ -958,8 +927,10 @@ run_command_watched(char **command, const char *group, const struct run_watch *w
 int
 cmd_run(int argc, char **argv)
 {
-    struct run_args a;
-    int rc = parse_args(argc, argv, &a);
+    /* The command starts at the first operand: what follows are its own
+    ** arguments, options or not. */
+    struct run_args a = {.limit = NULL};
+    int rc = cliopt_parse(&run_cmd, argc, argv, NULL, &a, &a.command);
     if (rc >= 0)
         return rc;
     char group[LEDGER_GROUP_LEN];

@@ -7,6 +7,7 @@
 ** come from VRAM_METRICS_LIST, like `vram top` and the exporter.
 */
 #include <json-c/json.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +19,29 @@
 #include "monitor/prom.h"
 #include "base/size.h"
 
-enum opt_id { OPT_JSON, OPT_PROM, OPT_CONFIG, OPT_MARKDOWN, OPT_NO_NVML };
+/* What the command line asks of `vram stat`. */
+enum { FMT_TABLE, FMT_JSON, FMT_PROM };
+struct stat_args {
+    int fmt; /* FMT_... */
+    bool nvml;
+};
+
+#define AT(member) offsetof(struct stat_args, member)
+
+enum opt_id { OPT_CONFIG, OPT_MARKDOWN };
 
 static const struct cli_opt opt_table[] = {
-    {OPT_JSON, "json", 0, NULL, "print JSON (sizes in integer bytes)"},
-    {OPT_PROM, "prometheus", 0, NULL, "print what the exporter serves at /metrics"},
-    {OPT_CONFIG, "config", 0, NULL, "print every setting vram would use here and its source"},
-    {OPT_MARKDOWN, "metrics-markdown", 0, NULL, "print the metric list (docs/METRICS.md)"},
-    {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
+    {FMT_JSON, "json", 0, NULL, "print JSON (sizes in integer bytes)", .store = CLIOPT_ID,
+     .field = AT(fmt)},
+    {FMT_PROM, "prometheus", 0, NULL, "print what the exporter serves at /metrics",
+     .store = CLIOPT_ID, .field = AT(fmt)},
+    {OPT_CONFIG, "config", 0, NULL, "print every setting vram would use here and its source",
+     .store = CLIOPT_CALL},
+    {OPT_MARKDOWN, "metrics-markdown", 0, NULL, "print the metric list (docs/METRICS.md)",
+     .store = CLIOPT_CALL},
+    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",
+     .store = CLIOPT_CLEAR, .field = AT(nvml)},
 };
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static const struct cli_command stat_cmd = {
     .prog = "vram stat",
@@ -35,8 +49,7 @@ static const struct cli_command stat_cmd = {
     .about =
         "GPU memory per device (index, name, use), per group (quota, use, refusals)\n"
         "and per process, once, from the vram ledgers of the calling user and NVML.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 failure, 2 bad usage.",
     .no_operands = true,
 };
@@ -158,15 +171,31 @@ metric_cells(char (*r)[CELL_LEN], int first, enum metric_scope scope, const void
             cell((enum metric_id)id, row, r[c++], CELL_LEN);
 }
 
-/* GPU's index ("-" when NVML does not know it) into BUF. */
-static void
-gpu_cell(const struct mon_view *v, const char *uuid, char *buf)
+void
+cli_gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
 {
     const struct mon_device *d = mon_device_of(v, uuid);
     if (d != NULL && d->index >= 0)
-        snprintf(buf, CELL_LEN, "%d", d->index);
+        snprintf(buf, len, "%d", d->index);
     else
-        snprintf(buf, CELL_LEN, "-");
+        snprintf(buf, len, "-");
+}
+
+/* A process's own columns: its pid, command and group. */
+static void
+proc_cols(struct table *t)
+{
+    table_col(t, "PID", 0, true);
+    table_col(t, "COMMAND", 15, false);
+    table_col(t, "GROUP", 16, false);
+}
+
+static void
+proc_cells(char (*r)[CELL_LEN], const struct mon_proc *p)
+{
+    snprintf(r[0], CELL_LEN, "%ld", (long)p->pid);
+    snprintf(r[1], CELL_LEN, "%s", p->comm);
+    snprintf(r[2], CELL_LEN, "%s", p->group[0] ? p->group : "-");
 }
 
 /* Host memory: one row per process and group, whatever its GPUs. */
@@ -175,18 +204,14 @@ print_host_table(const struct mon_view *v)
 {
     struct table t = {0};
     printf("\nHOST MEMORY\n");
-    table_col(&t, "PID", 0, true);
-    table_col(&t, "COMMAND", 15, false);
-    table_col(&t, "GROUP", 16, false);
+    proc_cols(&t);
     metric_cols(&t, METRIC_HOST);
     for (int i = 0; i < v->n_procs; i++) {
         const struct mon_proc *p = &v->procs[i];
         char (*r)[CELL_LEN] = p->host_row ? table_row(&t) : NULL;
         if (r == NULL)
             continue;
-        snprintf(r[0], CELL_LEN, "%ld", (long)p->pid);
-        snprintf(r[1], CELL_LEN, "%s", p->comm);
-        snprintf(r[2], CELL_LEN, "%s", p->group[0] ? p->group : "-");
+        proc_cells(r, p);
         metric_cells(r, 3, METRIC_HOST, p);
     }
     table_print(&t);
@@ -205,7 +230,7 @@ print_tables(const struct mon_view *v)
         char (*r)[CELL_LEN] = table_row(&t);
         if (r == NULL)
             break;
-        gpu_cell(v, v->devices[i].uuid, r[0]);
+        cli_gpu_index(v, v->devices[i].uuid, r[0], CELL_LEN);
         snprintf(r[1], CELL_LEN, "%s", v->devices[i].name[0] ? v->devices[i].name : "-");
         metric_cells(r, 2, METRIC_DEVICE, &v->devices[i]);
         snprintf(r[t.n_cols - 1], CELL_LEN, "%s", v->devices[i].uuid);
@@ -221,7 +246,7 @@ print_tables(const struct mon_view *v)
         char (*r)[CELL_LEN] = table_row(&t);
         if (r == NULL)
             break;
-        gpu_cell(v, v->groups[i].uuid, r[0]);
+        cli_gpu_index(v, v->groups[i].uuid, r[0], CELL_LEN);
         snprintf(r[1], CELL_LEN, "%s", v->groups[i].group);
         metric_cells(r, 2, METRIC_GROUP, &v->groups[i]);
     }
@@ -230,19 +255,15 @@ print_tables(const struct mon_view *v)
     t = (struct table){0};
     printf("\nPROCESSES\n");
     table_col(&t, "GPU", 0, true);
-    table_col(&t, "PID", 0, true);
-    table_col(&t, "COMMAND", 15, false);
-    table_col(&t, "GROUP", 16, false);
+    proc_cols(&t);
     metric_cols(&t, METRIC_PROCESS);
     for (int i = 0; i < v->n_procs; i++) {
         const struct mon_proc *p = &v->procs[i];
         char (*r)[CELL_LEN] = table_row(&t);
         if (r == NULL)
             break;
-        gpu_cell(v, p->uuid, r[0]);
-        snprintf(r[1], CELL_LEN, "%ld", (long)p->pid);
-        snprintf(r[2], CELL_LEN, "%s", p->comm);
-        snprintf(r[3], CELL_LEN, "%s", p->group[0] ? p->group : "-");
+        cli_gpu_index(v, p->uuid, r[0], CELL_LEN);
+        proc_cells(r + 1, p);
         metric_cells(r, 4, METRIC_PROCESS, p);
     }
     table_print(&t);
@@ -311,48 +332,27 @@ print_json(const struct mon_view *v)
     return 0;
 }
 
-/* The ledgers that could not be read (another vram version...): one line
-** each on stderr; the output shows the others. */
-static void
-say_unread(const struct mon_view *v)
+void
+cli_say_unread(const char *who, const struct mon_view *v)
 {
     for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++)
-        cli_error("stat: %s", v->unread[i]);
+        cli_error("%s: %s", who, v->unread[i]);
     if (v->n_unread > MON_MAX_UNREAD)
-        cli_error("stat: and %d more ledgers not read", v->n_unread - MON_MAX_UNREAD);
+        cli_error("%s: and %d more ledgers not read", who, v->n_unread - MON_MAX_UNREAD);
 }
 
-/* What the command line asks of `vram stat`. */
-struct stat_args {
-    enum { FMT_TABLE, FMT_JSON, FMT_PROM } fmt;
-    bool nvml;
-};
-
-/* One option of `vram stat` (cliopt_handler); --config and --markdown
-** print and end the command. */
+/* --config and --metrics-markdown (cliopt_handler): each prints and ends
+** the command. */
 static int
 stat_option(void *ctx, const struct cli_opt *opt, const char *value)
 {
-    struct stat_args *a = ctx;
+    (void)ctx;
     (void)value;
-    switch ((enum opt_id)opt->id) {
-    case OPT_JSON:
-        a->fmt = FMT_JSON;
-        break;
-    case OPT_PROM:
-        a->fmt = FMT_PROM;
-        break;
-    case OPT_CONFIG:
+    if (opt->id == OPT_CONFIG)
         env_print(stdout, NULL, NULL);
-        return fflush(stdout) == 0 ? 0 : 1;
-    case OPT_MARKDOWN:
+    else
         metrics_markdown(stdout);
-        return fflush(stdout) == 0 ? 0 : 1;
-    case OPT_NO_NVML:
-        a->nvml = false;
-        break;
-    }
-    return CLIOPT_GO_ON;
+    return fflush(stdout) == 0 ? 0 : 1;
 }
 
 bool
@@ -380,7 +380,7 @@ cmd_stat(int argc, char **argv)
     const struct mon_view *v = NULL;
     if (!cli_monitor_first("stat", a.nvml, &m, &v))
         return 1;
-    say_unread(v);
+    cli_say_unread("stat", v);
     if (a.fmt == FMT_JSON)
         print_json(v);
     else if (a.fmt == FMT_PROM)

@@ -27,27 +27,6 @@
 #include "base/clock.h"
 #include "base/size.h"
 
-enum opt_id { OPT_INTERVAL, OPT_SORT, OPT_NO_NVML };
-
-static const struct cli_opt opt_table[] = {
-    {OPT_INTERVAL, "interval", 'd', "SECONDS", "seconds between samples, 0.1..3600 (default 1)"},
-    {OPT_SORT, "sort", 0, "KEY", "used, peak, trend or pid (default used)"},
-    {OPT_NO_NVML, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone"},
-};
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
-
-static const struct cli_command top_cmd = {
-    .prog = "vram top",
-    .synopsis = "[-d SECONDS] [--sort KEY] [--no-nvml]",
-    .about = "GPU memory per device (index, name), group and process, live in the\n"
-             "terminal. Keys: q quit, s cycle the sort key, u/p/t/i sort by\n"
-             "used/peak/trend/pid, r reverse.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
-    .exit_status = "0 ok, 1 failure (no terminal, no monitor), 2 bad usage.",
-    .no_operands = true,
-};
-
 enum sort_key { SORT_USED, SORT_PEAK, SORT_TREND, SORT_PID, SORT_COUNT };
 static const char *const sort_names[SORT_COUNT] = {"used", "peak", "trend", "pid"};
 
@@ -279,18 +258,6 @@ line(struct frame *f, int row, int col, bool bold, const char *fmt, ...)
     put_row(f, row, col, bold, buf, NULL);
 }
 
-/* GPU's index as NVML numbers it, "-" when unknown (a GPU only the
-** ledgers know), into BUF. */
-static void
-gpu_index(const struct mon_view *v, const char *uuid, char *buf, size_t len)
-{
-    const struct mon_device *d = mon_device_of(v, uuid);
-    if (d != NULL && d->index >= 0)
-        snprintf(buf, len, "%d", d->index);
-    else
-        snprintf(buf, len, "-");
-}
-
 /* The numbers process row P shows, into *K. */
 static void
 row_key_of(const struct mon_view *v, const struct mon_proc *p, struct row_key *k)
@@ -367,7 +334,7 @@ draw(struct top *t, const struct mon_view *v, const struct mon_proc **order)
         char a[32], b[32], idx[16];
         mib(d->total_bytes, a, sizeof a);
         mib(d->used_bytes, b, sizeof b);
-        gpu_index(v, d->uuid, idx, sizeof idx);
+        cli_gpu_index(v, d->uuid, idx, sizeof idx);
         line(f, row++, 0, false, "%3s %-24.24s %10s %10s  %-12.12s", idx,
              d->name[0] ? d->name : "-", d->total_bytes ? a : "-", b, d->uuid);
         for (int g = 0; g < v->n_groups; g++) {
@@ -424,30 +391,40 @@ struct top_args {
     bool nvml;
 };
 
-/* One option of `vram top` (cliopt_handler). */
+#define AT(member) offsetof(struct top_args, member)
+
+static const struct cli_opt opt_table[] = {
+    {0, "interval", 'd', "SECONDS", "seconds between samples, 0.1..3600 (default 1)",
+     .store = CLIOPT_SECONDS, .field = AT(t.interval_s), .lo = 0.1, .hi = 3600},
+    {0, "sort", 0, "KEY", "used, peak, trend or pid (default used)", .store = CLIOPT_CALL},
+    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",
+     .store = CLIOPT_CLEAR, .field = AT(nvml)},
+};
+
+static const struct cli_command top_cmd = {
+    .prog = "vram top",
+    .synopsis = "[-d SECONDS] [--sort KEY] [--no-nvml]",
+    .about = "GPU memory per device (index, name), group and process, live in the\n"
+             "terminal. Keys: q quit, s cycle the sort key, u/p/t/i sort by\n"
+             "used/peak/trend/pid, r reverse.\n",
+    CLIOPT_TABLE(opt_table),
+    .exit_status = "0 ok, 1 failure (no terminal, no monitor), 2 bad usage.",
+    .no_operands = true,
+};
+
+/* --sort KEY (cliopt_handler; the other options are stored by the table). */
 static int
 top_option(void *ctx, const struct cli_opt *opt, const char *value)
 {
     struct top_args *a = ctx;
-    switch ((enum opt_id)opt->id) {
-    case OPT_INTERVAL:
-        if (!cliopt_seconds(&top_cmd, opt->name, value, 0.1, 3600, &a->t.interval_s))
-            return CLI_EXIT_USAGE;
-        break;
-    case OPT_SORT: {
-        int k = 0;
-        while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
-            k++;
-        if (k == SORT_COUNT)
-            return cliopt_usage_error(
-                &top_cmd, "--sort '%s': expected used, peak, trend or pid", value);
-        a->t.sort = (enum sort_key)k;
-        break;
-    }
-    case OPT_NO_NVML:
-        a->nvml = false;
-        break;
-    }
+    (void)opt;
+    int k = 0;
+    while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
+        k++;
+    if (k == SORT_COUNT)
+        return cliopt_usage_error(&top_cmd, "--sort '%s': expected used, peak, trend or pid",
+                                  value);
+    a->t.sort = (enum sort_key)k;
     return CLIOPT_GO_ON;
 }
 

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,41 +122,50 @@ static const vram_strategy tune_simplicity[] = {
 /* Options                                                              */
 /* ------------------------------------------------------------------ */
 
-enum opt_id {
-    OPT_TRACE,
-    OPT_OUTPUT,
-    OPT_PERIODS,
-    OPT_SECONDS,
-    OPT_ITERATIONS,
-    OPT_DEVICE_MEMORY,
-    OPT_DRIVER_VIEW,
-    OPT_PRELOAD,
-    OPT_JSON
+struct tune_args {
+    const char *trace;
+    const char *output;
+    const char *preload;
+    uint64_t periods;        /* 2..TUNE_PERIODS_MAX */
+    double seconds;
+    uint64_t max_iterations; /* 0: no bound */
+    uint64_t device_memory;  /* 0: unknown */
+    bool driver_view;
+    bool json;
+    char **command;
 };
+
+#define AT(member) offsetof(struct tune_args, member)
 
 static const struct cli_opt opt_table[] = {
-    {OPT_TRACE, "trace", 0, "FILE", "tune an existing trace (.csv or .csv.gz); nothing runs"},
-    {OPT_OUTPUT, "output", 'o', "FILE",
+    {0, "trace", 0, "FILE", "tune an existing trace (.csv or .csv.gz); nothing runs",
+     .store = CLIOPT_STRING, .field = AT(trace)},
+    {0, "output", 'o', "FILE",
      "keep the recording in FILE (plain CSV: it is read while it grows); default: a "
-     "temporary file, removed"},
-    {OPT_PERIODS, "periods", 0, "N",
+     "temporary file, removed", .store = CLIOPT_STRING, .field = AT(output)},
+    {0, "periods", 0, "N",
      "a steady state is N complete iterations after the first whose peaks agree within "
-     "1 % and that span a tenth of the recording (2..1000; default 3)"},
-    {OPT_SECONDS, "seconds", 0, "S",
-     "stop the command after S seconds at most, steady or not (default 600)"},
-    {OPT_ITERATIONS, "iterations", 0, "N",
-     "stop the command after N complete iterations at most, steady or not"},
-    {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
+     "1 % and that span a tenth of the recording (2..1000; default 3)",
+     .store = CLIOPT_COUNT, .field = AT(periods), .min = 2, .max = TUNE_PERIODS_MAX},
+    {0, "seconds", 0, "S",
+     "stop the command after S seconds at most, steady or not (default 600)",
+     .store = CLIOPT_SECONDS, .field = AT(seconds), .lo = 0.1, .hi = 1e7},
+    {0, "iterations", 0, "N",
+     "stop the command after N complete iterations at most, steady or not",
+     .store = CLIOPT_COUNT, .field = AT(max_iterations), .min = 2, .max = UINT32_MAX},
+    {0, "device-memory", 0, "SIZE",
      "the GPU's total memory, for the frameworks' fractions and the replays (default: "
-     "the smallest GPU's, asked of the driver after a recording; with --trace unknown)"},
-    {OPT_DRIVER_VIEW, "driver-view", 0, NULL,
-     "record the frameworks' own allocators as they are, as vram record --driver-view"},
-    {OPT_PRELOAD, "preload", 0, "PATH", "the preload library, as vram run --preload"},
-    {OPT_JSON, "json", 0, NULL,
-     "print one JSON object (sizes in bytes; docs/RECORD.md has the schema)"},
+     "the smallest GPU's, asked of the driver after a recording; with --trace unknown)",
+     .store = CLIOPT_SIZE, .field = AT(device_memory)},
+    {0, "driver-view", 0, NULL,
+     "record the frameworks' own allocators as they are, as vram record --driver-view",
+     .store = CLIOPT_SET, .field = AT(driver_view)},
+    {0, "preload", 0, "PATH", "the preload library, as vram run --preload",
+     .store = CLIOPT_STRING, .field = AT(preload)},
+    {0, "json", 0, NULL,
+     "print one JSON object (sizes in bytes; docs/RECORD.md has the schema)",
+     .store = CLIOPT_SET, .field = AT(json)},
 };
-
-#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static void
 tune_notes(FILE *out)
@@ -176,86 +186,15 @@ static const struct cli_command tune_cmd = {
     .about = "Record COMMAND until its memory use is steady (or read a trace), replay it\n"
              "under every strategy, and recommend a strategy, a GPU memory cap with\n"
              "10-15% headroom and the settings that apply it in each framework.\n",
-    .opts = opt_table,
-    .n_opts = N_OPTS,
+    CLIOPT_TABLE(opt_table),
     .notes = tune_notes,
     .exit_status = "0 recommended from a steady state; 3 recommended from what was seen, "
                    "with no steady state (said); 1 the command failed, recorded nothing, "
                    "or a replay failed; 2 bad usage or an unreadable or malformed trace; "
                    "126 COMMAND cannot be executed; 127 COMMAND not found.",
     .stop_at_operand = true,
+    .command_optional = true, /* with --trace there is none */
 };
-
-struct tune_args {
-    const char *trace;
-    const char *output;
-    const char *preload;
-    unsigned periods;
-    double seconds;
-    uint64_t max_iterations; /* 0: no bound */
-    uint64_t device_memory;  /* 0: unknown */
-    bool driver_view;
-    bool json;
-    char **command;
-};
-
-/* The arguments of `vram tune` (cliopt_handler): options, and the first
-** operand, where COMMAND starts (stop_at_operand makes every later
-** argument an operand: COMMAND's own). */
-struct tune_parse {
-    struct tune_args *a;
-    int argc;
-    char **argv;
-};
-
-static int
-tune_arg(void *ctx, const struct cli_opt *opt, const char *value)
-{
-    struct tune_parse *p = ctx;
-    struct tune_args *a = p->a;
-    uint64_t n;
-    if (opt == NULL) {
-        for (int i = 1; i < p->argc && a->command == NULL; i++)
-            if (p->argv[i] == value)
-                a->command = p->argv + i;
-        return CLIOPT_GO_ON;
-    }
-    switch ((enum opt_id)opt->id) {
-    case OPT_TRACE:
-        a->trace = value;
-        break;
-    case OPT_OUTPUT:
-        a->output = value;
-        break;
-    case OPT_PERIODS:
-        if (!cliopt_count(&tune_cmd, opt->name, value, 2, TUNE_PERIODS_MAX, &n))
-            return TUNE_USAGE;
-        a->periods = (unsigned)n;
-        break;
-    case OPT_SECONDS:
-        if (!cliopt_seconds(&tune_cmd, opt->name, value, 0.1, 1e7, &a->seconds))
-            return TUNE_USAGE;
-        break;
-    case OPT_ITERATIONS:
-        if (!cliopt_count(&tune_cmd, opt->name, value, 2, UINT32_MAX, &a->max_iterations))
-            return TUNE_USAGE;
-        break;
-    case OPT_DEVICE_MEMORY:
-        if (!cliopt_size(&tune_cmd, opt->name, value, &a->device_memory))
-            return TUNE_USAGE;
-        break;
-    case OPT_PRELOAD:
-        a->preload = value;
-        break;
-    case OPT_DRIVER_VIEW:
-        a->driver_view = true;
-        break;
-    case OPT_JSON:
-        a->json = true;
-        break;
-    }
-    return CLIOPT_GO_ON;
-}
 
 /* Parse ARGV into A. Returns -1 to go on, else the exit status. */
 static int
@@ -264,9 +203,7 @@ parse_args(int argc, char **argv, struct tune_args *a)
     memset(a, 0, sizeof *a);
     a->periods = TUNE_PERIODS_DEFAULT;
     a->seconds = TUNE_SECONDS_DEFAULT;
-    struct tune_parse p = {a, argc, argv};
-    /* No REST: with --trace there is no command. */
-    int rc = cliopt_parse(&tune_cmd, argc, argv, tune_arg, &p, NULL);
+    int rc = cliopt_parse(&tune_cmd, argc, argv, NULL, a, &a->command);
     if (rc != CLIOPT_GO_ON)
         return rc;
     if (a->trace != NULL && a->command != NULL)
@@ -412,7 +349,7 @@ watch_poll(void *ctx)
     struct trace *t = load_complete_lines(w->path);
     struct an_result *r = NULL;
     if (t != NULL && t->n_events > 0 && analyze_trace(t, NULL, &r) == VRAM_OK) {
-        steady_of(r, w->a->periods, &w->last);
+        steady_of(r, (unsigned)w->a->periods, &w->last);
         if (w->last.steady)
             w->reason = STOP_STEADY;
         else if (w->a->max_iterations > 0 && w->last.complete + 1 >= w->a->max_iterations)
@@ -720,12 +657,13 @@ json_size_or_null(bool known, uint64_t v)
     return known ? json_object_new_uint64(v) : NULL;
 }
 
+/* CAP as a fraction of the GPU's memory, to 3 decimals; null when that
+** is unknown. */
 static struct json_object *
-json_fixed(double v, int decimals)
+json_fraction(const struct tune *tu, uint64_t cap)
 {
-    char num[64];
-    snprintf(num, sizeof num, "%.*f", decimals, v);
-    return json_object_new_double_s(v, num);
+    return tu->device_memory > 0 ? cli_json_fixed(fraction_of(cap, tu->device_memory), 3)
+                                 : NULL;
 }
 
 static int
@@ -744,7 +682,7 @@ print_json(const struct tune *tu)
     json_object_object_add(o, "iterations_from", json_object_new_string(an_iters_source(r)));
     json_object_object_add(o, "complete_iterations", json_object_new_uint64(s->complete));
     json_object_object_add(o, "steady", json_object_new_boolean(s->steady));
-    json_object_object_add(o, "peak_spread", json_fixed(s->spread, 4));
+    json_object_object_add(o, "peak_spread", cli_json_fixed(s->spread, 4));
     json_object_object_add(o, "recorded", json_object_new_boolean(tu->ran));
     json_object_object_add(o, "stopped",
                            tu->ran ? json_object_new_string(stop_text(tu->reason, false)) : NULL);
@@ -753,7 +691,7 @@ print_json(const struct tune *tu)
     json_object_object_add(o, "peak_in_use_bytes", json_object_new_uint64(r->peak_bytes));
     json_object_object_add(o, "leak", json_object_new_boolean(r->leak));
     json_object_object_add(o, "leak_bytes_per_iteration",
-                           json_fixed(r->leak ? r->leak_bytes_per_iter : 0.0, 0));
+                           cli_json_fixed(r->leak ? r->leak_bytes_per_iter : 0.0, 0));
     json_object_object_add(o, "device_memory_bytes",
                            json_size_or_null(tu->device_memory > 0, tu->device_memory));
     json_object_object_add(o, "replay_device_memory_bytes",
@@ -767,7 +705,7 @@ print_json(const struct tune *tu)
         json_object_object_add(row, "peak_reserved_bytes",
                                json_object_new_uint64(x->peak_reserved_bytes));
         json_object_object_add(row, "fragmentation",
-                               json_fixed(x->peak_in_use_bytes > 0
+                               cli_json_fixed(x->peak_in_use_bytes > 0
                                               ? (double)x->peak_reserved_bytes /
                                                     (double)x->peak_in_use_bytes
                                               : 0.0,
@@ -785,7 +723,7 @@ print_json(const struct tune *tu)
     json_object_object_add(rec, "strategy",
                            json_object_new_string(vram_strategy_name(best->strategy)));
     json_object_object_add(rec, "min_limit_bytes", json_object_new_uint64(best->s.min_limit_bytes));
-    json_object_object_add(rec, "headroom", json_fixed(tu->headroom, 2));
+    json_object_object_add(rec, "headroom", cli_json_fixed(tu->headroom, 2));
     json_object_object_add(rec, "headroom_reason", json_object_new_string(tu->headroom_why));
     json_object_object_add(rec, "cap_bytes", json_object_new_uint64(tu->cap));
     json_object_object_add(o, "recommended", rec);
@@ -796,20 +734,14 @@ print_json(const struct tune *tu)
     json_object_object_add(set, "pytorch_vram", json_object_new_string(line));
     line_torch_fraction(tu, line, sizeof line);
     json_object_object_add(set, "pytorch", json_object_new_string(line));
-    json_object_object_add(set, "pytorch_fraction",
-                           tu->device_memory > 0
-                               ? json_fixed(fraction_of(tu->cap, tu->device_memory), 3)
-                               : NULL);
+    json_object_object_add(set, "pytorch_fraction", json_fraction(tu, tu->cap));
     line_tf(tu, line, sizeof line);
     json_object_object_add(set, "tensorflow", json_object_new_string(line));
     json_object_object_add(set, "tensorflow_memory_limit_mb",
                            json_object_new_uint64(mib_up(tu->tf_cap)));
     line_jax(tu, line, sizeof line);
     json_object_object_add(set, "jax", json_object_new_string(line));
-    json_object_object_add(set, "jax_mem_fraction",
-                           tu->device_memory > 0
-                               ? json_fixed(fraction_of(tu->jax_cap, tu->device_memory), 3)
-                               : NULL);
+    json_object_object_add(set, "jax_mem_fraction", json_fraction(tu, tu->jax_cap));
     json_object_object_add(o, "settings", set);
     printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     json_object_put(o);
@@ -832,8 +764,8 @@ recommend(struct tune *tu, const struct tune_args *a)
     if (rc != 0)
         return rc;
     tu->r = r;
-    tu->periods = a->periods;
-    steady_of(r, a->periods, &tu->steady);
+    tu->periods = (unsigned)a->periods;
+    steady_of(r, tu->periods, &tu->steady);
     tu->replay_memory = tu->device_memory > 0 ? tu->device_memory : VRAM_SIM_DEFAULT_MEMORY;
     for (size_t i = 0; i < N_STRATEGIES && rc == 0; i++) {
         tu->rows[i].strategy = tune_simplicity[i];

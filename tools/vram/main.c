@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
-** main.c -- the `vram` command: dispatch to a subcommand.
-** The table below is the one list of subcommands; `vram help` prints it.
+** main.c -- the `vram` command: dispatch to a subcommand of
+** VRAM_COMMAND_LIST (cmd.h); `vram help` prints the list.
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,27 +33,9 @@ struct command {
 };
 
 static const struct command commands[] = {
-    {"replay", cmd_replay,
-     "replay allocation traces through each strategy on a simulated GPU"},
-    {"env", cmd_env,
-     "print every setting vram reads from the environment, and its source"},
-    {"devices", cmd_devices,
-     "list the GPUs and the logical devices the configuration makes of them"},
-    {"run", cmd_run, "run a command under a GPU memory quota (the preload library)"},
-    {"record", cmd_record,
-     "run a command and record its GPU allocations, tensor by tensor, into a trace"},
-    {"tune", cmd_tune,
-     "record a command until steady, replay it, recommend a strategy, a cap and settings"},
-    {"analyze", cmd_analyze,
-     "peak, iterations, leak verdict, fragmentation and OOM story of a trace"},
-    {"doctor", cmd_doctor,
-     "check the environment, the GPUs or a trace for the usual memory problems"},
-    {"plan", cmd_plan, "predict a training job's peak GPU memory before it runs"},
-    {"stat", cmd_stat, "GPU memory per device, group and process, once (--json, --config)"},
-    {"top", cmd_top, "GPU memory per device, group and process, live in the terminal"},
-    {"exporter", cmd_exporter, "serve the monitoring metrics to Prometheus at /metrics"},
-    {"admin", cmd_admin,
-     "manage the host's policy: /etc/ld.so.preload, the policy file, dmem (root)"},
+#define X(name, function, summary) {name, function, summary},
+    VRAM_COMMAND_LIST(X)
+#undef X
 };
 
 void
