@@ -473,22 +473,25 @@ name_stack(struct trace_writer *w, const struct raw_stack *s, struct py_site **p
 /* ------------------------------------------------------------------ */
 
 /*
-** Room for one more entry in TAB, N entries in 1 << *BITS buckets of SIZE
-** bytes (NULL: none yet; the first has 1 << FIRST_BITS): TAB itself while
-** it stays at most half full, else a table twice as large, each entry
-** placed again by its hash (USED: whether a bucket holds an entry, and its
-** hash), TAB freed and *BITS updated. NULL when out of memory, TAB kept.
+** Room for one more entry in the table at TABP (the address of a pointer
+** to 1 << *BITS buckets of SIZE bytes holding N entries; NULL: none yet,
+** the first has 1 << FIRST_BITS): kept while it stays at most half full,
+** else replaced by one twice as large, each entry placed again by its
+** hash (USED: whether a bucket holds an entry, and its hash), *BITS
+** updated. False when out of memory, the table kept.
 */
-static void *
-table_room(void *tab, unsigned *bits, size_t n, unsigned first_bits, size_t size,
+static bool
+table_room(void *tabp, unsigned *bits, size_t n, unsigned first_bits, size_t size,
            bool (*used)(const void *bucket, uint64_t *h))
 {
+    void *tab;
+    memcpy(&tab, tabp, sizeof tab); /* a pointer to an entry type, as void * holds it */
     if (tab != NULL && (n + 1) * 2 <= (size_t)1 << *bits)
-        return tab;
+        return true;
     unsigned nb = tab == NULL ? first_bits : *bits + 1;
     unsigned char *b = calloc((size_t)1 << nb, size);
     if (b == NULL)
-        return NULL;
+        return false;
     size_t mask = ((size_t)1 << nb) - 1;
     const unsigned char *old = tab;
     for (size_t i = 0; old != NULL && i < ((size_t)1 << *bits); i++) {
@@ -501,8 +504,9 @@ table_room(void *tab, unsigned *bits, size_t n, unsigned first_bits, size_t size
         memcpy(b + j * size, old + i * size, size);
     }
     free(tab);
+    memcpy(tabp, &b, sizeof b);
     *bits = nb;
-    return b;
+    return true;
 }
 
 /* ------------------------------------------------------------------ */
@@ -565,11 +569,8 @@ deep_site(const struct raw_stack *s)
     uint64_t h = raw_hash(s);
     size_t mask, i;
 
-    struct deep_entry *grown =
-        table_room(C.deep, &C.deep_bits, C.n_deep, 8, sizeof *grown, deep_used);
-    if (grown == NULL)
+    if (!table_room(&C.deep, &C.deep_bits, C.n_deep, 8, sizeof *C.deep, deep_used))
         return NULL;
-    C.deep = grown;
     mask = ((size_t)1 << C.deep_bits) - 1;
     i = (size_t)h & mask;
     while (C.deep[i].py != NULL &&
@@ -636,11 +637,8 @@ note_call(void *frame)
     }
     pthread_mutex_lock(&C.lock);
     in_lock = true;
-    struct call_entry *grown =
-        table_room(C.calls, &C.call_bits, C.n_calls, 10, sizeof *grown, call_used);
-    if (grown == NULL)
+    if (!table_room(&C.calls, &C.call_bits, C.n_calls, 10, sizeof *C.calls, call_used))
         goto out;
-    C.calls = grown;
     mask = ((size_t)1 << C.call_bits) - 1;
     j = call_hash(&key) & mask;
     while (C.calls[j].py != NULL &&
@@ -839,11 +837,8 @@ callsite_capture(struct trace_writer *w)
 
     pthread_mutex_lock(&C.lock);
     in_lock = true;
-    struct cache_entry *grown =
-        table_room(C.b, &C.bits, C.n, 10, sizeof *grown, cache_used);
-    if (grown == NULL)
+    if (!table_room(&C.b, &C.bits, C.n, 10, sizeof *C.b, cache_used))
         goto out;
-    C.b = grown;
     e = cache_bucket(C.b, C.bits, h, &s);
     if (e->site == 0) {
         struct py_site *ps;
