@@ -521,6 +521,19 @@ load_vars(struct env_load *L, const enum env_id *ids, size_t n)
 
 /* Copy TEXT, a loaded string, into OUT (LEN bytes); too long for it is
 ** "WHAT longer than N bytes". */
+/* The start of each env_*_load: rows [FIRST, END) loaded into *L, begun
+** with GET. VRAM_E_INVALID when ARGS_OK is false (an output of the
+** caller, FN, is NULL). */
+static vram_status
+load_section(struct env_load *L, env_getter get, void *user, bool args_ok, const char *fn,
+             int first, int end)
+{
+    if (!args_ok)
+        return error_set(VRAM_E_INVALID, "%s: an output is NULL", fn);
+    load_begin(L, get, user);
+    return load_rows(L, first, end);
+}
+
 static vram_status
 copy_loaded(const char *text, char *out, size_t len, const char *what)
 {
@@ -596,19 +609,15 @@ resolve_strategy(struct env_load *L)
 vram_status
 env_load(env_getter get, void *user, struct vram_env *out)
 {
-    if (out == NULL)
-        return error_set(VRAM_E_INVALID, "env_load: OUT is NULL");
     /* About 10 KiB: on the heap would need a failure path of its own. */
     struct env_load L;
-    load_begin(&L, get, user);
-    vram_status st = load_rows(&L, 0, ENV_QUOTA_FIRST);
-    if (st != VRAM_OK)
-        return st;
-    st = resolve_strategy(&L);
-    if (st != VRAM_OK)
-        return st;
-    *out = L.s.env;
-    return VRAM_OK;
+    vram_status st =
+        load_section(&L, get, user, out != NULL, "env_load", 0, ENV_QUOTA_FIRST);
+    if (st == VRAM_OK)
+        st = resolve_strategy(&L);
+    if (st == VRAM_OK)
+        *out = L.s.env;
+    return st;
 }
 
 /* Whether HAMi's variables count: only when neither of vram's own quota
@@ -746,7 +755,7 @@ vram_status
 env_quota_load(env_getter get, void *user, struct quota_env *out)
 {
     if (out == NULL)
-        return error_set(VRAM_E_INVALID, "env_quota_load: OUT is NULL");
+        return error_set(VRAM_E_INVALID, "env_quota_load: an output is NULL");
     struct env_load L;
     load_begin(&L, get, user);
     static const enum env_id own[] = {ENV_VRAM_LIMIT, ENV_VRAM_GROUP};
@@ -790,32 +799,28 @@ env_quota_load(env_getter get, void *user, struct quota_env *out)
 vram_status
 env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set)
 {
-    if (out == NULL || len == 0 || set == NULL)
-        return error_set(VRAM_E_INVALID, "env_visible_load: NULL argument");
     struct env_load L;
-    load_begin(&L, get, user);
-    /* load_read drops an empty value; the driver reads "" as no GPU. */
-    const char *raw = L.get("CUDA_VISIBLE_DEVICES", L.user);
-    vram_status st =
-        load_rows(&L, ENV_CUDA_VISIBLE_DEVICES, ENV_CUDA_VISIBLE_DEVICES + 1);
+    vram_status st = load_section(&L, get, user, out != NULL && len > 0 && set != NULL,
+                                  "env_visible_load", ENV_CUDA_VISIBLE_DEVICES,
+                                  ENV_CUDA_VISIBLE_DEVICES + 1);
     if (st == VRAM_OK)
         st = copy_loaded(L.s.visible, out, len, "CUDA_VISIBLE_DEVICES:");
+    /* load_read drops an empty value; the driver reads "" as no GPU. */
     if (st == VRAM_OK)
-        *set = raw != NULL;
+        *set = L.get("CUDA_VISIBLE_DEVICES", L.user) != NULL;
     return st;
 }
 
 vram_status
 env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites)
 {
-    if (out == NULL || len == 0 || sites == NULL)
-        return error_set(VRAM_E_INVALID, "env_trace_load: OUT is NULL");
-    struct env_load L;
-    load_begin(&L, get, user);
     /* The two rows are neighbours in the table: one call reads both. */
     _Static_assert(ENV_VRAM_TRACE_SITES == ENV_VRAM_TRACE + 1,
                    "VRAM_TRACE_SITES follows VRAM_TRACE");
-    vram_status st = load_rows(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE_SITES + 1);
+    struct env_load L;
+    vram_status st = load_section(&L, get, user, out != NULL && len > 0 && sites != NULL,
+                                  "env_trace_load", ENV_VRAM_TRACE,
+                                  ENV_VRAM_TRACE_SITES + 1);
     if (st == VRAM_OK)
         st = copy_loaded(L.s.env.trace_path, out, len, "VRAM_TRACE: path");
     if (st == VRAM_OK)
@@ -826,15 +831,12 @@ env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites)
 vram_status
 env_run_load(env_getter get, void *user, struct env_run *out)
 {
-    if (out == NULL)
-        return error_set(VRAM_E_INVALID, "env_run_load: OUT is NULL");
     struct env_load L;
-    load_begin(&L, get, user);
-    vram_status st = load_rows(&L, ENV_RUN_FIRST, ENV_COUNT);
-    if (st != VRAM_OK)
-        return st;
-    *out = L.s.run;
-    return VRAM_OK;
+    vram_status st = load_section(&L, get, user, out != NULL, "env_run_load",
+                                  ENV_RUN_FIRST, ENV_COUNT);
+    if (st == VRAM_OK)
+        *out = L.s.run;
+    return st;
 }
 
 const struct env_device_limit *

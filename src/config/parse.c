@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "base/size.h"
 #include "config/parse.h"
+#include "quota/quota.h"
 
 /* A decimal integer in MIN..MAX: digits only, no sign, no space. */
 bool
@@ -90,12 +91,9 @@ parse_caps(const char *s, size_t n, struct env_device_limit *out, char *why, siz
         const char *stop = plus != NULL ? plus : end;
         size_t piece = (size_t)(stop - p);
         char buf[128];
-        if (piece == 0) {
-            snprintf(why, len, "empty size (caps are joined by single '+')");
-            return false;
-        }
-        if (piece >= sizeof buf) {
-            snprintf(why, len, "a size of more than %zu characters", sizeof buf - 1);
+        if (!quota_piece(p, piece, "cap", buf, sizeof buf, why, len)) {
+            if (piece == 0)
+                snprintf(why, len, "empty size (caps are joined by single '+')");
             return false;
         }
         if (lim.n == VRAM_MAX_LOGICAL) {
@@ -103,19 +101,9 @@ parse_caps(const char *s, size_t n, struct env_device_limit *out, char *why, siz
                      VRAM_MAX_LOGICAL);
             return false;
         }
-        memcpy(buf, p, piece);
-        buf[piece] = '\0';
         uint64_t bytes;
-        if (size_parse(buf, &bytes) != VRAM_OK) {
-            error_take(why, len);
+        if (!quota_size_above_0(buf, "cap", &bytes, why, len))
             return false;
-        }
-        if (bytes == 0) {
-            char shown[TEXT_EXCERPT_LEN];
-            snprintf(why, len, "'%s': a cap must be more than 0",
-                     text_excerpt(buf, shown, sizeof shown));
-            return false;
-        }
         lim.bytes[lim.n++] = bytes;
         if (plus == NULL)
             break;

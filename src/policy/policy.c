@@ -413,27 +413,25 @@ policy_load(const char *path, struct policy *out, bool *present)
 /* Who                                                                  */
 /* ------------------------------------------------------------------ */
 
-/* The name of uid/gid ID into BUF (LEN bytes), "" if it has none. */
+/* The name of user (USER true) or group ID into BUF (LEN bytes), "" if it
+** has none or a longer one. The buffer fits the largest group entries. */
 static void
-user_name(uid_t uid, char *buf, size_t len)
+id_name(bool user, unsigned id, char *buf, size_t len)
 {
-    struct passwd pw, *res = NULL;
-    char tmp[4096];
-    buf[0] = '\0';
-    if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res != NULL &&
-        strlen(res->pw_name) < len)
-        snprintf(buf, len, "%s", res->pw_name);
-}
-
-static void
-group_name(gid_t gid, char *buf, size_t len)
-{
-    struct group gr, *res = NULL;
     char tmp[16384];
+    const char *name = NULL;
+    if (user) {
+        struct passwd pw, *res = NULL;
+        if (getpwuid_r((uid_t)id, &pw, tmp, sizeof tmp, &res) == 0 && res != NULL)
+            name = res->pw_name;
+    } else {
+        struct group gr, *res = NULL;
+        if (getgrgid_r((gid_t)id, &gr, tmp, sizeof tmp, &res) == 0 && res != NULL)
+            name = res->gr_name;
+    }
     buf[0] = '\0';
-    if (getgrgid_r(gid, &gr, tmp, sizeof tmp, &res) == 0 && res != NULL &&
-        strlen(res->gr_name) < len)
-        snprintf(buf, len, "%s", res->gr_name);
+    if (name != NULL && strlen(name) < len)
+        snprintf(buf, len, "%s", name);
 }
 
 /* Fill W's groups from GIDS (N of them, PRIMARY first, no repeats). */
@@ -450,7 +448,7 @@ who_groups(struct policy_who *w, gid_t primary, const gid_t *gids, int n)
             w->gid[w->n_groups++] = gids[i];
     }
     for (int k = 0; k < w->n_groups; k++)
-        group_name(w->gid[k], w->group[k], sizeof w->group[k]);
+        id_name(false, w->gid[k], w->group[k], sizeof w->group[k]);
 }
 
 vram_status
@@ -469,7 +467,7 @@ policy_who_current(struct policy_who *out)
     struct policy_who w;
     memset(&w, 0, sizeof w);
     w.uid = geteuid();
-    user_name(w.uid, w.user, sizeof w.user);
+    id_name(true, w.uid, w.user, sizeof w.user);
     who_groups(&w, getegid(), gids, n);
     *out = w;
     return VRAM_OK;

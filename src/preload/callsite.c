@@ -469,6 +469,47 @@ name_stack(struct trace_writer *w, const struct raw_stack *s, struct py_site **p
 }
 
 /* ------------------------------------------------------------------ */
+/* The tables: open addressing, at most half full                       */
+/* ------------------------------------------------------------------ */
+
+/*
+** Room for one more entry in the table at TABP (the address of a pointer
+** to 1 << *BITS buckets of SIZE bytes holding N entries; NULL: none yet,
+** the first has 1 << FIRST_BITS): kept while it stays at most half full,
+** else replaced by one twice as large, each entry placed again by its
+** hash (USED: whether a bucket holds an entry, and its hash), *BITS
+** updated. False when out of memory, the table kept.
+*/
+static bool
+table_room(void *tabp, unsigned *bits, size_t n, unsigned first_bits, size_t size,
+           bool (*used)(const void *bucket, uint64_t *h))
+{
+    void *tab;
+    memcpy(&tab, tabp, sizeof tab); /* a pointer to an entry type, as void * holds it */
+    if (tab != NULL && (n + 1) * 2 <= (size_t)1 << *bits)
+        return true;
+    unsigned nb = tab == NULL ? first_bits : *bits + 1;
+    unsigned char *b = calloc((size_t)1 << nb, size);
+    if (b == NULL)
+        return false;
+    size_t mask = ((size_t)1 << nb) - 1;
+    const unsigned char *old = tab;
+    for (size_t i = 0; old != NULL && i < ((size_t)1 << *bits); i++) {
+        uint64_t h, other;
+        if (!used(old + i * size, &h))
+            continue;
+        size_t j = (size_t)h & mask;
+        while (used(b + j * size, &other))
+            j = (j + 1) & mask;
+        memcpy(b + j * size, old + i * size, size);
+    }
+    free(tab);
+    memcpy(tabp, &b, sizeof b);
+    *bits = nb;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
 /* The cache                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -484,21 +525,11 @@ cache_bucket(const struct cache_entry *b, unsigned bits, uint64_t h,
 }
 
 static bool
-cache_grow(void)
+cache_used(const void *bucket, uint64_t *h)
 {
-    unsigned bits = C.b == NULL ? 10 : C.bits + 1;
-    struct cache_entry *b = calloc((size_t)1 << bits, sizeof *b);
-    size_t i;
-
-    if (b == NULL)
-        return false;
-    for (i = 0; C.b != NULL && i < ((size_t)1 << C.bits); i++)
-        if (C.b[i].site != 0)
-            *cache_bucket(b, bits, C.b[i].hash, &C.b[i].key) = C.b[i];
-    free(C.b);
-    C.b = b;
-    C.bits = bits;
-    return true;
+    const struct cache_entry *e = bucket;
+    *h = e->hash;
+    return e->site != 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -514,27 +545,19 @@ call_hash(const struct call_entry *e)
 }
 
 static bool
-calls_grow(void)
+call_used(const void *bucket, uint64_t *h)
 {
-    unsigned bits = C.calls == NULL ? 10 : C.call_bits + 1;
-    struct call_entry *b = calloc((size_t)1 << bits, sizeof *b);
-    size_t i, mask = ((size_t)1 << bits) - 1;
+    const struct call_entry *e = bucket;
+    *h = e->py != NULL ? call_hash(e) : 0;
+    return e->py != NULL;
+}
 
-    if (b == NULL)
-        return false;
-    for (i = 0; C.calls != NULL && i < ((size_t)1 << C.call_bits); i++) {
-        size_t j;
-        if (C.calls[i].py == NULL)
-            continue;
-        j = call_hash(&C.calls[i]) & mask;
-        while (b[j].py != NULL)
-            j = (j + 1) & mask;
-        b[j] = C.calls[i];
-    }
-    free(C.calls);
-    C.calls = b;
-    C.call_bits = bits;
-    return true;
+static bool
+deep_used(const void *bucket, uint64_t *h)
+{
+    const struct deep_entry *e = bucket;
+    *h = e->hash;
+    return e->py != NULL;
 }
 
 /* The named stack of the whole Python stack S (read from a watched call
@@ -546,24 +569,8 @@ deep_site(const struct raw_stack *s)
     uint64_t h = raw_hash(s);
     size_t mask, i;
 
-    if ((C.n_deep + 1) * 2 > (C.deep == NULL ? 0 : (size_t)1 << C.deep_bits)) {
-        unsigned bits = C.deep == NULL ? 8 : C.deep_bits + 1;
-        struct deep_entry *b = calloc((size_t)1 << bits, sizeof *b);
-        if (b == NULL)
-            return NULL;
-        mask = ((size_t)1 << bits) - 1;
-        for (i = 0; C.deep != NULL && i < ((size_t)1 << C.deep_bits); i++) {
-            size_t j = (size_t)C.deep[i].hash & mask;
-            if (C.deep[i].py == NULL)
-                continue;
-            while (b[j].py != NULL)
-                j = (j + 1) & mask;
-            b[j] = C.deep[i];
-        }
-        free(C.deep);
-        C.deep = b;
-        C.deep_bits = bits;
-    }
+    if (!table_room(&C.deep, &C.deep_bits, C.n_deep, 8, sizeof *C.deep, deep_used))
+        return NULL;
     mask = ((size_t)1 << C.deep_bits) - 1;
     i = (size_t)h & mask;
     while (C.deep[i].py != NULL &&
@@ -630,8 +637,7 @@ note_call(void *frame)
     }
     pthread_mutex_lock(&C.lock);
     in_lock = true;
-    if ((C.n_calls + 1) * 2 > (C.calls == NULL ? 0 : (size_t)1 << C.call_bits) &&
-        !calls_grow())
+    if (!table_room(&C.calls, &C.call_bits, C.n_calls, 10, sizeof *C.calls, call_used))
         goto out;
     mask = ((size_t)1 << C.call_bits) - 1;
     j = call_hash(&key) & mask;
@@ -831,7 +837,7 @@ callsite_capture(struct trace_writer *w)
 
     pthread_mutex_lock(&C.lock);
     in_lock = true;
-    if ((C.n + 1) * 2 > (C.b == NULL ? 0 : (size_t)1 << C.bits) && !cache_grow())
+    if (!table_room(&C.b, &C.bits, C.n, 10, sizeof *C.b, cache_used))
         goto out;
     e = cache_bucket(C.b, C.bits, h, &s);
     if (e->site == 0) {

@@ -2,9 +2,10 @@
 /*
 ** hooks.c -- what libvram-preload.so does when a program takes or gives
 ** back GPU memory: the state, the settings, the trace, the devices and the
-** steps every hook takes (preload.h). The hooks of PRELOAD_HOOKS (hooks.h)
-** are in the hook family files hooks_*.c, but the two cuGetProcAddress,
-** which interpose.c owns.
+** steps that hooks of several families share (preload.h). The hooks of
+** PRELOAD_HOOKS (hooks.h) are written from their rows in the hook family
+** files hooks_*.c, with each row's own steps, but the two
+** cuGetProcAddress, which interpose.c owns.
 **
 ** Settings come once, at the first hooked call, from env_quota_load
 ** (VRAM_LIMIT, VRAM_GROUP, HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]):
@@ -267,7 +268,7 @@ trace_next_id(void)
 }
 
 /* After an allocation hook: an 'o' event when R says memory ran out. */
-vcu_result
+static vcu_result
 trace_if_refused(vcu_result r, int ord, uint64_t bytes)
 {
     if (r == VCU_ERROR_OUT_OF_MEMORY && bytes > 0)
@@ -960,16 +961,6 @@ unreserve(const struct preload_device *d, uint64_t bytes)
     __atomic_fetch_sub(&P.use[d - P.dev].counted, bytes, __ATOMIC_ACQ_REL);
 }
 
-/* Give back the entry E of an allocation that the driver freed. */
-void
-untrack_release(const struct track *e)
-{
-    struct preload_device *d = NULL;
-    if (device_get(e->dev, &d) == VCU_SUCCESS)
-        unreserve(d, e->bytes);
-    trace_write(TRACE_FREE, e->trace_id, e->bytes, e->dev, TRACE_NO_SITE);
-}
-
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */
 bool
 real_of(enum hook_id id, void *fp, size_t size)
@@ -986,7 +977,7 @@ real_of(enum hook_id id, void *fp, size_t size)
 ** it when the table cannot hold it (out of host memory): an untracked
 ** allocation could never be given back. Returns the hook's result.
 */
-vcu_result
+static vcu_result
 track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
               uint64_t bytes)
 {
@@ -1011,24 +1002,64 @@ track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
 }
 
 /* ------------------------------------------------------------------ */
-/* The route every hook takes first                                     */
+/* The accounting of a counted call (preload.h)                         */
 /* ------------------------------------------------------------------ */
 
-/*
-** Where a call of hook ID goes; the real function is written to *FP (SIZE
-** bytes) unless ROUTE_FAIL. DISABLED mode, or no real function:
-** CUDA_ERROR_NOT_INITIALIZED. PASSIVE mode, or a call nested in another
-** hook on this thread: forward.
-*/
-enum route
-route(enum hook_id id, void *fp, size_t size, vcu_result *fail)
+bool
+hook_reserve(struct hook_call *c, int ord, uint64_t bytes)
 {
-    enum preload_mode m = preload_mode();
-    if (m == PRELOAD_DISABLED || !real_of(id, fp, size)) {
-        *fail = VCU_ERROR_NOT_INITIALIZED;
-        return ROUTE_FAIL;
+    if (bytes == 0)
+        return true;
+    c->bytes = bytes;
+    c->r = ord >= 0 ? VCU_SUCCESS : current_device(&ord);
+    c->ord = ord;
+    if (c->r == VCU_SUCCESS)
+        c->r = reserve(hook_name(c->id), ord, bytes, &c->d);
+    if (c->r == VCU_SUCCESS)
+        return true;
+    c->d = NULL;
+    (void)trace_if_refused(c->r, c->ord, bytes);
+    return false;
+}
+
+vcu_result
+hook_granted(struct hook_call *c, int kind, const void *out)
+{
+    vcu_result r = c->r;
+    if (c->d == NULL)
+        return r; /* not reserved: refused (and traced), or not counted */
+    if (r != VCU_SUCCESS) {
+        unreserve(c->d, c->bytes);
+        return trace_if_refused(r, c->ord, c->bytes);
     }
-    if (m == PRELOAD_PASSIVE || hook_depth > 0)
-        return ROUTE_FORWARD;
-    return ROUTE_COUNT;
+    uint64_t key;
+    if (kind == TRACK_PTR)
+        key = *(const vcu_deviceptr *)out;
+    else if (kind == TRACK_HANDLE)
+        key = *(const vcu_mem_handle *)out;
+    else {
+        vcu_array a = *(const vcu_array *)out;
+        key = (uint64_t)(uintptr_t)a;
+    }
+    return trace_if_refused(track_or_undo(kind, key, c->ord, c->d, c->bytes), c->ord,
+                            c->bytes);
+}
+
+vcu_result
+taken_freed(struct hook_call *c, ...)
+{
+    const struct track *e = &c->e;
+    if (c->unref != TRACK_LAST)
+        return c->r;
+    if (c->r != VCU_SUCCESS) {
+        (void)track_put(e->kind, e->key, e->dev, e->bytes, e->trace_id); /* still live */
+    } else if (e->kind == TRACK_HOST || e->kind == TRACK_HOST_REGISTERED) {
+        host_uncount(e->bytes);
+    } else {
+        struct preload_device *d = NULL;
+        if (device_get(e->dev, &d) == VCU_SUCCESS)
+            unreserve(d, e->bytes);
+        trace_write(TRACE_FREE, e->trace_id, e->bytes, e->dev, TRACE_NO_SITE);
+    }
+    return c->r;
 }

@@ -20,8 +20,8 @@
 #define VRAM_PRELOAD_HOOKS_H
 
 /*
-** X(symbol, type, asked, since, until, stream, lib), one row per exported
-** symbol (each _ptsz twin is a row of its own):
+** X(symbol, type, asked, since, until, stream, lib, before, after, params,
+** args), one row per exported symbol (each _ptsz twin is a row of its own):
 **   symbol  the exported name, also the hook's name (an identifier);
 **   type    its function-pointer type;
 **   asked   the base name that cuGetProcAddress is asked for, or NULL
@@ -35,63 +35,136 @@
 **           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
 **   lib     HOOK_CUDA (libcuda.so.1) or HOOK_NVML (libnvidia-ml.so.1):
 **           where the real function lives.
+** From the last four, each family file (hooks_info.c, hooks_ptr.c, ...)
+** has the preprocessor write the exported functions of its own list
+** (PRELOAD_HOOK_DEFINE in preload.h, "The accounting of a counted call");
+** the rows of PRELOAD_HOOKS_OWN leave them empty:
+**   before  called with the call's state and the hook's arguments before
+**           the real function: what the call reserves or takes out; false
+**           when it is refused (the real function is then not called);
+**   after   called after it: what the call's result changes; returns the
+**           hook's result;
+**   params  the parameter list, as the driver declares it;
+**   args    the same names, as the call passes them on.
+** The steps are static functions of the family file. Rows of one shape
+** share their two steps (the stream-ordered twins, the pointer
+** allocations): a step reads the leading arguments it needs and is
+** declared with `...` for the rest. A new hooked call is a row in its
+** family's list and, unless it has the shape of one there, two steps.
 ** A driver that adds a new variant of one of these (a cuMemAlloc_v3, say)
 ** needs a row here before it can be counted; until then requests with
 ** the new cudaVersion would get our hook for the old ABI, so `until`
 ** must be set on the old row when the new one is added.
 */
 /* clang-format off */
-#define PRELOAD_HOOKS(X)                                                                  \
-    X(cuInit, vcu_pfn_cuInit, "cuInit", 2000, 0, HOOK_ANY, HOOK_CUDA)                    \
+#define PRELOAD_HOOKS(X)                                                                 \
+    PRELOAD_HOOKS_OWN(X) PRELOAD_HOOKS_INFO(X) PRELOAD_HOOKS_PTR(X)                      \
+    PRELOAD_HOOKS_VMM(X) PRELOAD_HOOKS_ARRAY(X) PRELOAD_HOOKS_HOST(X)
+
+/* Written out in interpose.c: they hand out hooks rather than count. */
+#define PRELOAD_HOOKS_OWN(X)                                                             \
     X(cuGetProcAddress, vcu_pfn_cuGetProcAddress_v1, "cuGetProcAddress", 11030, 12000,   \
-      HOOK_ANY, HOOK_CUDA)                                                               \
+      HOOK_ANY, HOOK_CUDA, , , , )                                                       \
     X(cuGetProcAddress_v2, vcu_pfn_cuGetProcAddress, "cuGetProcAddress", 12000, 0,       \
-      HOOK_ANY, HOOK_CUDA)                                                               \
+      HOOK_ANY, HOOK_CUDA, , , , )
+
+/* hooks_info.c: memory as the quota shows it (cuInit only forwards) */
+#define PRELOAD_HOOKS_INFO(X)                                                            \
+    X(cuInit, vcu_pfn_cuInit, "cuInit", 2000, 0, HOOK_ANY, HOOK_CUDA,                    \
+      call_only, result_only, (unsigned int flags), (flags))                             \
     X(cuDeviceTotalMem_v2, vcu_pfn_cuDeviceTotalMem, "cuDeviceTotalMem", 3020, 0,        \
-      HOOK_ANY, HOOK_CUDA)                                                               \
+      HOOK_ANY, HOOK_CUDA, call_only, total_mem_view, (size_t *bytes, vcu_device dev),   \
+      (bytes, dev))                                                                      \
     X(cuMemGetInfo_v2, vcu_pfn_cuMemGetInfo, "cuMemGetInfo", 3020, 0, HOOK_ANY,          \
-      HOOK_CUDA)                                                                         \
-    X(cuMemAlloc_v2, vcu_pfn_cuMemAlloc, "cuMemAlloc", 3020, 0, HOOK_ANY, HOOK_CUDA)     \
-    X(cuMemAllocPitch_v2, vcu_pfn_cuMemAllocPitch, "cuMemAllocPitch", 3020, 0,           \
-      HOOK_ANY, HOOK_CUDA)                                                               \
-    X(cuMemFree_v2, vcu_pfn_cuMemFree, "cuMemFree", 3020, 0, HOOK_ANY, HOOK_CUDA)        \
-    X(cuMemAllocManaged, vcu_pfn_cuMemAllocManaged, "cuMemAllocManaged", 6000, 0,        \
-      HOOK_ANY, HOOK_CUDA)                                                               \
-    X(cuMemAllocAsync, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,             \
-      HOOK_LEGACY, HOOK_CUDA)                                                            \
-    X(cuMemAllocAsync_ptsz, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,        \
-      HOOK_PTSZ, HOOK_CUDA)                                                              \
-    X(cuMemAllocFromPoolAsync, vcu_pfn_cuMemAllocFromPoolAsync,                          \
-      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_LEGACY, HOOK_CUDA)                       \
-    X(cuMemAllocFromPoolAsync_ptsz, vcu_pfn_cuMemAllocFromPoolAsync,                     \
-      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_PTSZ, HOOK_CUDA)                         \
-    X(cuMemFreeAsync, vcu_pfn_cuMemFreeAsync, "cuMemFreeAsync", 11020, 0, HOOK_LEGACY,   \
-      HOOK_CUDA)                                                                         \
-    X(cuMemFreeAsync_ptsz, vcu_pfn_cuMemFreeAsync, "cuMemFreeAsync", 11020, 0,           \
-      HOOK_PTSZ, HOOK_CUDA)                                                              \
-    X(cuMemCreate, vcu_pfn_cuMemCreate, "cuMemCreate", 10020, 0, HOOK_ANY, HOOK_CUDA)    \
-    X(cuMemRelease, vcu_pfn_cuMemRelease, "cuMemRelease", 10020, 0, HOOK_ANY, HOOK_CUDA) \
-    X(cuMemRetainAllocationHandle, vcu_pfn_cuMemRetainAllocationHandle,                  \
-      "cuMemRetainAllocationHandle", 11000, 0, HOOK_ANY, HOOK_CUDA)                      \
-    X(cuArrayCreate_v2, vcu_pfn_cuArrayCreate, "cuArrayCreate", 3020, 0, HOOK_ANY,       \
-      HOOK_CUDA)                                                                         \
-    X(cuArray3DCreate_v2, vcu_pfn_cuArray3DCreate, "cuArray3DCreate", 3020, 0,           \
-      HOOK_ANY, HOOK_CUDA)                                                               \
-    X(cuArrayDestroy, vcu_pfn_cuArrayDestroy, "cuArrayDestroy", 2000, 0, HOOK_ANY,       \
-      HOOK_CUDA)                                                                         \
-    X(cuMemAllocHost_v2, vcu_pfn_cuMemAllocHost, "cuMemAllocHost", 3020, 0, HOOK_ANY,    \
-      HOOK_CUDA)                                                                         \
-    X(cuMemHostAlloc, vcu_pfn_cuMemHostAlloc, "cuMemHostAlloc", 2020, 0, HOOK_ANY,       \
-      HOOK_CUDA)                                                                         \
-    X(cuMemFreeHost, vcu_pfn_cuMemFreeHost, "cuMemFreeHost", 2000, 0, HOOK_ANY,          \
-      HOOK_CUDA)                                                                         \
-    X(cuMemHostRegister_v2, vcu_pfn_cuMemHostRegister, "cuMemHostRegister", 6050, 0,     \
-      HOOK_ANY, HOOK_CUDA)                                                               \
-    X(cuMemHostUnregister, vcu_pfn_cuMemHostUnregister, "cuMemHostUnregister", 4000, 0,  \
-      HOOK_ANY, HOOK_CUDA)                                                               \
-    X(nvmlDeviceGetMemoryInfo, vnvml_pfn_memory_info, NULL, 0, 0, HOOK_ANY, HOOK_NVML)   \
+      HOOK_CUDA, call_only, mem_info_view, (size_t *free_bytes, size_t *total_bytes),    \
+      (free_bytes, total_bytes))                                                         \
+    X(nvmlDeviceGetMemoryInfo, vnvml_pfn_memory_info, NULL, 0, 0, HOOK_ANY, HOOK_NVML,   \
+      call_only, nvml_view, (vnvml_device device, struct vnvml_memory *m), (device, m))  \
     X(nvmlDeviceGetMemoryInfo_v2, vnvml_pfn_memory_info_v2, NULL, 0, 0, HOOK_ANY,        \
-      HOOK_NVML)
+      HOOK_NVML, call_only, nvml_view_v2,                                                \
+      (vnvml_device device, struct vnvml_memory_v2 *m),                                  \
+      (device, m))
+
+/* hooks_ptr.c: device pointers */
+#define PRELOAD_HOOKS_PTR(X)                                                             \
+    X(cuMemAlloc_v2, vcu_pfn_cuMemAlloc, "cuMemAlloc", 3020, 0, HOOK_ANY, HOOK_CUDA,     \
+      ptr_reserve, ptr_granted, (vcu_deviceptr *dptr, size_t bytesize),                  \
+      (dptr, bytesize))                                                                  \
+    X(cuMemAllocPitch_v2, vcu_pfn_cuMemAllocPitch, "cuMemAllocPitch", 3020, 0,           \
+      HOOK_ANY, HOOK_CUDA, pitch_reserve, pitch_granted,                                 \
+      (vcu_deviceptr *dptr, size_t *pitch, size_t widthInBytes, size_t height,           \
+       unsigned int elementSizeBytes),                                                   \
+      (dptr, pitch, widthInBytes, height, elementSizeBytes))                             \
+    X(cuMemFree_v2, vcu_pfn_cuMemFree, "cuMemFree", 3020, 0, HOOK_ANY, HOOK_CUDA,        \
+      ptr_take, taken_freed, (vcu_deviceptr dptr), (dptr))                               \
+    X(cuMemAllocManaged, vcu_pfn_cuMemAllocManaged, "cuMemAllocManaged", 6000, 0,        \
+      HOOK_ANY, HOOK_CUDA, ptr_reserve, ptr_granted,                                     \
+      (vcu_deviceptr *dptr, size_t bytesize, unsigned int flags),                        \
+      (dptr, bytesize, flags))                                                           \
+    X(cuMemAllocAsync, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,             \
+      HOOK_LEGACY, HOOK_CUDA, ptr_reserve, ptr_granted,                                  \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream),                         \
+      (dptr, bytesize, stream))                                                          \
+    X(cuMemAllocAsync_ptsz, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,        \
+      HOOK_PTSZ, HOOK_CUDA, ptr_reserve, ptr_granted,                                    \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream),                         \
+      (dptr, bytesize, stream))                                                          \
+    X(cuMemAllocFromPoolAsync, vcu_pfn_cuMemAllocFromPoolAsync,                          \
+      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_LEGACY, HOOK_CUDA, ptr_reserve,          \
+      ptr_granted,                                                                       \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool, vcu_stream stream),      \
+      (dptr, bytesize, pool, stream))                                                    \
+    X(cuMemAllocFromPoolAsync_ptsz, vcu_pfn_cuMemAllocFromPoolAsync,                     \
+      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_PTSZ, HOOK_CUDA, ptr_reserve,            \
+      ptr_granted,                                                                       \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool, vcu_stream stream),      \
+      (dptr, bytesize, pool, stream))                                                    \
+    X(cuMemFreeAsync, vcu_pfn_cuMemFreeAsync, "cuMemFreeAsync", 11020, 0, HOOK_LEGACY,   \
+      HOOK_CUDA, ptr_take, taken_freed, (vcu_deviceptr dptr, vcu_stream stream),         \
+      (dptr, stream))                                                                    \
+    X(cuMemFreeAsync_ptsz, vcu_pfn_cuMemFreeAsync, "cuMemFreeAsync", 11020, 0,           \
+      HOOK_PTSZ, HOOK_CUDA, ptr_take, taken_freed,                                       \
+      (vcu_deviceptr dptr, vcu_stream stream), (dptr, stream))
+
+/* hooks_vmm.c: virtual memory */
+#define PRELOAD_HOOKS_VMM(X)                                                             \
+    X(cuMemCreate, vcu_pfn_cuMemCreate, "cuMemCreate", 10020, 0, HOOK_ANY, HOOK_CUDA,    \
+      handle_reserve, handle_granted,                                                    \
+      (vcu_mem_handle *handle, size_t size, const vcu_mem_allocation_prop *prop,         \
+       unsigned long long flags),                                                        \
+      (handle, size, prop, flags))                                                       \
+    X(cuMemRelease, vcu_pfn_cuMemRelease, "cuMemRelease", 10020, 0, HOOK_ANY, HOOK_CUDA, \
+      handle_unref, handle_released, (vcu_mem_handle handle), (handle))                  \
+    X(cuMemRetainAllocationHandle, vcu_pfn_cuMemRetainAllocationHandle,                  \
+      "cuMemRetainAllocationHandle", 11000, 0, HOOK_ANY, HOOK_CUDA, call_only,           \
+      handle_retained, (vcu_mem_handle *handle, void *addr), (handle, addr))
+
+/* hooks_array.c: arrays */
+#define PRELOAD_HOOKS_ARRAY(X)                                                           \
+    X(cuArrayCreate_v2, vcu_pfn_cuArrayCreate, "cuArrayCreate", 3020, 0, HOOK_ANY,       \
+      HOOK_CUDA, array_reserve, array_granted,                                           \
+      (vcu_array *array, const vcu_array_descriptor *desc), (array, desc))               \
+    X(cuArray3DCreate_v2, vcu_pfn_cuArray3DCreate, "cuArray3DCreate", 3020, 0,           \
+      HOOK_ANY, HOOK_CUDA, array3d_reserve, array_granted,                               \
+      (vcu_array *array, const vcu_array3d_descriptor *desc), (array, desc))             \
+    X(cuArrayDestroy, vcu_pfn_cuArrayDestroy, "cuArrayDestroy", 2000, 0, HOOK_ANY,       \
+      HOOK_CUDA, array_take, taken_freed, (vcu_array array), (array))
+
+/* hooks_host.c: pinned host memory */
+#define PRELOAD_HOOKS_HOST(X)                                                            \
+    X(cuMemAllocHost_v2, vcu_pfn_cuMemAllocHost, "cuMemAllocHost", 3020, 0, HOOK_ANY,    \
+      HOOK_CUDA, call_only, host_allocated, (void **pp, size_t bytesize),                \
+      (pp, bytesize))                                                                    \
+    X(cuMemHostAlloc, vcu_pfn_cuMemHostAlloc, "cuMemHostAlloc", 2020, 0, HOOK_ANY,       \
+      HOOK_CUDA, call_only, host_allocated,                                              \
+      (void **pp, size_t bytesize, unsigned int Flags), (pp, bytesize, Flags))           \
+    X(cuMemFreeHost, vcu_pfn_cuMemFreeHost, "cuMemFreeHost", 2000, 0, HOOK_ANY,          \
+      HOOK_CUDA, host_take, taken_freed, (void *p), (p))                                 \
+    X(cuMemHostRegister_v2, vcu_pfn_cuMemHostRegister, "cuMemHostRegister", 6050, 0,     \
+      HOOK_ANY, HOOK_CUDA, call_only, host_registered,                                   \
+      (void *p, size_t bytesize, unsigned int Flags), (p, bytesize, Flags))              \
+    X(cuMemHostUnregister, vcu_pfn_cuMemHostUnregister, "cuMemHostUnregister", 4000, 0,  \
+      HOOK_ANY, HOOK_CUDA, host_take, taken_freed, (void *p), (p))
 /* clang-format on */
 
 #ifndef PRELOAD_HOOKS_LIST_ONLY
@@ -106,7 +179,8 @@ enum hook_lib { HOOK_CUDA, HOOK_NVML };
 
 /* HOOK_ID_cuMemAlloc_v2, ...: each row's index. */
 enum hook_id {
-#define X(symbol, type, asked, since, until, stream, lib) HOOK_ID_##symbol,
+#define X(symbol, type, asked, since, until, stream, lib, before, after, params, args)   \
+    HOOK_ID_##symbol,
     PRELOAD_HOOKS(X)
 #undef X
         HOOK_COUNT
@@ -115,7 +189,7 @@ enum hook_id {
 /* The hooks, each declared with its row's type: a definition that drifts
 ** from the driver's signature does not compile. */
 #define PRELOAD_EXPORT __attribute__((visibility("default")))
-#define X(symbol, type, asked, since, until, stream, lib)                                \
+#define X(symbol, type, asked, since, until, stream, lib, before, after, params, args)   \
     PRELOAD_EXPORT extern __typeof__(*(type)0) symbol;
 PRELOAD_HOOKS(X)
 #undef X

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
-** hooks_host.c -- the hooks of page-locked ("pinned") host memory:
+** hooks_host.c -- the accounting of page-locked ("pinned") host memory:
 ** cuMemAllocHost_v2, cuMemHostAlloc and cuMemHostRegister_v2, and their
-** frees cuMemFreeHost and cuMemHostUnregister (preload.h). The runtime's
+** frees cuMemFreeHost and cuMemHostUnregister (the steps of their rows in
+** hooks.h; preload.h). The runtime's
 ** cudaMallocHost, cudaHostAlloc and cudaHostRegister end in these.
 **
 ** Pinned memory is host memory the kernel cannot page out, often the
@@ -31,7 +32,7 @@ host_count(uint64_t bytes)
             (void)ledger_host_add(P.acct[a].ledger, bytes);
 }
 
-static void
+void
 host_uncount(uint64_t bytes)
 {
     for (int a = 0; a < ACCT_COUNT; a++)
@@ -48,112 +49,36 @@ host_granted(int kind, const void *addr, size_t bytes)
         host_count(bytes);
 }
 
-vcu_result
-cuMemAllocHost_v2(void **pp, size_t bytesize)
+/* cuMemAllocHost_v2 and cuMemHostAlloc. */
+static vcu_result
+host_allocated(struct hook_call *c, void **pp, size_t bytesize, ...)
 {
-    vcu_pfn_cuMemAllocHost real;
-    vcu_result r;
-    switch (route(HOOK_ID_cuMemAllocHost_v2, &real, sizeof real, &r)) {
-    case ROUTE_FAIL:
-        return r;
-    case ROUTE_FORWARD:
-        return real(pp, bytesize);
-    case ROUTE_COUNT:
-        break;
-    }
-    hook_depth++;
-    r = real(pp, bytesize);
-    if (r == VCU_SUCCESS && pp != NULL)
+    if (c->r == VCU_SUCCESS && pp != NULL)
         host_granted(TRACK_HOST, *pp, bytesize);
-    hook_depth--;
-    return r;
+    return c->r;
 }
 
-vcu_result
-cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+static vcu_result
+host_registered(struct hook_call *c, void *p, size_t bytesize, unsigned int Flags)
 {
-    vcu_pfn_cuMemHostAlloc real;
-    vcu_result r;
-    switch (route(HOOK_ID_cuMemHostAlloc, &real, sizeof real, &r)) {
-    case ROUTE_FAIL:
-        return r;
-    case ROUTE_FORWARD:
-        return real(pp, bytesize, Flags);
-    case ROUTE_COUNT:
-        break;
-    }
-    hook_depth++;
-    r = real(pp, bytesize, Flags);
-    if (r == VCU_SUCCESS && pp != NULL)
-        host_granted(TRACK_HOST, *pp, bytesize);
-    hook_depth--;
-    return r;
-}
-
-vcu_result
-cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
-{
-    vcu_pfn_cuMemHostRegister real;
-    vcu_result r;
-    switch (route(HOOK_ID_cuMemHostRegister_v2, &real, sizeof real, &r)) {
-    case ROUTE_FAIL:
-        return r;
-    case ROUTE_FORWARD:
-        return real(p, bytesize, Flags);
-    case ROUTE_COUNT:
-        break;
-    }
-    hook_depth++;
-    r = real(p, bytesize, Flags);
-    if (r == VCU_SUCCESS)
+    (void)Flags;
+    if (c->r == VCU_SUCCESS)
         host_granted(TRACK_HOST_REGISTERED, p, bytesize);
-    hook_depth--;
-    return r;
+    return c->r;
 }
 
 /*
-** The frees: the entry is taken out first (two threads never uncount the
-** same bytes), put back if the driver refuses. An address we did not
-** count (pinned before the library was active) just forwards.
+** The frees (taken_freed after them): the entry is taken out first (two
+** threads never uncount the same bytes), put back if the driver refuses.
+** An address we did not count (pinned before the library was active)
+** just forwards.
 */
-static vcu_result
-host_free(enum hook_id id, int kind, void *p)
+static bool
+host_take(struct hook_call *c, void *p)
 {
-    vcu_pfn_cuMemFreeHost real; /* cuMemHostUnregister has the same type */
-    vcu_result r;
-    switch (route(id, &real, sizeof real, &r)) {
-    case ROUTE_FAIL:
-        return r;
-    case ROUTE_FORWARD:
-        return real(p);
-    case ROUTE_COUNT:
-        break;
-    }
-    struct track e = {0};
-    bool known = track_take(kind, (uint64_t)(uintptr_t)p, &e);
-    hook_depth++;
-    r = real(p);
-    if (known) {
-        if (r == VCU_SUCCESS)
-            host_uncount(e.bytes);
-        else
-            (void)track_put(e.kind, e.key, e.dev, e.bytes, e.trace_id); /* still pinned */
-    }
-    hook_depth--;
-    return r;
+    int kind = c->id == HOOK_ID_cuMemFreeHost ? TRACK_HOST : TRACK_HOST_REGISTERED;
+    return hook_take(c, kind, (uint64_t)(uintptr_t)p);
 }
 
-_Static_assert(__builtin_types_compatible_p(vcu_pfn_cuMemFreeHost, vcu_pfn_cuMemHostUnregister),
-               "host_free calls both through one type");
-
-vcu_result
-cuMemFreeHost(void *p)
-{
-    return host_free(HOOK_ID_cuMemFreeHost, TRACK_HOST, p);
-}
-
-vcu_result
-cuMemHostUnregister(void *p)
-{
-    return host_free(HOOK_ID_cuMemHostUnregister, TRACK_HOST_REGISTERED, p);
-}
+/* The exported hooks, written from their rows in hooks.h. */
+PRELOAD_HOOKS_HOST(PRELOAD_HOOK_DEFINE)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
-** hooks_info.c -- the hooks that report memory: cuInit, cuMemGetInfo_v2,
+** hooks_info.c -- the hooks that report memory: cuMemGetInfo_v2,
 ** cuDeviceTotalMem_v2 and NVML's nvmlDeviceGetMemoryInfo[_v2], each showing
-** the device as the quota sees it (preload.h).
+** the device as the quota sees it (the after steps of their rows in
+** hooks.h; preload.h). cuInit only forwards.
 */
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,39 +22,17 @@
 /* Hooks: initialization and reports                                    */
 /* ------------------------------------------------------------------ */
 
-vcu_result
-cuInit(unsigned int flags)
-{
-    vcu_pfn_cuInit real;
-    vcu_result r;
-    if (route(HOOK_ID_cuInit, &real, sizeof real, &r) == ROUTE_FAIL)
-        return r;
-    return real(flags);
-}
-
 /*
 ** Free and total memory as the quota sees them: total = min(quota,
 ** physical), free = min(physical free, quota - group use), never negative.
 ** Errors are only ever the driver's own.
 */
-vcu_result
-cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+static vcu_result
+mem_info_view(struct hook_call *c, size_t *free_bytes, size_t *total_bytes)
 {
-    vcu_pfn_cuMemGetInfo real;
-    vcu_result r;
-    switch (route(HOOK_ID_cuMemGetInfo_v2, &real, sizeof real, &r)) {
-    case ROUTE_FAIL:
-        return r;
-    case ROUTE_FORWARD:
-        return real(free_bytes, total_bytes);
-    case ROUTE_COUNT:
-        break;
-    }
-    hook_depth++;
-    r = real(free_bytes, total_bytes);
     int ord;
     struct preload_device *d;
-    if (r == VCU_SUCCESS && free_bytes != NULL && total_bytes != NULL &&
+    if (c->r == VCU_SUCCESS && free_bytes != NULL && total_bytes != NULL &&
         current_device(&ord) == VCU_SUCCESS && device_get(ord, &d) == VCU_SUCCESS &&
         effective_limit(d->limit) != 0) {
         uint64_t total = min_u64(effective_limit(d->limit), *total_bytes);
@@ -61,31 +40,17 @@ cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
         *total_bytes = (size_t)total;
         *free_bytes = (size_t)min_u64(min_u64(*free_bytes, room), total);
     }
-    hook_depth--;
-    return r;
+    return c->r;
 }
 
-vcu_result
-cuDeviceTotalMem_v2(size_t *bytes, vcu_device dev)
+static vcu_result
+total_mem_view(struct hook_call *c, size_t *bytes, vcu_device dev)
 {
-    vcu_pfn_cuDeviceTotalMem real;
-    vcu_result r;
-    switch (route(HOOK_ID_cuDeviceTotalMem_v2, &real, sizeof real, &r)) {
-    case ROUTE_FAIL:
-        return r;
-    case ROUTE_FORWARD:
-        return real(bytes, dev);
-    case ROUTE_COUNT:
-        break;
-    }
-    hook_depth++;
-    r = real(bytes, dev);
     struct preload_device *d;
-    if (r == VCU_SUCCESS && bytes != NULL && device_get(dev, &d) == VCU_SUCCESS &&
+    if (c->r == VCU_SUCCESS && bytes != NULL && device_get(dev, &d) == VCU_SUCCESS &&
         effective_limit(d->limit) != 0)
         *bytes = (size_t)min_u64(effective_limit(d->limit), *bytes);
-    hook_depth--;
-    return r;
+    return c->r;
 }
 
 /* ------------------------------------------------------------------ */
@@ -134,37 +99,26 @@ nvml_quota_view(vnvml_device device, unsigned long long *total, unsigned long lo
     return true;
 }
 
-vnvml_return
-nvmlDeviceGetMemoryInfo(vnvml_device device, struct vnvml_memory *m)
+static vnvml_return
+nvml_view(struct hook_call *c, vnvml_device device, struct vnvml_memory *m)
 {
-    vnvml_pfn_memory_info real;
-    if (!real_of(HOOK_ID_nvmlDeviceGetMemoryInfo, &real, sizeof real))
-        return VNVML_ERROR_UNINITIALIZED;
-    if (preload_mode() != PRELOAD_ACTIVE || hook_depth > 0)
-        return real(device, m);
-    hook_depth++;
-    vnvml_return r = real(device, m);
-    if (r == VNVML_SUCCESS && m != NULL && nvml_quota_view(device, &m->total, &m->used))
+    if (c->r == VNVML_SUCCESS && m != NULL &&
+        nvml_quota_view(device, &m->total, &m->used))
         m->free = m->total - m->used;
-    hook_depth--;
-    return r;
+    return c->r;
 }
 
-vnvml_return
-nvmlDeviceGetMemoryInfo_v2(vnvml_device device, struct vnvml_memory_v2 *m)
+static vnvml_return
+nvml_view_v2(struct hook_call *c, vnvml_device device, struct vnvml_memory_v2 *m)
 {
-    vnvml_pfn_memory_info_v2 real;
-    if (!real_of(HOOK_ID_nvmlDeviceGetMemoryInfo_v2, &real, sizeof real))
-        return VNVML_ERROR_UNINITIALIZED;
-    if (preload_mode() != PRELOAD_ACTIVE || hook_depth > 0)
-        return real(device, m);
-    hook_depth++;
-    vnvml_return r = real(device, m);
-    if (r == VNVML_SUCCESS && m != NULL && nvml_quota_view(device, &m->total, &m->used)) {
+    if (c->r == VNVML_SUCCESS && m != NULL &&
+        nvml_quota_view(device, &m->total, &m->used)) {
         /* total = reserved + used + free, as NVML keeps it. */
         uint64_t taken = min_u64(m->total, m->used + m->reserved);
         m->free = m->total - taken;
     }
-    hook_depth--;
-    return r;
+    return c->r;
 }
+
+/* The exported hooks, written from their rows in hooks.h. */
+PRELOAD_HOOKS_INFO(PRELOAD_HOOK_DEFINE)

@@ -50,7 +50,7 @@ struct hook_row {
 };
 
 static const struct hook_row hook_rows[HOOK_COUNT] = {
-#define X(symbol, type, asked, since, until, stream, lib)                                \
+#define X(symbol, type, asked, since, until, stream, lib, before, after, params, args)   \
     {#symbol, asked, since, until, stream, lib},
     PRELOAD_HOOKS(X)
 #undef X
@@ -71,7 +71,7 @@ hook_addrs_fill(void)
         return;
     void *a[HOOK_COUNT];
     size_t i = 0;
-#define X(symbol, type, asked, since, until, stream, lib)                                \
+#define X(symbol, type, asked, since, until, stream, lib, before, after, params, args)   \
     {                                                                                    \
         type fp = symbol;                                                                \
         memcpy(&a[i], &fp, sizeof a[i]);                                                 \

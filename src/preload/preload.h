@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
 ** preload.h -- what the files of the preload library share: the process's
-** state (P), the per-thread hook depth, and the steps every hook family
-** takes (route, reserve, track, give back), all defined in hooks.c. The
-** hook families are hooks_info.c (cuInit and the memory reports, CUDA's
-** and NVML's), hooks_ptr.c (device pointers), hooks_vmm.c (virtual
-** memory), hooks_array.c (arrays) and hooks_host.c (pinned host memory,
-** counted for display only); the table of live allocations is
-** track.c; interpose.c hands out the real functions.
+** state (P), the per-thread hook depth, the one shape of every hook
+** (PRELOAD_HOOK_DEFINE) and the steps hooks of several families share
+** (route, reserve, track, give back), defined in hooks.c. The hook
+** families, each writing the hooks of its list in hooks.h with its own
+** steps, are hooks_info.c (cuInit and the memory reports, CUDA's and
+** NVML's), hooks_ptr.c (device pointers), hooks_vmm.c (virtual memory),
+** hooks_array.c (arrays) and hooks_host.c (pinned host memory, counted
+** for display only); the table of live allocations is track.c;
+** interpose.c hands out the real functions.
 */
 #ifndef VRAM_PRELOAD_PRELOAD_H
 #define VRAM_PRELOAD_PRELOAD_H
@@ -16,9 +18,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "driver/cuda_api.h"
+#include "driver/nvml_api.h"
 #include "ledger/ledger.h"
 #include "policy/policy.h"
 #include "preload/hooks.h"
@@ -138,30 +142,148 @@ vcu_result reserve(const char *what, int ord, uint64_t bytes,
 /* Give BYTES reserved on D back. */
 void unreserve(const struct preload_device *d, uint64_t bytes);
 
-/* Give back the entry E of an allocation that the driver freed. */
-void untrack_release(const struct track *e);
-
 /* The real function of hook ID into *FP (a function pointer of SIZE
 ** bytes). False if there is none. */
 bool real_of(enum hook_id id, void *fp, size_t size);
 
-/* Record a new allocation (KIND, KEY) of BYTES on D's ordinal ORD, or
-** undo it when the table cannot hold it. Returns the hook's result. */
-vcu_result track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
-                         uint64_t bytes);
+/* ------------------------------------------------------------------ */
+/* The accounting of a counted call                                    */
+/* ------------------------------------------------------------------ */
 
-/* After an allocation hook: an 'o' trace event when R says memory ran out. */
-vcu_result trace_if_refused(vcu_result r, int ord, uint64_t bytes);
-
-enum route {
-    ROUTE_FAIL,    /* return *fail */
-    ROUTE_FORWARD, /* call the real function and return its result */
-    ROUTE_COUNT    /* do the hook's work */
+/*
+** Every hook but the two cuGetProcAddress is written by the preprocessor
+** from its row in hooks.h (PRELOAD_HOOK_DEFINE, below, expanded by each
+** family file over its list): hook_enter decides where the call goes;
+** when it is to be counted, the row's BEFORE step runs, then (unless
+** BEFORE refused) the real function, then its AFTER step, which returns
+** the hook's result; the hook depth is held from hook_enter to the end.
+** The steps share the call's state below, and the helpers after it do
+** what several rows do.
+*/
+struct hook_call {
+    enum hook_id id;
+    void *real;               /* the real function */
+    int r;                    /* the result so far (vcu_result or vnvml_return):
+                                 the real function's once it has run */
+    int ord;                  /* the CUDA ordinal counted on; -1: not known */
+    uint64_t bytes;           /* what the call reserved or wanted to */
+    struct preload_device *d; /* where BYTES are reserved; NULL: nothing is */
+    struct track e;           /* a free's entry, taken out of the table */
+    enum track_unref unref;   /* a free's: what taking it out did; TRACK_UNKNOWN:
+                                 the call frees nothing we count */
 };
 
-/* Where a call of hook ID goes; the real function is written to *FP (SIZE
-** bytes) unless ROUTE_FAIL. */
-enum route route(enum hook_id id, void *fp, size_t size, vcu_result *fail);
+enum route {
+    ROUTE_FAIL,    /* return c->r */
+    ROUTE_FORWARD, /* call the real function and return its result */
+    ROUTE_COUNT    /* do the row's steps */
+};
+
+/*
+** Where a call of hook ID (of library LIB) goes; the real function is
+** put in C->real unless ROUTE_FAIL. No real function:
+** CUDA_ERROR_NOT_INITIALIZED (NVML_ERROR_UNINITIALIZED). DISABLED mode:
+** the same for CUDA; NVML only reports, and forwards. PASSIVE mode, or a
+** call nested in another hook on this thread: forward. ROUTE_COUNT sets
+** *C up and enters the hook (hook_depth); the wrapper leaves it. Inline:
+** it is the part of every hooked call that runs in every mode.
+*/
+static inline enum route
+hook_enter(struct hook_call *c, enum hook_id id, enum hook_lib lib)
+{
+    enum preload_mode m = preload_mode();
+    c->real = m == PRELOAD_DISABLED && lib == HOOK_CUDA ? NULL : interpose_real(id);
+    if (c->real == NULL) {
+        c->r = lib == HOOK_CUDA ? VCU_ERROR_NOT_INITIALIZED : VNVML_ERROR_UNINITIALIZED;
+        return ROUTE_FAIL;
+    }
+    if (m != PRELOAD_ACTIVE || hook_depth > 0)
+        return ROUTE_FORWARD;
+    c->id = id;
+    c->r = VCU_SUCCESS;
+    c->ord = -1;
+    c->bytes = 0;
+    c->d = NULL;
+    c->unref = TRACK_UNKNOWN;
+    hook_depth++;
+    return ROUTE_COUNT;
+}
+
+/* BEFORE of an allocation: reserve BYTES on ORD (-1: the current
+** context's device). False, with the refusal in C->r, when refused. BYTES
+** 0 (a call the driver will refuse itself): nothing is reserved. */
+bool hook_reserve(struct hook_call *c, int ord, uint64_t bytes);
+
+/* AFTER of an allocation: when the call succeeded, the allocation of KIND
+** whose key the driver wrote to *OUT (a vcu_deviceptr, vcu_mem_handle or
+** vcu_array) is tracked; when it failed, the reservation is given back;
+** a refusal is traced. */
+vcu_result hook_granted(struct hook_call *c, int kind, const void *out);
+
+/* BEFORE of a free: take the entry (KIND, KEY) out of the table first, so
+** that two threads never give the same bytes back. Always true. */
+static inline bool
+hook_take(struct hook_call *c, int kind, uint64_t key)
+{
+    if (track_take(kind, key, &c->e))
+        c->unref = TRACK_LAST;
+    return true;
+}
+
+/* AFTER of a free: once the driver has freed it, the entry's bytes go
+** back (its device's, or the pinned host memory's); if the driver
+** refused, the entry goes back into the table. */
+vcu_result taken_freed(struct hook_call *c, ...);
+
+/* Count BYTES of pinned memory less in every account of the process
+** (hooks_host.c). */
+void host_uncount(uint64_t bytes);
+
+/* BEFORE of a call that reserves and takes nothing. */
+static inline bool
+call_only(struct hook_call *c, ...)
+{
+    (void)c;
+    return true;
+}
+
+/* AFTER of a call whose result changes nothing. */
+static inline vcu_result
+result_only(struct hook_call *c, ...)
+{
+    return c->r;
+}
+
+/* What a hook of each library returns. */
+#define HOOK_RESULT_HOOK_CUDA vcu_result
+#define HOOK_RESULT_HOOK_NVML vnvml_return
+#define HOOK_UNPAREN(...) __VA_ARGS__
+
+/* The exported function of one row of hooks.h: the X of a family's list. */
+/* clang-format off */
+#define PRELOAD_HOOK_DEFINE(symbol, type, asked, since, until, stream, lib, before, after,\
+                            params, args)                                                \
+    HOOK_RESULT_##lib symbol params                                                      \
+    {                                                                                    \
+        struct hook_call c;                                                              \
+        enum route to = hook_enter(&c, HOOK_ID_##symbol, lib);                           \
+        type real;                                                                       \
+        memcpy(&real, &c.real, sizeof real);                                             \
+        switch (to) {                                                                    \
+        case ROUTE_FAIL:                                                                 \
+            return c.r;                                                                  \
+        case ROUTE_FORWARD:                                                              \
+            return real args;                                                            \
+        case ROUTE_COUNT:                                                                \
+            break;                                                                       \
+        }                                                                                \
+        if (before(&c, HOOK_UNPAREN args))                                               \
+            c.r = real args;                                                             \
+        HOOK_RESULT_##lib r = after(&c, HOOK_UNPAREN args);                              \
+        hook_depth--;                                                                    \
+        return r;                                                                        \
+    }
+/* clang-format on */
 
 static inline uint64_t
 min_u64(uint64_t a, uint64_t b)

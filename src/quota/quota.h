@@ -100,6 +100,17 @@ bool quota_parse(const char *text, struct quota_env *dst, char *why, size_t len)
 /* What quota_parse accepts, in words, for the messages of its callers. */
 #define QUOTA_EXPECT "e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G"
 
+/* One piece of a value's list, S..S+N (not NUL-terminated), as a string
+** into BUF (SIZE bytes). False, with the reason in WHY (LEN bytes), when
+** it is empty ("empty WHAT") or longer than BUF holds. */
+bool quota_piece(const char *s, size_t n, const char *what, char *buf, size_t size,
+                 char *why, size_t len);
+
+/* TEXT as a size above 0 into *OUT. False, with the reason in WHY, when
+** it is not a size or is 0 ("'0': a WHAT must be more than 0"). */
+bool quota_size_above_0(const char *text, const char *what, uint64_t *out, char *why,
+                        size_t len);
+
 /* VRAM_GROUP into DST (CAP bytes): it names a file in /dev/shm, so a short,
 ** plain word (letters, digits, '.', '_', '-'). False, with the reason in
 ** WHY, otherwise. */

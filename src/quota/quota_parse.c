@@ -24,6 +24,39 @@ is_hex(char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+bool
+quota_piece(const char *s, size_t n, const char *what, char *buf, size_t size, char *why,
+            size_t len)
+{
+    if (n == 0) {
+        snprintf(why, len, "empty %s", what);
+        return false;
+    }
+    if (n >= size) {
+        snprintf(why, len, "a %s of more than %zu characters", what, size - 1);
+        return false;
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return true;
+}
+
+bool
+quota_size_above_0(const char *text, const char *what, uint64_t *out, char *why, size_t len)
+{
+    if (size_parse(text, out) != VRAM_OK) {
+        error_take(why, len);
+        return false;
+    }
+    if (*out == 0) {
+        char shown[TEXT_EXCERPT_LEN];
+        snprintf(why, len, "'%s': a %s must be more than 0",
+                 text_excerpt(text, shown, sizeof shown), what);
+        return false;
+    }
+    return true;
+}
+
 /*
 ** One limit, S..S+N: a fraction when it ends in '%' or is digits with a
 ** '.' ("50%", "0.5"), else a size above 0 ("6G", "1073741824"). A whole
@@ -33,16 +66,8 @@ static bool
 parse_quota_value(const char *s, size_t n, struct quota_value *out, char *why, size_t len)
 {
     char buf[128];
-    if (n == 0) {
-        snprintf(why, len, "empty limit");
+    if (!quota_piece(s, n, "limit", buf, sizeof buf, why, len))
         return false;
-    }
-    if (n >= sizeof buf) {
-        snprintf(why, len, "a limit of more than %zu characters", sizeof buf - 1);
-        return false;
-    }
-    memcpy(buf, s, n);
-    buf[n] = '\0';
     bool fraction = buf[n - 1] == '%' ||
                     (memchr(buf, '.', n) != NULL && strspn(buf, "0123456789.") == n);
     struct quota_value v = {QUOTA_NONE, 0, 0.0};
@@ -53,16 +78,8 @@ parse_quota_value(const char *s, size_t n, struct quota_value *out, char *why, s
         }
         v.kind = QUOTA_FRACTION;
     } else {
-        if (size_parse(buf, &v.bytes) != VRAM_OK) {
-            error_take(why, len);
+        if (!quota_size_above_0(buf, "limit", &v.bytes, why, len))
             return false;
-        }
-        if (v.bytes == 0) {
-            char shown[TEXT_EXCERPT_LEN];
-            snprintf(why, len, "'%s': a limit must be more than 0",
-                     text_excerpt(buf, shown, sizeof shown));
-            return false;
-        }
         v.kind = QUOTA_BYTES;
     }
     *out = v;
