@@ -21,22 +21,16 @@ for t in curl python3 prometheus; do
 done
 G="ex$$"
 U="GPU-exporter-test-0000"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-exp.XXXXXX") || exit 1
+. "$(dirname "$0")/lib.sh"
+test_begin exp
 pids=""
-cleanup() {
+test_cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
     [ -n "${stopped:-}" ] && kill -9 "$stopped" 2>/dev/null
     wait 2>/dev/null
-    rm -rf "$TMP"
     rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}s"
     rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
-trap cleanup EXIT INT TERM
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 start() {
@@ -258,8 +252,8 @@ while [ $i -lt 60 ]; do
     sleep 0.5
     i=$((i + 1))
 done
-if echo "$got" | grep -q '"67108864"'; then ok "Prometheus scraped vram_group_used_bytes = 64 MiB"
-else bad "Prometheus query: $got"; tail -n 5 "$TMP/prom.log"; fi
+if echo "$got" | grep -q '"67108864"'; then pass "Prometheus scraped vram_group_used_bytes = 64 MiB"
+else fail "Prometheus query: $got"; tail -n 5 "$TMP/prom.log"; fi
 got=$(curl -s -m 2 "http://127.0.0.1:$PPORT/api/v1/query?query=vram_oom_refusals_total%7Bgroup%3D%22$G%22%7D")
 check "Prometheus sees the refusal counter" "echo '$got' | grep -q '\"1\"'"
 got=$(curl -s -m 2 "http://127.0.0.1:$PPORT/api/v1/query?query=up%7Bjob%3D%22vram%22%7D")
@@ -279,5 +273,4 @@ kill -TERM "$EXP"
 wait "$EXP"
 check "SIGTERM stops the exporter with status 0" "[ $? -eq 0 ]"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+test_end
