@@ -13,7 +13,9 @@
 #                         must also drop others
 #   absolute VAR...       each named variable's path made absolute
 #   pass WHAT / fail WHAT [WHY]
-#                         one line each, counted
+#                         one line each, counted; a failure also shows the
+#                         first lines of $TMP/err, where the tests keep the
+#                         last command's standard error
 #   check WHAT EXPR       pass if the shell expression EXPR (eval'ed) is
 #                         true, fail otherwise
 #   test_end              "N passed, M failed"; its status is the test's
@@ -52,6 +54,7 @@ pass() { passed=$((passed + 1)); echo "ok   $1"; }
 fail() {
     failed=$((failed + 1))
     echo "FAIL $1${2:+: $2}"
+    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
 }
 check() { if eval "$2"; then pass "$1"; else fail "$1" "false: $2"; fi; }
 

@@ -19,17 +19,8 @@ TRACE=$ROOT/data/traces/leak_mlp.trace.csv.gz
 LEAK_OPS=1971
 KEYS="trace strategy ops ns_per_op peak_in_use_bytes peak_reserved_bytes fragmentation ooms backend_calls"
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-cli.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
+. "$(dirname "$0")/lib.sh"
+test_begin cli
 
 # run ARGS...: run vram; stdout in $TMP/out, stderr in $TMP/err, status in $rc.
 run() {
@@ -264,5 +255,4 @@ for args in "--limit 6X" "--limit 0" "--limit" "--device-memory -1" "--repeat 0"
     expect_error "bad option: $args" 2
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -23,23 +23,8 @@ GPT2=$TRACES/gpt2_bf16_b16.trace.csv.gz
 GEN=$TRACES/gpt2m_generate.trace.csv.gz
 MIB=1048576
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-analyze.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-# Every VRAM_* and TF_* variable of the caller is dropped, so that each run
-# sees only what it sets.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|TF_[A-Z_]*\)=.*/\1/p'); do
-    unset "$v"
-done
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
+. "$(dirname "$0")/lib.sh"
+test_begin analyze
 
 # run ARGS...: run vram; stdout in $TMP/out, stderr in $TMP/err, status in $rc.
 run() {
@@ -320,5 +305,4 @@ expect_error "doctor of a missing file" 2 "$TMP/none.csv"
 run doctor --help
 expect_rc "doctor --help exits 0" 0
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -15,23 +15,8 @@ fi
 VRAM=$1
 FAKE=$2
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-devices.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-# Every VRAM_*, TF_* and FAKECUDA_* variable of the caller is dropped, so
-# that each run sees only what it sets.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|TF_[A-Z_]*\|FAKECUDA_[A-Z_]*\)=.*/\1/p'); do
-    unset "$v"
-done
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
+. "$(dirname "$0")/lib.sh"
+test_begin devices
 
 # run VAR=VALUE... -- ARGS...: run vram devices with those variables set;
 # stdout in $TMP/out, stderr in $TMP/err, status in $rc.
@@ -174,5 +159,4 @@ else
     expect_error "no driver, default backend" 1 "no CUDA driver: "
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -24,20 +24,12 @@ SANITIZE=${3:-}
 case $DUMMY in /*) ;; *) DUMMY=$(pwd)/$DUMMY ;; esac
 case $VRAM in /*) ;; */*) VRAM=$(pwd)/$VRAM ;; esac
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-run.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
+. "$(dirname "$0")/lib.sh"
+test_begin run
 
 # Another name of a loadable library, for "an LD_PRELOAD entry already there".
 OTHER=$TMP/other.so
 ln -s "$DUMMY" "$OTHER" || exit 1
-
-# Every setting of the caller is dropped, so that each run sees only what
-# it sets.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\)=.*/\1/p'); do
-    unset "$v"
-done
 
 # A sanitized vram started with an LD_PRELOAD of its own would refuse to run
 # (the sanitizer's runtime must come first); that is not what is tested.
@@ -45,13 +37,6 @@ if [ -n "$SANITIZE" ]; then
     ASAN_OPTIONS="verify_asan_link_order=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
     export ASAN_OPTIONS
 fi
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
 
 # run VAR=VALUE... -- ARGS...: run `vram run ARGS` with those variables
 # set; stdout in $TMP/out, stderr in $TMP/err, status in $rc.
@@ -280,5 +265,4 @@ rc=$?
 expect_rc "--report: SIGTERM forwarded, the command's status" 7
 expect_line "--report: the command saw SIGTERM" "got-term"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end
