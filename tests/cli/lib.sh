@@ -26,7 +26,7 @@ test_begin() {
     failed=0
     TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-$1.XXXXXX") || exit 1
     trap test_exit EXIT
-    trap 'exit 1' INT TERM
+    trap 'exit 1' INT TERM HUP
     scrub 'VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\|PYTORCH_CUDA_ALLOC_CONF\|TF_[A-Z_]*\|XLA_PYTHON_CLIENT_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_VISIBLE_DEVICES'
 }
 
