@@ -20,6 +20,21 @@
 #                         true, fail otherwise
 #   test_end              "N passed, M failed"; its status is the test's
 #                         (last line of a test)
+#
+# Running vram and judging what it did:
+#   vram_cmd SUB VAR=VALUE... -- ARGS...
+#                         `$VRAM SUB ARGS` (no SUB when it is "") with
+#                         those variables set, by env so that nothing leaks
+#                         into the next run, and the test's $run_env (more
+#                         variables) and $run_wrap (a command that runs it,
+#                         e.g. "timeout 120"); stdout in $TMP/out, stderr
+#                         in $TMP/err, status in $rc
+#   expect_error NAME CODE [PREFIX]
+#                         exit CODE, exactly one stderr line, which starts
+#                         with "vram: PREFIX", and nothing on stdout
+#   expect_line NAME TEXT stdout has the line TEXT exactly
+#   expect_match NAME RE  stdout has a line matching RE (grep -E)
+#   expect_no NAME RE     stdout has no line matching RE
 
 test_begin() {
     passed=0
@@ -61,4 +76,42 @@ check() { if eval "$2"; then pass "$1"; else fail "$1" "false: $2"; fi; }
 test_end() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
+}
+
+vram_cmd() {
+    sub=$1
+    shift
+    vars=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        vars="$vars $1"
+        shift
+    done
+    shift
+    # shellcheck disable=SC2086
+    env $vars ${run_env:-} ${run_wrap:-} "$VRAM" ${sub:+"$sub"} "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+}
+
+expect_error() {
+    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2"; return; fi
+    nl=$(wc -l <"$TMP/err")
+    case $(head -n 1 "$TMP/err") in
+    "vram: ${3:-}"*) ;;
+    *) fail "$1" "stderr does not start with 'vram: ${3:-}'"; return ;;
+    esac
+    if [ "$nl" -ne 1 ]; then fail "$1" "$nl stderr lines, expected 1"; return; fi
+    if [ -s "$TMP/out" ]; then fail "$1" "unexpected stdout"; return; fi
+    pass "$1"
+}
+
+expect_line() {
+    if grep -qxF -- "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no line '$2' in the output"; fi
+}
+
+expect_match() {
+    if grep -qE -- "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no line matching '$2'"; fi
+}
+
+expect_no() {
+    if grep -qE -- "$2" "$TMP/out"; then fail "$1" "a line matches '$2'"; else pass "$1"; fi
 }

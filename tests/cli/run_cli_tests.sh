@@ -33,23 +33,6 @@ expect_rc() {
     if [ "$rc" -eq "$2" ]; then pass "$1"; else fail "$1" "exit $rc, expected $2"; fi
 }
 
-# expect_error NAME CODE [PREFIX]: exit CODE and exactly one stderr line that
-# starts with "vram: " (and with PREFIX after it, when given).
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then
-        fail "$1" "exit $rc, expected $2"
-        return
-    fi
-    nl=$(wc -l <"$TMP/err")
-    first=$(head -n 1 "$TMP/err")
-    case $first in
-    "vram: ${3:-}"*) ;;
-    *) fail "$1" "stderr does not start with 'vram: ${3:-}'"; return ;;
-    esac
-    if [ "$nl" -ne 1 ]; then fail "$1" "$nl stderr lines, expected 1"; return; fi
-    pass "$1"
-}
-
 # expect_ok NAME: exit 0 and nothing on stderr.
 expect_ok() {
     if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc, expected 0"; return; fi

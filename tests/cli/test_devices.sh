@@ -18,37 +18,12 @@ FAKE=$2
 . "$(dirname "$0")/lib.sh"
 test_begin devices
 
-# run VAR=VALUE... -- ARGS...: run vram devices with those variables set;
-# stdout in $TMP/out, stderr in $TMP/err, status in $rc.
-run() {
-    vars=""
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        vars="$vars $1"
-        shift
-    done
-    shift
-    # shellcheck disable=SC2086
-    env $vars "$VRAM" devices "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
+# run VAR=VALUE... -- ARGS...: vram devices (lib.sh's vram_cmd).
+run() { vram_cmd devices "$@"; }
 
 expect_ok() {
     if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc, expected 0"; return; fi
     if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
-    pass "$1"
-}
-
-# expect_error NAME CODE PREFIX: exit CODE, one stderr line starting with
-# "vram: PREFIX", nothing on stdout.
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2"; return; fi
-    nl=$(wc -l <"$TMP/err")
-    case $(head -n 1 "$TMP/err") in
-    "vram: $3"*) ;;
-    *) fail "$1" "stderr does not start with 'vram: $3'"; return ;;
-    esac
-    if [ "$nl" -ne 1 ]; then fail "$1" "$nl stderr lines, expected 1"; return; fi
-    if [ -s "$TMP/out" ]; then fail "$1" "unexpected stdout"; return; fi
     pass "$1"
 }
 
