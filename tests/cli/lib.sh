@@ -29,6 +29,7 @@
 #                         variables) and $run_wrap (a command that runs it,
 #                         e.g. "timeout 120"); stdout in $TMP/out, stderr
 #                         in $TMP/err, status in $rc
+#   expect_ok NAME        exit 0 and nothing on stderr
 #   expect_error NAME CODE [PREFIX]
 #                         exit CODE, exactly one stderr line, which starts
 #                         with "vram: PREFIX", and nothing on stdout
@@ -90,6 +91,12 @@ vram_cmd() {
     # shellcheck disable=SC2086
     env $vars ${run_env:-} ${run_wrap:-} "$VRAM" ${sub:+"$sub"} "$@" >"$TMP/out" 2>"$TMP/err"
     rc=$?
+}
+
+expect_ok() {
+    if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc, expected 0"; return; fi
+    if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
+    pass "$1"
 }
 
 expect_error() {

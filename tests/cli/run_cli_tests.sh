@@ -33,13 +33,6 @@ expect_rc() {
     if [ "$rc" -eq "$2" ]; then pass "$1"; else fail "$1" "exit $rc, expected $2"; fi
 }
 
-# expect_ok NAME: exit 0 and nothing on stderr.
-expect_ok() {
-    if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc, expected 0"; return; fi
-    if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
-    pass "$1"
-}
-
 # jcheck NAME LINES EXPR...: $TMP/out holds LINES JSON objects, one a line
 # (LINES 0: any number), each with every key of $KEYS, and each EXPR (Python,
 # the object is `o`) holds for every one of them.

@@ -21,12 +21,6 @@ test_begin devices
 # run VAR=VALUE... -- ARGS...: vram devices (lib.sh's vram_cmd).
 run() { vram_cmd devices "$@"; }
 
-expect_ok() {
-    if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc, expected 0"; return; fi
-    if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
-    pass "$1"
-}
-
 # expect_out NAME TEXT: stdout contains TEXT (a fixed string).
 expect_out() {
     if grep -qF -- "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no '$2' in the output"; fi
