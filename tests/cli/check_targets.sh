@@ -1,59 +1,87 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # check_targets.sh -- the performance targets of the allocator, on every
-# trace in data/traces (median of 3 runs each):
+# trace in data/traces:
 #   growth      fragmentation at most 1.10, host time at most 100 ns per
-#               operation (measured 23-36 on the development machine);
+#               operation (measured 25-35 on the development machine);
 #   expandable  fragmentation at most 1.02, host time at most 150 ns per
-#               operation (measured 33-80), every replay of the simulator.
-# Fragmentation is deterministic and checked as is. Host time depends on the
-# machine: CI machines have measured 2.3x slower than the development machine
-# on every trace and strategy alike, so a time over its limit is measured
-# again (median of 7) and judged against the limit scaled by how much slower
-# this machine runs the growth strategy than the development machine did
-# (at least 1). A regression of the expandable strategy alone still fails.
+#               operation (measured 34-62), every replay of the simulator.
+# Fragmentation is deterministic and checked as is.
+#
+# Host time is a wall-clock timing on a shared machine, taken so that other
+# processes do not decide it. What they do is preempt: one replay of
+# resnet50_fp32 under the expandable strategy (21,175 operations, 1.5 ms)
+# measured 69 to 1,619 ns/op at a load of 18 on 2 cores, as a replay that
+# lost the CPU midway counted the other processes' slices; a median of 10
+# such replays was as often preempted as not. A longer timed span only
+# makes a preemption likelier. So every figure is of short replays, many
+# times over: rounds of `vram replay --repeat 3` (the median of 3, which
+# drops the slow first replay of a fresh process), 12 rounds per trace (3
+# for gpt2m_generate, 1.5 million operations a replay), interleaved over the
+# traces, and the figure judged is the lowest round's. Load only ever adds
+# time; one round in 12 whose replays kept the CPU gives the machine's own
+# figure, while a slower allocator is slower in every round. The limits
+# scale by how much slower this machine runs the growth strategy than the
+# development machine did (the median over the traces of the same
+# lowest-round figures, at least 1): CI machines have measured 2.3x slower
+# on every trace and strategy alike. A regression of the expandable
+# strategy alone still fails.
 # Labelled "slow": not run under the sanitizers, whose timings mean nothing.
 # Usage: check_targets.sh VRAM_BINARY REPO_ROOT
 set -eu
-vram=$1
-root=$2
-out=$("$vram" replay --strategy growth --repeat 3 --json "$root"/data/traces/*.trace.csv.gz)
-out="$out
-$("$vram" replay --strategy expandable --repeat 3 --json "$root"/data/traces/*.trace.csv.gz)"
-echo "$out"
-echo "$out" | VRAM_BIN="$vram" TRACES="$root/data/traces" python3 -c '
-import json, os, subprocess, sys
+VRAM_BIN=$1 TRACES=$2/data/traces exec python3 - <<'EOF'
+import glob, json, os, subprocess, sys
+
+vram = os.environ["VRAM_BIN"]
 limits = {"growth": (1.10, 100.0), "expandable": (1.02, 150.0)}
 # Growth ns/op per trace on the development machine (BENCHMARKS.md).
-dev_growth = {"gpt2_bf16_b16": 36.1, "gpt2m_generate": 28.8,
-              "leak_mlp": 22.6, "resnet50_fp32": 35.0}
-rows = [json.loads(line) for line in sys.stdin if line.strip()]
-ratios = sorted(r["ns_per_op"] / dev_growth[r["trace"]] for r in rows
-                if r["strategy"] == "growth" and r["trace"] in dev_growth)
+dev_growth = {"gpt2_bf16_b16": 35.0, "gpt2m_generate": 29.7,
+              "leak_mlp": 25.0, "resnet50_fp32": 32.4}
+REPEAT = 3
+LONG_TRACE_OPS = 100000  # a trace this long gets 3 rounds, a shorter 12
+
+def replay(path, repeat):
+    p = subprocess.run([vram, "replay", "--strategy", ",".join(limits),
+                        "--repeat", str(repeat), "--json", path],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("vram replay %s: exit %d: %s" % (path, p.returncode, p.stderr.strip()))
+    return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+
+paths = sorted(glob.glob(os.path.join(os.environ["TRACES"], "*.trace.csv.gz")))
+if not paths:
+    sys.exit("no traces in " + os.environ["TRACES"])
+rows = {}     # (trace, strategy) -> the first round's row (fragmentation, OOMs)
+times = {}    # (trace, strategy) -> ns/op of each round
+rounds = {}   # trace path -> rounds it gets
+for rnd in range(12):
+    # Round by round over every trace, so that a busy spell of the machine
+    # spoils one round of each rather than every round of one.
+    for path in paths:
+        if rnd >= rounds.get(path, 12):
+            continue
+        for r in replay(path, REPEAT):
+            key = (r["trace"], r["strategy"])
+            rows.setdefault(key, r)
+            times.setdefault(key, []).append(r["ns_per_op"])
+            rounds[path] = 3 if r["ops"] >= LONG_TRACE_OPS else 12
+
+best = {k: min(v) for k, v in times.items()}
+ratios = sorted(best[(t, "growth")] / ns for t, ns in dev_growth.items()
+                if (t, "growth") in best)
 speed = max(1.0, ratios[len(ratios) // 2]) if ratios else 1.0
-print("machine: %.2fx the development machine'"'"'s time (growth, median)" % speed)
-
-def again(r):
-    path = os.path.join(os.environ["TRACES"], r["trace"] + ".trace.csv.gz")
-    p = subprocess.run([os.environ["VRAM_BIN"], "replay", "--strategy", r["strategy"],
-                        "--repeat", "7", "--json", path],
-                       capture_output=True, text=True, check=True)
-    return json.loads(p.stdout.splitlines()[-1])
-
+print("machine: %.2fx the development machine's time (growth, median of the traces)"
+      % speed)
 bad = 0
-for r in rows:
-    frag, ns = limits[r["strategy"]]
-    ok_frag = r["fragmentation"] <= frag and r["ooms"] == 0
-    note = ""
-    if ok_frag and r["ns_per_op"] > ns:
-        r2 = again(r)
-        note = " (again: %.1f, limit x%.2f)" % (r2["ns_per_op"], speed)
-        r["ns_per_op"] = r2["ns_per_op"]
-        ns *= speed
-    ok = ok_frag and r["ns_per_op"] <= ns
-    print("%-16s %-10s frag %.3f (<= %.2f)  ns/op %6.1f (<= %.0f)  %s%s" % (
-        r["trace"], r["strategy"], r["fragmentation"], frag, r["ns_per_op"], ns,
-        "ok" if ok else "MISSED TARGET", note))
+for (trace, strategy), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    frag, ns = limits[strategy]
+    ns *= speed
+    ns_op = best[(trace, strategy)]
+    ok = r["fragmentation"] <= frag and r["ooms"] == 0 and ns_op <= ns
+    print("%-16s %-10s frag %.3f (<= %.2f)  ns/op %6.1f (<= %.0f)  %s  rounds: %s" % (
+        trace, strategy, r["fragmentation"], frag, ns_op, ns,
+        "ok" if ok else "MISSED TARGET",
+        " ".join("%.1f" % x for x in times[(trace, strategy)])))
     bad += not ok
 sys.exit(1 if bad else 0)
-'
+EOF

@@ -19,17 +19,8 @@ TRACE=$ROOT/data/traces/leak_mlp.trace.csv.gz
 LEAK_OPS=1971
 KEYS="trace strategy ops ns_per_op peak_in_use_bytes peak_reserved_bytes fragmentation ooms backend_calls"
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-cli.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
+. "$(dirname "$0")/lib.sh"
+test_begin cli
 
 # run ARGS...: run vram; stdout in $TMP/out, stderr in $TMP/err, status in $rc.
 run() {
@@ -40,30 +31,6 @@ run() {
 # expect_rc NAME CODE: the last run exited with CODE.
 expect_rc() {
     if [ "$rc" -eq "$2" ]; then pass "$1"; else fail "$1" "exit $rc, expected $2"; fi
-}
-
-# expect_error NAME CODE [PREFIX]: exit CODE and exactly one stderr line that
-# starts with "vram: " (and with PREFIX after it, when given).
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then
-        fail "$1" "exit $rc, expected $2"
-        return
-    fi
-    nl=$(wc -l <"$TMP/err")
-    first=$(head -n 1 "$TMP/err")
-    case $first in
-    "vram: ${3:-}"*) ;;
-    *) fail "$1" "stderr does not start with 'vram: ${3:-}'"; return ;;
-    esac
-    if [ "$nl" -ne 1 ]; then fail "$1" "$nl stderr lines, expected 1"; return; fi
-    pass "$1"
-}
-
-# expect_ok NAME: exit 0 and nothing on stderr.
-expect_ok() {
-    if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc, expected 0"; return; fi
-    if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
-    pass "$1"
 }
 
 # jcheck NAME LINES EXPR...: $TMP/out holds LINES JSON objects, one a line
@@ -264,5 +231,4 @@ for args in "--limit 6X" "--limit 0" "--limit" "--device-memory -1" "--repeat 0"
     expect_error "bad option: $args" 2
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

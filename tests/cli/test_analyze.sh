@@ -23,23 +23,8 @@ GPT2=$TRACES/gpt2_bf16_b16.trace.csv.gz
 GEN=$TRACES/gpt2m_generate.trace.csv.gz
 MIB=1048576
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-analyze.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-# Every VRAM_* and TF_* variable of the caller is dropped, so that each run
-# sees only what it sets.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|TF_[A-Z_]*\)=.*/\1/p'); do
-    unset "$v"
-done
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
+. "$(dirname "$0")/lib.sh"
+test_begin analyze
 
 # run ARGS...: run vram; stdout in $TMP/out, stderr in $TMP/err, status in $rc.
 run() {
@@ -64,19 +49,6 @@ expect_rc() {
     pass "$1"
 }
 
-# expect_error NAME CODE PREFIX: exit CODE, exactly one stderr line, which
-# starts with "vram: PREFIX".
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2"; return; fi
-    nl=$(wc -l <"$TMP/err")
-    case $(head -n 1 "$TMP/err") in
-    "vram: $3"*) ;;
-    *) fail "$1" "stderr does not start with 'vram: $3'"; return ;;
-    esac
-    if [ "$nl" -ne 1 ]; then fail "$1" "$nl stderr lines, expected 1"; return; fi
-    pass "$1"
-}
-
 # json_check NAME EXPR: EXPR (Python, over the object d read from $TMP/out)
 # is true.
 json_check() {
@@ -89,11 +61,6 @@ sys.exit(0 if eval(sys.argv[2]) else 1)
     else
         fail "$1" "not true of the JSON: $2 ($(tail -n 1 "$TMP/pyerr"))"
     fi
-}
-
-# expect_line NAME PATTERN: some stdout line matches the grep -E PATTERN.
-expect_line() {
-    if grep -Eq "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no line matches '$2'"; fi
 }
 
 # doctor_lines NAME: every stdout line is a check line.
@@ -135,8 +102,8 @@ done
 
 run analyze "$LEAK"
 expect_rc "analyze leak_mlp (text) exits 0" 0
-expect_line "the text gives the verdict and the rate" '^leak +YES: memory grew 12\.00 MiB per iteration'
-expect_line "the text names the peak" '^peak +1\.15 GiB live'
+expect_match "the text gives the verdict and the rate" '^leak +YES: memory grew 12\.00 MiB per iteration'
+expect_match "the text names the peak" '^peak +1\.15 GiB live'
 # The JSON counts events as the text does (from 1).
 text_event=$(sed -n 's/^peak .*(event \([0-9]*\).*/\1/p' "$TMP/out")
 run analyze --json "$LEAK"
@@ -223,8 +190,8 @@ json_check "the final OOM is reported" \
 
 run analyze --compare "$TMP/fp32.csv" "$TMP/half.csv"
 expect_rc "analyze --compare exits 0" 0
-expect_line "--compare: peak live, A, B and the change" '^  peak live +24\.00 MiB +16\.00 MiB +-8\.00 MiB'
-expect_line "--compare: the forward phase matched by label" '^  forward +24\.00 MiB +16\.00 MiB'
+expect_match "--compare: peak live, A, B and the change" '^  peak live +24\.00 MiB +16\.00 MiB +-8\.00 MiB'
+expect_match "--compare: the forward phase matched by label" '^  forward +24\.00 MiB +16\.00 MiB'
 
 run analyze --compare --json "$TMP/fp32.csv" "$TMP/half.csv"
 expect_rc "analyze --compare --json exits 0" 0
@@ -235,7 +202,7 @@ json_check "--compare --json: phases and classes" \
 # --compare --html: the comparison as a page (and the text still on stdout).
 run analyze --compare --html "$TMP/cmp.html" "$TMP/fp32.csv" "$TMP/half.csv"
 expect_rc "analyze --compare --html exits 0" 0
-expect_line "--compare --html: the text too" '^  peak live +24\.00 MiB +16\.00 MiB +-8\.00 MiB'
+expect_match "--compare --html: the text too" '^  peak live +24\.00 MiB +16\.00 MiB +-8\.00 MiB'
 if grep -q '<td>peak live</td><td class="num">24.00 MiB</td><td class="num">16.00 MiB</td><td class="num">&minus;8.00 MiB</td>' "$TMP/cmp.html" &&
     grep -q '<td>forward</td>' "$TMP/cmp.html" && grep -q '</html>' "$TMP/cmp.html"; then
     pass "--compare --html: peaks, phases and the change in the page"
@@ -256,16 +223,16 @@ fi
 runenv "VRAM_BACKEND=sim VRAM_STRATEGY=growth" doctor
 expect_rc "doctor on a sound environment exits 0" 0
 doctor_lines "doctor prints one check a line"
-expect_line "doctor checks the environment" '^\[ok\] environment: '
-expect_line "doctor sees the simulated GPU" '^\[ok\] devices: 1 GPU'
+expect_match "doctor checks the environment" '^\[ok\] environment: '
+expect_match "doctor sees the simulated GPU" '^\[ok\] devices: 1 GPU'
 
 runenv "VRAM_BACKEND=sim" doctor
 expect_rc "doctor with the default strategy exits 0 (a warning)" 0
-expect_line "doctor warns of preallocation" '^\[warn\] preallocation: no strategy is set.*Next: set VRAM_STRATEGY=growth'
+expect_match "doctor warns of preallocation" '^\[warn\] preallocation: no strategy is set.*Next: set VRAM_STRATEGY=growth'
 
 runenv "VRAM_BACKEND=sim VRAM_MEMORY_LIMIT=6X" doctor
 expect_rc "doctor on a malformed environment exits 1" 1
-expect_line "doctor names the malformed variable" "^\[problem\] environment: VRAM_MEMORY_LIMIT='6X'"
+expect_match "doctor names the malformed variable" "^\[problem\] environment: VRAM_MEMORY_LIMIT='6X'"
 
 runenv "VRAM_BACKEND=sim VRAM_STRATEGY=growth" doctor --json
 expect_rc "doctor --json exits 0" 0
@@ -275,26 +242,26 @@ json_check "doctor --json: checks with status, evidence and next" \
 runenv "VRAM_STRATEGY=growth" doctor "$LEAK"
 expect_rc "doctor leak_mlp exits 1 (a problem)" 1
 doctor_lines "doctor leak_mlp: one check a line"
-expect_line "doctor finds the leak, with its rate" '^\[problem\] leak: memory grew 12\.00 MiB per iteration'
+expect_match "doctor finds the leak, with its rate" '^\[problem\] leak: memory grew 12\.00 MiB per iteration'
 
 runenv "VRAM_STRATEGY=growth" doctor "$RESNET"
 expect_rc "doctor resnet50_fp32 exits 0" 0
-expect_line "doctor resnet50_fp32: no leak" '^\[ok\] leak: '
-expect_line "doctor resnet50_fp32: growth needs no warning" '^\[ok\] preallocation: '
+expect_match "doctor resnet50_fp32: no leak" '^\[ok\] leak: '
+expect_match "doctor resnet50_fp32: growth needs no warning" '^\[ok\] preallocation: '
 
 run doctor "$GPT2"
 expect_rc "doctor gpt2_bf16_b16 under the default exits 0 (a warning)" 0
-expect_line "doctor: preallocate vs growth on a trace, with a cap to try" \
+expect_match "doctor: preallocate vs growth on a trace, with a cap to try" \
     '^\[warn\] preallocation: preallocate would hold .*VRAM_MEMORY_LIMIT=[0-9]+M'
 
 runenv "VRAM_STRATEGY=growth" doctor --limit 32M "$TMP/fp32.csv"
 expect_rc "doctor: an OOM above the cap exits 1" 1
-expect_line "doctor: the job is too big, see vram plan" '^\[problem\] oom-too-big: .*vram plan'
-expect_line "doctor: not fragmentation" '^\[ok\] oom-fragmentation: '
+expect_match "doctor: the job is too big, see vram plan" '^\[problem\] oom-too-big: .*vram plan'
+expect_match "doctor: not fragmentation" '^\[ok\] oom-fragmentation: '
 
 runenv "VRAM_STRATEGY=growth" doctor --limit 200M "$TMP/fp32.csv"
 expect_rc "doctor: an OOM below the cap exits 1" 1
-expect_line "doctor: fragmentation, try expandable" '^\[problem\] oom-fragmentation: .*VRAM_STRATEGY=expandable'
+expect_match "doctor: fragmentation, try expandable" '^\[problem\] oom-fragmentation: .*VRAM_STRATEGY=expandable'
 
 python3 - "$TMP/two.csv" <<'EOF'
 import sys
@@ -309,7 +276,7 @@ open(sys.argv[1], "w").write("\n".join(rows) + "\n")
 EOF
 runenv "VRAM_STRATEGY=growth" doctor "$TMP/two.csv"
 expect_rc "doctor: uneven GPUs are a warning (exit 0)" 0
-expect_line "doctor: per-device peaks" '^\[warn\] multi-gpu: peak live per device: 0: 40\.00 MiB, 1: 20\.00 MiB'
+expect_match "doctor: per-device peaks" '^\[warn\] multi-gpu: peak live per device: 0: 40\.00 MiB, 1: 20\.00 MiB'
 
 run doctor "$LEAK" "$RESNET"
 expect_error "doctor of two traces" 2 "doctor: one trace"
@@ -320,5 +287,4 @@ expect_error "doctor of a missing file" 2 "$TMP/none.csv"
 run doctor --help
 expect_rc "doctor --help exits 0" 0
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -17,17 +17,8 @@ if [ $# -ne 1 ]; then
 fi
 VRAM=$1
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-conv.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
+. "$(dirname "$0")/lib.sh"
+test_begin conv
 
 run() {
     "$VRAM" "$@" >"$TMP/out" 2>"$TMP/err"
@@ -124,5 +115,4 @@ assert "error" in r and "value" not in r, r' "$TMP/out"; then pass "env --json: 
 run env --json --markdown
 if [ "$rc" -eq 2 ] && grep -q "cannot be combined" "$TMP/err"; then pass "env --json --markdown"; else fail "env --json --markdown" "exit $rc"; fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

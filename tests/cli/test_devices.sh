@@ -15,57 +15,11 @@ fi
 VRAM=$1
 FAKE=$2
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-devices.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
+. "$(dirname "$0")/lib.sh"
+test_begin devices
 
-# Every VRAM_*, TF_* and FAKECUDA_* variable of the caller is dropped, so
-# that each run sees only what it sets.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|TF_[A-Z_]*\|FAKECUDA_[A-Z_]*\)=.*/\1/p'); do
-    unset "$v"
-done
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
-
-# run VAR=VALUE... -- ARGS...: run vram devices with those variables set;
-# stdout in $TMP/out, stderr in $TMP/err, status in $rc.
-run() {
-    vars=""
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        vars="$vars $1"
-        shift
-    done
-    shift
-    # shellcheck disable=SC2086
-    env $vars "$VRAM" devices "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
-
-expect_ok() {
-    if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc, expected 0"; return; fi
-    if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
-    pass "$1"
-}
-
-# expect_error NAME CODE PREFIX: exit CODE, one stderr line starting with
-# "vram: PREFIX", nothing on stdout.
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2"; return; fi
-    nl=$(wc -l <"$TMP/err")
-    case $(head -n 1 "$TMP/err") in
-    "vram: $3"*) ;;
-    *) fail "$1" "stderr does not start with 'vram: $3'"; return ;;
-    esac
-    if [ "$nl" -ne 1 ]; then fail "$1" "$nl stderr lines, expected 1"; return; fi
-    if [ -s "$TMP/out" ]; then fail "$1" "unexpected stdout"; return; fi
-    pass "$1"
-}
+# run VAR=VALUE... -- ARGS...: vram devices (lib.sh's vram_cmd).
+run() { vram_cmd devices "$@"; }
 
 # expect_out NAME TEXT: stdout contains TEXT (a fixed string).
 expect_out() {
@@ -174,5 +128,4 @@ else
     expect_error "no driver, default backend" 1 "no CUDA driver: "
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

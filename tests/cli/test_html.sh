@@ -26,14 +26,9 @@ OUT=$3
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
 TRACES="leak_mlp resnet50_fp32"
 
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
-
 mkdir -p "$OUT" || exit 1
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-html.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
+. "$(dirname "$0")/lib.sh"
+test_begin html
 
 if ! command -v python3 >/dev/null 2>&1; then
     echo "skip: python3 is not installed (scripts/install-deps.sh installs it)"
@@ -250,5 +245,4 @@ for name in $TRACES; do
     fi
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -14,17 +14,16 @@ if [ $# -ne 2 ]; then
 fi
 VRAM=$1
 CONF=$2/data/measurements/configs
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-plan.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
+. "$(dirname "$0")/lib.sh"
+test_begin plan
 
 # jget KEY FILE: the first integer value of "KEY" in FILE (the top level
 # comes before the what-ifs).
 jget() { grep -o "\"$1\":[0-9]*" "$2" | head -n 1 | cut -d: -f2; }
 
+# Checks pass quietly here: only a failure says what it was.
 ok() { passed=$((passed + 1)); }
-bad() { failed=$((failed + 1)); echo "FAIL: $*"; }
+bad() { fail "$*"; }
 
 # expect_usage NAME ARGS...: exit 2, nothing on stdout, one "vram: " line on stderr.
 expect_usage() {
@@ -223,5 +222,4 @@ expect_usage "model with batch" --model x.py:f --batch 8
 if "$VRAM" plan --config "$TMP/mistral-nowin.json" --batch 1 --seq 64 >/dev/null 2>&1; then ok
 else bad "mistral without sliding_window refused"; fi
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+test_end

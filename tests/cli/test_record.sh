@@ -23,38 +23,10 @@ FAKE=$4
 absolute VRAM LIB PROBE FAKE
 test_begin record
 
-# rec VAR=VALUE... -- ARGS...: `vram record ARGS` with those variables;
-# stdout in $TMP/out, stderr in $TMP/err, status in $rc.
-rec() {
-    vars=""
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        vars="$vars $1"
-        shift
-    done
-    shift
-    # shellcheck disable=SC2086
-    env $vars LD_LIBRARY_PATH="$FAKE" "$VRAM" record "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
-
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2"; return; fi
-    case $(head -n 1 "$TMP/err") in
-    "vram: $3"*) ;;
-    *) fail "$1" "stderr: $(head -n 1 "$TMP/err")"; return ;;
-    esac
-    if [ "$(wc -l <"$TMP/err")" -ne 1 ]; then fail "$1" "more than one stderr line"; return; fi
-    if [ -s "$TMP/out" ]; then fail "$1" "something ran"; return; fi
-    pass "$1"
-}
-
-expect_line() {
-    if grep -qxF -- "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no line '$2'"; fi
-}
-
-expect_no() {
-    if grep -qE -- "$2" "$TMP/out"; then fail "$1" "a line matches '$2'"; else pass "$1"; fi
-}
+# rec VAR=VALUE... -- ARGS...: vram record over the fake driver (lib.sh's
+# vram_cmd).
+run_env="LD_LIBRARY_PATH=$FAKE"
+rec() { vram_cmd record "$@"; }
 
 P="--preload $LIB"
 

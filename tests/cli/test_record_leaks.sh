@@ -15,12 +15,8 @@ if [ $# -ne 3 ]; then
     exit 2
 fi
 command -v python3 >/dev/null 2>&1 || exit 77
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-record-leaks.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|LD_PRELOAD\|PYTORCH_CUDA_ALLOC_CONF\|TF_GPU_ALLOCATOR\|XLA_PYTHON_CLIENT_ALLOCATOR\)=.*/\1/p'); do
-    unset "$v"
-done
+. "$(dirname "$0")/lib.sh"
+test_begin record-leaks
 
 LD_LIBRARY_PATH="$2" python3 "$3/bench/gpu/record_checks.py" --vram "$1" --work "$TMP" \
     --frameworks fake --budget 240 >"$TMP/out.json" || exit 1

@@ -24,20 +24,15 @@ SANITIZE=${3:-}
 case $DUMMY in /*) ;; *) DUMMY=$(pwd)/$DUMMY ;; esac
 case $VRAM in /*) ;; */*) VRAM=$(pwd)/$VRAM ;; esac
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-run.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
+. "$(dirname "$0")/lib.sh"
+test_begin run
 
 # Another name of a loadable library, for "an LD_PRELOAD entry already there".
 OTHER=$TMP/other.so
 ln -s "$DUMMY" "$OTHER" || exit 1
 
-# Every setting of the caller is dropped, so that each run sees only what
-# it sets.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|LD_PRELOAD\)=.*/\1/p'); do
-    unset "$v"
-done
+# run VAR=VALUE... -- ARGS...: vram run (lib.sh's vram_cmd).
+run() { vram_cmd run "$@"; }
 
 # A sanitized vram started with an LD_PRELOAD of its own would refuse to run
 # (the sanitizer's runtime must come first); that is not what is tested.
@@ -46,58 +41,8 @@ if [ -n "$SANITIZE" ]; then
     export ASAN_OPTIONS
 fi
 
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     stderr: /' "$TMP/err" | head -n 5; fi
-}
-
-# run VAR=VALUE... -- ARGS...: run `vram run ARGS` with those variables
-# set; stdout in $TMP/out, stderr in $TMP/err, status in $rc.
-run() {
-    vars=""
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        vars="$vars $1"
-        shift
-    done
-    shift
-    # shellcheck disable=SC2086
-    env $vars "$VRAM" run "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
-
 expect_rc() {
     if [ "$rc" -eq "$2" ]; then pass "$1"; else fail "$1" "exit $rc, expected $2"; fi
-}
-
-# expect_error NAME CODE PREFIX: exit CODE, one stderr line starting with
-# "vram: PREFIX", nothing on stdout (nothing ran).
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2"; return; fi
-    nl=$(wc -l <"$TMP/err")
-    case $(head -n 1 "$TMP/err") in
-    "vram: $3"*) ;;
-    *) fail "$1" "stderr does not start with 'vram: $3'"; return ;;
-    esac
-    if [ "$nl" -ne 1 ]; then fail "$1" "$nl stderr lines, expected 1"; return; fi
-    if [ -s "$TMP/out" ]; then fail "$1" "unexpected stdout"; return; fi
-    pass "$1"
-}
-
-# expect_line NAME TEXT: stdout has the line TEXT exactly.
-expect_line() {
-    if grep -qxF -- "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no line '$2' in the output"; fi
-}
-
-# expect_match NAME REGEX: stdout has a line matching REGEX (grep -E).
-expect_match() {
-    if grep -qE -- "$2" "$TMP/out"; then pass "$1"; else fail "$1" "no line matching '$2'"; fi
-}
-
-# expect_no NAME REGEX: stdout has no line matching REGEX.
-expect_no() {
-    if grep -qE -- "$2" "$TMP/out"; then fail "$1" "a line matches '$2'"; else pass "$1"; fi
 }
 
 P="--preload $DUMMY"
@@ -280,5 +225,4 @@ rc=$?
 expect_rc "--report: SIGTERM forwarded, the command's status" 7
 expect_line "--report: the command saw SIGTERM" "got-term"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

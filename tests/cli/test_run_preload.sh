@@ -20,21 +20,9 @@ PRELOAD=$2
 PROBE=$3/preload_probe
 FAKE=$4
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-runp.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT INT TERM
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|CUDA_VISIBLE_DEVICES\|LD_PRELOAD\)=.*/\1/p'); do
-    unset "$v"
-done
+. "$(dirname "$0")/lib.sh"
+test_begin runp
 export LD_LIBRARY_PATH="$FAKE:$3${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    sed 's/^/     err: /' "$TMP/err" | head -n 6
-}
 
 # ---- --report: a command whose only allocation is refused ----
 "$VRAM" run --preload "$PRELOAD" --limit 64M --group "rp$$" --report -- \
@@ -190,5 +178,4 @@ else
     fail "vram run under HAMi's variables: they limit, nothing said" "exit $rc"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -16,26 +16,20 @@ if [ "$(id -u)" -ne 0 ] || ! command -v useradd >/dev/null || ! command -v setpr
 fi
 A="vrsqa$$"
 B="vrsqb$$"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-squat.XXXXXX") || exit 1
+. "$(dirname "$0")/lib.sh"
+test_begin squat
 chmod 755 "$TMP"
-cleanup() {
+test_cleanup() {
     [ -n "${HOLD:-}" ] && kill -9 "$HOLD" 2>/dev/null
     [ -n "${UA:-}" ] && rm -rf "/dev/shm/vram-$UA" "/dev/shm/vram-$UA-grp"
     [ -n "${UB:-}" ] && rm -rf "/dev/shm/vram-$UB"
     userdel "$A" 2>/dev/null
     userdel "$B" 2>/dev/null
-    rm -rf "$TMP"
 }
-trap cleanup EXIT INT TERM
 useradd -M -s /bin/sh "$A" || exit 1
 useradd -M -s /bin/sh "$B" || exit 1
 UA=$(id -u "$A")
 UB=$(id -u "$B")
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 # as USER CMD...: CMD as USER, exec'ed (no process left between, so a kill
 # by pid reaches CMD).
 as() { u=$1; shift; setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"; }
@@ -111,5 +105,4 @@ check "B cannot create a name in A's directory" "[ \$? -ne 0 ]"
 kill -9 $HOLD 2>/dev/null
 wait $HOLD 2>/dev/null
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+test_end

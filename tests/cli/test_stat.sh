@@ -14,22 +14,16 @@ ROOT=$3
 NVML_DIR=${4:-}
 G="st$$"
 U="GPU-stat-test-0000"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-stat.XXXXXX") || exit 1
+. "$(dirname "$0")/lib.sh"
+test_begin stat
 pids=""
-cleanup() {
+test_cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
     [ -n "${stopped:-}" ] && kill -9 "$stopped" 2>/dev/null
     wait 2>/dev/null
-    rm -rf "$TMP"
     rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}b" "/dev/shm/vram-$(id -u)/${G}s"
     rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
-trap cleanup EXIT INT TERM
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 # start GROUP MIB LIMIT [GROW [REFUSE]]: a helper in the background, waits for "ready".
 start() {
@@ -56,8 +50,11 @@ stopped=$!
 pids="$pids $stopped"
 i=0
 while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
-timeout 1 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
-check "stat answers within 1 s despite a stopped member" "[ $? -eq 0 ]"
+# Within 1 s in one of 3 tries: a stat that waits on the member never
+# does, while a busy machine does not delay all three.
+k=0
+until [ $k -eq 3 ] || timeout 1 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"; do k=$((k + 1)); done
+check "stat answers within 1 s despite a stopped member (in one of 3 tries)" "[ $k -lt 3 ]"
 check "stat shows the stopped member's 8 MiB" "grep -Eq \"^ +- +$stopped .*8.00 MiB\" $TMP/out"
 
 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
@@ -132,5 +129,4 @@ wait "$p2" 2>/dev/null
 check "killed process gone from stat" "! grep -Eq \"^ +- +$p2 \" $TMP/out2 && grep -Eq \"^ +- +$p1 \" $TMP/out2"
 check "group use drops by its 32 MiB" "grep -E \"^ +- +$G \" $TMP/out2 | grep -q '64.00 MiB  *1\$'"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+test_end

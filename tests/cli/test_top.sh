@@ -13,24 +13,20 @@ command -v tmux >/dev/null || { echo "skipped: no tmux"; exit 77; }
 G="tp$$"
 U="GPU-top-test-0000"
 S="vramtop$$"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-top.XXXXXX") || exit 1
+. "$(dirname "$0")/lib.sh"
+test_begin top
 SOCK="$TMP/tmux.sock"
 pids=""
-cleanup() {
+test_cleanup() {
     tmux -S "$SOCK" kill-server 2>/dev/null
     for p in $pids; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
-    rm -rf "$TMP"
     rm -f "/dev/shm/vram-$(id -u)/$G"
     rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
-trap cleanup EXIT INT TERM
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
+# A failure shows the screen it was judged on.
 bad() {
-    failed=$((failed + 1))
-    echo "FAIL $1"
+    fail "$1"
     sed 's/^/     screen: /' "$TMP/screen" 2>/dev/null | head -n 20
 }
 
@@ -52,7 +48,7 @@ wait_for() {
     done
     return 1
 }
-check() { if wait_for "$2"; then ok "$1"; else bad "$1"; fi; }
+check() { if wait_for "$2"; then pass "$1"; else bad "$1"; fi; }
 
 start 48 512 0
 still=$last
@@ -72,7 +68,7 @@ check "top lists the victim" "^ +- +$victim "
 check "growing process gets a positive trend" "^ +- +$grower .* $G .* [1-9][0-9]*\.[0-9] +[^ ]*\$"
 check "top shows the GPU table by index and name" "^GPU NAME +TOTAL MiB +USED MiB +UUID"
 # In an 80-column terminal nothing is cut: no line reaches the last column.
-if awk 'length >= 80' "$TMP/screen" | grep -q .; then bad "top fits 80 columns"; else ok "top fits 80 columns"; fi
+if awk 'length >= 80' "$TMP/screen" | grep -q .; then bad "top fits 80 columns"; else pass "top fits 80 columns"; fi
 tmux -S "$SOCK" send-keys -t "$S" "i"
 check "sort key switches to pid" "sort: pid"
 tmux -S "$SOCK" send-keys -t "$S" "r"
@@ -81,11 +77,11 @@ kill -9 "$victim"
 wait "$victim" 2>/dev/null
 sleep 1
 tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
-if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else ok "killed process disappears"; fi
+if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else pass "killed process disappears"; fi
 tmux -S "$SOCK" send-keys -t "$S" "q"
 check "q quits with status 0" "TOP-EXIT=0"
 check "terminal restored: the prompt is back" "^READY> ?$"
-if grep -q "vram top -- " "$TMP/screen"; then bad "the screen of top is gone"; else ok "the screen of top is gone"; fi
+if grep -q "vram top -- " "$TMP/screen"; then bad "the screen of top is gone"; else pass "the screen of top is gone"; fi
 
 # SIGTERM also quits cleanly.
 tmux -S "$SOCK" send-keys -t "$S" "clear; sh -c 'echo \$\$ >$TMP/top.pid; exec \"$VRAM\" top --no-nvml -d 0.3'; echo TERM-EXIT=\$?" Enter
@@ -95,5 +91,4 @@ check "SIGTERM quits with status 0" "TERM-EXIT=0"
 tmux -S "$SOCK" send-keys -t "$S" "'$VRAM' top --interval 0 ; echo BAD-EXIT=\$?" Enter
 check "bad interval: exit 2" "BAD-EXIT=2"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+test_end

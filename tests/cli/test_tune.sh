@@ -27,31 +27,11 @@ DATA=$6
 absolute VRAM LIB PROBE FAKE TRACES DATA
 test_begin tune
 
-# tune VAR=VALUE... -- ARGS...: `vram tune ARGS` over the fake driver with
-# those variables, at most 120 s; stdout in $TMP/out, stderr in $TMP/err,
-# status in $rc.
-tune() {
-    vars=""
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-        vars="$vars $1"
-        shift
-    done
-    shift
-    # shellcheck disable=SC2086
-    env $vars LD_LIBRARY_PATH="$FAKE" timeout 120 "$VRAM" tune "$@" >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-}
-
-expect_error() {
-    if [ "$rc" -ne "$2" ]; then fail "$1" "exit $rc, expected $2: $(cat "$TMP/err")"; return; fi
-    case $(head -n 1 "$TMP/err") in
-    "vram: $3"*) ;;
-    *) fail "$1" "stderr: $(head -n 1 "$TMP/err")"; return ;;
-    esac
-    if [ "$(wc -l <"$TMP/err")" -ne 1 ]; then fail "$1" "more than one stderr line"; return; fi
-    if [ -s "$TMP/out" ]; then fail "$1" "a report on stdout"; return; fi
-    pass "$1"
-}
+# tune VAR=VALUE... -- ARGS...: vram tune over the fake driver, at most 120 s
+# (lib.sh's vram_cmd).
+run_env="LD_LIBRARY_PATH=$FAKE"
+run_wrap="timeout 120"
+tune() { vram_cmd tune "$@"; }
 
 # check NAME PYTHON-EXPRESSIONS...: each expression, over j (the JSON of
 # $TMP/out), must be true; the first that is not is the failure.

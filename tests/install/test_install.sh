@@ -53,8 +53,9 @@ if [ "${1:-}" != "--inside" ]; then
     grep -qx 'CMAKE_INSTALL_PREFIX:PATH=/usr' "$BUILD/CMakeCache.txt" ||
         skip "the build's prefix is not /usr (make test-plain configures -DCMAKE_INSTALL_PREFIX=/usr)"
 
-    TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-install.XXXXXX") || exit 1
-    trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-*/install$$*' EXIT INT TERM
+    . "$(dirname "$0")/../cli/lib.sh"
+    test_begin install
+    test_cleanup() { rm -f /dev/shm/vram-*/install$$*; }
 
     # ---- the package ----
     start=$(date +%s)
@@ -80,15 +81,10 @@ SRC=$4
 PROBE=$5
 FAKE=$6
 PYTHON3=$7
+# The counters and pass/fail of lib.sh; $TMP is the outer run's.
+. "$(dirname "$0")/../cli/lib.sh"
 passed=0
 failed=0
-
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1: $2"
-    if [ -s "$TMP/err" ]; then sed 's/^/     err: /' "$TMP/err" | head -n 8; fi
-}
 # check NAME COMMAND...: pass if COMMAND succeeds (output in $TMP/out, $TMP/err).
 check() {
     name=$1
@@ -107,10 +103,9 @@ for d in usr etc var; do
     fi
 done
 
-# Nothing of the caller's settings or of the build may help.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_VISIBLE_DEVICES\|LD_LIBRARY_PATH\|LD_PRELOAD\|PKG_CONFIG_[A-Z_]*\|CMAKE_PREFIX_PATH\|MANPATH\|PYTHONPATH\)=.*/\1/p'); do
-    unset "$v"
-done
+# Nothing of the caller's settings or of the build may help (the outer run
+# dropped lib.sh's list already).
+scrub 'LD_LIBRARY_PATH\|PKG_CONFIG_[A-Z_]*\|CMAKE_PREFIX_PATH\|MANPATH\|PYTHONPATH'
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 VERSION=$(dpkg-deb -f "$DEB" Version)
 
@@ -263,5 +258,4 @@ print(path, vram.get_memory_info(0))
 "
 sed 's/^/     /' "$TMP/out"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -56,20 +56,21 @@ ROOTDIR=$VRAM_POLICY_TEST_ROOT
 cp -a /etc "$ROOTDIR/etc" || exit 1
 mount --bind "$ROOTDIR/etc" /etc || exit 1
 mount -t tmpfs -o mode=1777 vram-test-shm /dev/shm || exit 1
-TMP=$ROOTDIR/tmp
-mkdir -m 755 "$TMP"
+TMPDIR=$ROOTDIR
+. "$(dirname "$SELF")/../cli/lib.sh"
+test_begin policy
+chmod 755 "$TMP"
 
 UA=vrampa$$
 UB=vrampb$$
 GROUP_ML=vrampml$$
 PIDS=""
-cleanup() {
+test_cleanup() {
     for p in $PIDS; do kill "$p" 2>/dev/null; done
     userdel "$UA" 2>/dev/null
     userdel "$UB" 2>/dev/null
     groupdel "$GROUP_ML" 2>/dev/null
 }
-trap cleanup EXIT INT TERM
 
 groupadd "$GROUP_ML" || exit 1
 useradd -M -N -g users -G "$GROUP_ML" -s /bin/sh "$UA" || exit 1
@@ -77,9 +78,7 @@ useradd -M -N -g users -s /bin/sh "$UB" || exit 1
 UIDA=$(id -u "$UA")
 UIDB=$(id -u "$UB")
 
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
+# A failure shows the command's output as well as its errors.
 fail() {
     failed=$((failed + 1))
     echo "FAIL $1: $2"
@@ -507,10 +506,17 @@ chmod 600 "$SHM/crafted"
 PIDS="$PIDS $(cat "$TMP/locked.pid")"
 i=0
 while ! grep -q ready "$TMP/locked" 2>/dev/null && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
-t0=$(date +%s%N)
-timeout 20 "$VRAM" stat --json --no-nvml >"$TMP/out" 2>"$TMP/err"
-rc=$?
-ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+# The time is the best of 3 tries: a stat that waits on a hostile ledger
+# is slow in all three, one delayed by a busy machine not.
+k=0
+while :; do
+    t0=$(date +%s%N)
+    timeout 20 "$VRAM" stat --json --no-nvml >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    k=$((k + 1))
+    { [ $rc -eq 0 ] && [ $ms -lt 5000 ]; } || [ $k -eq 3 ] && break
+done
 if [ $rc -eq 0 ] && grep -q "$UB/jobb" "$TMP/out" && grep -q "$UA/locked" "$TMP/out" &&
     ! grep -q "$UA/\(link\|trunc\|huge\|fifo\|random\|mode\)\"" "$TMP/out" && [ $ms -lt 5000 ]; then
     pass "hostile ledgers (link, truncated, resized, FIFO, random, mode, crafted, a member stopped mid-reservation): root's stat in $ms ms"
@@ -559,5 +565,4 @@ else
     fail "admin disable: only vram's line goes" "$(cat /etc/ld.so.preload)"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

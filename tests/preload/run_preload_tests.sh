@@ -25,21 +25,17 @@ FAKE=$3
 PROBE=$BIN/preload_probe
 LINKED=$BIN/preload_probe_linked
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-preload.XXXXXX") || exit 1
+. "$(dirname "$0")/../cli/lib.sh"
+test_begin preload
 GROUP="t$$"
-trap 'rm -rf "$TMP"; rm -f /dev/shm/vram-$(id -u)/$GROUP-*; rmdir /dev/shm/vram-$(id -u) 2>/dev/null' EXIT INT TERM
-
-# Every variable that could change what the library or the fake does is
-# dropped, so that each run sees only what it sets.
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|CUDA_VISIBLE_DEVICES\)=.*/\1/p'); do
-    unset "$v"
-done
+test_cleanup() {
+    rm -f /dev/shm/vram-$(id -u)/$GROUP-*
+    rmdir /dev/shm/vram-$(id -u) 2>/dev/null
+}
 # The fakes first on the library path, ahead of any real driver.
 LIBPATH="$FAKE:$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
+# A failure shows the probe's output as well as its errors.
 fail() {
     failed=$((failed + 1))
     echo "FAIL $1: $2"
@@ -357,5 +353,4 @@ else
     fail "active alone: a private group, its ledger file gone at exit" "exit $rc"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -19,28 +19,19 @@ VRAM=$1
 PRELOAD=$2
 PROBE=$3/preload_probe
 FAKE=$4
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|CUDA_VISIBLE_DEVICES\)=.*/\1/p'); do
-    unset "$v"
-done
 G="hm$$"
 DIR="/dev/shm/vram-$(id -u)"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-hostmem.XXXXXX") || exit 1
+. "$(dirname "$0")/../cli/lib.sh"
+test_begin hostmem
 pid=""
 exp=""
-cleanup() {
+test_cleanup() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null
     [ -n "$exp" ] && kill "$exp" 2>/dev/null
     wait 2>/dev/null
-    rm -rf "$TMP"
     rm -f "$DIR/$G" "$DIR/${G}old"
     rmdir "$DIR" 2>/dev/null
 }
-trap cleanup EXIT INT TERM
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
 # wait_line FILE TEXT: until FILE holds TEXT (at most 30 s: a loaded machine).
 wait_line() {
@@ -139,5 +130,4 @@ check "an old ledger: one line naming its version and the one this vram reads" \
     "[ \$(grep -c ${G}old $TMP/err) -eq 1 ] && grep -q '${G}old has version 3, this vram reads only 4' $TMP/err"
 check "an old ledger: none of it is shown" "! grep -q '${G}old' $TMP/json"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+test_end

@@ -40,9 +40,10 @@ id munge >/dev/null 2>&1 || skip "no user munge (package munge)"
 [ -f /etc/munge/munge.key ] || skip "no /etc/munge/munge.key"
 PATH=$PATH:/usr/sbin
 
-passed=0
-failed=0
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/vram-slurm.XXXXXX") || exit 1
+# lib.sh drops every variable that could change what the preload library
+# or the fake does; the jobs inherit this environment (srun --export=ALL).
+. "$(dirname "$0")/../cli/lib.sh"
+test_begin slurm
 chmod 0711 "$TMP"
 PIDS=""
 # Job ids of this run (below MaxJobId, 67043328): away from those of a real
@@ -53,7 +54,7 @@ NOBODY=$(id -u nobody 2>/dev/null || echo 65534)
 
 # Stop every daemon this script started, by pid, newest first; then the
 # files. Jobs still running are cancelled first so that no slurmstepd stays.
-cleanup() {
+test_cleanup() {
     if [ -n "$PIDS" ]; then
         timeout 10 scancel --quiet -u root >/dev/null 2>&1
         timeout 10 scancel --quiet -u nobody >/dev/null 2>&1
@@ -78,12 +79,9 @@ cleanup() {
         rm -f "/dev/shm/vram-0/slurm-$j" "/dev/shm/vram-$NOBODY/slurm-$j"
         j=$((j + 1))
     done
-    rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
 
-pass() { passed=$((passed + 1)); echo "ok   $1"; }
+# A failure shows the job's output as well as its errors.
 fail() {
     failed=$((failed + 1))
     echo "FAIL $1: $2"
@@ -258,11 +256,6 @@ EOF
 chmod 0755 "$W/task.sh"
 TASK=$W/task.sh
 
-# Every variable that could change what the preload library or the fake
-# does is dropped; the jobs inherit this environment (srun --export=ALL).
-for v in $(env | sed -n 's/^\(VRAM_[A-Z_]*\|FAKECUDA_[A-Z_]*\|CUDA_DEVICE_MEMORY_LIMIT[0-9_]*\|CUDA_VISIBLE_DEVICES\|LD_PRELOAD\)=.*/\1/p'); do
-    unset "$v"
-done
 export LD_LIBRARY_PATH="$FAKE:$BIN"
 export FAKECUDA_SHARED="$W/fake-shared"
 
@@ -474,5 +467,4 @@ if command -v runuser >/dev/null 2>&1 && id nobody >/dev/null 2>&1; then
     fi
 fi
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+test_end
