@@ -138,6 +138,8 @@ static const char *replay_driver_costs;
 struct replay_result {
     uint64_t ops;                 /* events replayed */
     double ns_per_op;             /* host ns per event, event loop only */
+    double cpu_ns_per_op;         /* the same in this thread's CPU time: what a
+                                     busy machine's preemption does not add to */
     uint64_t peak_in_use_bytes;   /* max of the sum of trace sizes live */
     uint64_t peak_reserved_bytes; /* sum over devices of their peaks */
     uint64_t ooms;                /* allocations refused with VRAM_E_OOM */
@@ -338,7 +340,7 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
     uint64_t driver_ns0 = 0;
     struct lib_replay lr = {.t = t, .devs = devs, .cuda = cuda, .pass = ""};
     int rc = REPLAY_OK;
-    struct timespec t0, t1;
+    struct timespec t0, t1, c0, c1;
 
     /* The timed loop: the trace is already in memory, so this measures the
      * library's allocate and free calls plus a few loads and stores. */
@@ -356,10 +358,12 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
     }
     if (rc == REPLAY_OK) {
         driver_ns0 = modelled_driver_ns(devs, n_dev);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
         clock_gettime(CLOCK_MONOTONIC, &t0);
         if (trace_replay_run(sl, 0, t->n_events, &lib_hooks, &lr) != TRACE_REPLAY_OK)
             rc = REPLAY_FAIL;
         clock_gettime(CLOCK_MONOTONIC, &t1);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     }
 
     if (rc == REPLAY_OK) {
@@ -367,6 +371,7 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
         memset(&r, 0, sizeof r);
         r.ops = t->n_events;
         r.ns_per_op = t->n_events > 0 ? elapsed_ns(&t0, &t1) / (double)t->n_events : 0.0;
+        r.cpu_ns_per_op = t->n_events > 0 ? elapsed_ns(&c0, &c1) / (double)t->n_events : 0.0;
         r.driver_ns_per_op =
             t->n_events > 0
                 ? (double)(modelled_driver_ns(devs, n_dev) - driver_ns0) / (double)t->n_events
@@ -398,14 +403,15 @@ replay_once(const struct trace *t, vram_backend_kind backend, vram_strategy st,
 
 /*
 ** Replay T REPEAT times under ST; the statistics are those of the first
-** run (they do not depend on timing) and ns_per_op is the median.
+** run (they do not depend on timing); ns_per_op and cpu_ns_per_op are the
+** medians.
 */
 static int
 replay_repeated(const struct trace *t, vram_strategy st,
                 const struct replay_settings *set, struct trace_replay *sl,
                 struct replay_result *out)
 {
-    double times[1000];
+    double times[1000], cpu[1000];
     struct replay_result first, r;
     memset(&first, 0, sizeof first);
     for (uint64_t i = 0; i < set->repeat; i++) {
@@ -416,8 +422,10 @@ replay_repeated(const struct trace *t, vram_strategy st,
         if (i == 0)
             first = r;
         times[i] = r.ns_per_op;
+        cpu[i] = r.cpu_ns_per_op;
     }
     first.ns_per_op = median_of(times, (unsigned)set->repeat);
+    first.cpu_ns_per_op = median_of(cpu, (unsigned)set->repeat);
     *out = first;
     return REPLAY_OK;
 }
@@ -529,6 +537,7 @@ print_json_row(const struct replay_row *row, bool with_min_limit)
                            json_object_new_string(vram_strategy_name(row->strategy)));
     json_object_object_add(o, "ops", json_object_new_uint64(row->r.ops));
     json_object_object_add(o, "ns_per_op", cli_json_fixed(row->r.ns_per_op, 1));
+    json_object_object_add(o, "cpu_ns_per_op", cli_json_fixed(row->r.cpu_ns_per_op, 1));
     json_object_object_add(o, "peak_in_use_bytes",
                            json_object_new_uint64(row->r.peak_in_use_bytes));
     json_object_object_add(o, "peak_reserved_bytes",
