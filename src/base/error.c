@@ -68,6 +68,18 @@ error_set(vram_status status, const char *fmt, ...)
     return status;
 }
 
+vram_status
+error_set_at(vram_status status, const char *path, unsigned long long line,
+             const char *fmt, ...)
+{
+    char reason[sizeof last_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    return error_set(status, "%s:%llu: %s", path, line, reason);
+}
+
 void
 error_clear(void)
 {

@@ -21,6 +21,11 @@ vram_status error_set(vram_status status, const char *fmt, ...)
 vram_status error_set_unlock(pthread_mutex_t *lock, vram_status status, const char *fmt,
                              ...) __attribute__((format(printf, 3, 4)));
 
+/* error_set for a parser: the line is "PATH:LINE: " and then FMT's text:
+** return error_set_at(VRAM_E_PARSE, path, line, "bad field '%s'", f); */
+vram_status error_set_at(vram_status status, const char *path, unsigned long long line,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* Clear the calling thread's last-error line (at the start of a public
 ** call). */
 void error_clear(void);

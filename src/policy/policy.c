@@ -36,16 +36,8 @@ struct parse {
 };
 
 /* Set the last error "PATH:LINE: fmt" and return VRAM_E_CONFIG. */
-__attribute__((format(printf, 2, 3))) static vram_status
-parse_error(const struct parse *s, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return error_set(VRAM_E_CONFIG, "%s:%d: %s", s->path, s->line, msg);
-}
+#define parse_error(s, ...)                                                              \
+    error_set_at(VRAM_E_CONFIG, (s)->path, (unsigned long long)(s)->line, __VA_ARGS__)
 
 /*
 ** A user or group name as the system's tools accept them (useradd's

@@ -171,20 +171,8 @@ struct reader {
 /* ------------------------------------------------------------------ */
 
 /* Fail with VRAM_E_PARSE and "PATH:LINE: reason" for the current line. */
-static vram_status parse_error(const struct reader *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static vram_status
-parse_error(const struct reader *r, const char *fmt, ...)
-{
-    char reason[400];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(reason, sizeof reason, fmt, ap);
-    va_end(ap);
-    return error_set(VRAM_E_PARSE, "%s:%" PRIu64 ": %s", r->path, r->line, reason);
-}
+#define parse_error(r, ...)                                                              \
+    error_set_at(VRAM_E_PARSE, (r)->path, (unsigned long long)(r)->line, __VA_ARGS__)
 
 /*
 ** Copy field F into BUF for an error message: at most 32 bytes, with
