@@ -540,7 +540,12 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
     return alloc_finish_unlock(dev, b, size, stream, pool, out);
 }
 
-struct block *
+/* Take DEV's lock and return the live block at PTR, the lock held. When
+** PTR is not a live allocation of DEV: NULL, the lock released, and the
+** last error "WHAT(PTR): not a live allocation of GPU:N". Inline: it is
+** vram_free's first step (callgrind, gpt2_bf16_b16 under growth: 277
+** instructions a vram_free as a call of its own, 266 inline). */
+static inline struct block *
 device_live_block_lock(struct vram_device *dev, const void *ptr, const char *what)
 {
     device_lock(dev);

@@ -186,12 +186,6 @@ vram_status device_init(struct vram_device *dev, struct vram_context *ctx, int i
 void device_destroy(struct vram_device *dev);
 void device_release_block_locked(struct vram_device *dev, struct block *b);
 
-/* Take DEV's lock and return the live block at PTR, the lock held. When
-** PTR is not a live allocation of DEV: NULL, the lock released, and the
-** last error "WHAT(PTR): not a live allocation of GPU:N". */
-struct block *device_live_block_lock(struct vram_device *dev, const void *ptr,
-                                     const char *what);
-
 /* streams.c: the stream-ordered side of a device (see its header). */
 void block_ext_free(struct block *b);
 bool streams_capturing(struct vram_device *dev, void *stream); /* without the lock */
