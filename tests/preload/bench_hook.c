@@ -19,17 +19,9 @@
 #include <time.h>
 
 #include "driver/cuda_api.h"
+#include "driver_sym.h"
 
-static void *
-sym(void *lib, const char *name)
-{
-    void *p = dlsym(lib, name);
-    if (p == NULL) {
-        fprintf(stderr, "bench_hook: %s not found\n", name);
-        exit(1);
-    }
-    return p;
-}
+#define sym(lib, name) driver_sym("bench_hook", (lib), (name))
 
 static double
 now_ns(void)

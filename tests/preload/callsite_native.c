@@ -14,19 +14,11 @@
 #include <string.h>
 
 #include "driver/cuda_api.h"
+#include "driver_sym.h"
 
 static vcu_pfn_cuMemAlloc alloc_fn;
 
-static void *
-sym(void *lib, const char *name)
-{
-    void *p = dlsym(lib, name);
-    if (p == NULL) {
-        fprintf(stderr, "callsite_native: %s not found\n", name);
-        exit(1);
-    }
-    return p;
-}
+#define sym(lib, name) driver_sym("callsite_native", (lib), (name))
 
 /* noinline: the frame the test looks for is this function's. */
 __attribute__((noinline)) static void

@@ -23,19 +23,11 @@
 #include <time.h>
 
 #include "driver/cuda_api.h"
+#include "driver_sym.h"
 
 enum { CALLS = 1000, PAIRS = 100, MAX_BATCHES = 100000 };
 
-static void *
-sym(void *lib, const char *name)
-{
-    void *p = dlsym(lib, name);
-    if (p == NULL) {
-        fprintf(stderr, "hook_cost: %s not found\n", name);
-        exit(1);
-    }
-    return p;
-}
+#define sym(lib, name) driver_sym("hook_cost", (lib), (name))
 
 static double
 now_ns(void)
