@@ -1,20 +1,35 @@
 /* SPDX-License-Identifier: MIT */
 /*
-** hook_cost.c -- one run of the hook-cost measurement: nanoseconds per
-** call of cuMemGetInfo_v2 (a hook that finds the calling thread's device
-** and its quota, then forwards) and per cuMemAlloc_v2 + cuMemFree_v2 pair,
-** reached by dlopen + dlsym as XLA reaches them. tests/preload/hook_cost.py
-** runs it many times, alternately bare and under LD_PRELOAD, and puts a
-** confidence interval on the difference. Works on the real driver and on
-** the fake (LD_LIBRARY_PATH=build/tests/fakecuda).
+** hook_cost.c -- what libvram-preload.so adds to a hooked driver call,
+** measured inside one process: the hooked and the bare driver function are
+** called alternately, batch by batch, so both sides share the process, its
+** memory, the driver's state and the machine's moment, and each batch gives
+** one paired difference. tests/preload/hook_cost.py runs it under
+** LD_PRELOAD with a quota and puts a confidence interval on the differences.
+** Works on the real driver and on the fake (LD_LIBRARY_PATH=build/tests/fakecuda).
 **
-** Each figure is the median over BATCHES batches of the per-call time of a
-** batch (1,000 calls, 100 pairs): the median drops the batches a loaded
-** machine interrupted. The two kinds alternate batch by batch, so drift
-** hits both alike. Prints one JSON line:
-**   {"meminfo_ns": 64.1, "pair_ns": 171.0, "from": "libvram-preload.so"}
+** The two functions of each name:
+**   hooked  dlsym(libcuda, NAME), as XLA finds them: the preload's dlsym
+**           override answers with its hook;
+**   bare    the same lookup through glibc's own dlsym (found with dlvsym,
+**           which the preload does not override) on the same handle, whose
+**           scope is the driver and its dependencies: the driver's function.
+** dladdr names the library of each, and the program refuses to measure
+** when the two are the same function (not preloaded, or passive) unless
+** --same asks for exactly that: both sides bare, an A/A run that must show
+** no cost. --plant-ns NS spins NS ns before every hooked call (a known cost
+** the measurement must find).
 **
-** Usage: hook_cost [BATCHES] (default 200). Test code: exit is allowed.
+** Per batch and kind, KIND's calls run on one side then on the other (the
+** order alternates batch by batch): cuMemGetInfo_v2, 50 calls (one hooked
+** call: the device, its quota, the forward); cuMemAlloc_v2 of 512 bytes +
+** cuMemFree_v2, 10 pairs (two hooked calls and the ledger). Also, bare:
+** ns per cuCtxGetCurrent and per cuCtxGetDevice (medians over the batches),
+** what the hooks' device lookup can cost on this driver. Prints one JSON
+** line: per kind, the per-call ns of each batch on each side.
+**
+** Usage: hook_cost [--batches N] [--seconds S] [--plant-ns NS] [--same]
+** (defaults 4000 batches, at most 60 s). Test code: exit is allowed.
 */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -23,11 +38,8 @@
 #include <time.h>
 
 #include "driver/cuda_api.h"
-#include "driver_sym.h"
 
-enum { CALLS = 1000, PAIRS = 100, MAX_BATCHES = 100000 };
-
-#define sym(lib, name) driver_sym("hook_cost", (lib), (name))
+enum { INFO_CALLS = 50, PAIRS = 10, CTX_CALLS = 100, MAX_BATCHES = 1000000 };
 
 static double
 now_ns(void)
@@ -35,6 +47,117 @@ now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void
+fail(const char *what)
+{
+    fprintf(stderr, "hook_cost: %s\n", what);
+    exit(1);
+}
+
+/* Busy-wait NS nanoseconds: the planted cost. */
+static void
+spin(double ns)
+{
+    double end = now_ns() + ns;
+    while (now_ns() < end) {
+    }
+}
+
+typedef void *(*dlsym_fn)(void *, const char *);
+
+/* glibc's dlsym, whatever overrides the exported name. */
+static dlsym_fn
+glibc_dlsym(void)
+{
+    static const char *const where[][2] = {
+        {"libc.so.6", "GLIBC_2.34"}, {"libc.so.6", "GLIBC_2.2.5"}, {"libdl.so.2", "GLIBC_2.2.5"}};
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        void *h = dlopen(where[i][0], RTLD_LAZY | RTLD_NOLOAD);
+        void *p = h != NULL ? dlvsym(h, "dlsym", where[i][1]) : NULL;
+        if (p != NULL) {
+            dlsym_fn f;
+            memcpy(&f, &p, sizeof f);
+            return f;
+        }
+    }
+    fail("glibc's dlsym not found");
+    return NULL;
+}
+
+static const char *
+library_of(void *p)
+{
+    Dl_info where;
+    if (dladdr(p, &where) == 0 || where.dli_fname == NULL)
+        return "?";
+    const char *slash = strrchr(where.dli_fname, '/');
+    return slash != NULL ? slash + 1 : where.dli_fname;
+}
+
+/* One name's two functions. */
+struct both {
+    void *hooked, *bare;
+};
+
+static struct both
+lookup(void *lib, dlsym_fn real, const char *name, int same)
+{
+    struct both b = {dlsym(lib, name), real(lib, name)};
+    if (b.hooked == NULL || b.bare == NULL) {
+        fprintf(stderr, "hook_cost: %s not found\n", name);
+        exit(1);
+    }
+    if (same)
+        b.hooked = b.bare;
+    else if (b.hooked == b.bare) {
+        fprintf(stderr,
+                "hook_cost: %s is not hooked (%s): run under LD_PRELOAD with a quota, or "
+                "--same\n",
+                name, library_of(b.bare));
+        exit(1);
+    }
+    return b;
+}
+
+#define AS(type, p) (*(type *)memcpy(&(type){0}, &(p), sizeof(type)))
+
+/* ns per call of N cuMemGetInfo_v2 through FN, each after PLANT ns. */
+static double
+run_info(void *fn, double plant)
+{
+    vcu_pfn_cuMemGetInfo info = AS(vcu_pfn_cuMemGetInfo, fn);
+    size_t free_b, total_b;
+    double t0 = now_ns();
+    for (int i = 0; i < INFO_CALLS; i++) {
+        if (plant > 0)
+            spin(plant);
+        if (info(&free_b, &total_b) != VCU_SUCCESS)
+            fail("cuMemGetInfo_v2 failed");
+    }
+    return (now_ns() - t0) / INFO_CALLS;
+}
+
+/* ns per cuMemAlloc_v2 + cuMemFree_v2 pair, each call after PLANT ns. */
+static double
+run_pairs(void *alloc_fn, void *free_fn, double plant)
+{
+    vcu_pfn_cuMemAlloc alloc = AS(vcu_pfn_cuMemAlloc, alloc_fn);
+    vcu_pfn_cuMemFree release = AS(vcu_pfn_cuMemFree, free_fn);
+    vcu_deviceptr d;
+    double t0 = now_ns();
+    for (int i = 0; i < PAIRS; i++) {
+        if (plant > 0)
+            spin(plant);
+        if (alloc(&d, 512) != VCU_SUCCESS)
+            fail("cuMemAlloc_v2 failed");
+        if (plant > 0)
+            spin(plant);
+        if (release(d) != VCU_SUCCESS)
+            fail("cuMemFree_v2 failed");
+    }
+    return (now_ns() - t0) / PAIRS;
 }
 
 static int
@@ -51,85 +174,124 @@ median(double *v, long n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
+static void
+print_list(const char *name, const double *v, long n)
+{
+    printf("\"%s\": [", name);
+    for (long i = 0; i < n; i++)
+        printf(i ? ", %.2f" : "%.2f", v[i]);
+    printf("]");
+}
+
 int
 main(int argc, char **argv)
 {
-    long batches = argc > 1 ? strtol(argv[1], NULL, 10) : 200;
-    if (batches <= 0 || batches > MAX_BATCHES) {
-        fprintf(stderr, "usage: hook_cost [BATCHES] (1..%d)\n", MAX_BATCHES);
+    long batches = 4000;
+    double seconds = 60, plant = 0;
+    int same = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--same") == 0)
+            same = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--batches") == 0)
+            batches = strtol(argv[++i], NULL, 10);
+        else if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0)
+            seconds = strtod(argv[++i], NULL);
+        else if (i + 1 < argc && strcmp(argv[i], "--plant-ns") == 0)
+            plant = strtod(argv[++i], NULL);
+        else
+            batches = -1;
+    }
+    if (batches < 2 || batches > MAX_BATCHES || !(seconds > 0) || !(plant >= 0)) {
+        fprintf(stderr, "usage: hook_cost [--batches 2..%d] [--seconds S] [--plant-ns NS] "
+                        "[--same]\n",
+                MAX_BATCHES);
         return 2;
     }
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        fprintf(stderr, "hook_cost: %s\n", dlerror());
-        return 1;
-    }
-    vcu_pfn_cuInit init;
-    vcu_pfn_cuDeviceGet device_get;
-    vcu_pfn_cuDevicePrimaryCtxRetain retain;
-    vcu_pfn_cuCtxPushCurrent push;
-    vcu_pfn_cuMemGetInfo info;
-    vcu_pfn_cuMemAlloc alloc;
-    vcu_pfn_cuMemFree release;
+    if (lib == NULL)
+        fail(dlerror());
+    dlsym_fn real = glibc_dlsym();
+    /* Set-up through the hooks, as a program under the preload does it. */
     void *p;
-    p = sym(lib, "cuInit");
-    memcpy(&init, &p, sizeof p);
-    p = sym(lib, "cuDeviceGet");
-    memcpy(&device_get, &p, sizeof p);
-    p = sym(lib, "cuDevicePrimaryCtxRetain");
-    memcpy(&retain, &p, sizeof p);
-    p = sym(lib, "cuCtxPushCurrent_v2");
-    memcpy(&push, &p, sizeof p);
-    p = sym(lib, "cuMemAlloc_v2");
-    memcpy(&alloc, &p, sizeof p);
-    p = sym(lib, "cuMemFree_v2");
-    memcpy(&release, &p, sizeof p);
-    p = sym(lib, "cuMemGetInfo_v2");
-    memcpy(&info, &p, sizeof p);
-    Dl_info where;
-    const char *from = "?";
-    if (dladdr(p, &where) != 0 && where.dli_fname != NULL) {
-        const char *slash = strrchr(where.dli_fname, '/');
-        from = slash != NULL ? slash + 1 : where.dli_fname;
-    }
-
     vcu_device dev;
     vcu_context ctx;
-    if (init(0) != VCU_SUCCESS || device_get(&dev, 0) != VCU_SUCCESS ||
-        retain(&ctx, dev) != VCU_SUCCESS || push(ctx) != VCU_SUCCESS) {
-        fprintf(stderr, "hook_cost: cannot initialize device 0\n");
-        return 1;
-    }
-    double *mi = malloc((size_t)batches * sizeof *mi);
-    double *pr = malloc((size_t)batches * sizeof *pr);
-    if (mi == NULL || pr == NULL) {
-        fprintf(stderr, "hook_cost: out of memory\n");
-        return 1;
-    }
-    size_t free_b, total_b;
-    vcu_deviceptr d;
-    for (long b = -batches / 10 - 1; b < batches; b++) { /* the first are warm-up */
-        double t0 = now_ns();
-        for (int i = 0; i < CALLS; i++)
-            if (info(&free_b, &total_b) != VCU_SUCCESS) {
-                fprintf(stderr, "hook_cost: cuMemGetInfo_v2 failed\n");
-                return 1;
-            }
-        double t1 = now_ns();
-        for (int i = 0; i < PAIRS; i++)
-            if (alloc(&d, 512) != VCU_SUCCESS || release(d) != VCU_SUCCESS) {
-                fprintf(stderr, "hook_cost: cuMemAlloc_v2/cuMemFree_v2 failed\n");
-                return 1;
-            }
-        double t2 = now_ns();
-        if (b >= 0) {
-            mi[b] = (t1 - t0) / CALLS;
-            pr[b] = (t2 - t1) / PAIRS;
+    p = dlsym(lib, "cuInit");
+    if (p == NULL || AS(vcu_pfn_cuInit, p)(0) != VCU_SUCCESS)
+        fail("cuInit failed");
+    p = dlsym(lib, "cuDeviceGet");
+    if (p == NULL || AS(vcu_pfn_cuDeviceGet, p)(&dev, 0) != VCU_SUCCESS)
+        fail("cuDeviceGet failed");
+    p = dlsym(lib, "cuDevicePrimaryCtxRetain");
+    if (p == NULL || AS(vcu_pfn_cuDevicePrimaryCtxRetain, p)(&ctx, dev) != VCU_SUCCESS)
+        fail("cuDevicePrimaryCtxRetain failed");
+    p = dlsym(lib, "cuCtxPushCurrent_v2");
+    if (p == NULL || AS(vcu_pfn_cuCtxPushCurrent, p)(ctx) != VCU_SUCCESS)
+        fail("cuCtxPushCurrent_v2 failed");
+
+    struct both info = lookup(lib, real, "cuMemGetInfo_v2", same);
+    struct both alloc = lookup(lib, real, "cuMemAlloc_v2", same);
+    struct both release = lookup(lib, real, "cuMemFree_v2", same);
+    vcu_pfn_cuCtxGetCurrent get_current =
+        AS(vcu_pfn_cuCtxGetCurrent, (void *){real(lib, "cuCtxGetCurrent")});
+    vcu_pfn_cuCtxGetDevice get_device =
+        AS(vcu_pfn_cuCtxGetDevice, (void *){real(lib, "cuCtxGetDevice")});
+    if (get_current == NULL || get_device == NULL)
+        fail("cuCtxGetCurrent or cuCtxGetDevice not found");
+
+    double *v = malloc((size_t)batches * 6 * sizeof *v);
+    if (v == NULL)
+        fail("out of memory");
+    double *ih = v, *ib = v + batches, *ph = v + 2 * batches, *pb = v + 3 * batches;
+    double *cur = v + 4 * batches, *getdev = v + 5 * batches;
+    double start = now_ns();
+    long n = 0;
+    for (long b = -batches / 20 - 2; b < batches; b++) { /* the first are warm-up */
+        double hi, bi, hp, bp;
+        if (b & 1) {
+            hi = run_info(info.hooked, plant);
+            bi = run_info(info.bare, 0);
+            hp = run_pairs(alloc.hooked, release.hooked, plant);
+            bp = run_pairs(alloc.bare, release.bare, 0);
+        } else {
+            bi = run_info(info.bare, 0);
+            hi = run_info(info.hooked, plant);
+            bp = run_pairs(alloc.bare, release.bare, 0);
+            hp = run_pairs(alloc.hooked, release.hooked, plant);
         }
+        vcu_context c;
+        vcu_device d;
+        double t0 = now_ns();
+        for (int i = 0; i < CTX_CALLS; i++)
+            (void)get_current(&c);
+        double t1 = now_ns();
+        for (int i = 0; i < CTX_CALLS; i++)
+            (void)get_device(&d);
+        double t2 = now_ns();
+        if (b < 0)
+            continue;
+        ih[n] = hi;
+        ib[n] = bi;
+        ph[n] = hp;
+        pb[n] = bp;
+        cur[n] = (t1 - t0) / CTX_CALLS;
+        getdev[n] = (t2 - t1) / CTX_CALLS;
+        n++;
+        if (n >= 2 && now_ns() - start > seconds * 1e9)
+            break;
     }
-    printf("{\"meminfo_ns\": %.2f, \"pair_ns\": %.2f, \"batches\": %ld, \"from\": \"%s\"}\n",
-           median(mi, batches), median(pr, batches), batches, from);
-    free(mi);
-    free(pr);
+    printf("{\"batches\": %ld, \"info_calls\": %d, \"pairs\": %d, \"plant_ns\": %.1f, "
+           "\"same\": %s, \"hooked_from\": \"%s\", \"bare_from\": \"%s\", ",
+           n, INFO_CALLS, PAIRS, plant, same ? "true" : "false", library_of(info.hooked),
+           library_of(info.bare));
+    print_list("info_hooked", ih, n);
+    printf(", ");
+    print_list("info_bare", ib, n);
+    printf(", ");
+    print_list("pair_hooked", ph, n);
+    printf(", ");
+    print_list("pair_bare", pb, n);
+    printf(", \"ctx_get_current_ns\": %.2f, \"ctx_get_device_ns\": %.2f}\n", median(cur, n),
+           median(getdev, n));
+    free(v);
     return 0;
 }

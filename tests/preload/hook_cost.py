@@ -5,23 +5,31 @@ a 95 % confidence interval that resolves a few tens of nanoseconds on a noisy
 machine.
 
     python3 tests/preload/hook_cost.py --bin build/tests/preload/hook_cost \
-        --preload build/lib/libvram-preload.so [--runs 20] [--limit-ns 200] \
-        [--env VRAM_LIMIT=100G] [--json]
+        --preload build/lib/libvram-preload.so [--batches 4000] [--seconds 20] \
+        [--limit-ns 200] [--env VRAM_LIMIT=100G] [--validate [--plant-ns 300]] [--json]
 
-Runs hook_cost (one process per run: tests/preload/hook_cost.c) RUNS times
-bare and RUNS times with LD_PRELOAD and the environment given (a quota, so
-that the hooks are active), in adjacent pairs whose order alternates
-(bare first, then preloaded first), so that slow drift of the machine hits
-both sides alike. Each run reports the median over its batches of ns per
-cuMemGetInfo_v2 and per cuMemAlloc_v2 + cuMemFree_v2 pair. The cost of the
-hooks is the mean of the paired differences (preloaded - bare), with a 95 %
-confidence interval from Student's t over the pairs.
+Runs hook_cost (tests/preload/hook_cost.c) once under LD_PRELOAD with the
+environment given (a quota, so that the hooks are active): inside that one
+process the hooked and the bare driver function alternate batch by batch,
+so each batch gives a paired difference (hooked - bare, ns per call) that
+the process, the driver's state and the machine's moment do not enter.
+The cost is the median of the paired differences, with the 95 % interval
+of the sign test (distribution-free: the batches a loaded machine
+interrupted, on either side, move neither).
 
-Verdict: PASS when the interval's upper end for cuMemGetInfo_v2 (one hooked
-call: find the device, its quota, forward) is at most LIMIT_NS, and per
-cuMemAlloc_v2 + cuMemFree_v2 pair (two hooked calls and the ledger's
-reservation) at most 2 x LIMIT_NS. Prints a table (or one JSON line).
-Exit status: 0 PASS, 1 MISS, 2 a run failed.
+Verdict: PASS when the interval's upper end is at most LIMIT_NS for
+cuMemGetInfo_v2 (one hooked call: find the device, its quota, forward) and
+2 x LIMIT_NS per cuMemAlloc_v2 + cuMemFree_v2 pair (two hooked calls and
+the ledger's reservation).
+
+--validate also checks the method in the same conditions, by two more runs:
+both sides bare (an A/A run: the interval must lie within +-LIMIT/2 of
+zero, no cost reported where there is none), and PLANT_NS spun before
+every hooked call (the lower end must be at least 0.8 x PLANT_NS per
+hooked call: a known cost is found). method_ok says whether both held;
+the exit status is 0 only when the verdict passes and the method holds.
+
+Prints a table (or one JSON line). Exit status: 0 PASS, 1 MISS, 2 a run failed.
 """
 import argparse
 import json
@@ -30,62 +38,80 @@ import os
 import subprocess
 import sys
 
-# Student's t, 97.5 % quantile, by degrees of freedom (1..30); above, 1.96
-# plus the usual correction.
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201,
-        2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
-        2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+KINDS = (("info", "cuMemGetInfo_v2", 1), ("pair", "cuMemAlloc_v2+cuMemFree_v2", 2))
 
 
-def t975(df):
-    return T975[df - 1] if df <= len(T975) else 1.96 + 2.4 / df
+def median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
 
 
-def one_run(binary, batches, env):
-    run = subprocess.run([binary, str(batches)], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+def sign_interval(diffs):
+    """Median of DIFFS and its 95 % interval from the sign test: the order
+    statistics k and n-1-k with k = floor((n - 1.96 sqrt(n)) / 2)."""
+    s = sorted(diffs)
+    n = len(s)
+    k = max(0, int(math.floor((n - 1.96 * math.sqrt(n)) / 2.0)))
+    return median(s), s[k], s[n - 1 - k]
+
+
+def one_run(args, env, extra):
+    cmd = [args.bin, "--batches", str(args.batches), "--seconds", str(args.seconds)] + extra
+    run = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True, timeout=args.seconds * 3 + 120)
     if run.returncode != 0:
-        raise RuntimeError("%s exited %d: %s" % (binary, run.returncode, run.stderr.strip()[-300:]))
+        raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), run.returncode,
+                                                 run.stderr.strip()[-300:]))
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def interval(diffs):
-    n = len(diffs)
-    mean = sum(diffs) / n
-    if n < 2:
-        return mean, float("inf")
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    return mean, t975(n - 1) * sd / math.sqrt(n)
+def analyse(raw, limit_ns):
+    """Per kind: the medians of each side, the paired difference's median
+    and interval, and the verdict against LIMIT_NS per hooked call."""
+    kinds = {}
+    for key, what, calls in KINDS:
+        hooked, bare = raw[key + "_hooked"], raw[key + "_bare"]
+        diffs = [h - b for h, b in zip(hooked, bare)]
+        med, lo, hi = sign_interval(diffs)
+        limit = calls * limit_ns
+        kinds[what] = {"bare_median_ns": round(median(bare), 2),
+                       "hooked_median_ns": round(median(hooked), 2),
+                       "diff_median_ns": round(med, 2), "ci95": [round(lo, 2), round(hi, 2)],
+                       "hooked_calls": calls, "limit_ns": limit, "pass": hi <= limit}
+    return kinds
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", required=True)
     ap.add_argument("--preload", required=True)
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--batches", type=int, default=4000)
+    ap.add_argument("--seconds", type=float, default=20.0,
+                    help="at most this long per run (fewer batches then)")
     ap.add_argument("--limit-ns", type=float, default=200.0)
-    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the preloaded runs")
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the runs")
+    ap.add_argument("--validate", action="store_true",
+                    help="also an A/A run and a run with PLANT_NS planted (see the top)")
+    ap.add_argument("--plant-ns", type=float, default=300.0)
     ap.add_argument("--bare-ref-ns", type=float, default=0.0,
                     help="scale the limits by this machine's speed: the bare cuMemGetInfo_v2's "
                          "median over this reference (the development machine's figure for "
                          "the same call), at least 1; 0 (default): absolute limits")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if args.runs < 2:
-        ap.error("--runs must be at least 2")
-    bare_env = dict(os.environ)
-    bare_env.pop("LD_PRELOAD", None)
-    hooked_env = dict(bare_env, LD_PRELOAD=os.path.abspath(args.preload))
+    if args.batches < 20:
+        ap.error("--batches must be at least 20")
+    env = dict(os.environ, LD_PRELOAD=os.path.abspath(args.preload))
     for kv in args.env:
         name, _, value = kv.partition("=")
-        hooked_env[name] = value
-    bare, hooked = [], []
+        env[name] = value
     try:
-        for i in range(args.runs):
-            order = ((bare, bare_env), (hooked, hooked_env))
-            for out, env in (order if i % 2 == 0 else order[::-1]):
-                out.append(one_run(args.bin, args.batches, env))
+        raw = one_run(args, env, [])
+        same = planted = None
+        if args.validate:
+            same = one_run(args, env, ["--same"])
+            planted = one_run(args, env, ["--plant-ns", str(args.plant_ns)])
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
         print(json.dumps({"check": "hook_cost", "error": str(e)}) if args.json
               else "hook_cost: %s" % e)
@@ -95,41 +121,49 @@ def main():
     # the limits were set on.
     scale = 1.0
     if args.bare_ref_ns > 0:
-        bare_med = sorted(b["meminfo_ns"] for b in bare)[len(bare) // 2]
-        scale = max(1.0, bare_med / args.bare_ref_ns)
+        scale = max(1.0, median(raw["info_bare"]) / args.bare_ref_ns)
     limit_ns = args.limit_ns * scale
-    result = {"check": "hook_cost", "runs": args.runs, "batches": args.batches,
-              "limit_ns": limit_ns, "speed_scale": round(scale, 2),
-              "hooked_from": hooked[0].get("from"),
-              "bare_from": bare[0].get("from"), "kinds": {}}
-    ok = True
-    for key, what, limit in (("meminfo_ns", "cuMemGetInfo_v2", limit_ns),
-                             ("pair_ns", "cuMemAlloc_v2+cuMemFree_v2", 2 * limit_ns)):
-        diffs = [h[key] - b[key] for b, h in zip(bare, hooked)]
-        mean, half = interval(diffs)
-        bmed = sorted(b[key] for b in bare)[len(bare) // 2]
-        hmed = sorted(h[key] for h in hooked)[len(hooked) // 2]
-        passed = mean + half <= limit
-        ok = ok and passed
-        result["kinds"][what] = {"bare_median_ns": bmed, "hooked_median_ns": hmed,
-                                 "diff_mean_ns": round(mean, 2), "ci95_half_ns": round(half, 2),
-                                 "ci95": [round(mean - half, 2), round(mean + half, 2)],
-                                 "limit_ns": limit, "pass": passed,
-                                 "bare_runs": [b[key] for b in bare],
-                                 "hooked_runs": [h[key] for h in hooked]}
+    result = {"check": "hook_cost", "method": "paired in one process",
+              "batches": raw["batches"], "limit_ns": limit_ns, "speed_scale": round(scale, 2),
+              "hooked_from": raw["hooked_from"], "bare_from": raw["bare_from"],
+              "ctx_get_current_ns": raw["ctx_get_current_ns"],
+              "ctx_get_device_ns": raw["ctx_get_device_ns"],
+              "kinds": analyse(raw, limit_ns)}
+    ok = all(k["pass"] for k in result["kinds"].values())
+    if args.validate:
+        aa, pl = analyse(same, limit_ns), analyse(planted, limit_ns)
+        aa_ok = all(-k["limit_ns"] / 2 <= k["ci95"][0] and k["ci95"][1] <= k["limit_ns"] / 2
+                    for k in aa.values())
+        pl_ok = all(k["ci95"][0] >= 0.8 * args.plant_ns * k["hooked_calls"] for k in pl.values())
+        result["validation"] = {"same": aa, "same_ok": aa_ok, "plant_ns": args.plant_ns,
+                                "planted": pl, "planted_ok": pl_ok}
+        result["method_ok"] = aa_ok and pl_ok
     result["pass"] = ok
     if args.json:
         print(json.dumps(result))
     else:
-        print("hook cost, %d interleaved run pairs of %d batches (hooked: %s; limits x%.2f "
-              "for this machine's speed)" % (args.runs, args.batches, result["hooked_from"],
-                                             scale))
-        for what, k in result["kinds"].items():
-            print("  %-28s bare %9.1f ns  hooked %9.1f ns  +%.1f ns, 95%% CI [%.1f, %.1f]"
-                  "  (<= %.0f: %s)" % (what, k["bare_median_ns"], k["hooked_median_ns"],
-                                       k["diff_mean_ns"], k["ci95"][0], k["ci95"][1],
-                                       k["limit_ns"], "PASS" if k["pass"] else "MISS"))
-    return 0 if ok else 1
+        print("hook cost, %d paired batches in one process (hooked: %s, bare: %s; limits "
+              "x%.2f for this machine's speed); bare cuCtxGetCurrent %.1f ns, "
+              "cuCtxGetDevice %.1f ns" % (result["batches"], result["hooked_from"],
+                                          result["bare_from"], scale,
+                                          result["ctx_get_current_ns"],
+                                          result["ctx_get_device_ns"]))
+        rows = [("", result["kinds"])]
+        if args.validate:
+            rows += [("A/A: ", result["validation"]["same"]),
+                     ("+%.0f ns: " % args.plant_ns, result["validation"]["planted"])]
+        for label, kinds in rows:
+            for what, k in kinds.items():
+                print("  %-36s bare %9.1f  hooked %9.1f  %+8.1f ns, 95%% CI [%.1f, %.1f]"
+                      "  (<= %.0f: %s)" % (label + what, k["bare_median_ns"],
+                                           k["hooked_median_ns"], k["diff_median_ns"],
+                                           k["ci95"][0], k["ci95"][1], k["limit_ns"],
+                                           "PASS" if k["pass"] else "MISS"))
+        if args.validate:
+            print("  method: A/A within +-limit/2 %s, +%.0f ns found %s" % (
+                "yes" if result["validation"]["same_ok"] else "NO", args.plant_ns,
+                "yes" if result["validation"]["planted_ok"] else "NO"))
+    return 0 if ok and result.get("method_ok", True) else 1
 
 
 if __name__ == "__main__":
