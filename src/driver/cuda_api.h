@@ -309,6 +309,9 @@ enum vcu_need {
       (const char *symbol, void **pfn, int cudaVersion, T(uint64) flags,                 \
        T(proc_address_result) *symbolStatus))                                            \
     X(cuCtxGetDevice, cuCtxGetDevice, NULL, VCU_OPTIONAL, T(result), (T(device) *device)) \
+    X(cuCtxDestroy, cuCtxDestroy_v2, NULL, VCU_OPTIONAL, T(result), (T(context) ctx))    \
+    X(cuDevicePrimaryCtxReset, cuDevicePrimaryCtxReset_v2, NULL, VCU_OPTIONAL,           \
+      T(result), (T(device) dev))                                                        \
     X(cuDeviceGetDefaultMemPool, cuDeviceGetDefaultMemPool, NULL, VCU_OPTIONAL,          \
       T(result), (T(mem_pool) *pool, T(device) dev))                                     \
     X(cuMemAllocPitch, cuMemAllocPitch_v2, NULL, VCU_OPTIONAL, T(result),                \

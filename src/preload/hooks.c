@@ -599,19 +599,71 @@ device_get(int ord, struct preload_device **out)
     return VCU_SUCCESS;
 }
 
+/* The real driver function NAME, kept in *SLOT once found (atomic). */
+static void *
+driver_fn(void **slot, const char *name)
+{
+    void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (p == NULL) {
+        p = interpose_lib_sym(HOOK_CUDA, name);
+        if (p != NULL)
+            __atomic_store_n(slot, p, __ATOMIC_RELEASE);
+    }
+    return p;
+}
+
+/* The driver's answer: the ordinal of the current context (cuCtxGetDevice). */
+static vcu_result
+ask_device(int *ord)
+{
+    void *p = driver_fn(&P.ctx_get_device, "cuCtxGetDevice");
+    if (p == NULL)
+        return VCU_ERROR_NOT_INITIALIZED;
+    vcu_pfn_cuCtxGetDevice get;
+    memcpy(&get, &p, sizeof p);
+    vcu_device dev = -1;
+    vcu_result r = get(&dev);
+    if (r == VCU_SUCCESS)
+        *ord = dev;
+    return r;
+}
+
+/*
+** The calling thread's contexts and their ordinals, as the driver last
+** answered them: a context stays on its device for its whole life, so the
+** answer holds while the handle names the same context. A handle may name
+** another context once its context has ended (cuCtxDestroy, the primary
+** context's last release or a reset): those calls are hooked and advance
+** P.ctx_epoch, and a thread whose EPOCH differs forgets everything. Eight
+** entries: a thread that uses more contexts asks again, round robin.
+** Initial-exec, as hook_depth: no allocation on access.
+*/
+enum { CTX_MEMO = 8 };
+static _Thread_local struct {
+    vcu_context ctx[CTX_MEMO];
+    int ord[CTX_MEMO];
+    unsigned epoch;
+    unsigned next; /* the entry the next miss replaces */
+} ctx_memo __attribute__((tls_model("initial-exec")));
+
 /*
 ** The CUDA ordinal of the calling thread's current context.
 **
 ** With one visible device every context is on ordinal 0, so once the
 ** driver has answered once (a context exists, so cuInit ran) and counted
 ** one device, the driver is not asked again: the count cannot change in a
-** process (CUDA_VISIBLE_DEVICES is read at cuInit). cuCtxGetDevice is a
-** driver call on every hooked call otherwise. With several devices it is
-** still asked every time: contexts change through calls vram does not
-** see (the runtime's private entry points), so a per-thread cache could
-** not be invalidated safely. A call made without a current context then
-** reaches the driver, which refuses it, and the hooks give back what they
-** reserved for it.
+** process (CUDA_VISIBLE_DEVICES is read at cuInit).
+**
+** With several, the current context is asked (cuCtxGetCurrent, a read of
+** the driver's per-thread state) and its ordinal looked up in the thread's
+** cache (ctx_memo), so that cuCtxGetDevice is asked once per context
+** rather than on every hooked call. The current context itself is asked
+** every time, not tracked through the calls that change it: the CUDA
+** runtime may change it through entry points the library does not see (its
+** private ones), and a stale answer would charge the wrong device. Without
+** a current context (or without cuCtxGetCurrent) cuCtxGetDevice answers,
+** and a call without a context then reaches the driver, which refuses it;
+** the hooks give back what they reserved for it.
 */
 vcu_result
 current_device(int *ord)
@@ -621,20 +673,34 @@ current_device(int *ord)
         *ord = 0;
         return VCU_SUCCESS;
     }
-    void *p = __atomic_load_n(&P.ctx_get_device, __ATOMIC_ACQUIRE);
-    if (p == NULL) {
-        p = interpose_lib_sym(HOOK_CUDA, "cuCtxGetDevice");
-        if (p == NULL)
-            return VCU_ERROR_NOT_INITIALIZED;
-        __atomic_store_n(&P.ctx_get_device, p, __ATOMIC_RELEASE);
+    vcu_context ctx = NULL;
+    void *p = driver_fn(&P.ctx_get_current, "cuCtxGetCurrent");
+    if (p != NULL) {
+        vcu_pfn_cuCtxGetCurrent get_current;
+        memcpy(&get_current, &p, sizeof p);
+        if (get_current(&ctx) != VCU_SUCCESS)
+            ctx = NULL;
     }
-    vcu_pfn_cuCtxGetDevice get;
-    memcpy(&get, &p, sizeof p);
-    vcu_device dev = -1;
-    vcu_result r = get(&dev);
+    if (ctx != NULL) {
+        unsigned epoch = __atomic_load_n(&P.ctx_epoch, __ATOMIC_ACQUIRE);
+        if (ctx_memo.epoch != epoch) {
+            memset(ctx_memo.ctx, 0, sizeof ctx_memo.ctx);
+            ctx_memo.epoch = epoch;
+        }
+        for (int i = 0; i < CTX_MEMO; i++)
+            if (ctx_memo.ctx[i] == ctx) {
+                *ord = ctx_memo.ord[i];
+                return VCU_SUCCESS;
+            }
+    }
+    vcu_result r = ask_device(ord);
     if (r != VCU_SUCCESS)
         return r;
-    *ord = dev;
+    if (ctx != NULL) {
+        unsigned i = ctx_memo.next++ % CTX_MEMO;
+        ctx_memo.ctx[i] = ctx;
+        ctx_memo.ord[i] = *ord;
+    }
     if (n == 0) {
         /* First success: count the devices once (-1: unknown, keep asking). */
         void *c = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetCount");
@@ -647,6 +713,29 @@ current_device(int *ord)
     }
     return VCU_SUCCESS;
 }
+
+/*
+** The steps of the hooks that end a context (PRELOAD_HOOKS_CTX): the
+** epoch advances before the call, so that no thread keeps using an answer
+** about the ending context, and after it, so that none keeps one it took
+** while the call ran.
+*/
+static bool
+ctx_ending(struct hook_call *c, ...)
+{
+    (void)c;
+    __atomic_fetch_add(&P.ctx_epoch, 1, __ATOMIC_ACQ_REL);
+    return true;
+}
+
+static vcu_result
+ctx_ended(struct hook_call *c, ...)
+{
+    __atomic_fetch_add(&P.ctx_epoch, 1, __ATOMIC_ACQ_REL);
+    return c->r;
+}
+
+PRELOAD_HOOKS_CTX(PRELOAD_HOOK_DEFINE)
 
 /* The device of UUID among those this process has seen, or -1. */
 int

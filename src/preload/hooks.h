@@ -58,8 +58,9 @@
 */
 /* clang-format off */
 #define PRELOAD_HOOKS(X)                                                                 \
-    PRELOAD_HOOKS_OWN(X) PRELOAD_HOOKS_INFO(X) PRELOAD_HOOKS_PTR(X)                      \
-    PRELOAD_HOOKS_VMM(X) PRELOAD_HOOKS_ARRAY(X) PRELOAD_HOOKS_HOST(X)
+    PRELOAD_HOOKS_OWN(X) PRELOAD_HOOKS_INFO(X) PRELOAD_HOOKS_CTX(X)                      \
+    PRELOAD_HOOKS_PTR(X) PRELOAD_HOOKS_VMM(X) PRELOAD_HOOKS_ARRAY(X)                     \
+    PRELOAD_HOOKS_HOST(X)
 
 /* Written out in interpose.c: they hand out hooks rather than count. */
 #define PRELOAD_HOOKS_OWN(X)                                                             \
@@ -84,6 +85,18 @@
       HOOK_NVML, call_only, nvml_view_v2,                                                \
       (vnvml_device device, struct vnvml_memory_v2 *m),                                  \
       (device, m))
+
+/* hooks.c: the ends of contexts, after which a context's handle may name
+** another device's context (the per-thread device cache forgets them) */
+#define PRELOAD_HOOKS_CTX(X)                                                             \
+    X(cuCtxDestroy_v2, vcu_pfn_cuCtxDestroy, "cuCtxDestroy", 4000, 0, HOOK_ANY,          \
+      HOOK_CUDA, ctx_ending, ctx_ended, (vcu_context ctx), (ctx))                        \
+    X(cuDevicePrimaryCtxRelease_v2, vcu_pfn_cuDevicePrimaryCtxRelease,                  \
+      "cuDevicePrimaryCtxRelease", 11000, 0, HOOK_ANY, HOOK_CUDA, ctx_ending, ctx_ended,  \
+      (vcu_device dev), (dev))                                                           \
+    X(cuDevicePrimaryCtxReset_v2, vcu_pfn_cuDevicePrimaryCtxReset,                      \
+      "cuDevicePrimaryCtxReset", 11000, 0, HOOK_ANY, HOOK_CUDA, ctx_ending, ctx_ended,   \
+      (vcu_device dev), (dev))
 
 /* hooks_ptr.c: device pointers */
 #define PRELOAD_HOOKS_PTR(X)                                                             \

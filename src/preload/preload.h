@@ -93,6 +93,9 @@ struct preload {
     int nvml_state;               /* 0 not tried, 1 ready, 2 not there (atomic) */
     long long last_line_ns;     /* CLOCK_MONOTONIC of the last refusal line (atomic) */
     void *ctx_get_device;       /* the real cuCtxGetDevice (atomic), or NULL */
+    void *ctx_get_current;      /* the real cuCtxGetCurrent (atomic), or NULL */
+    unsigned ctx_epoch;         /* +1 at each end of a context: the threads'
+                                   caches of context -> device are stale (atomic) */
     int n_visible;              /* 1: one visible device (current_device answers
                                    0 without asking); -1: several or unknown;
                                    0: not counted yet. Atomic */

@@ -27,7 +27,9 @@
 **     driver;
 **   - a context stack per thread; calls that need a context (cuMemAlloc,
 **     cuMemGetInfo, events...) fail without one and act on the device of
-**     the current one; popping an empty stack fails;
+**     the current one; popping an empty stack fails; primary contexts
+**     only (cuCtxDestroy refuses them, a misuse); cuCtxGetDevice calls are
+**     counted (fakecuda_ctx_get_device_calls);
 **   - allocations (cuMemAlloc_v2, Pitch, Managed, Async and FromPoolAsync
 **     with their _ptsz twins, arrays, cuMemCreate) with accounting in 2 MiB
 **     granules, charged to the physical device (OOM when full). The
@@ -100,6 +102,7 @@ FAKE_API vcu_result cuMemFreeAsync_ptsz(vcu_deviceptr dptr, vcu_stream stream);
 
 /* Test helpers, found with dlsym. */
 FAKE_API int fakecuda_ctx_depth(void);
+FAKE_API uint64_t fakecuda_ctx_get_device_calls(void);
 FAKE_API uint64_t fakecuda_misuses(void);
 FAKE_API uint64_t fakecuda_live_objects(void);
 FAKE_API uint64_t fakecuda_used(int dev);
@@ -740,6 +743,21 @@ cuDevicePrimaryCtxRetain(vcu_context *ctx, vcu_device dev)
     return VCU_SUCCESS;
 }
 
+/* The context of DEV is destroyed: its cuMemAlloc memory and events go
+** with it, as on the real driver. */
+static void
+ctx_contents_drop_locked(int dev)
+{
+    for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
+        if (fake.allocs[i].live && fake.allocs[i].device == dev) {
+            uncharge(dev, fake.allocs[i].charged);
+            fake.allocs[i].live = false;
+        }
+        if (fake.events[i].live && fake.events[i].device == dev)
+            fake.events[i].live = false;
+    }
+}
+
 vcu_result
 cuDevicePrimaryCtxRelease_v2(vcu_device dev)
 {
@@ -757,19 +775,40 @@ cuDevicePrimaryCtxRelease_v2(vcu_device dev)
     if (--fake.primary_refs[dev] == 0) {
         if (context_bytes() > 0)
             uncharge(dev, context_bytes());
-        /* The context is destroyed: its cuMemAlloc memory and events go
-        ** with it, as on the real driver. */
-        for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
-            if (fake.allocs[i].live && fake.allocs[i].device == dev) {
-                uncharge(dev, fake.allocs[i].charged);
-                fake.allocs[i].live = false;
-            }
-            if (fake.events[i].live && fake.events[i].device == dev)
-                fake.events[i].live = false;
-        }
+        ctx_contents_drop_locked(dev);
     }
     unlock();
     return VCU_SUCCESS;
+}
+
+/* The primary context of DEV starts afresh: its memory and events go, its
+** references stay (the context is current wherever it was). */
+vcu_result
+cuDevicePrimaryCtxReset_v2(vcu_device dev)
+{
+    vcu_result r = enter("cuDevicePrimaryCtxReset_v2");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (!valid_device(dev))
+        return VCU_ERROR_INVALID_DEVICE;
+    lock();
+    ctx_contents_drop_locked(dev);
+    unlock();
+    return VCU_SUCCESS;
+}
+
+/* The fake has primary contexts only, which cuCtxDestroy may not destroy. */
+vcu_result
+cuCtxDestroy_v2(vcu_context ctx)
+{
+    (void)ctx;
+    vcu_result r = enter("cuCtxDestroy_v2");
+    if (r != VCU_SUCCESS)
+        return r;
+    lock();
+    fake.misuses++;
+    unlock();
+    return VCU_ERROR_INVALID_CONTEXT;
 }
 
 /* CTX as one of ours with a live primary reference, or NULL. */
@@ -1104,9 +1143,13 @@ cuMemFreeAsync_ptsz(vcu_deviceptr dptr, vcu_stream stream)
     return free_async("cuMemFreeAsync_ptsz", dptr);
 }
 
+/* cuCtxGetDevice calls so far (fakecuda_ctx_get_device_calls). */
+static uint64_t ctx_get_device_calls;
+
 vcu_result
 cuCtxGetDevice(vcu_device *device)
 {
+    __atomic_fetch_add(&ctx_get_device_calls, 1, __ATOMIC_RELAXED);
     vcu_result r = enter("cuCtxGetDevice");
     if (r != VCU_SUCCESS)
         return r;
@@ -1857,6 +1900,8 @@ static const struct fake_proc {
     {"cuDeviceGetDefaultMemPool", 11020, (fake_fn)cuDeviceGetDefaultMemPool, NULL},
     {"cuDevicePrimaryCtxRetain", 7000, (fake_fn)cuDevicePrimaryCtxRetain, NULL},
     {"cuDevicePrimaryCtxRelease", 11000, (fake_fn)cuDevicePrimaryCtxRelease_v2, NULL},
+    {"cuDevicePrimaryCtxReset", 11000, (fake_fn)cuDevicePrimaryCtxReset_v2, NULL},
+    {"cuCtxDestroy", 4000, (fake_fn)cuCtxDestroy_v2, NULL},
     {"cuCtxPushCurrent", 4000, (fake_fn)cuCtxPushCurrent_v2, NULL},
     {"cuCtxPopCurrent", 4000, (fake_fn)cuCtxPopCurrent_v2, NULL},
     {"cuCtxGetCurrent", 4000, (fake_fn)cuCtxGetCurrent, NULL},
@@ -1961,6 +2006,13 @@ cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, vcu_uint64 fla
 /* ------------------------------------------------------------------ */
 /* Test helpers                                                         */
 /* ------------------------------------------------------------------ */
+
+/* cuCtxGetDevice calls in the process so far. */
+uint64_t
+fakecuda_ctx_get_device_calls(void)
+{
+    return __atomic_load_n(&ctx_get_device_calls, __ATOMIC_RELAXED);
+}
 
 /* Contexts pushed and not popped on the calling thread. */
 int

@@ -59,7 +59,7 @@
     X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 0, \
       0)                                                                                 \
     X(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2,                           \
-      "cuDevicePrimaryCtxRelease", 0, 0)                                                 \
+      "cuDevicePrimaryCtxRelease", 1, 0)                                                 \
     X(cuCtxPushCurrent, cuCtxPushCurrent_v2, "cuCtxPushCurrent", 0, 0)                   \
     X(cuCtxPopCurrent, cuCtxPopCurrent_v2, "cuCtxPopCurrent", 0, 0)                      \
     X(cuCtxGetDevice, cuCtxGetDevice, "cuCtxGetDevice", 0, 0)                            \
@@ -525,11 +525,10 @@ check_info(int dev, uint64_t total, uint64_t free_mib)
     ctx_pop(dev);
 }
 
-/* With one visible device the hooks stop asking the driver for the current
-** context's device after its first answer: cuCtxGetDevice then fails
-** (FAKECUDA_FAIL) and cuMemGetInfo_v2 still shows the quota, TOTAL MiB. With
-** several devices they keep asking, and with the call failing they leave
-** the driver's figures alone: TOTAL is then the device's own. */
+/* The hooks stop asking the driver for the current context's device after
+** its first answer: with one visible device at all, with several while the
+** context is one they have seen. cuCtxGetDevice then fails (FAKECUDA_FAIL)
+** and cuMemGetInfo_v2 still shows the quota, TOTAL MiB. */
 static void
 scenario_ctxdevice(uint64_t total)
 {
@@ -543,6 +542,93 @@ scenario_ctxdevice(uint64_t total)
     CHECK(t == total * MIB, "cuMemGetInfo total %zu MiB with cuCtxGetDevice failing, "
           "expected %llu", t / MIB, (unsigned long long)total);
     ctx_pop(0);
+}
+
+/* cuMemGetInfo_v2's free MiB in context C. */
+static uint64_t
+free_in(vcu_context c)
+{
+    size_t f = 0, t = 0;
+    CHECK_RC(api.cuCtxPushCurrent(c), VCU_SUCCESS);
+    CHECK_RC(api.cuMemGetInfo(&f, &t), VCU_SUCCESS);
+    vcu_context popped;
+    CHECK_RC(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
+    return f / MIB;
+}
+
+/*
+** Two visible devices and a quota of QUOTA MiB on each; one thread
+** switches between their primary contexts (push and pop, as the runtime's
+** cudaSetDevice does): each allocation is charged to its own context's
+** device, in the fake and in the quota. Once each context has been seen,
+** the hooks stop asking cuCtxGetDevice (the fake counts the calls); after
+** a primary context's release (hooked: its handle may name another context
+** next) they ask again, once.
+*/
+static void
+scenario_ctxswitch(uint64_t quota)
+{
+    init_or_die();
+    uint64_t (*calls)(void);
+    sym_into(&calls, dlsym(api.lib, "fakecuda_ctx_get_device_calls"),
+             "fakecuda_ctx_get_device_calls");
+    vcu_context c[2];
+    for (int dev = 0; dev < 2; dev++)
+        CHECK_RC(api.cuDevicePrimaryCtxRetain(&c[dev], dev), VCU_SUCCESS);
+    vcu_deviceptr p0 = 0, p1 = 0;
+    vcu_context popped;
+    CHECK_RC(api.cuCtxPushCurrent(c[0]), VCU_SUCCESS);
+    CHECK_RC(api.cuMemAlloc(&p0, 4 * MIB), VCU_SUCCESS);
+    CHECK_RC(api.cuCtxPushCurrent(c[1]), VCU_SUCCESS);
+    CHECK_RC(api.cuMemAlloc(&p1, 8 * MIB), VCU_SUCCESS);
+    CHECK_RC(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
+    CHECK(fake_used_mib(0) == 4 && fake_used_mib(1) == 8,
+          "the fake holds %llu and %llu MiB, expected 4 and 8",
+          (unsigned long long)fake_used_mib(0), (unsigned long long)fake_used_mib(1));
+    CHECK(free_in(c[0]) == quota - 4 && free_in(c[1]) == quota - 8,
+          "the quota's free %llu and %llu MiB, expected %llu and %llu",
+          (unsigned long long)free_in(c[0]), (unsigned long long)free_in(c[1]),
+          (unsigned long long)(quota - 4), (unsigned long long)(quota - 8));
+    /* The steady state: both contexts seen, 200 switches, 400 hooked calls. */
+    uint64_t before = calls();
+    for (int i = 0; i < 200; i++) {
+        int dev = i % 2;
+        vcu_deviceptr q = 0;
+        CHECK_RC(api.cuCtxPushCurrent(c[dev]), VCU_SUCCESS);
+        CHECK_RC(api.cuMemAlloc(&q, (uint64_t)(dev + 1) * MIB), VCU_SUCCESS);
+        if (i == 100) /* device 0: 4 + 1 MiB (2 MiB granules in the fake) */
+            CHECK(fake_used_mib(0) == 6 && free_in(c[0]) == quota - 5,
+                  "device 0: the fake holds %llu MiB and the quota shows %llu free, "
+                  "expected 6 and %llu", (unsigned long long)fake_used_mib(0),
+                  (unsigned long long)free_in(c[0]), (unsigned long long)(quota - 5));
+        if (i == 101) /* device 1: 8 + 2 MiB */
+            CHECK(fake_used_mib(1) == 10 && free_in(c[1]) == quota - 10,
+                  "device 1: the fake holds %llu MiB and the quota shows %llu free, "
+                  "expected 10 and %llu", (unsigned long long)fake_used_mib(1),
+                  (unsigned long long)free_in(c[1]), (unsigned long long)(quota - 10));
+        CHECK_RC(api.cuMemFree(q), VCU_SUCCESS);
+        CHECK_RC(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
+    }
+    uint64_t steady = calls() - before;
+    printf("cuCtxGetDevice calls in 200 switches: %llu\n", (unsigned long long)steady);
+    CHECK(steady == 0, "%llu cuCtxGetDevice calls in the steady state, expected 0",
+          (unsigned long long)steady);
+    /* A release (another reference stays: the context lives on) makes the
+    ** next hooked call ask again. */
+    vcu_context again;
+    CHECK_RC(api.cuDevicePrimaryCtxRetain(&again, 1), VCU_SUCCESS);
+    CHECK_RC(api.cuDevicePrimaryCtxRelease(1), VCU_SUCCESS);
+    before = calls();
+    CHECK(free_in(c[1]) == quota - 8, "after a release: free %llu MiB, expected %llu",
+          (unsigned long long)free_in(c[1]), (unsigned long long)(quota - 8));
+    CHECK(calls() - before == 1, "after a release: %llu cuCtxGetDevice calls, expected 1",
+          (unsigned long long)(calls() - before));
+    CHECK_RC(api.cuMemFree(p0), VCU_SUCCESS);
+    CHECK_RC(api.cuMemFree(p1), VCU_SUCCESS);
+    CHECK(fake_used_mib(0) == 0 && fake_used_mib(1) == 0, "the fake still holds memory");
+    CHECK_RC(api.cuCtxPopCurrent(&popped), VCU_SUCCESS);
+    for (int dev = 0; dev < 2; dev++)
+        CHECK_RC(api.cuDevicePrimaryCtxRelease(dev), VCU_SUCCESS);
 }
 
 /* ------------------------------------------------------------------ */
@@ -980,7 +1066,7 @@ usage(void)
         "  paths | vmm | routes [real] | versions [real] | malformed | fork | nvml\n"
         "  info DEV TOTAL FREE | alloc MIB DEV WANT [WITHIN_MS] | hold MIB DEV STOPFILE\n"
         "  race THREADS ITERATIONS | peak MAX_MIB | ledger-file active|passive\n"
-        "  ctxdevice TOTAL | train STEPS LEAK_KIB | pinned STOP1 STOP2\n");
+        "  ctxdevice TOTAL | ctxswitch QUOTA | train STEPS LEAK_KIB | pinned STOP1 STOP2\n");
     exit(2);
 }
 
@@ -1021,6 +1107,8 @@ main(int argc, char **argv)
         scenario_nvml();
     else if (strcmp(s, "ctxdevice") == 0 && n == 1)
         scenario_ctxdevice((uint64_t)num(a[0]));
+    else if (strcmp(s, "ctxswitch") == 0 && n == 1)
+        scenario_ctxswitch((uint64_t)num(a[0]));
     else if (strcmp(s, "info") == 0 && n == 3) {
         init_or_die();
         check_info((int)num(a[0]), (uint64_t)num(a[1]), (uint64_t)num(a[2]));

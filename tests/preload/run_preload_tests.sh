@@ -138,12 +138,17 @@ expect "cuGetProcAddress, passive: the driver's answers untouched"
 # ---- reports ----
 run $Q -- "$PROBE" info 0 64 64
 expect "cuMemGetInfo and cuDeviceTotalMem report the quota"
-# One visible device: after the first answer the hooks no longer ask the
-# driver which device the context is on; with two they do, every call.
+# After the first answer the hooks no longer ask the driver which device
+# the context is on: with one visible device at all, with two while the
+# context is one they have seen (a per-thread cache of context -> device).
 run $Q FAKECUDA_DEVICES=1 -- "$PROBE" ctxdevice 64
 expect "one device: the current device is not asked again"
-run $Q -- "$PROBE" ctxdevice 1024
-expect "two devices: the current device is asked on every call"
+run $Q -- "$PROBE" ctxdevice 64
+expect "two devices: a context's device is not asked again"
+for via in dlsym gpa12000; do
+    run $Q -- "$PROBE" --via $via ctxswitch 64
+    expect "two devices, via $via: switching contexts charges each its own device, cuCtxGetDevice not asked in the steady state"
+done
 run VRAM_LIMIT=0:64M -- "$PROBE" --via gpa12000 info 1 1024 1024
 expect "a device without a limit reports its physical figures"
 run VRAM_LIMIT=25% -- "$PROBE" --via gpa11030 info 0 256 256
