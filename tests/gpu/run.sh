@@ -27,7 +27,9 @@
 #    (bytes_reserved, cudaMemGetInfo and `vram stat` show the drop; a side
 #    stream's data stays right); then every trace cold and warm through
 #    expandable and the cudaMallocAsync pool (whole cold trace no slower than
-#    the pool's, fragmentation <= 1.02, steady state >= 10x the pool).
+#    the pool's, fragmentation <= 1.02, steady state >= 10x the pool), and
+#    the preload's cost per hooked call over the bare driver, paired in one
+#    process (tests/preload/hook_cost.py; section hookcost alone).
 #    JSON lines in $OUT/torchperf.jsonl.
 # 9. record: `vram record` on real PyTorch (and JAX) training with planted
 #    leaks and clean runs (bench/gpu/record_checks.py, under 3 minutes):
@@ -52,7 +54,8 @@
 #
 # VRAM_GPU_SECTIONS picks sections (a comma list; default all): ctest (1),
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
-# torchperf (8), record (9), policy (10), tune (11).
+# torchperf (8; hookcost: its hook-cost step alone), record (9), policy (10),
+# tune (11).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -288,18 +291,21 @@ if want torchperf; then
         STEP_OUT=$WORK/tp_warm_${t}_pool.jsonl run_step "torchperf: $t pool warm" 90 \
             "$PEERS" --allocator cudaMallocAsync --repeat 3 --warm --json "$f"
     done
-    # The preload's cost per hooked call over the bare driver: hooked and
-    # bare calls alternate batch by batch in one process, the paired
-    # differences' median with the sign test's 95 % interval; then the same
-    # with both sides bare (must report no cost) and with 300 ns planted
-    # before each hooked call (must be found): tests/preload/hook_cost.py.
-    # Three runs of at most 25 s.
-    if [ -x "$BUILD/tests/preload/hook_cost" ] && [ -f "$BUILD/lib/libvram-preload.so" ]; then
-        STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (paired in one process, 95% CI)" 150 \
-            python3 tests/preload/hook_cost.py --bin "$BUILD/tests/preload/hook_cost" \
-            --preload "$BUILD/lib/libvram-preload.so" --batches 20000 --seconds 25 \
-            --env VRAM_LIMIT=100G --validate --json
-    fi
+fi
+# The preload's cost per hooked call over the bare driver: hooked and bare
+# calls alternate batch by batch in one process, the paired differences'
+# median with the sign test's 95 % interval; then the same with both sides
+# bare (must report no cost) and with 300 ns planted before each hooked
+# call (must be found): tests/preload/hook_cost.py, three runs of at most
+# 25 s. Part of torchperf; VRAM_GPU_SECTIONS=hookcost runs it alone.
+if { want torchperf || want hookcost; } && [ -x "$BUILD/tests/preload/hook_cost" ] &&
+    [ -f "$BUILD/lib/libvram-preload.so" ]; then
+    STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (paired in one process, 95% CI)" 150 \
+        python3 tests/preload/hook_cost.py --bin "$BUILD/tests/preload/hook_cost" \
+        --preload "$BUILD/lib/libvram-preload.so" --batches 20000 --seconds 25 \
+        --env VRAM_LIMIT=100G --validate --json
+fi
+if want torchperf || want hookcost; then
     cat "$WORK"/torchperf.json "$WORK"/hook_cost.json "$WORK"/tp_*.jsonl 2>/dev/null |
         grep '^{' >"$OUT/torchperf.jsonl"
 fi
