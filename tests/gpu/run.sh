@@ -709,7 +709,7 @@ if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost
                 lines.append("    %-36s bare %.1f ns, hooked %.1f ns: %+.1f ns [%.1f, %.1f]  %s" % (
                     label + what, k["bare_median_ns"], k["hooked_median_ns"], k["diff_median_ns"],
                     k["ci95"][0], k["ci95"][1], "" if label else verdict(k.get("pass"))))
-        targets.append(("torchperf hook cost method: A/A shows none, +300 ns found",
+        targets.append(("torchperf hook cost method: CI < limit/2 wide, A/A shows none, +300 ns found",
                         verdict(hc.get("method_ok"))))
     elif hc is not None:
         lines.append("  hook cost: %s" % hc.get("error"))

@@ -22,12 +22,14 @@ cuMemGetInfo_v2 (one hooked call: find the device, its quota, forward) and
 2 x LIMIT_NS per cuMemAlloc_v2 + cuMemFree_v2 pair (two hooked calls and
 the ledger's reservation).
 
---validate also checks the method in the same conditions, by two more runs:
-both sides bare (an A/A run: the interval must lie within +-LIMIT/2 of
-zero, no cost reported where there is none), and PLANT_NS spun before
-every hooked call (the lower end must be at least 0.8 x PLANT_NS per
-hooked call: a known cost is found). method_ok says whether both held;
-the exit status is 0 only when the verdict passes and the method holds.
+--validate also checks the method in the same conditions: the intervals
+must be narrower than LIMIT/2 (the measurement resolves the limit), and
+two more runs: both sides bare (an A/A run: the interval must lie within
++-LIMIT/2 of zero, no cost reported where there is none), and PLANT_NS
+spun before every hooked call (the lower end must be at least 0.8 x
+PLANT_NS per hooked call: a known cost is found). method_ok says whether
+all three held; the exit status is 0 only when the verdict passes and the
+method holds.
 
 Prints a table (or one JSON line). Exit status: 0 PASS, 1 MISS, 2 a run failed.
 """
@@ -135,9 +137,11 @@ def main():
         aa_ok = all(-k["limit_ns"] / 2 <= k["ci95"][0] and k["ci95"][1] <= k["limit_ns"] / 2
                     for k in aa.values())
         pl_ok = all(k["ci95"][0] >= 0.8 * args.plant_ns * k["hooked_calls"] for k in pl.values())
+        narrow = all(k["ci95"][1] - k["ci95"][0] <= k["limit_ns"] / 2
+                     for k in result["kinds"].values())
         result["validation"] = {"same": aa, "same_ok": aa_ok, "plant_ns": args.plant_ns,
-                                "planted": pl, "planted_ok": pl_ok}
-        result["method_ok"] = aa_ok and pl_ok
+                                "planted": pl, "planted_ok": pl_ok, "narrow_ok": narrow}
+        result["method_ok"] = aa_ok and pl_ok and narrow
     result["pass"] = ok
     if args.json:
         print(json.dumps(result))
@@ -160,9 +164,11 @@ def main():
                                            k["ci95"][0], k["ci95"][1], k["limit_ns"],
                                            "PASS" if k["pass"] else "MISS"))
         if args.validate:
-            print("  method: A/A within +-limit/2 %s, +%.0f ns found %s" % (
-                "yes" if result["validation"]["same_ok"] else "NO", args.plant_ns,
-                "yes" if result["validation"]["planted_ok"] else "NO"))
+            v = result["validation"]
+            print("  method: intervals narrower than limit/2 %s, A/A within +-limit/2 %s, "
+                  "+%.0f ns found %s" % ("yes" if v["narrow_ok"] else "NO",
+                                         "yes" if v["same_ok"] else "NO", args.plant_ns,
+                                         "yes" if v["planted_ok"] else "NO"))
     return 0 if ok and result.get("method_ok", True) else 1
 
 
