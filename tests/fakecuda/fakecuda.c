@@ -55,7 +55,12 @@
 **     CUDA_ERROR_OUT_OF_MEMORY; FAKECUDA_NESTED=1 makes cuMemAllocManaged
 **     allocate by calling cuMemAlloc_v2 through the global symbol, as a
 **     driver whose entry points call each other would (an interposer sees
-**     the inner call). All are read at each call.
+**     the inner call); FAKECUDA_EVICT=BYTES makes every cuMem* entry point
+**     write one byte in each cache line of a BYTES buffer, as the real
+**     driver's calls leave the caller's cache lines cold (a model of what
+**     the hooks' own memory accesses cost after a driver call: the
+**     preload's hook cost on the H200 matches BYTES of about 1000000).
+**     All are read at each call.
 ** A misuse (a call without a context, a pop of an empty stack, a release
 ** without a retain) also counts in fakecuda_misuses(), which tests check.
 **
@@ -294,9 +299,31 @@ capture_forbids_locked(const char *symbol)
 }
 
 /* The common prologue: injected failure, initialization, capture rules. */
+/* FAKECUDA_EVICT=BYTES: every entry point writes one byte in each 64-byte
+** line of a BYTES buffer, as a real driver's call walks its own state and
+** leaves the caller's cache lines and TLB entries cold. */
+static void
+evict_caches(void)
+{
+    static char *buf;
+    static size_t have;
+    const char *v = getenv("FAKECUDA_EVICT");
+    size_t n = v != NULL ? strtoull(v, NULL, 10) : 0;
+    if (n == 0)
+        return;
+    if (have < n) {
+        buf = realloc(buf, n);
+        have = buf != NULL ? n : 0;
+    }
+    for (size_t i = 0; i < have; i += 64)
+        ((volatile char *)buf)[i]++;
+}
+
 static vcu_result
 enter(const char *symbol)
 {
+    if (strncmp(symbol, "cuMem", 5) == 0)
+        evict_caches();
     if (fail_injected(symbol))
         return VCU_ERROR_UNKNOWN;
     lock();
