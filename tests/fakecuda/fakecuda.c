@@ -59,7 +59,7 @@
 **     write one byte in each cache line of a BYTES buffer, as the real
 **     driver's calls leave the caller's cache lines cold (a model of what
 **     the hooks' own memory accesses cost after a driver call: the
-**     preload's hook cost on the H200 matches BYTES of about 1000000).
+**     hooks' cost per call on the H200 is of the order of BYTES 1000000).
 **     All are read at each call.
 ** A misuse (a call without a context, a pop of an empty stack, a release
 ** without a retain) also counts in fakecuda_misuses(), which tests check.
