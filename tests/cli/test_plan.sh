@@ -120,6 +120,17 @@ expect_usage "batch text" --config "$CONF/gpt2.json" --batch eight --seq 512
 expect_usage "no seq" --config "$CONF/gpt2.json" --batch 8
 expect_usage "accum not dividing" --config "$CONF/gpt2.json" --batch 6 --accum 4 --seq 512
 expect_usage "zero 4" --config "$CONF/gpt2.json" --batch 8 --seq 512 --zero 4
+# A bad count is worded as every command's (the command-line layer's), with
+# the option's range and the pointer to --help.
+for args in "--batch 0" "--batch eight" "--layers 0" "--zero 4"; do
+    # shellcheck disable=SC2086
+    "$VRAM" plan --config "$CONF/gpt2.json" --batch 8 --seq 512 $args >/dev/null 2>"$TMP/err"
+    if grep -q "^vram: plan: --[a-z]* '[a-z0-9]*': expected a whole number from [0-9]* to [0-9]* (try 'vram plan --help')\$" "$TMP/err"; then
+        ok
+    else
+        bad "$args: $(head -c 200 "$TMP/err")"
+    fi
+done
 expect_usage "bad size" --config "$CONF/gpt2.json" --batch 8 --seq 512 --gpu-memory 80X
 expect_usage "unknown option" --config "$CONF/gpt2.json" --batch 8 --seq 512 --frobnicate
 expect_usage "no model" --batch 8 --seq 512

@@ -28,9 +28,8 @@
 #include "plan/plan.h"
 #include "base/size.h"
 
-/* The options plan_option parses. OPT_COUNT: a whole number of at least
-** .min (parse_count) into .field, 0 meaning not given. */
-enum opt_id { OPT_COUNT, OPT_PRECISION, OPT_OPTIMIZER, OPT_ATTENTION, OPT_ZERO, OPT_GPU_MEMORY };
+/* The options plan_option parses; the table stores the others. */
+enum opt_id { OPT_PRECISION = 1, OPT_OPTIMIZER, OPT_ATTENTION, OPT_GPU_MEMORY };
 
 /* What the command line asks of `vram plan`. */
 struct plan_args {
@@ -40,10 +39,18 @@ struct plan_args {
     bool untied, json, generate;
     const char *model_spec, *trace_path, *gpu_text;
     uint64_t gpu_memory, prompt, new_tokens;
+    uint64_t zero; /* --zero, given to job.zero after the walk */
     struct plan_job job; /* its batch and seq 0: not given */
 };
 
 #define AT(member) offsetof(struct plan_args, member)
+
+/* A size of the model or the job: a whole number from 1 to 2^40 (0, the
+** default, meaning not given). */
+#define COUNT_MAX (1ULL << 40)
+#define COUNT_OPT(name, member, help)                                                    \
+    {0, name, 0, "N", help, .store = CLIOPT_COUNT, .field = AT(member), .min = 1,       \
+     .max = COUNT_MAX}
 
 static const struct cli_opt opt_table[] = {
     {0, "model", 0, "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model)",
@@ -54,46 +61,33 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_STRING, .field = AT(config)},
     {0, "arch", 0, "NAME", "without --config: a model_type listed below",
      .store = CLIOPT_STRING, .field = AT(arch)},
-    {OPT_COUNT, "layers", 0, "N", "transformer layers (overrides the config)",
-     .store = CLIOPT_CALL, .field = AT(layers), .min = 1},
-    {OPT_COUNT, "hidden", 0, "N", "hidden size",
-     .store = CLIOPT_CALL, .field = AT(hidden), .min = 1},
-    {OPT_COUNT, "heads", 0, "N", "attention heads",
-     .store = CLIOPT_CALL, .field = AT(heads), .min = 1},
-    {OPT_COUNT, "kv-heads", 0, "N", "key/value heads (default: the heads)",
-     .store = CLIOPT_CALL, .field = AT(kv_heads), .min = 1},
-    {OPT_COUNT, "intermediate", 0, "N", "MLP size (default: 4 x hidden)",
-     .store = CLIOPT_CALL, .field = AT(intermediate), .min = 1},
-    {OPT_COUNT, "vocab", 0, "N", "vocabulary size",
-     .store = CLIOPT_CALL, .field = AT(vocab), .min = 1},
-    {OPT_COUNT, "positions", 0, "N", "learned positions (gpt2, bert)",
-     .store = CLIOPT_CALL, .field = AT(positions), .min = 1},
+    COUNT_OPT("layers", layers, "transformer layers (overrides the config)"),
+    COUNT_OPT("hidden", hidden, "hidden size"),
+    COUNT_OPT("heads", heads, "attention heads"),
+    COUNT_OPT("kv-heads", kv_heads, "key/value heads (default: the heads)"),
+    COUNT_OPT("intermediate", intermediate, "MLP size (default: 4 x hidden)"),
+    COUNT_OPT("vocab", vocab, "vocabulary size"),
+    COUNT_OPT("positions", positions, "learned positions (gpt2, bert)"),
     {0, "untied", 0, NULL, "the output layer does not share the input embedding",
      .store = CLIOPT_SET, .field = AT(untied)},
-    {OPT_COUNT, "batch", 0, "N", "sequences per optimizer step (per data-parallel rank)",
-     .store = CLIOPT_CALL, .field = AT(job.batch), .min = 1},
-    {OPT_COUNT, "seq", 0, "N", "tokens per sequence",
-     .store = CLIOPT_CALL, .field = AT(job.seq), .min = 1},
+    COUNT_OPT("batch", job.batch, "sequences per optimizer step (per data-parallel rank)"),
+    COUNT_OPT("seq", job.seq, "tokens per sequence"),
     {OPT_PRECISION, "precision", 0, "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16",
      .store = CLIOPT_CALL},
     {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)",
      .store = CLIOPT_CALL},
-    {OPT_COUNT, "accum", 0, "N", "gradient accumulation steps (default 1; divides --batch)",
-     .store = CLIOPT_CALL, .field = AT(job.accum), .min = 1},
+    COUNT_OPT("accum", job.accum, "gradient accumulation steps (default 1; divides --batch)"),
     {0, "checkpointing", 0, NULL, "activation checkpointing on every layer",
      .store = CLIOPT_SET, .field = AT(job.checkpointing)},
     {OPT_ATTENTION, "attention", 0, "A", "sdpa (default; fused, math for fp32 GQA) or eager",
      .store = CLIOPT_CALL},
-    {OPT_COUNT, "data-parallel", 0, "N", "data-parallel ranks (default 1)",
-     .store = CLIOPT_CALL, .field = AT(job.data_parallel), .min = 1},
-    {OPT_ZERO, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3",
-     .store = CLIOPT_CALL},
+    COUNT_OPT("data-parallel", job.data_parallel, "data-parallel ranks (default 1)"),
+    {0, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3",
+     .store = CLIOPT_COUNT, .field = AT(zero), .min = 0, .max = 3},
     {0, "generate", 0, NULL, "inference: generation with a KV cache (not training)",
      .store = CLIOPT_SET, .field = AT(generate)},
-    {OPT_COUNT, "prompt", 0, "N", "with --generate: prompt tokens per sequence",
-     .store = CLIOPT_CALL, .field = AT(prompt), .min = 1},
-    {OPT_COUNT, "new-tokens", 0, "N", "with --generate: tokens generated per sequence",
-     .store = CLIOPT_CALL, .field = AT(new_tokens), .min = 1},
+    COUNT_OPT("prompt", prompt, "with --generate: prompt tokens per sequence"),
+    COUNT_OPT("new-tokens", new_tokens, "with --generate: tokens generated per sequence"),
     {OPT_GPU_MEMORY, "gpu-memory", 0, "SIZE", "the GPU's memory: largest micro-batch, cap",
      .store = CLIOPT_CALL},
     {0, "json", 0, NULL, "print one JSON object (sizes in integer bytes)",
@@ -134,29 +128,6 @@ static const struct cli_command plan_cmd = {
     .exit_status = "0 ok, 1 failure, 2 bad usage or bad input.",
     .no_operands = true,
 };
-
-/* Parse VALUE of --NAME as an integer in [MIN, 2^40]. */
-static bool
-parse_count(const char *name, const char *value, uint64_t min, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (value[0] < '0' || value[0] > '9') {
-        cli_error("--%s '%.40s': not a number", name, value);
-        return false;
-    }
-    unsigned long long v = strtoull(value, &end, 10);
-    if (errno != 0 || *end != '\0' || v > (1ULL << 40)) {
-        cli_error("--%s '%.40s': not a number", name, value);
-        return false;
-    }
-    if (v < min) {
-        cli_error("--%s must be at least %llu", name, (unsigned long long)min);
-        return false;
-    }
-    *out = v;
-    return true;
-}
 
 /* Read the whole of PATH into a NUL-terminated buffer the caller frees,
 ** its length in *LEN; NULL with errno set on failure. */
@@ -547,42 +518,25 @@ plan_option(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct plan_args *pa = ctx;
     struct plan_job *job = &pa->job;
-    uint64_t u = 0;
     switch (o->id) {
-    case OPT_COUNT:
-        if (!parse_count(o->name, value, o->min, (uint64_t *)(void *)((char *)pa + o->field)))
-            return 2;
-        break;
     case OPT_PRECISION:
-        if (!plan_precision_parse(value, &job->precision)) {
-            cli_error("--precision '%.40s': unknown (fp32, mixed-fp16, mixed-bf16, fp16, "
-                      "bf16)", value);
-            return 2;
-        }
+        if (!plan_precision_parse(value, &job->precision))
+            return cliopt_usage_error(&plan_cmd, "--precision '%.40s': unknown (fp32, "
+                                      "mixed-fp16, mixed-bf16, fp16, bf16)", value);
         break;
     case OPT_OPTIMIZER:
-        if (!plan_optimizer_parse(value, &job->optimizer)) {
-            cli_error("--optimizer '%.40s': unknown (sgd, sgd-momentum, adam, adamw)", value);
-            return 2;
-        }
+        if (!plan_optimizer_parse(value, &job->optimizer))
+            return cliopt_usage_error(&plan_cmd, "--optimizer '%.40s': unknown (sgd, "
+                                      "sgd-momentum, adam, adamw)", value);
         break;
     case OPT_ATTENTION:
-        if (!plan_attention_parse(value, &job->attention)) {
-            cli_error("--attention '%.40s': unknown (sdpa, eager)", value);
-            return 2;
-        }
-        break;
-    case OPT_ZERO:
-        if (!parse_count(o->name, value, 0, &u) || u > 3) {
-            if (u > 3)
-                cli_error("--zero must be 0, 1, 2 or 3");
-            return 2;
-        }
-        job->zero = (int)u;
+        if (!plan_attention_parse(value, &job->attention))
+            return cliopt_usage_error(&plan_cmd, "--attention '%.40s': unknown (sdpa, eager)",
+                                      value);
         break;
     case OPT_GPU_MEMORY:
         if (!cliopt_size(&plan_cmd, o->name, value, &pa->gpu_memory))
-            return 2;
+            return CLI_EXIT_USAGE;
         pa->gpu_text = value;
         break;
     }
@@ -599,6 +553,7 @@ cmd_plan(int argc, char **argv)
     int rc = cliopt_parse(&plan_cmd, argc, argv, plan_option, &pa, NULL);
     if (rc != CLIOPT_GO_ON)
         return rc;
+    pa.job.zero = (int)pa.zero;
     if (pa.model_spec != NULL) {
         if (pa.config != NULL || pa.arch != NULL || pa.generate || pa.job.batch != 0 ||
             pa.job.seq != 0) {
