@@ -82,7 +82,7 @@ device_init(struct vram_device *dev, struct vram_context *ctx, int index, int ph
     dev->physical = physical;
     dev->slot = slot;
     dev->strategy = strategy;
-    dev->policy = policy;
+    dev->policy = *policy;
     dev->limit = limit;
     dev->limit_max = limit;
     dev->granularity = granularity ? granularity : (2ULL << 20);
@@ -105,7 +105,7 @@ device_destroy(struct vram_device *dev)
                 block_ext_free(b);
     /* Expandable's one region is address space, given back by
     ** expand_destroy; the others' regions are backend allocations. */
-    bool expandable = dev->policy->virtual_range;
+    bool expandable = dev->policy.virtual_range;
     expand_destroy(dev);
     for (struct region *r = dev->heap.regions; r != NULL && !expandable; r = r->next) {
         if (be->ops->mem_free(be, dev->physical, r->handle) != VRAM_OK)
@@ -134,7 +134,7 @@ region_size_locked(const struct vram_device *dev, uint64_t size, bool *forced)
     if (size > room)
         return 0;
     uint64_t want;
-    switch (dev->policy->sizing) {
+    switch (dev->policy.sizing) {
     case SIZE_ALL:
         return room; /* everything the cap allows, in one piece */
     case SIZE_DOUBLING:
@@ -190,7 +190,7 @@ grow_locked(struct vram_device *dev, uint64_t want, uint64_t size, bool forced)
             uint64_t reserved = device_reserved_locked(dev);
             if (reserved > dev->peak_reserved)
                 dev->peak_reserved = reserved;
-            if (dev->policy->sizing == SIZE_DOUBLING)
+            if (dev->policy.sizing == SIZE_DOUBLING)
                 dev->tf_region = forced ? want : 2 * want;
             if (log_enabled(LOG_REGION)) {
                 char a[32], b[32];
@@ -346,7 +346,7 @@ device_release_block_locked(struct vram_device *dev, struct block *b)
 {
     if (b->ext != NULL)
         block_ext_free(b);
-    if (dev->policy->virtual_range)
+    if (dev->policy.virtual_range)
         expand_unback_locked(dev, b->addr, b->size);
     heap_release(&dev->heap, b);
 }
@@ -484,7 +484,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         }
         streams_poll_locked(dev, 4);
     }
-    if (dev->policy->virtual_range)
+    if (dev->policy.virtual_range)
         return alloc_expandable_unlock(dev, size, rounded, stream, pool, out);
     for (;;) {
         bool host_oom;
@@ -501,7 +501,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         ** together could hold the request go back to the backend first, so
         ** that the new region can take their place in the shape needed
         ** (docs/ALLOCATOR.md, "Region sizing"). */
-        if (may_release && dev->policy->recycle_first &&
+        if (may_release && dev->policy.recycle_first &&
             free_region_bytes_locked(dev) >= rounded &&
             release_free_regions_locked(dev) > 0) {
             released = true;
@@ -524,7 +524,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         }
         /* Before refusing: free regions may be merged by giving them back
         ** and obtaining one of the needed shape. */
-        if (may_release && !dev->policy->keeps_regions &&
+        if (may_release && !dev->policy.keeps_regions &&
             release_free_regions_locked(dev) > 0) {
             released = true;
             continue;
@@ -621,9 +621,9 @@ vram_release_idle(vram_device *dev, uint64_t *released)
     ** until their events complete: only those done come back (and become
     ** idle) here; the others keep their memory. */
     streams_poll_locked(dev, UINT64_MAX);
-    if (dev->policy->virtual_range)
+    if (dev->policy.virtual_range)
         st = expand_release_idle_locked(dev, &bytes);
-    else if (!dev->policy->keeps_regions)
+    else if (!dev->policy.keeps_regions)
         (void)release_free_regions_bytes_locked(dev, &bytes);
     device_unlock(dev);
     if (bytes > 0 && log_enabled(LOG_REGION)) {
@@ -660,7 +660,7 @@ vram_block_base(vram_device *dev, const void *ptr, void **base, uint64_t *size)
     struct block *b = device_live_block_lock(dev, ptr, "vram_block_base");
     if (b == NULL)
         return VRAM_E_BAD_POINTER;
-    bool whole = !dev->policy->virtual_range;
+    bool whole = !dev->policy.virtual_range;
     *base = (void *)(uintptr_t)(whole ? b->region->base : b->addr);
     *size = whole ? b->region->size : b->size;
     device_unlock(dev);

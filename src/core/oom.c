@@ -46,7 +46,7 @@ oom_explain_locked(struct vram_device *dev, uint64_t size, char *buf, size_t len
     if (needed <= dev->limit) {
         /* Enough bytes under the cap, but not in one piece: expandable
         ** merges all free space; elsewhere, headroom is what helps. */
-        if (!dev->policy->virtual_range)
+        if (!dev->policy.virtual_range)
             snprintf(hint, sizeof hint, "free memory is fragmented: try VRAM_STRATEGY=expandable");
         else if (needed + needed / 8 < ceiling)
             snprintf(hint, sizeof hint,

@@ -252,7 +252,18 @@ struct lib_replay {
     const char *pass; /* said before a failure's reason */
 };
 
-static int
+/* The line of a failed allocation, apart so that lib_alloc stays small
+** enough to be inlined into the timed loop. */
+static __attribute__((noinline, cold)) int
+lib_alloc_failed(const struct lib_replay *lr, const struct trace_event *ev, uint64_t index)
+{
+    cli_error("%s: %sevent %llu: allocating %llu bytes: %s", lr->t->path, lr->pass,
+              (unsigned long long)(index + 1), (unsigned long long)ev->size,
+              vram_last_error());
+    return TRACE_REPLAY_FAILED;
+}
+
+static inline int
 lib_alloc(void *ctx, const struct trace_event *ev, uint64_t index, void **ptr)
 {
     struct lib_replay *lr = ctx;
@@ -262,10 +273,7 @@ lib_alloc(void *ctx, const struct trace_event *ev, uint64_t index, void **ptr)
         return TRACE_REPLAY_OK;
     if (s == VRAM_E_OOM)
         return TRACE_REPLAY_REFUSED;
-    cli_error("%s: %sevent %llu: allocating %llu bytes: %s", lr->t->path, lr->pass,
-              (unsigned long long)(index + 1), (unsigned long long)ev->size,
-              vram_last_error());
-    return TRACE_REPLAY_FAILED;
+    return lib_alloc_failed(lr, ev, index);
 }
 
 static int
