@@ -21,12 +21,16 @@ shift
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# Every strategy the binary knows, from its help: "Strategies: a b ... (or 'all')."
+strategies=$("$vram" replay --help | sed -n "s/^Strategies: \(.*\) (or 'all')\.\$/\1/p")
+[ -n "$strategies" ] || { echo "bench_instructions.sh: no strategy list in '$vram replay --help'" >&2; exit 1; }
+
 echo "| trace | strategy | events | vram_alloc calls | Ir/alloc | vram_free calls | Ir/free | Ir/event (loop) |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
 for trace in "$@"; do
     events=$(gzip -dcf "$trace" | grep -c '^[^#]' || true)
     events=$((events - 1)) # the header line
-    for st in preallocate growth growth:tf-compat expandable; do
+    for st in $strategies; do
         valgrind --tool=callgrind --callgrind-out-file="$tmp/out" \
             "$vram" replay --backend sim --strategy "$st" "$trace" >/dev/null 2>"$tmp/log" ||
             { cat "$tmp/log" >&2; exit 1; }

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
 ** metrics.h -- the one list of what vram's monitoring shows (docs/STYLE.md,
-** habit 9). `vram stat` (its columns and --json keys), `vram top`, the
-** Prometheus exporter and docs/METRICS.md (`vram stat --metrics-markdown`)
-** are all generated from VRAM_METRICS_LIST, so they cannot disagree.
+** habit 9). `vram stat` (its columns and --json keys), the Prometheus
+** exporter and docs/METRICS.md (`vram stat --metrics-markdown`) are all
+** generated from VRAM_METRICS_LIST, so they cannot disagree. `vram top`
+** reads the same fields, but its screen is laid out by hand
+** (tools/vram/cmd_top.c): a new row appears there only once added.
 **
 ** A row: X(ID, NAME, TYPE, SCOPE, FIELD, HELP)
 **   ID     enum suffix (METRIC_<ID>)

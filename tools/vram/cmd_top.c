@@ -4,8 +4,10 @@
 ** through ncurses. Per GPU: total, used and each group's quota and use; per
 ** process: pid, user, command, group, current, peak, quota, its host
 ** memory (pinned through the driver, resident set), trend (MiB/min) and a
-** small graph of its recent use. The process columns are the PROCESS
-** metrics of VRAM_METRICS_LIST, like `vram stat`.
+** small graph of its recent use. The columns read the fields of the
+** PROCESS and HOST metrics of VRAM_METRICS_LIST, laid out by hand in
+** proc_row (to fit 96 columns with the graph): a new metric is not shown
+** until it is added there.
 **
 ** Keys: q quits; s cycles the sort key; u, p, t, i sort by used, peak,
 ** trend, pid; r reverses. SIGINT, SIGTERM and SIGHUP quit too: the loop

@@ -110,6 +110,10 @@ static const vram_strategy tune_simplicity[] = {
     VRAM_STRATEGY_GROWTH, VRAM_STRATEGY_PREALLOCATE, VRAM_STRATEGY_GROWTH_TF,
     VRAM_STRATEGY_EXPANDABLE};
 #define N_STRATEGIES (sizeof tune_simplicity / sizeof tune_simplicity[0])
+#define COUNT_STRATEGY(name, num, str) +1
+_Static_assert(N_STRATEGIES == 0 VRAM_STRATEGY_LIST(COUNT_STRATEGY),
+               "tune_simplicity ranks every strategy of VRAM_STRATEGY_LIST");
+#undef COUNT_STRATEGY
 
 /* The strategy that models each framework's own allocator under a cap:
 ** TensorFlow's BFC with memory_limit preallocates one region of the limit;
