@@ -105,6 +105,13 @@ cliopt_strategy_names(FILE *out, const char *sep, const char *last)
                 vram_strategy_name(all_strategies[i]));
 }
 
+void
+cliopt_sizes_note(FILE *out, const char *example)
+{
+    fprintf(out, "Sizes are 1024-based: 1073741824, 512M, %s, %si, %siB and %sB alike.\n",
+            example, example, example, example);
+}
+
 bool
 cliopt_strategy(const struct cli_command *cmd, const char *text, vram_strategy *out)
 {

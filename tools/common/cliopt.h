@@ -172,6 +172,11 @@ bool cliopt_strategy(const struct cli_command *cmd, const char *text, vram_strat
 /* Every strategy name to OUT: SEP between them, LAST before the last. */
 void cliopt_strategy_names(FILE *out, const char *sep, const char *last);
 
+/* The note every command that takes a size prints after its options:
+** "Sizes are 1024-based: 1073741824, 512M, 6G, 6Gi, 6GiB and 6GB alike."
+** with EXAMPLE ("6G") as the example size. */
+void cliopt_sizes_note(FILE *out, const char *example);
+
 /* Write TEXT to OUT, the cursor being at column COL, words wrapped before
 ** column 80 onto lines indented by INDENT spaces; then a newline. */
 void cliopt_wrap(FILE *out, int indent, int col, const char *text);

@@ -12,6 +12,15 @@
 
 #include "vram.h"
 
+/* The option rows of the monitoring commands (stat, top, exporter), worded
+** once; FIELD is offsetof(the command's settings, member). */
+#define CMD_OPT_NO_NVML(field_)                                                          \
+    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",          \
+     .store = CLIOPT_CLEAR, .field = (field_)}
+#define CMD_OPT_INTERVAL(short_, field_)                                                 \
+    {0, "interval", short_, "SECONDS", "seconds between samples, 0.1..3600 (default 1)", \
+     .store = CLIOPT_SECONDS, .field = (field_), .lo = 0.1, .hi = 3600}
+
 /*
 ** The subcommands, X(NAME, FUNCTION, SUMMARY): the one list. main.c's
 ** dispatch table and `vram help` come from it. Each FUNCTION takes the

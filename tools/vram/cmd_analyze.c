@@ -62,7 +62,8 @@ analyze_notes(FILE *out)
 {
     fprintf(out, "Strategies: ");
     cliopt_strategy_names(out, ", ", " and ");
-    fprintf(out, ".\nSizes are 1024-based: 1073741824, 512M, 6G, 6Gi, 6GiB and 6GB alike.\n");
+    fprintf(out, ".\n");
+    cliopt_sizes_note(out, "6G");
 }
 
 static const struct cli_command analyze_cmd = {

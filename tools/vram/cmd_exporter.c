@@ -39,10 +39,8 @@ struct exporter_args {
 static const struct cli_opt opt_table[] = {
     {0, "listen", 0, "ADDR:PORT", "address to serve on (default 127.0.0.1:" EXP_DEFAULT_PORT ")",
      .store = CLIOPT_STRING, .field = AT(listen)},
-    {0, "interval", 0, "SECONDS", "seconds between samples, 0.1..3600 (default 1)",
-     .store = CLIOPT_SECONDS, .field = AT(interval), .lo = 0.1, .hi = 3600},
-    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",
-     .store = CLIOPT_CLEAR, .field = AT(nvml)},
+    CMD_OPT_INTERVAL(0, AT(interval)),
+    CMD_OPT_NO_NVML(AT(nvml)),
 };
 
 static const struct cli_command exporter_cmd = {

@@ -105,7 +105,7 @@ plan_notes(FILE *out)
     snprintf(types, sizeof types, "model_type accepted by --config and --arch: %s.",
              plan_arch_list());
     cliopt_wrap(out, 0, 0, types);
-    fprintf(out, "Sizes are 1024-based: 1073741824, 512M, 80G, 80Gi, 80GiB and 80GB alike.\n");
+    cliopt_sizes_note(out, "80G");
 }
 
 static const struct cli_command plan_cmd = {

@@ -115,8 +115,8 @@ replay_notes(FILE *out)
 {
     fprintf(out, "Strategies: ");
     cliopt_strategy_names(out, " ", " ");
-    fprintf(out, " (or 'all').\n"
-                 "Sizes are 1024-based: 1073741824, 512M, 6G, 6Gi, 6GiB and 6GB alike.\n");
+    fprintf(out, " (or 'all').\n");
+    cliopt_sizes_note(out, "6G");
 }
 
 static const struct cli_command replay_cmd = {

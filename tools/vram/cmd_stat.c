@@ -39,8 +39,7 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_CALL},
     {OPT_MARKDOWN, "metrics-markdown", 0, NULL, "print the metric list (docs/METRICS.md)",
      .store = CLIOPT_CALL},
-    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",
-     .store = CLIOPT_CLEAR, .field = AT(nvml)},
+    CMD_OPT_NO_NVML(AT(nvml)),
 };
 
 static const struct cli_command stat_cmd = {

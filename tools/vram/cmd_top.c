@@ -396,11 +396,9 @@ struct top_args {
 #define AT(member) offsetof(struct top_args, member)
 
 static const struct cli_opt opt_table[] = {
-    {0, "interval", 'd', "SECONDS", "seconds between samples, 0.1..3600 (default 1)",
-     .store = CLIOPT_SECONDS, .field = AT(t.interval_s), .lo = 0.1, .hi = 3600},
+    CMD_OPT_INTERVAL('d', AT(t.interval_s)),
     {0, "sort", 0, "KEY", "used, peak, trend or pid (default used)", .store = CLIOPT_CALL},
-    {0, "no-nvml", 0, NULL, "do not load libnvidia-ml.so.1: the ledgers alone",
-     .store = CLIOPT_CLEAR, .field = AT(nvml)},
+    CMD_OPT_NO_NVML(AT(nvml)),
 };
 
 static const struct cli_command top_cmd = {
