@@ -81,8 +81,7 @@ trace_replay_free_slot(struct trace_replay *r, const struct trace_replay_hooks *
 ** TRACE_REPLAY_OK, or TRACE_REPLAY_FAILED with r->failed_event set.
 ** The counters live in locals during the loop and are stored once at the
 ** end: fields of *R would be reloaded and stored around every hook call
-** (the hook might see R), which cost `vram replay` 11 instructions an
-** event over the loop it replaced (callgrind, gpt2_bf16_b16). */
+** (the hook might see R). */
 static inline int
 trace_replay_run(struct trace_replay *r, uint64_t first, uint64_t end,
                  const struct trace_replay_hooks *h, void *ctx)
