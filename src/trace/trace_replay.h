@@ -30,7 +30,9 @@ enum trace_replay_result {
 };
 
 struct trace_replay_hooks {
-    /* Allocate EV->size bytes for EV (event number INDEX, from 0) into *PTR. */
+    /* Allocate EV->size bytes for EV (event number INDEX, from 0) into *PTR,
+    ** which is the slot's own: what it holds after a refusal or a failure
+    ** is never read. */
     int (*alloc)(void *ctx, const struct trace_event *ev, uint64_t index, void **ptr);
     /* Free PTR, the allocation of EV's slot, SIZE bytes. */
     int (*free)(void *ctx, const struct trace_event *ev, uint64_t index, void *ptr,
@@ -102,8 +104,8 @@ trace_replay_run(struct trace_replay *r, uint64_t first, uint64_t end,
         if (k >= n_slots)
             continue; /* a mark or an OOM: nothing to replay */
         if (ev->op == TRACE_ALLOC) {
-            void *p = NULL;
-            int got = h->alloc(ctx, ev, i, &p);
+            /* Straight into the slot: it is read only while live. */
+            int got = h->alloc(ctx, ev, i, &ptr[k]);
             if (got == TRACE_REPLAY_REFUSED) {
                 refused++;
                 continue;
@@ -113,7 +115,6 @@ trace_replay_run(struct trace_replay *r, uint64_t first, uint64_t end,
                 rc = TRACE_REPLAY_FAILED;
                 break;
             }
-            ptr[k] = p;
             size[k] = ev->size;
             live[k] = true;
             in_use += ev->size;
