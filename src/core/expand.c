@@ -15,22 +15,35 @@
 #include "core/internal.h"
 
 /*
-** Physical memory is mapped in units of this many driver granules (8 MiB
-** on CUDA's 2 MiB). A unit costs three driver calls when created (create,
-** map, set access) and two for every further mapping, each tens of
-** microseconds on an H200 (`vram_vmm_costs`: the cost is per mapping,
-** whatever its size). Measured with `vram replay`, 8 MiB units cut the
-** calls 4x against 2 MiB with fragmentation still <= 1.013 on the shared
-** traces; 16 / 32 / 128 MiB units reached 1.019 / 1.033 / 1.087 (leak_mlp).
+** Physical memory is accounted in units of this many driver granules (8 MiB
+** on CUDA's 2 MiB): a unit is the smallest piece an alias, a conflict or a
+** release moves. Measured with `vram replay`, 16 / 32 / 128 MiB units
+** reached fragmentation 1.019 / 1.033 / 1.087 on leak_mlp (8 MiB: 1.013).
 */
 #define GRANULES_PER_UNIT 4
 
+/*
+** New memory for a run of units one allocation needs side by side is made
+** as one extent (one driver handle) of up to this many units (64 MiB). The
+** driver's cost is per call, whatever the size (`vram_vmm_costs` on an
+** H200: create 12 us, map + set access 28.7 us, + 0.049 us per MiB), so a
+** 100 MiB block costs 4 calls instead of 26. An extent is owned, aliased
+** and given back only whole, so larger extents hold more idle memory where
+** a small block stays live. Measured with `vram replay --driver-costs h200`
+** (cold driver ns per event, fragmentation): up to 8 units, gpt2_bf16_b16
+** 683 (1.012), resnet50_fp32 504 (1.010); up to 16, 467 (1.020) and 348
+** (1.010), with driver calls left in gpt2_bf16_b16's second pass; up to
+** 32, 350 (1.020); unbounded, 285 (1.070).
+*/
+#define EXTENT_UNITS 8
+
 /* After a conflict, new physical memory may exceed the peak in use by this
-** fraction (1/50) rather than bring an idle unit's other mappings along
-** (see obtain_unit_locked). Measured with `vram replay`: fragmentation is
-** the same with 1/100, 1/67 and 1/50 on every shared trace (the conflicts
-** come while memory is below its peak), and only 1/50 leaves a second pass
-** of leak_mlp without a driver call (1/100: 10 calls, 1/67: 4). */
+** fraction (1/50) rather than bring an idle extent's other mappings along
+** (see back_run_locked). Measured with `vram replay` (8 MiB units, no
+** extents): fragmentation is the same with 1/100, 1/67 and 1/50 on every
+** shared trace (the conflicts come while memory is below its peak), and
+** only 1/50 leaves a second pass of leak_mlp without a driver call (1/100:
+** 10 calls, 1/67: 4). */
 #define SLACK_DIVISOR 50
 
 void
@@ -85,19 +98,28 @@ idle_compact(struct expand *e)
     e->idle_len = k;
 }
 
-/* Physical unit P has become idle. */
+/* Extent H (its first unit), idle, goes to the back of the ring. */
 static void
-idle_push(struct expand *e, uint64_t p)
+ring_push(struct expand *e, uint64_t h)
 {
-    e->p[p].owner = 0;
-    e->n_idle++;
     if (e->idle_len == e->idle_cap)
         idle_compact(e); /* at most one current entry per unit: room now */
-    e->p[p].tick = (uint32_t)(e->idle_tick + e->idle_len);
-    e->idle[(e->idle_head + e->idle_len++) & (e->idle_cap - 1)] = (uint32_t)p;
+    e->p[h].tick = (uint32_t)(e->idle_tick + e->idle_len);
+    e->idle[(e->idle_head + e->idle_len++) & (e->idle_cap - 1)] = (uint32_t)h;
 }
 
-/* The least recently idle physical unit, taken off the ring; -1 if none. */
+/* Extent H's owning mapping has no live block left: all its units idle. */
+static void
+make_idle(struct expand *e, uint64_t h)
+{
+    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next)
+        e->p[q - 1].owner = 0;
+    e->n_idle += e->p[h].span;
+    ring_push(e, h);
+}
+
+/* The least recently idle extent (its first unit), taken off the ring; -1
+** if none. */
 static int64_t
 idle_pop(struct expand *e)
 {
@@ -113,13 +135,27 @@ idle_pop(struct expand *e)
     return -1;
 }
 
-/* Physical unit P now serves granule G's blocks. */
-static inline void
-claim(struct expand *e, uint64_t p, uint64_t g)
+/* Extent H, idle, now serves the mapping whose first granule is BASE (its
+** granules from BASE on, mapped to it or about to be). */
+static void
+claim_extent(struct expand *e, uint64_t h, uint64_t base)
 {
-    if (e->p[p].owner == 0)
-        e->n_idle--; /* its ring entry is now stale */
-    e->p[p].owner = (uint32_t)(g + 1);
+    uint32_t live = 0;
+    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next) {
+        struct physunit *u = &e->p[q - 1];
+        u->owner = (uint32_t)(base + u->pos + 1);
+        live += e->g[base + u->pos].live > 0;
+    }
+    e->p[h].live = live;
+    e->n_idle -= e->p[h].span; /* its ring entry is now stale */
+}
+
+/* Granule G is mapped to idle memory: its mapping takes the extent. */
+static inline void
+claim(struct expand *e, uint64_t g)
+{
+    const struct physunit *u = &e->p[e->g[g].phys - 1];
+    claim_extent(e, u->head, g - u->pos);
 }
 
 /* ---- setup ---- */
@@ -223,26 +259,31 @@ addr_of(const struct expand *e, uint64_t g)
     return e->va_base + g * e->gran;
 }
 
-/* Granules G0..G1 lose one live block each; the physical units of those
-** left without one become idle. */
+/* Granules G0..G1 lose one live block each; the extents whose owning
+** mapping is left without one become idle. */
 static void
 unref_range(struct expand *e, uint64_t g0, uint64_t g1)
 {
     for (uint64_t g = g0; g <= g1; g++) {
         struct granule *gr = &e->g[g];
         assert(gr->live > 0);
-        if (--gr->live == 0 && gr->state == G_MAPPED && e->p[gr->phys - 1].owner == g + 1)
-            idle_push(e, gr->phys - 1);
+        if (--gr->live != 0 || gr->state != G_MAPPED)
+            continue;
+        const struct physunit *u = &e->p[gr->phys - 1];
+        if (u->owner == g + 1 && --e->p[u->head].live == 0)
+            make_idle(e, u->head);
     }
 }
 
 /*
-** Granule G is mapped to a physical unit that another granule's blocks use
-** now: unmap G. Kernels queued before the frees at G may still use its
-** address, so the device is synchronized first, once per allocation
-** (PyTorch's expandable segments synchronize likewise before unmapping).
-** *SYNCED_BEFORE: this allocation has synchronized already (the caller's, not
-** shared: threads allocate at once).
+** Granule G is mapped to memory that another mapping's blocks use now:
+** unmap G's mapping (the extent's SPAN granules: the driver unmaps a
+** mapping only whole; none of them owns the memory). Kernels queued before
+** the frees there may still use the addresses, so the device is
+** synchronized first, once per allocation (PyTorch's expandable segments
+** synchronize likewise before unmapping). *SYNCED_BEFORE: this allocation
+** has synchronized already (the caller's, not shared: threads allocate at
+** once).
 */
 static vram_status
 unmap_taken_locked(struct vram_device *dev, uint64_t g, bool *synced_before)
@@ -257,7 +298,10 @@ unmap_taken_locked(struct vram_device *dev, uint64_t g, bool *synced_before)
                          "code once before capturing it (a warm-up), or use the growth "
                          "strategy",
                          dev->index);
-    e->g[g].state = G_UNMAPPING;
+    const struct physunit *u = &e->p[e->g[g].phys - 1];
+    uint64_t base = g - u->pos, span = u->span;
+    for (uint64_t i = 0; i < span; i++)
+        e->g[base + i].state = G_UNMAPPING;
     device_unlock(dev);
     vram_status st = VRAM_OK;
     bool synced = be->ops->synchronize != NULL && !*synced_before;
@@ -265,99 +309,189 @@ unmap_taken_locked(struct vram_device *dev, uint64_t g, bool *synced_before)
         st = be->ops->synchronize(be, dev->physical);
     *synced_before = *synced_before || (synced && st == VRAM_OK);
     if (st == VRAM_OK)
-        st = be->ops->unmap(be, dev->physical, addr_of(e, g), e->gran);
+        st = be->ops->unmap(be, dev->physical, addr_of(e, base), span * e->gran);
     device_lock(dev);
     dev->backend_calls += 1 + synced;
-    if (st != VRAM_OK) {
-        e->g[g].state = G_MAPPED;
-        pthread_cond_broadcast(&e->changed);
-        return st;
+    for (uint64_t i = 0; i < span; i++) {
+        struct granule *gr = &e->g[base + i];
+        if (st == VRAM_OK) {
+            e->p[gr->phys - 1].maps--;
+            gr->phys = 0;
+        }
+        gr->state = st == VRAM_OK ? G_UNMAPPED : G_MAPPED;
     }
-    e->unmaps++;
-    e->p[e->g[g].phys - 1].maps--;
-    e->g[g].phys = 0;
-    e->g[g].state = G_UNMAPPED;
     pthread_cond_broadcast(&e->changed);
+    if (st != VRAM_OK)
+        return st;
+    e->unmaps += span;
     return VRAM_OK;
 }
 
+/* Whether SPAN granules from G on are all unmapped (an extent fits there). */
+static bool
+fits(const struct expand *e, uint64_t g, uint64_t span)
+{
+    if (g + span > e->n)
+        return false;
+    for (uint64_t i = 0; i < span; i++)
+        if (e->g[g + i].state != G_UNMAPPED)
+            return false;
+    return true;
+}
+
+/* Map idle extent H, taken off the ring, at the granules from G on (an
+** alias: map, no unmap, so no wait for the device). Drops the lock around
+** the backend call. */
+static vram_status
+alias_locked(struct vram_device *dev, uint64_t g, uint64_t h)
+{
+    struct expand *e = &dev->ex;
+    struct backend *be = dev->ctx->backend;
+    uint64_t span = e->p[h].span;
+    claim_extent(e, h, g); /* no other thread takes it meanwhile */
+    for (uint64_t i = 0; i < span; i++)
+        e->g[g + i].state = G_MAPPING;
+    device_unlock(dev);
+    vram_status st =
+        be->ops->map(be, dev->physical, addr_of(e, g), span * e->gran, e->p[h].handle);
+    device_lock(dev);
+    dev->backend_calls++;
+    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next) {
+        struct physunit *u = &e->p[q - 1];
+        struct granule *gr = &e->g[g + u->pos];
+        gr->state = st == VRAM_OK ? G_MAPPED : G_UNMAPPED;
+        if (st == VRAM_OK) {
+            gr->phys = (uint32_t)q;
+            u->maps++;
+        }
+    }
+    if (st != VRAM_OK)
+        make_idle(e, h); /* kept for the next granules that need memory */
+    else
+        e->maps += span;
+    pthread_cond_broadcast(&e->changed);
+    return st;
+}
+
 /*
-** A physical unit for granule G, claimed for it: the least recently idle
-** one (mapped elsewhere or nowhere: it is mapped here as well, so nothing
-** waits for the device), else new memory up to the cap.
+** New memory for the K unmapped granules from G on: one handle of K units,
+** one map. Up to the cap: fewer units there, VRAM_E_OOM with none left.
+** Drops the lock around the backend calls.
+*/
+static vram_status
+create_locked(struct vram_device *dev, uint64_t g, uint64_t k)
+{
+    struct expand *e = &dev->ex;
+    struct backend *be = dev->ctx->backend;
+    uint64_t held = expand_phys_bytes(e);
+    uint64_t room = dev->limit > held ? (dev->limit - held) / e->gran : 0;
+    if (room == 0)
+        return VRAM_E_OOM; /* the cap: the caller explains */
+    if (k > room)
+        k = room;
+    for (uint64_t i = 0; i < k; i++)
+        e->g[g + i].state = G_MAPPING;
+    e->creating += k; /* I8: counted before the call */
+    device_unlock(dev);
+    uint64_t h = 0, bytes = k * e->gran, calls = 1;
+    vram_status st = be->ops->phys_create(be, dev->physical, bytes, &h);
+    if (st == VRAM_OK) {
+        calls++;
+        st = be->ops->map(be, dev->physical, addr_of(e, g), bytes, h);
+        if (st != VRAM_OK) {
+            calls++;
+            (void)be->ops->phys_release(be, dev->physical, h); /* the error stays map's */
+        }
+    }
+    device_lock(dev);
+    dev->backend_calls += calls;
+    e->creating -= k;
+    uint32_t head = 0, live = 0;
+    struct physunit *prev = NULL;
+    for (uint64_t i = 0; i < k; i++) {
+        struct granule *gr = &e->g[g + i];
+        gr->state = st == VRAM_OK ? G_MAPPED : G_UNMAPPED;
+        if (st != VRAM_OK)
+            continue;
+        /* A slot given back by vram_release_idle first: the table never
+        ** grows past the cap in units (E4). */
+        uint64_t slot = e->n_holes > 0 ? e->holes[--e->n_holes] : e->n_p++;
+        assert(slot < e->cap_p);
+        if (i == 0)
+            head = (uint32_t)slot;
+        else
+            prev->next = (uint32_t)(slot + 1);
+        prev = &e->p[slot];
+        *prev = (struct physunit){.handle = h,
+                                  .owner = (uint32_t)(g + i + 1),
+                                  .maps = 1,
+                                  .span = (uint32_t)k,
+                                  .head = head,
+                                  .pos = (uint32_t)i};
+        gr->phys = (uint32_t)(slot + 1);
+        live += gr->live > 0;
+    }
+    pthread_cond_broadcast(&e->changed);
+    if (st != VRAM_OK)
+        return st;
+    e->p[head].live = live;
+    e->maps += k;
+    return VRAM_OK;
+}
+
+/* Idle extents looked at for one alias before new memory is made: a
+** bound, so that a ring of extents too large for the place costs O(1). */
+#define ALIAS_TRIES 8
+
+/*
+** Granule G, under the caller's block, is unmapped: map memory there, and
+** at the unmapped granules after it up to G1 (the run). First the least
+** recently idle extent that fits in the run (an alias: its memory was
+** idle), else new memory for the whole run in one handle, up to the cap.
 **
 ** After a conflict (G's memory had been taken), new memory comes first
 ** while physical memory stays within SLACK_DIVISOR of the peak in use: an
-** idle unit mapped here would bring its other granules along, and in a
+** idle extent mapped here would bring its other mappings along, and in a
 ** loop one of them tends to be needed while G is live -- the next
 ** conflict. Measured on the shared traces (8 MiB units): conflicts that
 ** chain like this kept resnet50_fp32 synchronizing ~7 times a step for its
 ** first 15 steps (+2-2.6 % step time in ResNet-50 training on the H200);
-** with the slack they stop within 4 steps, for no more peak memory.
-** Drops the lock around the backend call.
+** with the slack they stop within 4 steps, for no more peak memory. The
+** same bound decides whether an extent larger than the run may be mapped
+** past it (over unmapped granules) rather than new memory made.
 */
 static vram_status
-obtain_unit_locked(struct vram_device *dev, uint64_t g, bool conflict, uint64_t *out)
+back_run_locked(struct vram_device *dev, uint64_t g, uint64_t g1, bool conflict)
 {
     struct expand *e = &dev->ex;
-    struct backend *be = dev->ctx->backend;
-    uint64_t next = expand_phys_bytes(e) + e->gran;
+    uint64_t k = 1;
+    while (g + k <= g1 && e->g[g + k].state == G_UNMAPPED && k < EXTENT_UNITS)
+        k++;
     uint64_t peak = dev->peak_in_use > dev->heap.bytes_in_use ? dev->peak_in_use
                                                               : dev->heap.bytes_in_use;
-    bool fresh = conflict && next <= peak + peak / SLACK_DIVISOR && next <= dev->limit;
-    int64_t p = fresh ? -1 : idle_pop(e);
-    if (p >= 0) {
-        claim(e, (uint64_t)p, g);
-        *out = (uint64_t)p;
-        return VRAM_OK;
+    uint64_t held = expand_phys_bytes(e), slack = peak + peak / SLACK_DIVISOR;
+    if (slack > dev->limit)
+        slack = dev->limit;
+    uint64_t fit = slack > held ? (slack - held) / e->gran : 0; /* units */
+    if (conflict && fit > 0)
+        return create_locked(dev, g, k < fit ? k : fit);
+    {
+        uint32_t skipped[ALIAS_TRIES];
+        unsigned n_skipped = 0;
+        int64_t h = -1;
+        while (n_skipped < ALIAS_TRIES && (h = idle_pop(e)) >= 0) {
+            uint64_t span = e->p[h].span;
+            if ((span <= k || fit < k) && fits(e, g, span))
+                break;
+            skipped[n_skipped++] = (uint32_t)h;
+            h = -1;
+        }
+        for (unsigned i = 0; i < n_skipped; i++)
+            ring_push(e, skipped[i]); /* idle still: to the back */
+        if (h >= 0)
+            return alias_locked(dev, g, (uint64_t)h);
     }
-    if (next > dev->limit)
-        return VRAM_E_OOM; /* the cap: the caller explains */
-    e->creating++;         /* I8: counted before the call */
-    device_unlock(dev);
-    uint64_t h = 0;
-    vram_status st = be->ops->phys_create(be, dev->physical, e->gran, &h);
-    device_lock(dev);
-    dev->backend_calls++;
-    e->creating--;
-    if (st != VRAM_OK)
-        return st; /* the device is full (other processes, other logical devices) */
-    /* A slot given back by vram_release_idle first: the table never grows
-    ** past the cap in units (E4). */
-    uint64_t slot = e->n_holes > 0 ? e->holes[--e->n_holes] : e->n_p++;
-    assert(slot < e->cap_p);
-    struct physunit *u = &e->p[slot];
-    u->handle = h;
-    u->owner = (uint32_t)(g + 1);
-    u->maps = 0;
-    *out = slot;
-    return VRAM_OK;
-}
-
-/* Map granule G, unmapped and in state G_MAPPING, to a physical unit;
-** CONFLICT: its memory had been taken (see obtain_unit_locked). */
-static vram_status
-map_granule_locked(struct vram_device *dev, uint64_t g, bool conflict)
-{
-    struct expand *e = &dev->ex;
-    struct backend *be = dev->ctx->backend;
-    uint64_t p = 0;
-    vram_status st = obtain_unit_locked(dev, g, conflict, &p);
-    if (st != VRAM_OK)
-        return st;
-    uint64_t h = e->p[p].handle;
-    device_unlock(dev);
-    st = be->ops->map(be, dev->physical, addr_of(e, g), e->gran, h);
-    device_lock(dev);
-    dev->backend_calls++;
-    if (st != VRAM_OK) {
-        idle_push(e, p); /* kept for the next granule that needs memory */
-        return st;
-    }
-    e->p[p].maps++;
-    e->g[g].phys = (uint32_t)(p + 1);
-    e->maps++;
-    return VRAM_OK;
+    return create_locked(dev, g, k);
 }
 
 vram_status
@@ -376,12 +510,18 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
         /* Mapped is not enough: a unit another thread has just counted may
         ** still be mapped to memory a third unit owns (a conflict that
         ** thread has yet to resolve). */
-        if (gr->state == G_MAPPED && e->p[gr->phys - 1].owner == g + 1)
-            continue;
-        if (gr->state == G_MAPPED && e->p[gr->phys - 1].owner == 0)
-            claim(e, gr->phys - 1, g);
-        else
-            done = false;
+        if (gr->state == G_MAPPED) {
+            const struct physunit *u = &e->p[gr->phys - 1];
+            if (u->owner == g + 1) {
+                e->p[u->head].live += gr->live == 1;
+                continue;
+            }
+            if (u->owner == 0) {
+                claim(e, g);
+                continue;
+            }
+        }
+        done = false;
     }
     if (done)
         return VRAM_OK; /* the steady state: no backend call */
@@ -391,22 +531,18 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
         vram_status st = VRAM_OK;
         bool conflict = false;
         if (e->g[g].state == G_MAPPED) {
-            struct physunit *u = &e->p[e->g[g].phys - 1];
+            const struct physunit *u = &e->p[e->g[g].phys - 1];
             if (u->owner == g + 1)
                 continue;
             if (u->owner == 0) { /* became idle while we waited */
-                claim(e, e->g[g].phys - 1, g);
+                claim(e, g);
                 continue;
             }
             st = unmap_taken_locked(dev, g, &synced);
             conflict = true;
         }
-        if (st == VRAM_OK) {
-            e->g[g].state = G_MAPPING;
-            st = map_granule_locked(dev, g, conflict);
-            e->g[g].state = st == VRAM_OK ? G_MAPPED : G_UNMAPPED;
-            pthread_cond_broadcast(&e->changed);
-        }
+        if (st == VRAM_OK)
+            st = back_run_locked(dev, g, g1, conflict);
         if (st != VRAM_OK) {
             unref_range(e, g0, g1);
             return st;
@@ -430,17 +566,19 @@ expand_phys_bytes(const struct expand *e)
 
 /* ---- giving idle memory back (vram_release_idle) ---- */
 
-/* An address unit a release unmaps. */
+/* A mapping a release unmaps: one granule of a unit of its own, or an
+** extent's granules, all at once (the driver unmaps a mapping only whole). */
 struct release_unmap {
-    uint64_t gran;  /* the address unit */
-    uint32_t unit;  /* the physical unit mapped there */
+    uint64_t gran;  /* its first address unit */
+    uint64_t n;     /* address units */
+    uint32_t unit;  /* the physical unit (extent: its first) mapped there */
     vram_status st; /* the unmap's result */
 };
 
-/* A physical unit a release gives back. */
+/* A handle a release gives back: a unit of its own, or a whole extent. */
 struct release_unit {
     uint64_t handle; /* its backend handle */
-    uint32_t unit;   /* its index */
+    uint32_t unit;   /* its index (extent: its first unit's) */
     vram_status st;  /* the release's result; VRAM_E_BACKEND when not tried */
 };
 
@@ -448,7 +586,9 @@ struct release_unit {
 struct release_job {
     struct release_unmap *g; /* n_g of them */
     struct release_unit *u;  /* n_u of them */
-    bool *bad;               /* per physical unit: one of its unmaps failed */
+    bool *bad;               /* per physical unit (extent: its first): an unmap failed */
+    bool *mine;              /* per physical unit: given back by this release */
+    vram_status *result;     /* per physical unit: its handle's release result */
     uint64_t n_g, n_u;
 };
 
@@ -458,9 +598,11 @@ release_job_free(struct release_job *j)
     free(j->g);
     free(j->u);
     free(j->bad);
+    free(j->mine);
+    free(j->result);
 }
 
-/* Unmap, then release the units none of whose mappings failed. Without
+/* Unmap, then release the handles none of whose mappings failed. Without
 ** the lock. Returns the backend calls made. */
 static uint64_t
 release_job_run(struct vram_device *dev, struct release_job *j)
@@ -477,9 +619,9 @@ release_job_run(struct vram_device *dev, struct release_job *j)
     }
     for (uint64_t k = 0; k < j->n_g; k++) {
         struct release_unmap *m = &j->g[k];
-        m->st = st != VRAM_OK
-                    ? st
-                    : be->ops->unmap(be, dev->physical, addr_of(e, m->gran), e->gran);
+        m->st = st != VRAM_OK ? st
+                              : be->ops->unmap(be, dev->physical, addr_of(e, m->gran),
+                                               m->n * e->gran);
         calls += st == VRAM_OK;
         if (m->st != VRAM_OK)
             j->bad[m->unit] = true;
@@ -491,6 +633,7 @@ release_job_run(struct vram_device *dev, struct release_job *j)
             u->st = be->ops->phys_release(be, dev->physical, u->handle);
             calls++;
         }
+        j->result[u->unit] = u->st;
     }
     return calls;
 }
@@ -504,58 +647,77 @@ expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
         pthread_cond_wait(&e->changed, &dev->lock);
     if (!e->ready || e->n_idle == 0)
         return VRAM_OK;
-    /* Take every idle unit out of use (their ring entries turn stale), and
-    ** mark the address units mapped to them: other threads wait for those. */
+    /* Every idle extent goes back whole (a handle is given back whole; an
+    ** extent with a live block keeps all its units). Its mappings are
+    ** unmapped first: counted, then marked so that other threads wait. */
     struct release_job j = {0};
     uint64_t n_g = 0;
     for (uint64_t g = 0; g < e->n; g++)
-        n_g += e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0;
+        n_g += e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0 &&
+               e->p[e->g[g].phys - 1].pos == 0;
     j.u = malloc(e->n_idle * sizeof *j.u);
     j.g = malloc((n_g + 1) * sizeof *j.g);
     j.bad = calloc(e->n_p, sizeof *j.bad);
-    if (j.u == NULL || j.g == NULL || j.bad == NULL) {
+    j.mine = calloc(e->n_p, sizeof *j.mine);
+    j.result = calloc(e->n_p, sizeof *j.result);
+    if (j.u == NULL || j.g == NULL || j.bad == NULL || j.mine == NULL || j.result == NULL) {
         release_job_free(&j);
         return error_set(VRAM_E_HOST_MEMORY, "out of host memory for the release");
     }
-    for (uint64_t g = 0; g < e->n; g++)
-        if (e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0) {
-            e->g[g].state = G_UNMAPPING;
-            j.g[j.n_g].unit = e->g[g].phys - 1;
-            j.g[j.n_g++].gran = g;
-        }
-    for (uint64_t p = 0; p < e->n_p; p++)
-        if (e->p[p].owner == 0) {
-            e->p[p].owner = PHYS_HOLE; /* still held: counted until released */
-            e->n_idle--;
-            j.u[j.n_u].unit = (uint32_t)p;
-            j.u[j.n_u++].handle = e->p[p].handle;
-        }
+    for (uint64_t g = 0; g < e->n; g++) {
+        struct granule *gr = &e->g[g];
+        if (gr->state != G_MAPPED || e->p[gr->phys - 1].owner != 0)
+            continue;
+        const struct physunit *u = &e->p[gr->phys - 1];
+        gr->state = G_UNMAPPING;
+        if (u->pos == 0)
+            j.g[j.n_g++] = (struct release_unmap){.gran = g, .n = u->span, .unit = u->head};
+    }
+    /* Take the units out of use (their ring entries turn stale). */
+    for (uint64_t p = 0; p < e->n_p; p++) {
+        if (e->p[p].owner != 0)
+            continue;
+        e->n_idle--;
+        j.mine[p] = true;
+        if (e->p[p].head == p)
+            j.u[j.n_u++] = (struct release_unit){.unit = (uint32_t)p,
+                                                 .handle = e->p[p].handle};
+        /* still held: counted until released */
+        e->p[p].owner = PHYS_HOLE;
+    }
     e->releasing_idle = true;
     device_unlock(dev);
     uint64_t calls = release_job_run(dev, &j);
     device_lock(dev);
     dev->backend_calls += calls;
-    for (uint64_t k = 0; k < j.n_g; k++) {
-        struct granule *gr = &e->g[j.g[k].gran];
-        if (j.g[k].st == VRAM_OK) {
-            e->p[gr->phys - 1].maps--;
-            gr->phys = 0;
-            gr->state = G_UNMAPPED;
-        } else {
-            gr->state = G_MAPPED;
+    for (uint64_t k = 0; k < j.n_g; k++)
+        for (uint64_t i = 0; i < j.g[k].n; i++) {
+            struct granule *gr = &e->g[j.g[k].gran + i];
+            if (j.g[k].st == VRAM_OK) {
+                e->p[gr->phys - 1].maps--;
+                gr->phys = 0;
+                gr->state = G_UNMAPPED;
+            } else {
+                gr->state = G_MAPPED;
+            }
         }
-    }
     vram_status st = VRAM_OK;
-    for (uint64_t k = 0; k < j.n_u; k++) {
-        uint32_t p = j.u[k].unit;
-        if (j.u[k].st == VRAM_OK) {
-            assert(e->p[p].maps == 0);
-            e->p[p].handle = 0;
-            e->holes[e->n_holes++] = p;
+    for (uint64_t p = 0; p < e->n_p; p++) {
+        struct physunit *u = &e->p[p];
+        if (!j.mine[p])
+            continue;
+        if (j.result[u->head] == VRAM_OK) {
+            assert(u->maps == 0);
+            u->handle = 0;
+            e->holes[e->n_holes++] = (uint32_t)p;
             *released += e->gran;
         } else {
             st = VRAM_E_BACKEND; /* kept, idle again: still usable */
-            idle_push(e, p);
+            u->owner = 0;
+            if (u->head == p) {
+                e->n_idle += u->span;
+                ring_push(e, p);
+            }
         }
     }
     e->releasing_idle = false;
@@ -577,16 +739,24 @@ expand_destroy(struct vram_device *dev)
         for (uint64_t g = 0; g < e->n; g++) {
             if (e->g[g].state != G_MAPPED)
                 continue;
-            if (be->ops->unmap(be, dev->physical, addr_of(e, g), e->gran) != VRAM_OK) {
+            /* A mapping is unmapped whole, from its first granule. */
+            const struct physunit *u = &e->p[e->g[g].phys - 1];
+            if (u->pos != 0)
+                continue;
+            if (be->ops->unmap(be, dev->physical, addr_of(e, g), u->span * e->gran) !=
+                VRAM_OK) {
                 log_write(LOG_CONFIG, "GPU:%d: unmap at close failed: %s", dev->index,
                           vram_last_error());
                 continue;
             }
-            e->p[e->g[g].phys - 1].maps--;
+            for (uint64_t i = 0; i < u->span; i++)
+                e->p[e->g[g + i].phys - 1].maps--;
+            /* the granules' records go with the arrays */
         }
         for (uint64_t p = 0; p < e->n_p; p++) {
-            if (e->p[p].maps != 0 || e->p[p].owner == PHYS_HOLE)
-                continue; /* still mapped: releasing it would fail; or given back */
+            if (e->p[p].maps != 0 || e->p[p].owner == PHYS_HOLE || e->p[p].head != p)
+                continue; /* still mapped: releasing it would fail; or given back;
+                             or an extent's, released with its first unit */
             if (be->ops->phys_release(be, dev->physical, e->p[p].handle) != VRAM_OK)
                 log_write(LOG_CONFIG, "GPU:%d: release at close failed: %s", dev->index,
                           vram_last_error());
@@ -597,6 +767,33 @@ expand_destroy(struct vram_device *dev)
     }
     free_arrays(e);
     pthread_cond_destroy(&e->changed);
+}
+
+/* Granules BASE.. are extent H's SPAN units in order. */
+static bool
+mapping_whole(const struct expand *e, uint64_t base, uint64_t h, uint64_t span)
+{
+    uint64_t i = 0;
+    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next, i++)
+        if (i >= span || e->g[base + i].state != G_MAPPED || e->g[base + i].phys != q ||
+            e->p[q - 1].pos != i || e->p[q - 1].head != h)
+            return false;
+    return i == span;
+}
+
+/* Extent H's live count is the number of its owning mapping's granules
+** with live blocks, and not 0 (else it would be idle). Outside
+** transitions only: a mapping being made counts its granules at the end. */
+static bool
+owner_live(const struct expand *e, uint64_t h)
+{
+    uint64_t base = e->p[h].owner - 1, live = 0;
+    for (uint64_t i = 0; i < e->p[h].span; i++) {
+        if (e->g[base + i].state != G_MAPPED)
+            return true;
+        live += e->g[base + i].live > 0;
+    }
+    return live == e->p[h].live && live > 0;
 }
 
 static bool
@@ -646,13 +843,23 @@ expand_check_locked(const struct vram_device *dev)
             why = "E2: a live block lies on an unmapped granule";
         else if (gr->live > 0 && gr->state == G_MAPPED && e->p[gr->phys - 1].owner != g + 1)
             why = "E2: a live granule's physical unit belongs to another";
+        /* E5: a mapping is an extent's units in order, from POS 0. */
+        else if (gr->state == G_MAPPED) {
+            const struct physunit *u = &e->p[gr->phys - 1];
+            uint64_t base = g - u->pos;
+            if (u->pos > g || e->g[base].state != G_MAPPED || e->g[base].phys != u->head + 1)
+                why = "E5: a granule's mapping does not start at its extent's first unit";
+            else if (u->pos == 0 && (base + u->span > e->n ||
+                                     !mapping_whole(e, base, u->head, u->span)))
+                why = "E5: a mapping is not its extent's units in order";
+        }
         if (why == NULL && gr->phys != 0)
             maps[gr->phys - 1]++;
     }
     /* E3: an owned unit's owner is live and mapped to it; each unit's map
     ** count is exact; the idle units are exactly the ring's current
     ** entries and the idle count. */
-    uint64_t idle = 0;
+    uint64_t idle = 0, ring_idle = 0;
     for (uint64_t p = 0; p < e->n_p && why == NULL; p++) {
         const struct physunit *u = &e->p[p];
         where = p;
@@ -662,11 +869,17 @@ expand_check_locked(const struct vram_device *dev)
             ; /* given back, or being given back (vram_release_idle) */
         else if (u->owner > e->n)
             why = "E3: owner out of range";
-        else if (u->owner != 0 && (e->g[u->owner - 1].phys != p + 1 ||
-                                   e->g[u->owner - 1].live == 0) &&
+        else if (u->owner != 0 && e->g[u->owner - 1].phys != p + 1 &&
                  e->g[u->owner - 1].state == G_MAPPED)
-            why = "E3: the owner of a unit is not a live granule mapped to it";
+            why = "E3: the owner of a unit is not a granule mapped to it";
+        else if (u->head >= e->n_p || e->p[u->head].span != u->span ||
+                 (e->p[u->head].owner == 0) != (u->owner == 0) ||
+                 (u->owner != 0 && u->owner - 1 - u->pos != e->p[u->head].owner - 1))
+            why = "E5: an extent's units are not idle or owned by one mapping together";
+        else if (u->head == p && u->owner != 0 && !owner_live(e, p))
+            why = "E5: an extent's live count differs from its owning mapping's";
         idle += u->owner == 0;
+        ring_idle += u->owner == 0 && u->head == p;
     }
     free(count);
     free(maps);
@@ -677,8 +890,9 @@ expand_check_locked(const struct vram_device *dev)
     uint64_t in_ring = 0;
     for (uint64_t k = 0; k < e->idle_len; k++)
         in_ring += ring_current(e, k);
-    if (in_ring != idle)
-        return broken("E3: the ring's current entries are not the idle units", in_ring);
+    if (in_ring != ring_idle)
+        return broken("E3: the ring's current entries are not the idle units of their own",
+                      in_ring);
     for (uint64_t k = 0; k < e->n_holes; k++)
         if (e->holes[k] >= e->n_p || e->p[e->holes[k]].owner != PHYS_HOLE ||
             e->p[e->holes[k]].maps != 0)

@@ -59,12 +59,27 @@ struct granule {
 ** in the table (expand.h, holes). */
 #define PHYS_HOLE UINT32_MAX
 
-/* One unit of physical memory. */
+/*
+** One unit of physical memory. Units are made one driver handle each, or
+** several at once as one handle (an *extent*: the new units one allocation
+** needs side by side, one create and one map instead of one each: the
+** driver's cost is per call, whatever the size). The driver maps a handle
+** only whole, so an extent is mapped, aliased, unmapped and given back
+** whole: a *mapping* is SPAN consecutive granules, unit POS at the
+** mapping's first granule + POS. Its units are all idle or all owned by
+** the granules of one mapping, which owns them while any of its granules
+** has a live block. A unit of its own is an extent of one.
+*/
 struct physunit {
-    uint64_t handle; /* the backend's handle */
-    uint32_t owner;  /* the granule whose live blocks use it, plus 1; 0 = idle */
+    uint64_t handle; /* the backend's handle (its extent's) */
+    uint32_t owner;  /* the granule whose blocks may use it, plus 1; 0 = idle */
     uint32_t maps;   /* granules it is mapped at */
-    uint32_t tick;   /* ring number of its newest idle-ring entry */
+    uint32_t tick;   /* at the extent's first unit: ring number of its newest entry */
+    uint32_t span;   /* units in its extent */
+    uint32_t head;   /* the extent's first unit */
+    uint32_t next;   /* the extent's next unit, plus 1; 0 = the last */
+    uint32_t pos;    /* its place in the extent */
+    uint32_t live;   /* at the first unit: granules of the owning mapping with live blocks */
 };
 
 struct expand {
@@ -87,7 +102,8 @@ struct expand {
     uint32_t *idle;                         /* ring of physical unit indices */
     uint64_t idle_cap, idle_head, idle_len; /* capacity (power of two), first, entries */
     uint32_t idle_tick;                     /* number of the entry at idle_head */
-    uint64_t n_idle;                        /* idle physical units: the exact count */
+    uint64_t n_idle;                        /* idle physical units: the exact count
+                                               (the ring holds extents' first units) */
     uint64_t creating;                      /* physical units being created */
     /* Slots of the physical table whose unit was given back to the driver
     ** (vram_release_idle), reused before the table grows: unit indices stay
