@@ -140,22 +140,23 @@ idle_pop(struct expand *e)
 static void
 claim_extent(struct expand *e, uint64_t h, uint64_t base)
 {
-    uint32_t live = 0;
-    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next) {
-        struct physunit *u = &e->p[q - 1];
-        u->owner = (uint32_t)(base + u->pos + 1);
-        live += e->g[base + u->pos].live > 0;
-    }
-    e->p[h].live = live;
+    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next)
+        e->p[q - 1].owner = (uint32_t)(base + e->p[q - 1].pos + 1);
     e->n_idle -= e->p[h].span; /* its ring entry is now stale */
 }
 
-/* Granule G is mapped to idle memory: its mapping takes the extent. */
+/* Granule G is mapped to idle memory: its mapping takes the extent. The
+** same as claim_extent, through the mapping's granules rather than the
+** extent's list: independent loads, not a chain of dependent ones (the
+** steady state claims every extent once a step). */
 static inline void
 claim(struct expand *e, uint64_t g)
 {
     const struct physunit *u = &e->p[e->g[g].phys - 1];
-    claim_extent(e, u->head, g - u->pos);
+    uint64_t base = g - u->pos, span = u->span;
+    for (uint64_t i = 0; i < span; i++)
+        e->p[e->g[base + i].phys - 1].owner = (uint32_t)(base + i + 1);
+    e->n_idle -= span; /* its ring entry is now stale */
 }
 
 /* ---- setup ---- */
@@ -259,6 +260,22 @@ addr_of(const struct expand *e, uint64_t g)
     return e->va_base + g * e->gran;
 }
 
+/* Whether a granule of the mapping of SPAN granules from BASE, other than
+** G, has a live block. At most EXTENT_UNITS - 1 loads, in order: a free
+** going up a block finds the next granule live at once, and only its last
+** granule in the mapping looks back. */
+static inline bool
+mapping_live(const struct expand *e, uint64_t base, uint64_t span, uint64_t g)
+{
+    for (uint64_t i = g + 1; i < base + span; i++)
+        if (e->g[i].live > 0)
+            return true;
+    for (uint64_t i = base; i < g; i++)
+        if (e->g[i].live > 0)
+            return true;
+    return false;
+}
+
 /* Granules G0..G1 lose one live block each; the extents whose owning
 ** mapping is left without one become idle. */
 static void
@@ -270,8 +287,15 @@ unref_range(struct expand *e, uint64_t g0, uint64_t g1)
         if (--gr->live != 0 || gr->state != G_MAPPED)
             continue;
         const struct physunit *u = &e->p[gr->phys - 1];
-        if (u->owner == g + 1 && --e->p[u->head].live == 0)
-            make_idle(e, u->head);
+        uint64_t base = g - u->pos, span = u->span, h = u->head;
+        if (u->owner != g + 1 || (span > 1 && mapping_live(e, base, span, g)))
+            continue;
+        /* The owning mapping is whole and mapped: its granules name the
+        ** units (independent loads, unlike the extent's list). */
+        for (uint64_t i = 0; i < span; i++)
+            e->p[e->g[base + i].phys - 1].owner = 0;
+        e->n_idle += span;
+        ring_push(e, h);
     }
 }
 
@@ -406,7 +430,7 @@ create_locked(struct vram_device *dev, uint64_t g, uint64_t k)
     device_lock(dev);
     dev->backend_calls += calls;
     e->creating -= k;
-    uint32_t head = 0, live = 0;
+    uint32_t head = 0;
     struct physunit *prev = NULL;
     for (uint64_t i = 0; i < k; i++) {
         struct granule *gr = &e->g[g + i];
@@ -429,12 +453,10 @@ create_locked(struct vram_device *dev, uint64_t g, uint64_t k)
                                   .head = head,
                                   .pos = (uint32_t)i};
         gr->phys = (uint32_t)(slot + 1);
-        live += gr->live > 0;
     }
     pthread_cond_broadcast(&e->changed);
     if (st != VRAM_OK)
         return st;
-    e->p[head].live = live;
     e->maps += k;
     return VRAM_OK;
 }
@@ -512,10 +534,8 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
         ** thread has yet to resolve). */
         if (gr->state == G_MAPPED) {
             const struct physunit *u = &e->p[gr->phys - 1];
-            if (u->owner == g + 1) {
-                e->p[u->head].live += gr->live == 1;
+            if (u->owner == g + 1)
                 continue;
-            }
             if (u->owner == 0) {
                 claim(e, g);
                 continue;
@@ -781,19 +801,16 @@ mapping_whole(const struct expand *e, uint64_t base, uint64_t h, uint64_t span)
     return i == span;
 }
 
-/* Extent H's live count is the number of its owning mapping's granules
-** with live blocks, and not 0 (else it would be idle). Outside
-** transitions only: a mapping being made counts its granules at the end. */
+/* Extent H's owning mapping has a granule with a live block (else the
+** extent would be idle). Outside transitions only. */
 static bool
 owner_live(const struct expand *e, uint64_t h)
 {
-    uint64_t base = e->p[h].owner - 1, live = 0;
-    for (uint64_t i = 0; i < e->p[h].span; i++) {
-        if (e->g[base + i].state != G_MAPPED)
+    uint64_t base = e->p[h].owner - 1;
+    for (uint64_t i = 0; i < e->p[h].span; i++)
+        if (e->g[base + i].state != G_MAPPED || e->g[base + i].live > 0)
             return true;
-        live += e->g[base + i].live > 0;
-    }
-    return live == e->p[h].live && live > 0;
+    return false;
 }
 
 static bool
@@ -877,7 +894,7 @@ expand_check_locked(const struct vram_device *dev)
                  (u->owner != 0 && u->owner - 1 - u->pos != e->p[u->head].owner - 1))
             why = "E5: an extent's units are not idle or owned by one mapping together";
         else if (u->head == p && u->owner != 0 && !owner_live(e, p))
-            why = "E5: an extent's live count differs from its owning mapping's";
+            why = "E5: an extent is owned by a mapping without a live block";
         idle += u->owner == 0;
         ring_idle += u->owner == 0 && u->head == p;
     }

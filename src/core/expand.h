@@ -79,7 +79,6 @@ struct physunit {
     uint32_t head;   /* the extent's first unit */
     uint32_t next;   /* the extent's next unit, plus 1; 0 = the last */
     uint32_t pos;    /* its place in the extent */
-    uint32_t live;   /* at the first unit: granules of the owning mapping with live blocks */
 };
 
 struct expand {
