@@ -112,8 +112,7 @@ ring_push(struct expand *e, uint64_t h)
 static void
 make_idle(struct expand *e, uint64_t h)
 {
-    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next)
-        e->p[q - 1].owner = 0;
+    e->p[h].owner = 0;
     e->n_idle += e->p[h].span;
     ring_push(e, h);
 }
@@ -140,23 +139,26 @@ idle_pop(struct expand *e)
 static void
 claim_extent(struct expand *e, uint64_t h, uint64_t base)
 {
-    for (uint64_t q = h + 1; q != 0; q = e->p[q - 1].next)
-        e->p[q - 1].owner = (uint32_t)(base + e->p[q - 1].pos + 1);
+    e->p[h].owner = (uint32_t)(base + 1);
     e->n_idle -= e->p[h].span; /* its ring entry is now stale */
 }
 
-/* Granule G is mapped to idle memory: its mapping takes the extent. The
-** same as claim_extent, through the mapping's granules rather than the
-** extent's list: independent loads, not a chain of dependent ones (the
-** steady state claims every extent once a step). */
+/* Granule G is mapped to idle memory: its mapping takes the extent. */
 static inline void
 claim(struct expand *e, uint64_t g)
 {
     const struct physunit *u = &e->p[e->g[g].phys - 1];
-    uint64_t base = g - u->pos, span = u->span;
-    for (uint64_t i = 0; i < span; i++)
-        e->p[e->g[base + i].phys - 1].owner = (uint32_t)(base + i + 1);
-    e->n_idle -= span; /* its ring entry is now stale */
+    claim_extent(e, u->head, g - u->pos);
+}
+
+/* Whether granule G, mapped, owns its memory (its mapping owns the
+** extent): 1; idle: 0; owned by another mapping: -1. */
+static inline int
+ownership(const struct expand *e, uint64_t g)
+{
+    const struct physunit *u = &e->p[e->g[g].phys - 1];
+    uint32_t owner = e->p[u->head].owner;
+    return owner == g - u->pos + 1 ? 1 : owner == 0 ? 0 : -1;
 }
 
 /* ---- setup ---- */
@@ -288,14 +290,10 @@ unref_range(struct expand *e, uint64_t g0, uint64_t g1)
             continue;
         const struct physunit *u = &e->p[gr->phys - 1];
         uint64_t base = g - u->pos, span = u->span, h = u->head;
-        if (u->owner != g + 1 || (span > 1 && mapping_live(e, base, span, g)))
-            continue;
-        /* The owning mapping is whole and mapped: its granules name the
-        ** units (independent loads, unlike the extent's list). */
-        for (uint64_t i = 0; i < span; i++)
-            e->p[e->g[base + i].phys - 1].owner = 0;
-        e->n_idle += span;
-        ring_push(e, h);
+        if (g < g1 && g + 1 < base + span)
+            continue; /* the next granule, live until this loop reaches it, decides */
+        if (e->p[h].owner == base + 1 && (span == 1 || !mapping_live(e, base, span, g)))
+            make_idle(e, h);
     }
 }
 
@@ -447,7 +445,7 @@ create_locked(struct vram_device *dev, uint64_t g, uint64_t k)
             prev->next = (uint32_t)(slot + 1);
         prev = &e->p[slot];
         *prev = (struct physunit){.handle = h,
-                                  .owner = (uint32_t)(g + i + 1),
+                                  .owner = i == 0 ? (uint32_t)(g + 1) : 0,
                                   .maps = 1,
                                   .span = (uint32_t)k,
                                   .head = head,
@@ -526,18 +524,22 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
     bool synced = false; /* the first unmap in this allocation synchronizes */
     /* Count the block first, and claim idle memory mapped here, so that no
     ** other thread takes these granules' memory while we work (E2). */
+    uint64_t owned_end = 0; /* granules before this one are in a mapping owned here */
     for (uint64_t g = g0; g <= g1; g++) {
         struct granule *gr = &e->g[g];
         gr->live++;
+        if (g < owned_end)
+            continue; /* the rest of a mapping owned here: one look a mapping */
         /* Mapped is not enough: a unit another thread has just counted may
         ** still be mapped to memory a third unit owns (a conflict that
         ** thread has yet to resolve). */
         if (gr->state == G_MAPPED) {
-            const struct physunit *u = &e->p[gr->phys - 1];
-            if (u->owner == g + 1)
-                continue;
-            if (u->owner == 0) {
+            int own = ownership(e, g);
+            if (own == 0)
                 claim(e, g);
+            if (own >= 0) {
+                const struct physunit *u = &e->p[gr->phys - 1];
+                owned_end = g - u->pos + u->span;
                 continue;
             }
         }
@@ -551,10 +553,10 @@ expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
         vram_status st = VRAM_OK;
         bool conflict = false;
         if (e->g[g].state == G_MAPPED) {
-            const struct physunit *u = &e->p[e->g[g].phys - 1];
-            if (u->owner == g + 1)
+            int own = ownership(e, g);
+            if (own == 1)
                 continue;
-            if (u->owner == 0) { /* became idle while we waited */
+            if (own == 0) { /* became idle while we waited */
                 claim(e, g);
                 continue;
             }
@@ -673,7 +675,7 @@ expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
     struct release_job j = {0};
     uint64_t n_g = 0;
     for (uint64_t g = 0; g < e->n; g++)
-        n_g += e->g[g].state == G_MAPPED && e->p[e->g[g].phys - 1].owner == 0 &&
+        n_g += e->g[g].state == G_MAPPED && ownership(e, g) == 0 &&
                e->p[e->g[g].phys - 1].pos == 0;
     j.u = malloc(e->n_idle * sizeof *j.u);
     j.g = malloc((n_g + 1) * sizeof *j.g);
@@ -686,7 +688,7 @@ expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
     }
     for (uint64_t g = 0; g < e->n; g++) {
         struct granule *gr = &e->g[g];
-        if (gr->state != G_MAPPED || e->p[gr->phys - 1].owner != 0)
+        if (gr->state != G_MAPPED || ownership(e, g) != 0)
             continue;
         const struct physunit *u = &e->p[gr->phys - 1];
         gr->state = G_UNMAPPING;
@@ -694,11 +696,12 @@ expand_release_idle_locked(struct vram_device *dev, uint64_t *released)
             j.g[j.n_g++] = (struct release_unmap){.gran = g, .n = u->span, .unit = u->head};
     }
     /* Take the units out of use (their ring entries turn stale). */
+    for (uint64_t p = 0; p < e->n_p; p++)
+        j.mine[p] = e->p[p].owner != PHYS_HOLE && e->p[e->p[p].head].owner == 0;
     for (uint64_t p = 0; p < e->n_p; p++) {
-        if (e->p[p].owner != 0)
+        if (!j.mine[p])
             continue;
         e->n_idle--;
-        j.mine[p] = true;
         if (e->p[p].head == p)
             j.u[j.n_u++] = (struct release_unit){.unit = (uint32_t)p,
                                                  .handle = e->p[p].handle};
@@ -858,7 +861,7 @@ expand_check_locked(const struct vram_device *dev)
             why = "E2: physical unit out of range";
         else if (gr->live > 0 && gr->state == G_UNMAPPED)
             why = "E2: a live block lies on an unmapped granule";
-        else if (gr->live > 0 && gr->state == G_MAPPED && e->p[gr->phys - 1].owner != g + 1)
+        else if (gr->live > 0 && gr->state == G_MAPPED && ownership(e, g) != 1)
             why = "E2: a live granule's physical unit belongs to another";
         /* E5: a mapping is an extent's units in order, from POS 0. */
         else if (gr->state == G_MAPPED) {
@@ -884,19 +887,23 @@ expand_check_locked(const struct vram_device *dev)
             why = "E3: map count differs from the granules mapped to the unit";
         else if (u->owner == PHYS_HOLE)
             ; /* given back, or being given back (vram_release_idle) */
+        else if (u->head >= e->n_p || e->p[u->head].span != u->span ||
+                 (u->head != p && u->owner != 0))
+            why = "E5: an extent's units do not name their first one, or own";
+        else if (u->head != p)
+            ; /* owned with its extent */
         else if (u->owner > e->n)
             why = "E3: owner out of range";
-        else if (u->owner != 0 && e->g[u->owner - 1].phys != p + 1 &&
-                 e->g[u->owner - 1].state == G_MAPPED)
-            why = "E3: the owner of a unit is not a granule mapped to it";
-        else if (u->head >= e->n_p || e->p[u->head].span != u->span ||
-                 (e->p[u->head].owner == 0) != (u->owner == 0) ||
-                 (u->owner != 0 && u->owner - 1 - u->pos != e->p[u->head].owner - 1))
-            why = "E5: an extent's units are not idle or owned by one mapping together";
-        else if (u->head == p && u->owner != 0 && !owner_live(e, p))
+        else if (u->owner != 0 && u->owner - 1 + u->span <= e->n &&
+                 e->g[u->owner - 1].state == G_MAPPED &&
+                 !mapping_whole(e, u->owner - 1, p, u->span))
+            why = "E3: the owner of an extent is not a mapping of it";
+        else if (u->owner != 0 && !owner_live(e, p))
             why = "E5: an extent is owned by a mapping without a live block";
-        idle += u->owner == 0;
-        ring_idle += u->owner == 0 && u->head == p;
+        if (u->owner != PHYS_HOLE && e->p[u->head].owner == 0) {
+            idle++;
+            ring_idle += u->head == p;
+        }
     }
     free(count);
     free(maps);
