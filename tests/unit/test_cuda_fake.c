@@ -728,6 +728,36 @@ test_end_to_end_release_idle(void **state)
     vram_close(ctx);
 }
 
+/* Extents over the driver: a 100 MiB block is two handles (8 + 5 units of
+** 8 MiB) and two maps, each map set accessible over its whole range; a
+** loop that moves blocks aliases and unmaps extents whole (the fake
+** refuses an unmap that is not a union of whole maps, and counts a
+** misuse); everything goes back at the end. */
+static void
+test_end_to_end_extents(void **state)
+{
+    (void)state;
+    const uint64_t U = 8 * MiB;
+    vram_context *ctx = open_cuda_context();
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 512 * MiB);
+    void *a;
+    assert_int_equal(vram_alloc(dev, 100 * MiB, NULL, &a), VRAM_OK);
+    /* The address range, two handles, two maps. */
+    assert_int_equal(fk.live_objects(), 5);
+    assert_int_equal(fk.used(0), 13 * U);
+    assert_true(vram_check(dev));
+    for (int step = 0; step < 4; step++)
+        loss_step(dev, U);
+    assert_int_equal(vram_free(dev, a), VRAM_OK);
+    uint64_t released = 0;
+    assert_int_equal(vram_release_idle(dev, &released), VRAM_OK);
+    assert_int_equal(fk.used(0), 0);
+    assert_int_equal(fk.live_objects(), 1); /* the address range */
+    assert_int_equal(stats_of(dev).bytes_reserved, 0);
+    assert_true(vram_check(dev));
+    vram_close(ctx);
+}
+
 /* A cap above what the device has: the driver's OOM surfaces as VRAM_E_OOM. */
 static void
 test_end_to_end_device_full(void **state)
@@ -780,6 +810,7 @@ main(void)
         cmocka_unit_test_teardown(test_threads, teardown),
         cmocka_unit_test_teardown(test_end_to_end_growth, teardown),
         cmocka_unit_test_teardown(test_end_to_end_release_idle, teardown),
+        cmocka_unit_test_teardown(test_end_to_end_extents, teardown),
         cmocka_unit_test_teardown(test_end_to_end_device_full, teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
