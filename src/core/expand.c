@@ -64,14 +64,17 @@ unit_of(const struct expand *e, uint64_t addr)
 
 /* ---- the idle ring of physical units (E3) ---- */
 
+/* Unit P is the first of an idle extent. (Other units of an extent have
+** no owner of their own: a stale ring entry naming a slot given back and
+** made again as such a unit must not look current.) */
 static inline bool
 is_idle(const struct expand *e, uint64_t p)
 {
-    return e->p[p].owner == 0;
+    return e->p[p].owner == 0 && e->p[p].head == p;
 }
 
-/* Entry K of the ring (0 = the head) is current: its unit is idle and this
-** is its newest entry. */
+/* Entry K of the ring (0 = the head) is current: its extent is idle and
+** this is its newest entry. */
 static inline bool
 ring_current(const struct expand *e, uint64_t k)
 {
