@@ -36,6 +36,7 @@
 ** 32, 350 (1.020); unbounded, 285 (1.070).
 */
 #define EXTENT_UNITS 8
+_Static_assert(EXTENT_UNITS <= UINT8_MAX, "a unit's place and span are bytes");
 
 /* After a conflict, new physical memory may exceed the peak in use by this
 ** fraction (1/50) rather than bring an idle extent's other mappings along
@@ -450,9 +451,9 @@ create_locked(struct vram_device *dev, uint64_t g, uint64_t k)
         *prev = (struct physunit){.handle = h,
                                   .owner = i == 0 ? (uint32_t)(g + 1) : 0,
                                   .maps = 1,
-                                  .span = (uint32_t)k,
+                                  .span = (uint8_t)k,
                                   .head = head,
-                                  .pos = (uint32_t)i};
+                                  .pos = (uint8_t)i};
         gr->phys = (uint32_t)(slot + 1);
     }
     pthread_cond_broadcast(&e->changed);

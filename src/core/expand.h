@@ -70,15 +70,17 @@ struct granule {
 ** the granules of one mapping, which owns them while any of its granules
 ** has a live block. A unit of its own is an extent of one.
 */
-struct physunit {
-    uint64_t handle; /* the backend's handle (its extent's) */
-    uint32_t owner;  /* the granule whose blocks may use it, plus 1; 0 = idle */
+struct physunit { /* 32 bytes: two to a cache line, the hot fields first */
+    uint32_t owner;  /* at the extent's first unit: the first granule of the
+                        mapping that owns it, plus 1; 0 = idle. Other units:
+                        0. PHYS_HOLE: given back (every unit of the extent) */
+    uint32_t head;   /* the extent's first unit */
+    uint8_t pos;     /* its place in the extent */
+    uint8_t span;    /* units in its extent (at most EXTENT_UNITS, expand.c) */
+    uint32_t next;   /* the extent's next unit, plus 1; 0 = the last */
     uint32_t maps;   /* granules it is mapped at */
     uint32_t tick;   /* at the extent's first unit: ring number of its newest entry */
-    uint32_t span;   /* units in its extent */
-    uint32_t head;   /* the extent's first unit */
-    uint32_t next;   /* the extent's next unit, plus 1; 0 = the last */
-    uint32_t pos;    /* its place in the extent */
+    uint64_t handle; /* the backend's handle (its extent's) */
 };
 
 struct expand {
