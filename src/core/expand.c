@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
 ** expand.c -- physical backing for the expandable strategy (see expand.h
-** for the design, docs/ALLOCATOR.md for invariants E1-E4).
+** for the design, docs/ALLOCATOR.md for invariants E1-E5).
 */
 #include <assert.h>
 #include <inttypes.h>

@@ -9,19 +9,20 @@
 **
 **   granules  units of the virtual range ("granules" here): how many live
 **             blocks touch each, and which physical unit is mapped there;
-**   physical  units of physical memory (one driver handle each): which
-**             granule's blocks use it now ("owner"), if any.
+**   physical  units of physical memory, in extents (one driver handle for
+**             the run of new units one block needs, up to EXTENT_UNITS):
+**             which mapping's blocks use an extent now ("owner"), if any.
 **
-** A physical unit may be mapped at several granules at once (the driver
-** allows a handle to be mapped more than once), but only one of them, its
-** owner, has live blocks. When a block lands on a granule whose memory is
-** idle, the granule takes it back without a driver call; when it lands on
-** an unmapped granule, an idle physical unit is mapped there too (an alias:
-** map, no unmap, so no wait for the device) before new memory is created.
+** An extent may be mapped at several places at once (the driver allows a
+** handle to be mapped more than once), but only one of them, its owner,
+** has live blocks. When a block lands on a granule whose memory is idle,
+** the granule's mapping takes it back without a driver call; when it lands
+** on unmapped granules, an idle extent is mapped there too (an alias: map,
+** no unmap, so no wait for the device) before new memory is created.
 ** Physical memory thus follows live bytes, and a steady loop, whose blocks
 ** land at the same addresses every step, makes no driver call at all once
-** each of its granules holds a mapping. Only a granule whose physical unit
-** has meanwhile been taken by another granule must be unmapped (after
+** each of its granules holds a mapping. Only a mapping whose extent has
+** meanwhile been taken by another mapping must be unmapped (after
 ** synchronizing the device: kernels queued before a free may still use the
 ** old address).
 **
@@ -149,7 +150,7 @@ expand_metadata_bytes(const struct expand *e)
 /* Give everything back (at close): unmap, release, free the range. */
 void expand_destroy(struct vram_device *dev);
 
-/* Check the module's invariants (E1-E4, docs/ALLOCATOR.md). */
+/* Check the module's invariants (E1-E5, docs/ALLOCATOR.md). */
 bool expand_check_locked(const struct vram_device *dev);
 
 #endif
