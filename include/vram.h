@@ -416,10 +416,13 @@ VRAM_API vram_status vram_set_limit(vram_device *dev, uint64_t bytes);
 ** does for PyTorch's own allocator), so that other processes, or other
 ** allocators of this one, can use it:
 **
-**   expandable   physical units no live block uses are unmapped from every
-**                address they are mapped at and released (cuMemUnmap,
+**   expandable   physical memory no live block uses is unmapped from every
+**                address it is mapped at and released (cuMemUnmap,
 **                cuMemRelease), after one device synchronize: kernels
-**                queued before the frees may still use those addresses;
+**                queued before the frees may still use those addresses.
+**                Memory is given back in the pieces it was obtained in
+**                (the run of units one allocation needed, up to 64 MiB):
+**                a piece part of which a live block uses is kept whole;
 **   growth,      wholly free regions are given back (cuMemFree);
 **   growth:tf-compat
 **   preallocate  nothing: its one region is the cap, held until close.
