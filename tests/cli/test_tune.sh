@@ -116,10 +116,12 @@ EOF
         "rec['min_limit_bytes'] == $min"
 done
 # Steady states found where the peaks repeat: resnet50's and GPT-2's steps.
+# resnet50's peak reserved is 10.70 GiB under expandable, 10.80 under
+# growth: within 1 %, so the simpler growth is recommended.
 "$VRAM" tune --trace "$TRACES/resnet50_fp32.trace.csv.gz" --json >"$TMP/out" 2>"$TMP/err"
-check "resnet50: 15 iterations, 13 complete after the first, steady to 0.0 %, expandable, 10 %" \
+check "resnet50: 15 iterations, 13 complete after the first, steady to 0.0 %, growth, 10 %" \
     "j['iterations'] == 15 and j['complete_iterations'] == 13 and j['peak_spread'] == 0.0" \
-    "rec['strategy'] == 'expandable' and rec['headroom'] == 0.10" \
+    "rec['strategy'] == 'growth' and rec['headroom'] == 0.10" \
     "j['device_memory_bytes'] is None and j['settings']['pytorch_fraction'] is None" \
     "j['settings']['pytorch'] == 'torch.cuda.set_per_process_memory_fraction(%dM / the GPU\\'s total, 0)' % (rec['cap_bytes'] // MIB)"
 "$VRAM" tune --trace "$TRACES/leak_mlp.trace.csv.gz" --device-memory 80G >"$TMP/out" 2>"$TMP/err"
