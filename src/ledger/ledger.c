@@ -864,28 +864,6 @@ ledger_release(struct ledger *l, const char *uuid, uint64_t bytes)
     use_sub(&s->used[d], bytes);
 }
 
-void
-ledger_prefetch(const struct ledger *l)
-{
-    if (l == NULL || l->map == NULL)
-        return;
-    int64_t own = atomic_load_explicit(&l->own, memory_order_relaxed);
-    __builtin_prefetch(&l->cached[0]);
-    __builtin_prefetch(l->map);
-    if (own < 0)
-        return;
-    const struct slot *s = &l->map->slots[own & 0xffff];
-    /* The first device found: where most processes allocate. */
-    int d = atomic_load_explicit(&l->cached[0].ready, memory_order_acquire)
-                ? l->cached[0].index
-                : 0;
-    d = d >= 0 && d < LEDGER_MAX_DEVICES ? d : 0;
-    __builtin_prefetch(&s->owner, 1);
-    __builtin_prefetch(&s->used[d], 1);
-    __builtin_prefetch(&s->pending[d], 1);
-    __builtin_prefetch(&s->peak[d], 1);
-}
-
 vram_status
 ledger_host_add(struct ledger *l, uint64_t bytes)
 {

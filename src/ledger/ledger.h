@@ -139,15 +139,6 @@ vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, u
 void ledger_release(struct ledger *l, const char *uuid, uint64_t bytes);
 
 /*
-** Start loading into the cache what the next ledger_reserve or
-** ledger_release on L will read (the handle, this process's entry, the
-** file's header), so that after a driver call has walked the caches the
-** misses overlap instead of following one another. Reads nothing that
-** must be right: a hint. L may be NULL.
-*/
-void ledger_prefetch(const struct ledger *l);
-
-/*
 ** Count BYTES more (ledger_host_add) or fewer (ledger_host_sub, never
 ** below zero) of page-locked host memory that this process holds through
 ** the driver, for the monitoring commands. Not a quota: never refused,

@@ -1094,20 +1094,11 @@ track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
 /* The accounting of a counted call (preload.h)                         */
 /* ------------------------------------------------------------------ */
 
-/* Start loading what the accounts' ledger calls will read (ledger_prefetch). */
-static void
-prefetch_accounts(void)
-{
-    for (int a = 0; a < ACCT_COUNT; a++)
-        ledger_prefetch(P.acct[a].ledger);
-}
-
 bool
 hook_reserve(struct hook_call *c, int ord, uint64_t bytes)
 {
     if (bytes == 0)
         return true;
-    prefetch_accounts();
     c->bytes = bytes;
     c->r = ord >= 0 ? VCU_SUCCESS : current_device(&ord);
     c->ord = ord;
@@ -1154,7 +1145,6 @@ taken_freed(struct hook_call *c, ...)
     } else if (e->kind == TRACK_HOST || e->kind == TRACK_HOST_REGISTERED) {
         host_uncount(e->bytes);
     } else {
-        prefetch_accounts();
         struct preload_device *d = NULL;
         if (device_get(e->dev, &d) == VCU_SUCCESS)
             unreserve(d, e->bytes);
