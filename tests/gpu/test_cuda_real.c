@@ -309,7 +309,10 @@ test_expandable_end_to_end(void **state)
             calls = stats_of(dev).backend_calls;
     }
     vram_stats st = stats_of(dev);
-    assert_int_equal(st.peak_bytes_reserved, 12 * U);
+    /* 14 units: the second step's memory is made in extents (one handle
+    ** per run of new units), which a later block's mapping takes whole, as
+    ** in test_expandable_steady_loop (tests/unit/test_expandable.c). */
+    assert_int_equal(st.peak_bytes_reserved, 14 * U);
     assert_int_equal(st.backend_calls, calls);
     vram_close(ctx);
 }
