@@ -4,10 +4,10 @@
 ** text exposition at GET /metrics, served by libmicrohttpd.
 **
 ** One thread samples every --interval seconds and renders the text once;
-** each scrape copies the latest text under a lock, so that many scrapers
-** cost one sample. The HTTP side -- libmicrohttpd with its limits, the
-** per-request deadline that a reaper thread enforces, the per-address
-** cap -- is exporter_http.c.
+** each scrape queues the latest text, shared and never copied, so that
+** many scrapers cost one sample. The HTTP side -- libmicrohttpd with its
+** limits, the per-request deadline that a reaper thread enforces, the
+** per-address cap -- is exporter_http.c.
 ** SIGINT and SIGTERM stop it cleanly (exit 0).
 */
 #include <microhttpd.h>
@@ -88,8 +88,7 @@ refresh(struct exporter *e)
         free(buf);
         return false;
     }
-    exporter_set_text(e, buf, len);
-    return true;
+    return exporter_set_text(e, buf, len);
 }
 
 /* The loop of a thread of the exporter: WORK(E), without the lock, every
@@ -159,6 +158,7 @@ cmd_exporter(int argc, char **argv)
     if (monitor_open(a.nvml, &e.mon) != VRAM_OK || !refresh(&e)) {
         cli_error("exporter: %s", vram_last_error());
         monitor_close(e.mon);
+        exporter_fini(&e);
         return 1;
     }
 
@@ -174,7 +174,7 @@ cmd_exporter(int argc, char **argv)
     if (d == NULL) {
         cli_error("exporter: cannot serve on %s (address in use or not local?)", a.listen);
         monitor_close(e.mon);
-        free(e.text);
+        exporter_fini(&e);
         return 1;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -203,6 +203,6 @@ cmd_exporter(int argc, char **argv)
         pthread_join(rth, NULL);
     MHD_stop_daemon(d);
     monitor_close(e.mon);
-    free(e.text);
+    exporter_fini(&e);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/error.h"
 #include "base/size.h"
 #include "exporter_http.h"
 #include "vram.h"
@@ -118,14 +119,37 @@ exporter_init(struct exporter *e, double interval_s)
     e->interval_s = interval_s;
 }
 
-void
+bool
 exporter_set_text(struct exporter *e, char *buf, size_t len)
 {
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(buf);
+        error_set(VRAM_E_HOST_MEMORY, "libmicrohttpd could not make a response of %zu bytes",
+                  len);
+        return false;
+    }
+    if (MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8") !=
+        MHD_YES) {
+        MHD_destroy_response(r); /* frees BUF */
+        error_set(VRAM_E_HOST_MEMORY, "libmicrohttpd could not add a header");
+        return false;
+    }
     pthread_mutex_lock(&e->lock);
-    free(e->text);
-    e->text = buf;
-    e->len = len;
+    struct MHD_Response *old = e->metrics;
+    e->metrics = r;
     pthread_mutex_unlock(&e->lock);
+    if (old != NULL)
+        MHD_destroy_response(old); /* the text is freed with its last scrape */
+    return true;
+}
+
+void
+exporter_fini(struct exporter *e)
+{
+    if (e->metrics != NULL)
+        MHD_destroy_response(e->metrics);
+    e->metrics = NULL;
 }
 
 bool
@@ -236,22 +260,11 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     if (strcmp(url, "/metrics") != 0)
         return answer(e, c, MHD_HTTP_NOT_FOUND, "not found: try /metrics\n");
     conn_answered(e, c);
+    /* Queued under the lock: the connection takes its reference before the
+    ** sampler can drop the exporter's. */
     pthread_mutex_lock(&e->lock);
-    char *copy = malloc(e->len + 1);
-    size_t len = e->len;
-    if (copy != NULL)
-        memcpy(copy, e->text, e->len + 1);
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, e->metrics);
     pthread_mutex_unlock(&e->lock);
-    if (copy == NULL)
-        return answer_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, copy, MHD_RESPMEM_MUST_FREE);
-    if (r == NULL) {
-        free(copy);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
     return ret;
 }
 

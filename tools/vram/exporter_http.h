@@ -47,10 +47,16 @@ struct exp_conn {
 /* What the sampler and the request threads share. */
 struct monitor;
 
+struct MHD_Response;
+
 struct exporter {
     pthread_mutex_t lock;
-    char *text;     /* the latest exposition, NUL-terminated; under lock */
-    size_t len;     /* its length, bytes; under lock */
+    /* The latest exposition as one libmicrohttpd response, under lock.
+    ** Every scrape queues this same response (libmicrohttpd counts its
+    ** references and frees the text with the last one), so that a scrape
+    ** neither allocates nor copies the text: a copy per scrape (930 KB
+    ** with 1,000 processes) was the tail of the scrape's latency. */
+    struct MHD_Response *metrics;
     bool stop;      /* under lock: the sampler ends */
     pthread_cond_t wake;
     pthread_cond_t reap_wake;
@@ -68,9 +74,14 @@ struct exporter {
 /* Set E up (locks, an empty connection table); INTERVAL_S between samples. */
 void exporter_init(struct exporter *e, double interval_s);
 
-/* Swap in BUF (LEN bytes and a NUL, malloc'ed; E takes it) as the text
-** GET /metrics answers. */
-void exporter_set_text(struct exporter *e, char *buf, size_t len);
+/* Swap in BUF (LEN bytes, malloc'ed; E takes it, and frees it on
+** failure) as the text GET /metrics answers; scrapes in flight finish with
+** the text they began with. False (and the previous text stays) when
+** libmicrohttpd cannot make a response of it. */
+bool exporter_set_text(struct exporter *e, char *buf, size_t len);
+
+/* Release E's text (after MHD_stop_daemon). */
+void exporter_fini(struct exporter *e);
 
 /*
 ** Start libmicrohttpd's daemon for E with the limits above, listening on

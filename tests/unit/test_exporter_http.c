@@ -1,0 +1,182 @@
+/* SPDX-License-Identifier: MIT */
+/*
+** test_exporter_http.c -- `vram exporter`'s HTTP side (tools/vram/
+** exporter_http.c) without a network: the daemon started without a
+** listening socket, each client one end of a socket pair handed to it.
+**
+** Scrapes share the one rendered text: several scrapes in flight at once
+** cost no copy of it each (the process's resident set grows by less than
+** one text), each finishes with the text it began with when the sampler
+** swaps in a new one meanwhile, and the next scrape gets the new text.
+*/
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#include "exporter_http.h"
+
+#define TEXT_BYTES (16u << 20) /* large enough that a copy shows in the resident set */
+#define IN_FLIGHT 6            /* below the per-address cap, EXP_PER_ADDRESS */
+
+/* A text of TEXT_BYTES, every byte set from SEED, not all one value: the
+** whole of it is resident before the measurement starts. */
+static char *
+make_text(unsigned seed)
+{
+    char *t = malloc(TEXT_BYTES);
+    assert_non_null(t);
+    for (size_t i = 0; i < TEXT_BYTES; i++)
+        t[i] = (char)('a' + (i / 4096 + seed) % 26);
+    t[TEXT_BYTES - 1] = '\n';
+    return t;
+}
+
+/* Resident set of this process, bytes. */
+static size_t
+resident(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    unsigned long size = 0, res = 0;
+    assert_int_equal(fscanf(f, "%lu %lu", &size, &res), 2);
+    fclose(f);
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* A connection handed to D, GET /metrics sent; the client's end. */
+static int
+scrape_start(struct MHD_Daemon *d, int k)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(40000 + k))};
+    peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(MHD_add_connection(d, sv[1], (struct sockaddr *)&peer, sizeof peer),
+                     MHD_YES);
+    static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    assert_int_equal(send(sv[0], req, sizeof req - 1, MSG_NOSIGNAL), (ssize_t)(sizeof req - 1));
+    return sv[0];
+}
+
+/* Read from FD until it has given at least WANT bytes (SIZE_MAX: until the
+** end) or BUF (CAP) is full; the bytes read. Fails the test after 10 s. */
+static size_t
+read_until(int fd, char *buf, size_t cap, size_t want)
+{
+    size_t got = 0;
+    for (int waited = 0; got < want;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int n = poll(&p, 1, 100);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0) {
+            assert_true(++waited < 100);
+            continue;
+        }
+        ssize_t r = read(fd, buf + got, cap - got);
+        if (r == 0)
+            break;
+        assert_true(r > 0);
+        got += (size_t)r;
+        if (got == cap)
+            break; /* a first read, or an answer too long: the caller checks */
+    }
+    return got;
+}
+
+/* The body of the answer in BUF (LEN bytes): after the blank line, 200 OK. */
+static const char *
+body_of(const char *buf, size_t len, size_t *body_len)
+{
+    assert_true(len > 12);
+    assert_memory_equal(buf, "HTTP/1.1 200", 12);
+    const char *end = memmem(buf, len, "\r\n\r\n", 4);
+    assert_non_null(end);
+    *body_len = len - (size_t)(end + 4 - buf);
+    return end + 4;
+}
+
+static void
+scrapes_share_the_text(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    static struct exporter e;
+    exporter_init(&e, 1.0);
+    char *old_text = make_text(0), *new_text = make_text(7);
+    char *expect_old = malloc(TEXT_BYTES), *expect_new = malloc(TEXT_BYTES);
+    assert_non_null(expect_old);
+    assert_non_null(expect_new);
+    memcpy(expect_old, old_text, TEXT_BYTES);
+    memcpy(expect_new, new_text, TEXT_BYTES);
+    assert_true(exporter_set_text(&e, old_text, TEXT_BYTES));
+    struct MHD_Daemon *d = exporter_start(&e, NULL, 0);
+    assert_non_null(d);
+
+    size_t cap = TEXT_BYTES + 65536;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    memset(buf, 0, cap); /* resident before the baseline */
+    size_t before = resident();
+    int fd[IN_FLIGHT];
+    char head[IN_FLIGHT][256];
+    size_t got[IN_FLIGHT];
+    for (int k = 0; k < IN_FLIGHT; k++) {
+        fd[k] = scrape_start(d, k);
+        /* The first bytes of the answer: its handler ran and the answer is
+         * queued; the rest waits in the daemon until the client reads. */
+        got[k] = read_until(fd[k], head[k], sizeof head[k], 1);
+    }
+    size_t grown = resident() - before;
+    /* A copy per scrape would be IN_FLIGHT texts (96 MiB); the socket
+     * buffers are the kernel's, not the process's. */
+    if (grown >= TEXT_BYTES)
+        fail_msg("%d scrapes in flight grew the resident set by %zu bytes: the text is "
+                 "copied per scrape (%u bytes)",
+                 IN_FLIGHT, grown, TEXT_BYTES);
+
+    /* The sampler swaps in a new text: the scrapes in flight finish with
+     * theirs, byte for byte. */
+    assert_true(exporter_set_text(&e, new_text, TEXT_BYTES));
+    for (int k = 0; k < IN_FLIGHT; k++) {
+        memcpy(buf, head[k], got[k]);
+        size_t n = got[k] + read_until(fd[k], buf + got[k], cap - got[k], SIZE_MAX);
+        close(fd[k]);
+        size_t blen = 0;
+        const char *body = body_of(buf, n, &blen);
+        assert_int_equal(blen, TEXT_BYTES);
+        assert_memory_equal(body, expect_old, TEXT_BYTES);
+    }
+    /* The next scrape gets the new one. */
+    int f = scrape_start(d, IN_FLIGHT);
+    size_t n = read_until(f, buf, cap, SIZE_MAX);
+    close(f);
+    size_t blen = 0;
+    const char *body = body_of(buf, n, &blen);
+    assert_int_equal(blen, TEXT_BYTES);
+    assert_memory_equal(body, expect_new, TEXT_BYTES);
+
+    MHD_stop_daemon(d);
+    exporter_fini(&e);
+    free(buf);
+    free(expect_old);
+    free(expect_new);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(scrapes_share_the_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
