@@ -6,7 +6,12 @@
 **      groups: monitor_sample + the Prometheus text, timed in this process
 **      (median, p99 and max over SCRAPES samples), then GET /metrics of a
 **      running `vram exporter` over loopback (the latency a scraper sees:
-**      the exporter renders once per interval and copies the text);
+**      the exporter renders once per interval, a scrape only sends it), in
+**      HTTP_ROUNDS rounds of SCRAPES, each round's p99 printed; beside each
+**      scrape's wall time, from /proc/.../schedstat, the time the scraper
+**      and the exporter's serving threads spent waiting for a CPU, and the
+**      serving threads' CPU time: on a shared machine the wall time's tail
+**      is mostly the waits, which the exporter does not control;
 **   2. `vram top -d 0.1` (10 Hz) on a pseudo-terminal with TOP_PROCS
 **      processes: its CPU time (utime + stime of /proc/PID/stat) over
 **      TOP_SECONDS, as a share of one core.
@@ -20,13 +25,16 @@
 ** The samples are timed back to back (SCRAPES of them), then SCRAPES/10
 ** one a second (the exporter's default interval, after which each
 ** process's /proc judgment has expired).
-** Usage: bench_monitor VRAM [PROCS GROUPS SCRAPES TOP_PROCS TOP_SECONDS]
-** (defaults 1000 100 200 200 30). Exit 0, or 1 when something could not
-** be set up (a line on stderr says what).
+** Usage: bench_monitor VRAM [PROCS GROUPS SCRAPES TOP_PROCS TOP_SECONDS
+** [OTHER_VRAM]] (defaults 1000 100 200 200 30). With OTHER_VRAM, its
+** exporter is scraped too, the two alternated round by round so that both
+** see the same load (an A/B comparison of two builds). Exit 0, or 1 when
+** something could not be set up (a line on stderr says what).
 **
 ** Test code: exit is allowed here (docs/STYLE.md's habit 7 covers the library).
 */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -49,6 +57,9 @@
 
 #define UUID "GPU-bench-0000-0000-0000-000000000000"
 #define MIB (UINT64_C(1) << 20)
+/* Rounds of scrapes, one second apart: on a shared machine the load moves
+** from second to second, and each round's p99 shows how much. */
+#define HTTP_ROUNDS 5
 
 static double
 now_s(void)
@@ -79,7 +90,7 @@ die(const char *what)
 /* ---- members ---- */
 
 struct members {
-    int n;
+    int n, groups;
     pid_t *pids;
     int hold; /* write end: the members exit at its EOF */
 };
@@ -92,6 +103,7 @@ members_start(struct members *m, int n, int groups)
     if (pipe(hold) != 0 || pipe(ready) != 0)
         die("pipe");
     m->n = n;
+    m->groups = groups;
     m->pids = calloc((size_t)n, sizeof *m->pids);
     if (m->pids == NULL)
         die("out of memory");
@@ -132,6 +144,8 @@ members_start(struct members *m, int n, int groups)
     close(ready[0]);
 }
 
+/* The members exit, and their groups' ledgers go (as `vram run` removes a
+** finished job's), so that the next measurement sees only its own. */
 static void
 members_stop(struct members *m)
 {
@@ -139,6 +153,17 @@ members_stop(struct members *m)
     for (int i = 0; i < m->n; i++)
         waitpid(m->pids[i], NULL, 0);
     free(m->pids);
+    for (int g = 0; g < m->groups; g++) {
+        char group[32];
+        snprintf(group, sizeof group, "bench-%d", g);
+        struct ledger *l = NULL;
+        if (ledger_attach_existing(group, &l) != VRAM_OK)
+            continue;
+        if (!ledger_remove_if_unused(l))
+            fprintf(stderr, "bench_monitor: the ledger of %s stays: %s\n", group,
+                    vram_last_error());
+        ledger_close(l);
+    }
 }
 
 /* ---- statistics ---- */
@@ -258,8 +283,99 @@ get_metrics(int port)
     return total;
 }
 
+/* Run time and run-queue wait, ns (/proc/.../schedstat: time on a CPU,
+** time runnable but waiting for one). */
+struct sched_ns {
+    double run, wait;
+};
+
+static bool
+sched_add(const char *path, struct sched_ns *to)
+{
+    char buf[128];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    unsigned long long run = 0, wait = 0;
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    if (sscanf(buf, "%llu %llu", &run, &wait) != 2)
+        return false;
+    to->run += (double)run;
+    to->wait += (double)wait;
+    return true;
+}
+
+/* The calling thread's. */
+static struct sched_ns
+sched_self(void)
+{
+    struct sched_ns s = {0, 0};
+    sched_add("/proc/thread-self/schedstat", &s);
+    return s;
+}
+
+/* The sum over PID's threads that serve HTTP: libmicrohttpd names them
+** "MHD-..." (the sampler and the reaper are "vram-sampler", "vram-reaper"). */
+static struct sched_ns
+sched_serving(pid_t pid)
+{
+    struct sched_ns s = {0, 0};
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return s;
+    for (struct dirent *t; (t = readdir(d)) != NULL;) {
+        if (t->d_name[0] == '.')
+            continue;
+        char comm[32] = "";
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/comm", (int)pid, t->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, comm, sizeof comm - 1);
+        close(fd);
+        if (n < 4 || strncmp(comm, "MHD-", 4) != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/schedstat", (int)pid, t->d_name);
+        sched_add(path, &s);
+    }
+    closedir(d);
+    return s;
+}
+
+/* One exporter's scrapes, in ROUNDS rounds of N each. */
+struct scrapes {
+    const char *vram;
+    int n, rounds;
+    long bytes;
+    double *wall;  /* what the scraper waits, s */
+    double *cwait; /* of which the scraper itself waited for a CPU */
+    double *swait; /* the exporter's serving threads waited for a CPU */
+    double *srun;  /* the serving threads' CPU time */
+    double *round_p99;
+};
+
 static void
-bench_http(const char *vram, int scrapes)
+scrapes_alloc(struct scrapes *x, const char *vram, int n, int rounds)
+{
+    size_t all = (size_t)n * (size_t)rounds;
+    *x = (struct scrapes){vram, n, rounds, 0, calloc(all, sizeof(double)),
+                          calloc(all, sizeof(double)), calloc(all, sizeof(double)),
+                          calloc(all, sizeof(double)), calloc((size_t)rounds, sizeof(double))};
+    if (x->wall == NULL || x->cwait == NULL || x->swait == NULL || x->srun == NULL ||
+        x->round_p99 == NULL)
+        die("out of memory");
+}
+
+/* Round R of X: start X's exporter, wait for its first full sample, scrape
+** N times 5 ms apart, stop it. */
+static void
+scrape_round(struct scrapes *x, int r)
 {
     int port = free_port();
     char listen[64];
@@ -268,7 +384,10 @@ bench_http(const char *vram, int scrapes)
     if (pid < 0)
         die("fork");
     if (pid == 0) {
-        execl(vram, vram, "exporter", "--listen", listen, "--interval", "1", "--no-nvml",
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0)
+            dup2(null, STDOUT_FILENO); /* its "serving ..." line, once per round */
+        execl(x->vram, x->vram, "exporter", "--listen", listen, "--interval", "1", "--no-nvml",
               (char *)NULL);
         _exit(127);
     }
@@ -277,24 +396,91 @@ bench_http(const char *vram, int scrapes)
         usleep(100000);
         got = get_metrics(port);
     }
-    double *t = calloc((size_t)scrapes, sizeof *t);
-    if (got < 0 || t == NULL) {
+    if (got < 0) {
         kill(pid, SIGTERM);
         waitpid(pid, NULL, 0);
         die("the exporter did not answer");
     }
-    for (int i = 0; i < scrapes; i++) {
+    double *round = calloc((size_t)x->n, sizeof *round);
+    if (round == NULL)
+        die("out of memory");
+    for (int i = 0; i < x->n; i++) {
+        size_t k = (size_t)r * (size_t)x->n + (size_t)i;
+        struct sched_ns c0 = sched_self(), s0 = sched_serving(pid);
         double t0 = now_s();
         got = get_metrics(port);
-        t[i] = now_s() - t0;
+        double t1 = now_s();
+        struct sched_ns c1 = sched_self(), s1 = sched_serving(pid);
+        x->wall[k] = round[i] = t1 - t0;
+        x->cwait[k] = (c1.wait - c0.wait) / 1e9;
+        x->swait[k] = (s1.wait - s0.wait) / 1e9;
+        x->srun[k] = (s1.run - s0.run) / 1e9;
+        x->bytes = got;
         usleep(5000); /* a scraper is not a flood */
     }
-    printf("- GET /metrics of `vram exporter --interval 1` over loopback (%ld bytes): ", got);
-    print_ms(t, scrapes);
-    printf("\n");
-    free(t);
+    qsort(round, (size_t)x->n, sizeof round[0], cmp_double);
+    x->round_p99[r] = round[(int)((x->n - 1) * 0.99 + 0.5)];
+    free(round);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
+}
+
+static void
+scrapes_print(struct scrapes *x)
+{
+    int all = x->n * x->rounds;
+    printf("- GET /metrics of `%s exporter --interval 1` over loopback (%ld bytes), %d rounds "
+           "of %d:\n  what the scraper waits: ",
+           x->vram, x->bytes, x->rounds, x->n);
+    double *own = calloc((size_t)all, sizeof *own);
+    if (own == NULL)
+        die("out of memory");
+    /* The two waits can overlap (both runnable at once): subtracting both
+     * may undercount, hence "at least" in the line below. */
+    for (int k = 0; k < all; k++) {
+        own[k] = x->wall[k] - x->cwait[k] - x->swait[k];
+        if (own[k] < 0)
+            own[k] = 0;
+    }
+    print_ms(x->wall, all);
+    qsort(x->round_p99, (size_t)x->rounds, sizeof(double), cmp_double);
+    printf("\n  p99 of each round, best first:");
+    for (int r = 0; r < x->rounds; r++)
+        printf(" %.2f", x->round_p99[r] * 1e3);
+    printf(" ms\n  less the time the scraper or the exporter's serving threads waited for a "
+           "CPU: ");
+    print_ms(own, all);
+    printf("\n  the scraper's wait for a CPU: ");
+    print_ms(x->cwait, all);
+    printf("\n  the serving threads' wait for a CPU: ");
+    print_ms(x->swait, all);
+    printf("\n  the serving threads' CPU time: ");
+    print_ms(x->srun, all);
+    printf("\n");
+    free(own);
+    free(x->wall);
+    free(x->cwait);
+    free(x->swait);
+    free(x->srun);
+    free(x->round_p99);
+}
+
+/* SCRAPES scrapes in each of ROUNDS rounds one second apart, of each
+** exporter of VRAM (N of them, alternated round by round, so that they
+** see the same load). */
+static void
+bench_http(const char *const *vram, int n, int scrapes, int rounds)
+{
+    struct scrapes x[2];
+    for (int b = 0; b < n; b++)
+        scrapes_alloc(&x[b], vram[b], scrapes, rounds);
+    for (int r = 0; r < rounds; r++)
+        for (int b = 0; b < n; b++) {
+            scrape_round(&x[b], r);
+            sleep(1);
+        }
+    for (int b = 0; b < n; b++)
+        scrapes_print(&x[b]);
 }
 
 /* ---- 2. top ---- */
@@ -364,6 +550,17 @@ bench_top(const char *vram, int procs, double seconds)
            procs, c1 - c0, t1 - t0, 100.0 * (c1 - c0) / (t1 - t0), sysconf(_SC_CLK_TCK));
 }
 
+/* The CPUs and the load average, WHEN. */
+static void
+print_load(const char *when)
+{
+    double load[3] = {0, 0, 0};
+    if (getloadavg(load, 3) < 0)
+        load[0] = -1;
+    printf("- %ld CPUs online, load average %.2f %s\n", sysconf(_SC_NPROCESSORS_ONLN), load[0],
+           when);
+}
+
 /* ---- the namespace ---- */
 
 /* As root: a private /dev/shm of our own (tmpfs) in a private mount
@@ -383,17 +580,17 @@ private_shm(void)
 int
 main(int argc, char **argv)
 {
-    if (argc != 2 && argc != 7) {
+    if (argc != 2 && argc != 7 && argc != 8) {
         fprintf(stderr, "usage: bench_monitor VRAM [PROCS GROUPS SCRAPES TOP_PROCS "
-                        "TOP_SECONDS]\n");
+                        "TOP_SECONDS [OTHER_VRAM]]\n");
         return 2;
     }
-    const char *vram = argv[1];
-    int procs = argc == 7 ? atoi(argv[2]) : 1000;
-    int groups = argc == 7 ? atoi(argv[3]) : 100;
-    int scrapes = argc == 7 ? atoi(argv[4]) : 200;
-    int top_procs = argc == 7 ? atoi(argv[5]) : 200;
-    double top_s = argc == 7 ? atof(argv[6]) : 30;
+    const char *vram[2] = {argv[1], argc == 8 ? argv[7] : NULL};
+    int procs = argc >= 7 ? atoi(argv[2]) : 1000;
+    int groups = argc >= 7 ? atoi(argv[3]) : 100;
+    int scrapes = argc >= 7 ? atoi(argv[4]) : 200;
+    int top_procs = argc >= 7 ? atoi(argv[5]) : 200;
+    double top_s = argc >= 7 ? atof(argv[6]) : 30;
     if (procs < 1 || groups < 1 || groups > procs || scrapes < 1 || top_procs < 1 ||
         top_s <= 0 || procs / groups > LEDGER_MAX_PROCS) {
         fprintf(stderr, "bench_monitor: bad numbers\n");
@@ -403,15 +600,11 @@ main(int argc, char **argv)
     char when[64];
     time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    double load[3] = {0, 0, 0};
-    if (getloadavg(load, 3) < 0)
-        load[0] = -1;
     printf("## Monitoring with many processes, %s\n\n", when);
-    printf("- command: `make bench` (`build/tests/bench_monitor build/bin/vram %d %d %d %d "
-           "%.0f`)\n",
-           procs, groups, scrapes, top_procs, top_s);
-    printf("- %ld CPUs online, load average %.2f at the start\n", sysconf(_SC_NPROCESSORS_ONLN),
-           load[0]);
+    printf("- command: `make bench` (`build/tests/bench_monitor %s %d %d %d %d %.0f%s%s`)\n",
+           vram[0], procs, groups, scrapes, top_procs, top_s, vram[1] ? " " : "",
+           vram[1] ? vram[1] : "");
+    print_load("at the start");
     fflush(stdout);
     private_shm();
 
@@ -421,12 +614,13 @@ main(int argc, char **argv)
     fflush(stdout);
     bench_sample(procs, groups, scrapes / 10 > 0 ? scrapes / 10 : 1, 1.05);
     fflush(stdout);
-    bench_http(vram, scrapes);
+    bench_http(vram, vram[1] ? 2 : 1, scrapes, HTTP_ROUNDS);
     fflush(stdout);
     members_stop(&m);
 
     members_start(&m, top_procs, top_procs / 10 > 0 ? top_procs / 10 : 1);
-    bench_top(vram, top_procs, top_s);
+    bench_top(vram[0], top_procs, top_s);
     members_stop(&m);
+    print_load("at the end");
     return 0;
 }

@@ -122,10 +122,13 @@ sample(struct exporter *e)
         cli_error("exporter: sample failed: %s", vram_last_error());
 }
 
+/* The threads are named for `top -H` and for the benchmark, which tells
+** them from libmicrohttpd's ("MHD-worker"...). */
 static void *
 sampler(void *arg)
 {
     struct exporter *e = arg;
+    pthread_setname_np(pthread_self(), "vram-sampler");
     every(e, &e->wake, e->interval_s, sample);
     return NULL;
 }
@@ -135,6 +138,7 @@ static void *
 reaper(void *arg)
 {
     struct exporter *e = arg;
+    pthread_setname_np(pthread_self(), "vram-reaper");
     every(e, &e->reap_wake, EXP_REAP_EVERY_MS / 1000.0, exporter_reap);
     return NULL;
 }
