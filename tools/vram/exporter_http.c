@@ -2,7 +2,7 @@
 /*
 ** exporter_http.c -- the HTTP side of `vram exporter` (exporter_http.h).
 **
-** libmicrohttpd runs a pool of threads with a connection limit, a
+** libmicrohttpd runs one polling thread with a connection limit, a
 ** per-connection memory limit (huge headers get an error answer) and an
 ** idle timeout. An idle timeout alone does not bound a client that
 ** trickles one byte at a time, so the reaper (exporter_reap) also ends
