@@ -8,7 +8,9 @@
 ** cost no copy of it each (the process's resident set grows by less than
 ** one text), each finishes with the text it began with when the sampler
 ** swaps in a new one meanwhile, and the next scrape gets the new text.
+** The serving thread asks the kernel for a short time slice.
 */
+#include <dirent.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -172,11 +175,89 @@ scrapes_share_the_text(void **state)
     free(expect_new);
 }
 
+/* <linux/sched/types.h>'s struct sched_attr (not includable beside <sched.h>). */
+struct attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+    uint32_t sched_util_min, sched_util_max;
+};
+
+/* The time slice of thread TID (0: the caller), ns. */
+static uint64_t
+slice_of(pid_t tid)
+{
+    struct attr a = {.size = sizeof a};
+    assert_int_equal(syscall(SYS_sched_getattr, tid, &a, sizeof a, 0), 0);
+    return a.sched_runtime;
+}
+
+/* The thread of this process named NAME, 0 if none. */
+static pid_t
+thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    pid_t found = 0;
+    for (struct dirent *t; found == 0 && (t = readdir(d)) != NULL;) {
+        char path[64], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%.16s/comm", t->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, name, strlen(name)) == 0)
+            found = (pid_t)atoi(t->d_name);
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/* The serving thread asks for a short slice (EXP_SLICE_NS) and the caller
+** keeps its own. Skipped where the kernel has no slice of choice for
+** SCHED_OTHER (before Linux 6.12). */
+static void
+serving_thread_has_a_short_slice(void **state)
+{
+    (void)state;
+    uint64_t mine = slice_of(0);
+    struct attr probe = {.size = sizeof probe, .sched_runtime = EXP_SLICE_NS};
+    if (syscall(SYS_sched_setattr, 0, &probe, 0) != 0 || slice_of(0) != EXP_SLICE_NS) {
+        skip();
+        return;
+    }
+    probe.sched_runtime = mine;
+    assert_int_equal(syscall(SYS_sched_setattr, 0, &probe, 0), 0);
+    assert_int_equal(slice_of(0), mine);
+
+    static struct exporter e;
+    exporter_init(&e, 1.0);
+    char *text = strdup("vram_up 1\n");
+    assert_non_null(text);
+    assert_true(exporter_set_text(&e, text, strlen(text)));
+    struct MHD_Daemon *d = exporter_start(&e, NULL, 0);
+    assert_non_null(d);
+    pid_t serving = 0;
+    for (int i = 0; serving == 0 && i < 200; i++) { /* the thread names itself once started */
+        serving = thread_named("MHD-");
+        if (serving == 0)
+            usleep(10000);
+    }
+    assert_true(serving > 0);
+    assert_int_equal(slice_of(serving), EXP_SLICE_NS);
+    assert_int_equal(slice_of(0), mine);
+    MHD_stop_daemon(d);
+    exporter_fini(&e);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(scrapes_share_the_text),
+        cmocka_unit_test(serving_thread_has_a_short_slice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

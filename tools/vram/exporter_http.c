@@ -21,7 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/size.h"
@@ -44,6 +47,17 @@ mono_ns(void)
 }
 
 #define DEADLINE_NS ((uint64_t)EXP_REQUEST_DEADLINE_MS * UINT64_C(1000000))
+
+/* struct sched_attr of <linux/sched/types.h>, which cannot be included
+** beside <sched.h>; glibc before 2.41 has no wrapper for the calls. */
+struct exp_sched_attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+    uint32_t sched_util_min, sched_util_max;
+};
 
 /* libmicrohttpd's connection notifications: keep the reaper's table. */
 static void
@@ -290,6 +304,18 @@ exporter_start(struct exporter *e, const struct sockaddr_storage *addr, unsigned
     if (threads > 0)
         ops[n++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, threads, NULL};
     ops[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, e, MHD_OPTION_ARRAY, ops,
-                            MHD_OPTION_END);
+    /* The serving threads inherit the short slice; the caller's own
+     * attributes are put back for the threads it starts later. */
+    struct exp_sched_attr mine = {.size = sizeof mine};
+    bool restore = syscall(SYS_sched_getattr, 0, &mine, sizeof mine, 0) == 0;
+    struct exp_sched_attr quick = mine;
+    quick.size = sizeof quick;
+    quick.sched_runtime = EXP_SLICE_NS;
+    if (restore && quick.sched_policy == SCHED_OTHER)
+        (void)syscall(SYS_sched_setattr, 0, &quick, 0); /* a hint: older kernels ignore it */
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, e,
+                                            MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+    if (restore)
+        (void)syscall(SYS_sched_setattr, 0, &mine, 0);
+    return d;
 }

@@ -29,6 +29,14 @@
 ** three EAGAIN), which cost each scrape 0.1 ms more CPU at the median
 ** (0.35 against 0.22-0.26 ms, 1,000 processes, BENCHMARKS.md). */
 #define EXP_THREADS 0
+/* The serving thread's time slice, ns (sched_setattr's sched_runtime for
+** a SCHED_OTHER thread: Linux 6.12 and later; 0.1 ms is its least). The
+** default slice is 0.7 ms times 1 + log2(CPUs); a thread that asks for a
+** shorter one preempts the others sooner when it wakes. A scrape takes the
+** serving thread about 0.2 ms of CPU; its wait for a CPU after each wake-up
+** was most of the exporter's part of the tail on a loaded 2-CPU VM (p99
+** 3.8-5.0 ms, 2.9-4.3 ms with this slice: BENCHMARKS.md). */
+#define EXP_SLICE_NS 100000
 #define EXP_MAX_CONNECTIONS 64 /* open connections at once, all clients */
 #define EXP_TIMEOUT_S 5        /* an idle connection is closed after this */
 #define EXP_CONN_MEMORY 16384  /* bytes per connection for the request head */
