@@ -175,21 +175,11 @@ scrapes_share_the_text(void **state)
     free(expect_new);
 }
 
-/* <linux/sched/types.h>'s struct sched_attr (not includable beside <sched.h>). */
-struct attr {
-    uint32_t size, sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-    uint32_t sched_util_min, sched_util_max;
-};
-
 /* The time slice of thread TID (0: the caller), ns. */
 static uint64_t
 slice_of(pid_t tid)
 {
-    struct attr a = {.size = sizeof a};
+    struct exp_sched_attr a = {.size = sizeof a};
     assert_int_equal(syscall(SYS_sched_getattr, tid, &a, sizeof a, 0), 0);
     return a.sched_runtime;
 }
@@ -223,7 +213,7 @@ serving_thread_has_a_short_slice(void **state)
 {
     (void)state;
     uint64_t mine = slice_of(0);
-    struct attr probe = {.size = sizeof probe, .sched_runtime = EXP_SLICE_NS};
+    struct exp_sched_attr probe = {.size = sizeof probe, .sched_runtime = EXP_SLICE_NS};
     if (syscall(SYS_sched_setattr, 0, &probe, 0) != 0 || slice_of(0) != EXP_SLICE_NS) {
         skip();
         return;

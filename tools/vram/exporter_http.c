@@ -48,17 +48,6 @@ mono_ns(void)
 
 #define DEADLINE_NS ((uint64_t)EXP_REQUEST_DEADLINE_MS * UINT64_C(1000000))
 
-/* struct sched_attr of <linux/sched/types.h>, which cannot be included
-** beside <sched.h>; glibc before 2.41 has no wrapper for the calls. */
-struct exp_sched_attr {
-    uint32_t size, sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-    uint32_t sched_util_min, sched_util_max;
-};
-
 /* libmicrohttpd's connection notifications: keep the reaper's table. */
 static void
 notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,

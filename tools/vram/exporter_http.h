@@ -37,6 +37,18 @@
 ** was most of the exporter's part of the tail on a loaded 2-CPU VM (p99
 ** 3.8-5.0 ms, 2.9-4.3 ms with this slice: BENCHMARKS.md). */
 #define EXP_SLICE_NS 100000
+
+/* struct sched_attr of <linux/sched/types.h>, which cannot be included
+** beside <sched.h>; glibc before 2.41 has no wrapper for sched_setattr
+** and sched_getattr (syscall(SYS_sched_setattr...)). */
+struct exp_sched_attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+    uint32_t sched_util_min, sched_util_max;
+};
 #define EXP_MAX_CONNECTIONS 64 /* open connections at once, all clients */
 #define EXP_TIMEOUT_S 5        /* an idle connection is closed after this */
 #define EXP_CONN_MEMORY 16384  /* bytes per connection for the request head */
