@@ -8,7 +8,8 @@
 ** cost no copy of it each (the process's resident set grows by less than
 ** one text), each finishes with the text it began with when the sampler
 ** swaps in a new one meanwhile, and the next scrape gets the new text.
-** The serving thread asks the kernel for a short time slice.
+** The serving thread asks the kernel for a short time slice. A scraper
+** may keep its connection alive between scrapes.
 */
 #include <dirent.h>
 #include <errno.h>
@@ -175,6 +176,71 @@ scrapes_share_the_text(void **state)
     free(expect_new);
 }
 
+/* One whole answer from FD into BUF (CAP): the head, then Content-Length
+** bytes of body; its length, 0 if the connection ended first. */
+static size_t
+read_answer(int fd, char *buf, size_t cap)
+{
+    size_t got = 0;
+    const char *end = NULL;
+    while (end == NULL) {
+        size_t n = read_until(fd, buf + got, cap - 1 - got, 1);
+        if (n == 0)
+            return 0;
+        got += n;
+        buf[got] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+    }
+    const char *cl = strcasestr(buf, "\r\nContent-Length: ");
+    assert_non_null(cl);
+    size_t want = (size_t)(end + 4 - buf) + (size_t)strtoul(cl + 18, NULL, 10);
+    while (got < want) {
+        size_t n = read_until(fd, buf + got, want - got, 1);
+        if (n == 0)
+            return 0;
+        got += n;
+    }
+    return got;
+}
+
+/* A scraper keeps its connection: a second GET /metrics on it is
+** answered too (libmicrohttpd closed it after an answer queued at the
+** request's first call). */
+static void
+connection_kept_alive(void **state)
+{
+    (void)state;
+    static struct exporter e;
+    exporter_init(&e, 1.0);
+    char *text = strdup("vram_up 1\n");
+    assert_non_null(text);
+    assert_true(exporter_set_text(&e, text, strlen(text)));
+    struct MHD_Daemon *d = exporter_start(&e, NULL, 0);
+    assert_non_null(d);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40100)};
+    peer.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(MHD_add_connection(d, sv[1], (struct sockaddr *)&peer, sizeof peer),
+                     MHD_YES);
+    static const char req[] = "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n";
+    char buf[4096];
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(send(sv[0], req, sizeof req - 1, MSG_NOSIGNAL),
+                         (ssize_t)(sizeof req - 1));
+        size_t n = read_answer(sv[0], buf, sizeof buf);
+        if (n == 0)
+            fail_msg("request %d on the kept connection: the exporter closed it", k + 1);
+        size_t blen = 0;
+        const char *body = body_of(buf, n, &blen);
+        assert_int_equal(blen, strlen("vram_up 1\n"));
+        assert_memory_equal(body, "vram_up 1\n", blen);
+    }
+    close(sv[0]);
+    MHD_stop_daemon(d);
+    exporter_fini(&e);
+}
+
 /* The time slice of thread TID (0: the caller), ns. */
 static uint64_t
 slice_of(pid_t tid)
@@ -248,6 +314,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(scrapes_share_the_text),
         cmocka_unit_test(serving_thread_has_a_short_slice),
+        cmocka_unit_test(connection_kept_alive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -248,13 +248,25 @@ static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **state)
 {
+    static int seen; /* *STATE once the request's head was seen */
     struct exporter *e = cls;
     (void)version;
     (void)upload;
-    (void)state;
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         *upload_size = 0; /* a body is not read */
         return answer(e, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    /* libmicrohttpd closes the connection after an answer queued at the
+     * first call, the request's head alone (its body might be unread): a
+     * GET is answered at the next call, in the same turn of its loop, so
+     * that a scraper can keep the connection alive. A body is dropped. */
+    if (*state == NULL) {
+        *state = &seen;
+        return MHD_YES;
+    }
+    if (*upload_size != 0) {
+        *upload_size = 0;
+        return MHD_YES;
     }
     if (strcmp(url, "/") == 0) {
         conn_answered(e, c);
