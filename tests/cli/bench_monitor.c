@@ -7,11 +7,13 @@
 **      (median, p99 and max over SCRAPES samples), then GET /metrics of a
 **      running `vram exporter` over loopback (the latency a scraper sees:
 **      the exporter renders once per interval, a scrape only sends it), in
-**      HTTP_ROUNDS rounds of SCRAPES, each round's p99 printed; beside each
-**      scrape's wall time, from /proc/.../schedstat, the time the scraper
-**      and the exporter's serving threads spent waiting for a CPU, and the
-**      serving threads' CPU time: on a shared machine the wall time's tail
-**      is mostly the waits, which the exporter does not control;
+**      HTTP_ROUNDS rounds of SCRAPES each way -- a new connection per
+**      scrape, then one kept alive as Prometheus does --, each round's p99
+**      printed; beside each scrape's wall time, from /proc/.../schedstat,
+**      the time the scraper and the exporter's serving threads spent
+**      waiting for a CPU, and the serving threads' CPU time: on a shared
+**      machine the wall time's tail is mostly the waits, which the
+**      exporter does not control;
 **   2. `vram top -d 0.1` (10 Hz) on a pseudo-terminal with TOP_PROCS
 **      processes: its CPU time (utime + stime of /proc/PID/stat) over
 **      TOP_SECONDS, as a share of one core.
@@ -283,6 +285,62 @@ get_metrics(int port)
     return total;
 }
 
+/* GET /metrics over *FD, a connection kept alive between calls (opened to
+** PORT when *FD < 0), as Prometheus scrapes; closed after an answer that
+** says "Connection: close", as a client does. The bytes of the answer, -1
+** on failure (*FD then closed). */
+static long
+get_metrics_kept(int *fd, int port)
+{
+    if (*fd < 0) {
+        *fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (*fd < 0 || connect(*fd, (struct sockaddr *)&a, sizeof a) != 0)
+            goto fail;
+    }
+    static const char req[] = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(*fd, req, sizeof req - 1) != (ssize_t)(sizeof req - 1))
+        goto fail;
+    char buf[65536];
+    size_t have = 0;
+    const char *end = NULL;
+    while (end == NULL) { /* the head */
+        ssize_t r = read(*fd, buf + have, sizeof buf - 1 - have);
+        if (r <= 0)
+            goto fail;
+        have += (size_t)r;
+        buf[have] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+        if (end == NULL && have == sizeof buf - 1)
+            goto fail;
+    }
+    const char *cl = strcasestr(buf, "\r\nContent-Length:");
+    if (cl == NULL || cl > end)
+        goto fail;
+    const char *closing = strcasestr(buf, "\r\nConnection: close");
+    long body = atol(cl + 17), total = (long)have;
+    long left = body - (long)(have - (size_t)(end + 4 - buf));
+    while (left > 0) {
+        ssize_t r = read(*fd, buf, sizeof buf);
+        if (r <= 0)
+            goto fail;
+        left -= r;
+        total += r;
+    }
+    if (closing != NULL && closing < end) {
+        close(*fd);
+        *fd = -1;
+    }
+    return total;
+fail:
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+    return -1;
+}
+
 /* Run time and run-queue wait, ns (/proc/.../schedstat: time on a CPU,
 ** time runnable but waiting for one). */
 struct sched_ns {
@@ -351,6 +409,7 @@ sched_serving(pid_t pid)
 /* One exporter's scrapes, in ROUNDS rounds of N each. */
 struct scrapes {
     const char *vram;
+    bool kept; /* over one connection kept alive, else a new one each */
     int n, rounds;
     long bytes;
     double *wall;  /* what the scraper waits, s */
@@ -361,10 +420,10 @@ struct scrapes {
 };
 
 static void
-scrapes_alloc(struct scrapes *x, const char *vram, int n, int rounds)
+scrapes_alloc(struct scrapes *x, const char *vram, bool kept, int n, int rounds)
 {
     size_t all = (size_t)n * (size_t)rounds;
-    *x = (struct scrapes){vram, n, rounds, 0, calloc(all, sizeof(double)),
+    *x = (struct scrapes){vram, kept, n, rounds, 0, calloc(all, sizeof(double)),
                           calloc(all, sizeof(double)), calloc(all, sizeof(double)),
                           calloc(all, sizeof(double)), calloc((size_t)rounds, sizeof(double))};
     if (x->wall == NULL || x->cwait == NULL || x->swait == NULL || x->srun == NULL ||
@@ -372,8 +431,9 @@ scrapes_alloc(struct scrapes *x, const char *vram, int n, int rounds)
         die("out of memory");
 }
 
-/* Round R of X: start X's exporter, wait for its first full sample, scrape
-** N times 5 ms apart, stop it. */
+/* Round R of X[0] (a new connection per scrape) and X[1] (one kept
+** alive), one exporter of theirs: start it, wait for its first full
+** sample, scrape N times 5 ms apart each way, stop it. */
 static void
 scrape_round(struct scrapes *x, int r)
 {
@@ -396,42 +456,46 @@ scrape_round(struct scrapes *x, int r)
         usleep(100000);
         got = get_metrics(port);
     }
-    if (got < 0) {
-        kill(pid, SIGTERM);
-        waitpid(pid, NULL, 0);
-        die("the exporter did not answer");
-    }
     double *round = calloc((size_t)x->n, sizeof *round);
-    if (round == NULL)
-        die("out of memory");
-    for (int i = 0; i < x->n; i++) {
-        size_t k = (size_t)r * (size_t)x->n + (size_t)i;
-        struct sched_ns c0 = sched_self(), s0 = sched_serving(pid);
-        double t0 = now_s();
-        got = get_metrics(port);
-        double t1 = now_s();
-        struct sched_ns c1 = sched_self(), s1 = sched_serving(pid);
-        x->wall[k] = round[i] = t1 - t0;
-        x->cwait[k] = (c1.wait - c0.wait) / 1e9;
-        x->swait[k] = (s1.wait - s0.wait) / 1e9;
-        x->srun[k] = (s1.run - s0.run) / 1e9;
-        x->bytes = got;
-        usleep(5000); /* a scraper is not a flood */
+    for (int m = 0; m < 2 && got >= 0 && round != NULL; m++) {
+        struct scrapes *y = &x[m];
+        int fd = -1;
+        for (int i = 0; i < y->n && got >= 0; i++) {
+            size_t k = (size_t)r * (size_t)y->n + (size_t)i;
+            struct sched_ns c0 = sched_self(), s0 = sched_serving(pid);
+            double t0 = now_s();
+            got = y->kept ? get_metrics_kept(&fd, port) : get_metrics(port);
+            double t1 = now_s();
+            struct sched_ns c1 = sched_self(), s1 = sched_serving(pid);
+            y->wall[k] = round[i] = t1 - t0;
+            y->cwait[k] = (c1.wait - c0.wait) / 1e9;
+            y->swait[k] = (s1.wait - s0.wait) / 1e9;
+            y->srun[k] = (s1.run - s0.run) / 1e9;
+            y->bytes = got;
+            usleep(5000); /* a scraper is not a flood */
+        }
+        if (fd >= 0)
+            close(fd);
+        qsort(round, (size_t)y->n, sizeof round[0], cmp_double);
+        y->round_p99[r] = round[(int)((y->n - 1) * 0.99 + 0.5)];
     }
-    qsort(round, (size_t)x->n, sizeof round[0], cmp_double);
-    x->round_p99[r] = round[(int)((x->n - 1) * 0.99 + 0.5)];
-    free(round);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
+    if (round == NULL || got < 0)
+        die("the exporter did not answer");
+    free(round);
 }
 
 static void
 scrapes_print(struct scrapes *x)
 {
     int all = x->n * x->rounds;
-    printf("- GET /metrics of `%s exporter --interval 1` over loopback (%ld bytes), %d rounds "
-           "of %d:\n  what the scraper waits: ",
-           x->vram, x->bytes, x->rounds, x->n);
+    printf("- GET /metrics of `%s exporter --interval 1` over loopback (%ld bytes), %s, %d "
+           "rounds of %d:\n  what the scraper waits: ",
+           x->vram, x->bytes,
+           x->kept ? "one connection kept alive (as Prometheus scrapes)"
+                   : "a new connection per scrape",
+           x->rounds, x->n);
     double *own = calloc((size_t)all, sizeof *own);
     if (own == NULL)
         die("out of memory");
@@ -465,22 +529,24 @@ scrapes_print(struct scrapes *x)
     free(x->round_p99);
 }
 
-/* SCRAPES scrapes in each of ROUNDS rounds one second apart, of each
-** exporter of VRAM (N of them, alternated round by round, so that they
-** see the same load). */
+/* SCRAPES scrapes each way (a new connection each, one kept alive) in
+** each of ROUNDS rounds one second apart, of each exporter of VRAM (N of
+** them, alternated round by round, so that they see the same load). */
 static void
 bench_http(const char *const *vram, int n, int scrapes, int rounds)
 {
-    struct scrapes x[2];
+    struct scrapes x[2][2];
     for (int b = 0; b < n; b++)
-        scrapes_alloc(&x[b], vram[b], scrapes, rounds);
+        for (int m = 0; m < 2; m++)
+            scrapes_alloc(&x[b][m], vram[b], m == 1, scrapes, rounds);
     for (int r = 0; r < rounds; r++)
         for (int b = 0; b < n; b++) {
-            scrape_round(&x[b], r);
+            scrape_round(x[b], r);
             sleep(1);
         }
     for (int b = 0; b < n; b++)
-        scrapes_print(&x[b]);
+        for (int m = 0; m < 2; m++)
+            scrapes_print(&x[b][m]);
 }
 
 /* ---- 2. top ---- */
