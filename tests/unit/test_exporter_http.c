@@ -176,6 +176,21 @@ scrapes_share_the_text(void **state)
     free(expect_new);
 }
 
+#define SMALL_TEXT "vram_up 1\n"
+
+/* E serving SMALL_TEXT, its daemon started without a listening socket. */
+static struct MHD_Daemon *
+small_exporter(struct exporter *e)
+{
+    exporter_init(e, 1.0);
+    char *text = strdup(SMALL_TEXT);
+    assert_non_null(text);
+    assert_true(exporter_set_text(e, text, strlen(text)));
+    struct MHD_Daemon *d = exporter_start(e, NULL, 0);
+    assert_non_null(d);
+    return d;
+}
+
 /* One whole answer from FD into BUF (CAP): the head, then Content-Length
 ** bytes of body; its length, 0 if the connection ended first. */
 static size_t
@@ -211,12 +226,7 @@ connection_kept_alive(void **state)
 {
     (void)state;
     static struct exporter e;
-    exporter_init(&e, 1.0);
-    char *text = strdup("vram_up 1\n");
-    assert_non_null(text);
-    assert_true(exporter_set_text(&e, text, strlen(text)));
-    struct MHD_Daemon *d = exporter_start(&e, NULL, 0);
-    assert_non_null(d);
+    struct MHD_Daemon *d = small_exporter(&e);
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(40100)};
@@ -233,8 +243,8 @@ connection_kept_alive(void **state)
             fail_msg("request %d on the kept connection: the exporter closed it", k + 1);
         size_t blen = 0;
         const char *body = body_of(buf, n, &blen);
-        assert_int_equal(blen, strlen("vram_up 1\n"));
-        assert_memory_equal(body, "vram_up 1\n", blen);
+        assert_int_equal(blen, strlen(SMALL_TEXT));
+        assert_memory_equal(body, SMALL_TEXT, blen);
     }
     close(sv[0]);
     MHD_stop_daemon(d);
@@ -289,12 +299,7 @@ serving_thread_has_a_short_slice(void **state)
     assert_int_equal(slice_of(0), mine);
 
     static struct exporter e;
-    exporter_init(&e, 1.0);
-    char *text = strdup("vram_up 1\n");
-    assert_non_null(text);
-    assert_true(exporter_set_text(&e, text, strlen(text)));
-    struct MHD_Daemon *d = exporter_start(&e, NULL, 0);
-    assert_non_null(d);
+    struct MHD_Daemon *d = small_exporter(&e);
     pid_t serving = 0;
     for (int i = 0; serving == 0 && i < 200; i++) { /* the thread names itself once started */
         serving = thread_named("MHD-");
