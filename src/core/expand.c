@@ -36,6 +36,19 @@
 ** 32, 350 (1.020); unbounded, 285 (1.070).
 */
 #define EXTENT_UNITS 8
+
+/*
+** A run shorter than this is made a unit a handle, as before extents: a
+** block that needs one or two new units is usually a small one that stays
+** live (a kept output), and an extent under it would hold its other units.
+** Measured with `vram replay --driver-costs h200` (cold driver ns per
+** event, fragmentation), leak_mlp: extents from 2 units 1,310 (1.019),
+** from 3 units 1,599 (1.013, as without extents; PyTorch's caching
+** allocator reaches 1.014 there), from 4 units 1,599 (1.013);
+** resnet50_fp32 504 / 510 / 584 (1.010), gpt2_bf16_b16 683 / 699 / 838
+** (1.012 / 1.011 / 1.011), gpt2m_generate 2.9 / 4.3 / 4.3 (1.003).
+*/
+#define EXTENT_MIN_UNITS 3
 _Static_assert(EXTENT_UNITS <= UINT8_MAX, "a unit's place and span are bytes");
 
 /* After a conflict, new physical memory may exceed the peak in use by this
@@ -491,6 +504,8 @@ back_run_locked(struct vram_device *dev, uint64_t g, uint64_t g1, bool conflict)
     uint64_t k = 1;
     while (g + k <= g1 && e->g[g + k].state == G_UNMAPPED && k < EXTENT_UNITS)
         k++;
+    if (k < EXTENT_MIN_UNITS)
+        k = 1; /* a short run: a unit a handle */
     uint64_t peak = dev->peak_in_use > dev->heap.bytes_in_use ? dev->peak_in_use
                                                               : dev->heap.bytes_in_use;
     uint64_t held = expand_phys_bytes(e), slack = peak + peak / SLACK_DIVISOR;

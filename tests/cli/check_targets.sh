@@ -31,8 +31,9 @@
 # each driver call at its H200 cost (deterministic). The modelled driver ns
 # per event must stay at most the cudaMallocAsync pool's lowest measured
 # cold figure on the H200 (BENCHMARKS.md), except leak_mlp, which misses it
-# (1,310 against 1,165: its growing memory needs ~2 new handles a step) and
-# is held to its figure as a regression bound.
+# (1,599 against 1,165: its growing memory needs ~2 new units a step, made
+# a unit a handle to keep its fragmentation at 1.013) and is held to its
+# figure as a regression bound.
 # Labelled "slow": not run under the sanitizers, whose timings mean nothing.
 # Usage: check_targets.sh VRAM_BINARY REPO_ROOT
 set -eu
@@ -95,7 +96,7 @@ for (trace, strategy), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0]
     bad += not ok
 # Cold start, modelled: driver ns per event of the first pass.
 pool_cold = {"resnet50_fp32": 1393.0, "gpt2_bf16_b16": 1896.0,
-             "gpt2m_generate": 523.0, "leak_mlp": 1400.0}
+             "gpt2m_generate": 523.0, "leak_mlp": 1700.0}
 for path in paths:
     p = subprocess.run([vram, "replay", "--strategy", "expandable", "--driver-costs",
                         "h200", "--json", path], capture_output=True, text=True)
