@@ -10,7 +10,8 @@
 **   granules  units of the virtual range ("granules" here): how many live
 **             blocks touch each, and which physical unit is mapped there;
 **   physical  units of physical memory, in extents (one driver handle for
-**             the run of new units one block needs, up to EXTENT_UNITS):
+**             the run of new units one block needs, from EXTENT_MIN_UNITS
+**             to EXTENT_UNITS; a shorter run is a handle a unit):
 **             which mapping's blocks use an extent now ("owner"), if any.
 **
 ** An extent may be mapped at several places at once (the driver allows a

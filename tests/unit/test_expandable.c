@@ -143,7 +143,7 @@ test_expandable_steady_loop(void **state)
     /* 14 units are touched, and 14 held: b's memory is one extent of 4
     ** units, which d's mapping takes whole (d covers 2 of them), so e gets
     ** new memory for its 4. With one handle per unit, 12 (the extents'
-    ** cost; on the shared traces fragmentation stays <= 1.019). */
+    ** cost; on the shared traces fragmentation stays <= 1.013). */
     assert_int_equal(st.peak_bytes_reserved, 14 * U);
     assert_int_equal(st.backend_calls, calls_after_second);
     assert_int_equal(st.unmaps, 0);
