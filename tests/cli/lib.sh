@@ -20,6 +20,12 @@
 #                         true, fail otherwise
 #   test_end              "N passed, M failed"; its status is the test's
 #                         (last line of a test)
+#   remove_user NAME      for a test_cleanup: userdel NAME, its processes
+#                         killed first, retried for up to 5 s (a process
+#                         just killed, or another test's useradd holding
+#                         the password file's lock, makes userdel fail for
+#                         a moment); a user that stays is said on stderr
+#                         and fails the test
 #
 # Running vram and judging what it did:
 #   vram_cmd SUB VAR=VALUE... -- ARGS...
@@ -47,10 +53,29 @@ test_begin() {
 }
 
 test_exit() {
+    te_rc=$?
     if command -v test_cleanup >/dev/null 2>&1; then
         test_cleanup
     fi
     rm -rf "$TMP"
+    [ -n "${users_left:-}" ] && te_rc=1
+    exit $te_rc
+}
+
+remove_user() {
+    id "$1" >/dev/null 2>&1 || return 0
+    ru_i=0
+    while :; do
+        pkill -KILL -u "$1" 2>/dev/null
+        ru_err=$(userdel "$1" 2>&1) && return 0
+        ru_i=$((ru_i + 1))
+        if [ $ru_i -ge 50 ]; then
+            echo "test user $1 left behind: $ru_err" >&2
+            users_left=1
+            return 1
+        fi
+        sleep 0.1
+    done
 }
 
 scrub() {

@@ -23,8 +23,8 @@ test_cleanup() {
     [ -n "${HOLD:-}" ] && kill -9 "$HOLD" 2>/dev/null
     [ -n "${UA:-}" ] && rm -rf "/dev/shm/vram-$UA" "/dev/shm/vram-$UA-grp"
     [ -n "${UB:-}" ] && rm -rf "/dev/shm/vram-$UB"
-    userdel "$A" 2>/dev/null
-    userdel "$B" 2>/dev/null
+    remove_user "$A"
+    remove_user "$B"
 }
 useradd -M -s /bin/sh "$A" || exit 1
 useradd -M -s /bin/sh "$B" || exit 1

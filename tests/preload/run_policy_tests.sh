@@ -67,8 +67,8 @@ GROUP_ML=vrampml$$
 PIDS=""
 test_cleanup() {
     for p in $PIDS; do kill "$p" 2>/dev/null; done
-    userdel "$UA" 2>/dev/null
-    userdel "$UB" 2>/dev/null
+    remove_user "$UA"
+    remove_user "$UB"
     groupdel "$GROUP_ML" 2>/dev/null
 }
 
