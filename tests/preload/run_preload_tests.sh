@@ -59,13 +59,6 @@ run() {
     rc=$?
 }
 
-# expect NAME: exit 0 and nothing on stderr.
-expect() {
-    if [ "$rc" -ne 0 ]; then fail "$1" "exit $rc"; return; fi
-    if [ -s "$TMP/err" ]; then fail "$1" "unexpected stderr"; return; fi
-    pass "$1"
-}
-
 # expect_lines NAME REGEX MIN MAX: exit 0, between MIN and MAX stderr
 # lines, each matching the extended REGEX.
 expect_lines() {
@@ -125,36 +118,36 @@ done
 for via in "dlsym" "dlsym --ptsz" "gpa11030" "gpa12000" "gpa12000 --ptsz"; do
     # shellcheck disable=SC2086
     run $Q -- "$PROBE" --via $via routes
-    expect "active, via $via: hooks for hooked names, the driver's otherwise"
+    expect_ok "active, via $via: hooks for hooked names, the driver's otherwise"
     # shellcheck disable=SC2086
     run -- "$PROBE" --via $via routes real
-    expect "passive, via $via: the driver's own functions"
+    expect_ok "passive, via $via: the driver's own functions"
 done
 run $Q -- "$PROBE" versions
-expect "cuGetProcAddress: old ABIs pass, itself by version, _ptsz by flag"
+expect_ok "cuGetProcAddress: old ABIs pass, itself by version, _ptsz by flag"
 run -- "$PROBE" versions real
-expect "cuGetProcAddress, passive: the driver's answers untouched"
+expect_ok "cuGetProcAddress, passive: the driver's answers untouched"
 
 # ---- reports ----
 run $Q -- "$PROBE" info 0 64 64
-expect "cuMemGetInfo and cuDeviceTotalMem report the quota"
+expect_ok "cuMemGetInfo and cuDeviceTotalMem report the quota"
 # After the first answer the hooks no longer ask the driver which device
 # the context is on: with one visible device at all, with two while the
 # context is one they have seen (a per-thread cache of context -> device).
 run $Q FAKECUDA_DEVICES=1 -- "$PROBE" ctxdevice 64
-expect "one device: the current device is not asked again"
+expect_ok "one device: the current device is not asked again"
 run $Q -- "$PROBE" ctxdevice 64
-expect "two devices: a context's device is not asked again"
+expect_ok "two devices: a context's device is not asked again"
 for via in dlsym gpa12000; do
     run $Q -- "$PROBE" --via $via ctxswitch 64
-    expect "two devices, via $via: switching contexts charges each its own device, cuCtxGetDevice not asked in the steady state"
+    expect_ok "two devices, via $via: switching contexts charges each its own device, cuCtxGetDevice not asked in the steady state"
 done
 run VRAM_LIMIT=0:64M -- "$PROBE" --via gpa12000 info 1 1024 1024
-expect "a device without a limit reports its physical figures"
+expect_ok "a device without a limit reports its physical figures"
 run VRAM_LIMIT=25% -- "$PROBE" --via gpa11030 info 0 256 256
-expect "a fractional quota is a share of the device"
+expect_ok "a fractional quota is a share of the device"
 run VRAM_GROUP=$GROUP-g -- "$PROBE" info 0 1024 1024
-expect "a group without a limit counts but does not limit"
+expect_ok "a group without a limit counts but does not limit"
 
 # Free never negative: a member holding more than another member's
 # (smaller) quota.
@@ -164,7 +157,7 @@ env VRAM_GROUP=$GROUP-neg VRAM_LIMIT=64M LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH="
 holder=$!
 if wait_for "$TMP/hold" held; then
     run VRAM_GROUP=$GROUP-neg VRAM_LIMIT=32M -- "$PROBE" info 0 32 0
-    expect "free is 0, not negative, when the group holds more than the quota"
+    expect_ok "free is 0, not negative, when the group holds more than the quota"
     run VRAM_GROUP=$GROUP-neg VRAM_LIMIT=32M -- "$PROBE" alloc 2 0 2
     expect_lines "and every allocation is refused" "^vram: out of GPU memory quota" 1 1
 else
@@ -197,9 +190,9 @@ else
     fail "4 processes x 4 threads racing: only quota refusals" "a racer failed"
 fi
 run FAKECUDA_SHARED="$TMP/shared" -- "$PROBE" peak 64
-expect "the race: the fake's own high-water mark never passed the quota"
+expect_ok "the race: the fake's own high-water mark never passed the quota"
 run VRAM_GROUP=$GROUP-race $Q -- "$PROBE" info 0 64 64
-expect "the race: the group's use is back to 0"
+expect_ok "the race: the group's use is back to 0"
 
 # ---- kill -9 of a member holding memory ----
 rm -f "$TMP/stop" "$TMP/hold"
@@ -212,7 +205,7 @@ if wait_for "$TMP/hold" held; then
     kill -9 $holder
     wait $holder 2>/dev/null
     run VRAM_GROUP=$GROUP-kill $Q -- "$PROBE" alloc 48 0 0 1000
-    expect "kill -9: its share is reclaimed within a second, nobody hangs"
+    expect_ok "kill -9: its share is reclaimed within a second, nobody hangs"
 else
     kill -9 $holder 2>/dev/null
     : >"$TMP/out"; cp "$TMP/hold" "$TMP/err"
@@ -222,17 +215,17 @@ fi
 # ---- CUDA_VISIBLE_DEVICES: limits follow the physical GPU ----
 for cvd in "1,0" "$UUID1,$UUID0" "GPU-facecda0-0001-4000-8000-000000000001,0"; do
     run CUDA_VISIBLE_DEVICES=$cvd VRAM_LIMIT=$UUID1:32M -- "$PROBE" info 0 32 32
-    expect "CUDA_VISIBLE_DEVICES=$cvd, limit by UUID: ordinal 0 is GPU 1, limited"
+    expect_ok "CUDA_VISIBLE_DEVICES=$cvd, limit by UUID: ordinal 0 is GPU 1, limited"
     run CUDA_VISIBLE_DEVICES=$cvd VRAM_LIMIT=$UUID1:32M -- "$PROBE" info 1 1024 1024
-    expect "CUDA_VISIBLE_DEVICES=$cvd, limit by UUID: ordinal 1 is GPU 0, not limited"
+    expect_ok "CUDA_VISIBLE_DEVICES=$cvd, limit by UUID: ordinal 1 is GPU 0, not limited"
     run CUDA_VISIBLE_DEVICES=$cvd VRAM_LIMIT=$UUID1:32M -- "$PROBE" alloc 48 0 2
     expect_lines "CUDA_VISIBLE_DEVICES=$cvd: refused on ordinal 0" \
         "^vram: out of GPU memory quota on $UUID1: " 1 1
     run CUDA_VISIBLE_DEVICES=$cvd VRAM_LIMIT=$UUID1:32M -- "$PROBE" alloc 48 1 0
-    expect "CUDA_VISIBLE_DEVICES=$cvd: granted on ordinal 1"
+    expect_ok "CUDA_VISIBLE_DEVICES=$cvd: granted on ordinal 1"
 done
 run CUDA_VISIBLE_DEVICES=1,0 VRAM_LIMIT=0:32M -- "$PROBE" info 0 32 32
-expect "ordinal keys count after CUDA_VISIBLE_DEVICES"
+expect_ok "ordinal keys count after CUDA_VISIBLE_DEVICES"
 # Two members that number the GPUs differently share one count per GPU.
 rm -f "$TMP/stop" "$TMP/hold"
 env CUDA_VISIBLE_DEVICES=1,0 VRAM_GROUP=$GROUP-cvd $Q LD_PRELOAD="$PRELOAD" \
@@ -243,7 +236,7 @@ if wait_for "$TMP/hold" held; then
     expect_lines "members with other orders: GPU 1's use is shared" \
         "^vram: out of GPU memory quota on $UUID1: " 1 1
     run VRAM_GROUP=$GROUP-cvd $Q -- "$PROBE" alloc 32 0 0
-    expect "members with other orders: GPU 0 is free"
+    expect_ok "members with other orders: GPU 0 is free"
 else
     : >"$TMP/out"; cp "$TMP/hold" "$TMP/err"
     fail "members with other orders" "the holder did not start"
@@ -325,28 +318,28 @@ expect_lines "trace that cannot be opened: one line, the quota still applies" \
     "^vram: VRAM_TRACE: /nonexistent-dir/t.csv: No such file or directory; no trace is recorded$" 1 1
 run VRAM_TRACE="$TMP/t3.csv" -- "$PROBE" info 0 1024 1024
 if [ ! -s "$TMP/t3.csv" ]; then
-    expect "passive: no trace is written"
+    expect_ok "passive: no trace is written"
 else
     fail "passive: no trace is written" "$TMP/t3.csv exists"
 fi
 
 # ---- HAMi's variables ----
 run CUDA_DEVICE_MEMORY_LIMIT=64m -- "$PROBE" info 0 64 64
-expect "CUDA_DEVICE_MEMORY_LIMIT=64m is 64 MiB"
+expect_ok "CUDA_DEVICE_MEMORY_LIMIT=64m is 64 MiB"
 run CUDA_DEVICE_MEMORY_LIMIT_1=32m -- "$PROBE" info 1 32 32
-expect "CUDA_DEVICE_MEMORY_LIMIT_1 limits device 1"
+expect_ok "CUDA_DEVICE_MEMORY_LIMIT_1 limits device 1"
 run CUDA_DEVICE_MEMORY_LIMIT_1=32m -- "$PROBE" info 0 1024 1024
-expect "CUDA_DEVICE_MEMORY_LIMIT_1 leaves device 0 alone"
+expect_ok "CUDA_DEVICE_MEMORY_LIMIT_1 leaves device 0 alone"
 
 # ---- NVML ----
 run VRAM_LIMIT=$UUID0:64M -- "$PROBE" nvml
-expect "NVML's memory info reports the quota and the group's use"
+expect_ok "NVML's memory info reports the quota and the group's use"
 
 # ---- passive and private groups ----
 run -- "$PROBE" ledger-file passive
-expect "passive: no ledger file, the driver's figures"
+expect_ok "passive: no ledger file, the driver's figures"
 run -- "$PROBE" info 0 1024 1024
-expect "passive: cuMemGetInfo is the fake's physical figures"
+expect_ok "passive: cuMemGetInfo is the fake's physical figures"
 env $Q LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH="$LIBPATH" "$PROBE" \
     ledger-file active >"$TMP/out" 2>"$TMP/err" &
 p=$!
