@@ -152,15 +152,23 @@ test_threads_expandable(void **state)
     vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 96 * MiB);
     run_workers(&dev, 1);
     vram_close(ctx);
-    ctx = sim_open(1, 1 * GiB, true);
-    dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 96 * MiB);
-    run_workers_sized(&dev, 1, 3, 24 << 20);
-    vram_stats s = stats_of(dev);
-    printf("# expandable under threads: %llu maps, %llu unmaps\n",
-           (unsigned long long)s.maps, (unsigned long long)s.unmaps);
+    /* Aliases and conflicts need the threads to overlap; on a loaded
+    ** machine one round may run them one after another (then 12 maps, 0
+    ** unmaps: each unit mapped once). Up to 5 rounds, each checked. */
+    vram_stats s;
+    for (int round = 0; round < 5; round++) {
+        ctx = sim_open(1, 1 * GiB, true);
+        dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 96 * MiB);
+        run_workers_sized(&dev, 1, 3, 24 << 20);
+        s = stats_of(dev);
+        vram_close(ctx);
+        printf("# expandable under threads: %llu maps, %llu unmaps\n",
+               (unsigned long long)s.maps, (unsigned long long)s.unmaps);
+        if (s.maps > s.bytes_limit / (8 * MiB) && s.unmaps > 0)
+            break;
+    }
     assert_true(s.maps > s.bytes_limit / (8 * MiB)); /* aliases were made */
     assert_true(s.unmaps > 0);                       /* and taken back */
-    vram_close(ctx);
 }
 
 struct racer {
