@@ -54,6 +54,11 @@
 ** skipping it -- reclaiming only ever lowers the group's use. */
 #define RECLAIM_INTERVAL_NS UINT64_C(100000000)
 
+/* A handle's reservations ask whether that interval has passed only every
+** RECLAIM_EVERY-th time (a power of two): the question reads the clock and
+** the group's time word, two cache lines a reservation could do without. */
+#define RECLAIM_EVERY 64
+
 /* Attempts at open-and-join while the file keeps being removed. */
 #define OPEN_ATTEMPTS 8
 
@@ -141,13 +146,18 @@ struct dev_cached {
 ** in ledger_after_fork (a child with one thread).
 */
 struct ledger {
+    /* What a reservation reads, first: one cache line. */
     struct layout *map;
     bool member;   /* false: a monitoring handle, no entry, no reserve */
     bool writable; /* false: a read-only handle (ledger_attach_user) */
-    uint64_t ino;  /* the file's inode, for ledger_file_unlink */
-    uid_t uid;     /* the user whose directory holds the file */
     _Atomic int64_t own;
-    struct self me;
+    _Atomic uint32_t reserves; /* reservations made, for RECLAIM_EVERY */
+    struct self me; /* its pid in the first line */
+    uid_t uid;      /* the user whose directory holds the file */
+    uint64_t ino;   /* the file's inode, for ledger_file_unlink */
+    /* The limit this handle last recorded for each device (limit_set):
+    ** UINT64_MAX none yet. */
+    _Atomic uint64_t limit_put[LEDGER_MAX_DEVICES];
     char group[LEDGER_GROUP_LEN];
     _Atomic int n_cached; /* entries of CACHED claimed (may pass DEV_CACHE) */
     struct dev_cached cached[DEV_CACHE];
@@ -274,9 +284,9 @@ static void
 slot_zero_uses(struct slot *s)
 {
     for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
-        atomic_store(&s->used[d], 0);
-        atomic_store(&s->pending[d], 0);
-        atomic_store(&s->peak[d], 0);
+        atomic_store(&s->use[d].used, 0);
+        atomic_store(&s->use[d].pending, 0);
+        atomic_store(&s->use[d].peak, 0);
     }
     atomic_store(&s->pinned, 0);
 }
@@ -435,6 +445,15 @@ reclaim(struct ledger *l, bool force)
     }
 }
 
+/* reclaim(L, false) at every RECLAIM_EVERY-th call. */
+static void
+reclaim_now_and_then(struct ledger *l)
+{
+    uint32_t n = atomic_fetch_add_explicit(&l->reserves, 1, memory_order_relaxed);
+    if (n % RECLAIM_EVERY == 0)
+        reclaim(l, false);
+}
+
 /* ==== devices ==== */
 
 /* FNV-1a of the UUID, never 0 (0 = a free record). */
@@ -577,10 +596,10 @@ group_sum(const struct layout *m, int d, bool pending)
         if (owner_state(atomic_load(&s->owner)) != SLOT_LIVE)
             continue;
         if (pending) {
-            sum = add_sat(sum, atomic_load(&s->pending[d]));
+            sum = add_sat(sum, atomic_load(&s->use[d].pending));
             ledger_fault(LEDGER_FAULT_SUMMING);
         }
-        sum = add_sat(sum, atomic_load(&s->used[d]));
+        sum = add_sat(sum, atomic_load(&s->use[d].used));
     }
     return sum;
 }
@@ -624,6 +643,8 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
     l->writable = writable;
     l->uid = uid;
     atomic_init(&l->own, OWN_NONE);
+    for (int d = 0; d < LEDGER_MAX_DEVICES; d++)
+        atomic_init(&l->limit_put[d], UINT64_MAX);
     memcpy(l->group, group, strlen(group) + 1);
     rc = ledger_self_read(&l->me);
     for (int attempt = 0; rc == VRAM_OK; attempt++) {
@@ -789,29 +810,61 @@ use_sub(_Atomic uint64_t *p, uint64_t bytes)
 }
 
 vram_status
-ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limit,
-               uint64_t *group_used)
+ledger_device(struct ledger *l, const char *uuid, int *index)
+{
+    vram_status rc = check_member(l, "ledger_device", "cannot reserve");
+    if (rc == VRAM_OK && index == NULL)
+        rc = error_set(VRAM_E_INVALID, "ledger_device: NULL index");
+    if (rc == VRAM_OK)
+        rc = check_uuid(uuid);
+    if (rc == VRAM_OK)
+        rc = device_index(l, uuid, true, index);
+    return rc;
+}
+
+/* VRAM_OK if D can be a device index of L's (ledger_device). */
+static vram_status
+check_index(const char *call, int d)
+{
+    if (d < 0 || d >= LEDGER_MAX_DEVICES)
+        return error_set(VRAM_E_INVALID, "%s: device index %d is not one of 0..%d", call, d,
+                         LEDGER_MAX_DEVICES - 1);
+    return VRAM_OK;
+}
+
+/* Record LIMIT as device D's quota for the monitors, unless this handle
+** recorded that already (the shared record is then not touched: one
+** cache line less a reservation). Another member recording another limit
+** in between is not undone: the record is the limit last changed. */
+static void
+limit_set(struct ledger *l, int d, uint64_t limit)
+{
+    if (atomic_load_explicit(&l->limit_put[d], memory_order_relaxed) == limit)
+        return;
+    st(&l->map->dev[d].limit, limit);
+    atomic_store_explicit(&l->limit_put[d], limit, memory_order_relaxed);
+}
+
+vram_status
+ledger_reserve_at(struct ledger *l, int d, uint64_t bytes, uint64_t limit,
+                  uint64_t *group_used)
 {
     vram_status rc = check_member(l, "ledger_reserve", "cannot reserve");
     if (rc == VRAM_OK)
-        rc = check_uuid(uuid);
+        rc = check_index("ledger_reserve", d);
     if (rc != VRAM_OK)
         return rc;
+    reclaim_now_and_then(l);
     struct slot *s = NULL;
-    int d = -1;
-    reclaim(l, false);
     rc = own_slot(l, &s);
-    if (rc == VRAM_OK)
-        rc = device_index(l, uuid, true, &d);
     if (rc != VRAM_OK)
         return rc;
-    struct device *dv = &l->map->dev[d];
-    if (ld(&dv->limit) != limit)
-        st(&dv->limit, limit);
+    limit_set(l, d, limit);
 
+    struct slot_use *u = &s->use[d];
     uint64_t total = 0, added = 0;
     for (int attempt = 0; attempt < 3; attempt++) {
-        added = use_add(&s->pending[d], bytes);
+        added = use_add(&u->pending, bytes);
         ledger_fault(LEDGER_FAULT_CLAIMED);
         if (limit == 0)
             break;
@@ -819,7 +872,7 @@ ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limi
         if (!over_limit(total - (total < added ? total : added), added, limit) &&
             added == bytes)
             break;
-        use_sub(&s->pending[d], added);
+        use_sub(&u->pending, added);
         added = 0;
         if (attempt == 0)
             reclaim(l, true); /* never refuse because of the dead */
@@ -828,9 +881,11 @@ ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limi
     }
     if (added == 0 && bytes != 0) {
         uint64_t used = total - (total < bytes ? total : bytes);
-        atomic_fetch_add(&dv->refusals, 1);
+        atomic_fetch_add(&l->map->dev[d].refusals, 1);
         if (group_used != NULL)
             *group_used = used;
+        char uuid[LEDGER_UUID_LEN];
+        uuid_read(&l->map->dev[d], uuid);
         return error_set(VRAM_E_OOM,
                          "group %s: %" PRIu64 " more bytes on %s would pass its limit of "
                          "%" PRIu64 " (%" PRIu64 " in use)",
@@ -839,14 +894,37 @@ ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limi
     ledger_fault(LEDGER_FAULT_CHECKED);
     /* In use first, then no longer pending: counted twice for a moment
     ** (never a moment uncounted). */
-    use_add(&s->used[d], added);
+    use_add(&u->used, added);
     ledger_fault(LEDGER_FAULT_GRANTED);
-    use_sub(&s->pending[d], added);
-    uint64_t now = atomic_load(&s->used[d]);
-    uint64_t peak = atomic_load(&s->peak[d]);
-    while (now > peak && !atomic_compare_exchange_weak(&s->peak[d], &peak, now))
+    use_sub(&u->pending, added);
+    uint64_t now = atomic_load(&u->used);
+    uint64_t peak = atomic_load(&u->peak);
+    while (now > peak && !atomic_compare_exchange_weak(&u->peak, &peak, now))
         ;
     return VRAM_OK;
+}
+
+vram_status
+ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limit,
+               uint64_t *group_used)
+{
+    int d = -1;
+    vram_status rc = ledger_device(l, uuid, &d);
+    return rc != VRAM_OK ? rc : ledger_reserve_at(l, d, bytes, limit, group_used);
+}
+
+void
+ledger_release_at(struct ledger *l, int d, uint64_t bytes)
+{
+    if (l == NULL || !l->member || d < 0 || d >= LEDGER_MAX_DEVICES)
+        return;
+    struct slot *s = own_slot_if_any(l);
+    if (s == NULL)
+        return;
+    ledger_fault(LEDGER_FAULT_RELEASE);
+    /* Never below zero: a release of more than was reserved (a caller
+    ** bug, or an entry emptied by ledger_leave) must not wrap. */
+    use_sub(&s->use[d].used, bytes);
 }
 
 void
@@ -854,14 +932,9 @@ ledger_release(struct ledger *l, const char *uuid, uint64_t bytes)
 {
     if (l == NULL || !l->member || check_uuid(uuid) != VRAM_OK)
         return;
-    struct slot *s = own_slot_if_any(l);
     int d = -1;
-    if (s == NULL || device_index(l, uuid, false, &d) != VRAM_OK || d < 0)
-        return;
-    ledger_fault(LEDGER_FAULT_RELEASE);
-    /* Never below zero: a release of more than was reserved (a caller
-    ** bug, or an entry emptied by ledger_leave) must not wrap. */
-    use_sub(&s->used[d], bytes);
+    if (device_index(l, uuid, false, &d) == VRAM_OK)
+        ledger_release_at(l, d, bytes);
 }
 
 vram_status
@@ -895,6 +968,15 @@ ledger_group_used(struct ledger *l, const char *uuid)
     return d >= 0 ? group_sum(l->map, d, false) : 0;
 }
 
+uint64_t
+ledger_group_used_at(struct ledger *l, int d)
+{
+    if (l == NULL || d < 0 || d >= LEDGER_MAX_DEVICES)
+        return 0;
+    reclaim(l, true);
+    return group_sum(l->map, d, false);
+}
+
 /* Copy entry S into *P; false if it is not LIVE or changed meanwhile. */
 static bool
 copy_proc(const struct slot *s, struct ledger_proc *p, uint64_t *word)
@@ -912,8 +994,8 @@ copy_proc(const struct slot *s, struct ledger_proc *p, uint64_t *word)
     memcpy(p->comm, words, sizeof p->comm);
     p->comm[LEDGER_COMM_LEN - 1] = '\0';
     for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
-        p->dev[d].used = ld(&s->used[d]);
-        p->dev[d].peak = ld(&s->peak[d]);
+        p->dev[d].used = ld(&s->use[d].used);
+        p->dev[d].peak = ld(&s->use[d].peak);
     }
     p->pinned = ld(&s->pinned);
     p->rss = 0;

@@ -129,7 +129,8 @@ bool ledger_remove_if_unused(struct ledger *l);
 ** VRAM_E_NO_DEVICE (the ledger already holds LEDGER_MAX_DEVICES other
 ** devices), VRAM_E_IO (the ledger is full).
 ** Grants need no /proc read; dead members are looked for at most every
-** 100 ms, and always before a refusal, so a dead member never causes one.
+** 100 ms (asked every 64th reservation of a handle), and always before a
+** refusal, so a dead member never causes one.
 */
 vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limit,
                            uint64_t *group_used);
@@ -137,6 +138,20 @@ vram_status ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, u
 /* Give back BYTES reserved on UUID by this process (after a failed driver
 ** call, or when the memory is freed). */
 void ledger_release(struct ledger *l, const char *uuid, uint64_t bytes);
+
+/*
+** The same by the device's index in the ledger, for callers on a hot path
+** (the preload library's hooks): ledger_device finds or adds device UUID
+** (the statuses of ledger_reserve) and puts its index into *INDEX, which
+** stays right for the life of the handle (records never move). The _at
+** calls then skip the UUID's lookup; INDEX must come from ledger_device on
+** the same handle (VRAM_E_INVALID if out of range).
+*/
+vram_status ledger_device(struct ledger *l, const char *uuid, int *index);
+vram_status ledger_reserve_at(struct ledger *l, int index, uint64_t bytes, uint64_t limit,
+                              uint64_t *group_used);
+void ledger_release_at(struct ledger *l, int index, uint64_t bytes);
+uint64_t ledger_group_used_at(struct ledger *l, int index);
 
 /*
 ** Count BYTES more (ledger_host_add) or fewer (ledger_host_sub, never

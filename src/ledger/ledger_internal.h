@@ -20,13 +20,18 @@
 #include "ledger/ledger.h"
 #include "ledger/ledger_testing.h"
 
-/* "VRAMLDG4": stored last, with release order, once the header is written.
+/* "VRAMLDG5": stored last, with release order, once the header is written.
 ** The first three words of the header (magic, version, size) keep their
 ** place in every version, so that a reader can name the version of a file
-** it cannot read. Version 4 added each entry's pinned host memory. */
-#define LEDGER_MAGIC UINT64_C(0x5652414d4c444734)
+** it cannot read. Version 4 added each entry's pinned host memory;
+** version 5 put the three counters of one device side by side (struct
+** slot_use). */
+#define LEDGER_MAGIC UINT64_C(0x5652414d4c444735)
 #define LEDGER_MAGIC_PREFIX UINT64_C(0x5652414d4c444700) /* "VRAMLDG" and any digit */
-#define LEDGER_VERSION 4
+#define LEDGER_VERSION 5
+
+/* The size of a cache line: what a reservation touches is counted in them. */
+#define LEDGER_LINE 64
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the ledger's words must be lock-free across processes");
 
@@ -61,6 +66,21 @@ owner_word(unsigned state, uint32_t gen, int32_t pid)
     return ((uint64_t)(uint32_t)pid << 32) | ((uint64_t)(gen & 0x3fffffffu) << 2) | state;
 }
 
+/*
+** One member's use of one device, bytes. The three counters a reservation
+** changes share a cache line: a hooked allocation runs right after a
+** driver call that has walked the CPU's caches, and each line it touches
+** then costs a miss (BENCHMARKS.md, "Preload hook cost").
+*/
+struct slot_use {
+    _Atomic uint64_t used;
+    /* Bytes of reservations being checked: counted against the limit, not
+    ** yet shown as in use (a stopped or refused claim never shows). */
+    _Atomic uint64_t pending;
+    _Atomic uint64_t peak;
+    uint64_t unused; /* two devices to a line */
+};
+
 /* One member process. The identity fields are written only while the slot
 ** is SLOT_INIT by the process claiming it (and the image by that process
 ** after an execve); the uses only by the owner (its threads: atomic
@@ -72,16 +92,16 @@ struct slot {
     _Atomic uint64_t pidns;      /* inode of its pid namespace; 0 = unknown */
     _Atomic uint64_t image;      /* AT_RANDOM of its program image: new at every execve */
     _Atomic uint64_t comm[LEDGER_COMM_LEN / 8]; /* the command name, NUL-padded */
-    _Atomic uint64_t used[LEDGER_MAX_DEVICES]; /* bytes, indexed like the devices */
-    /* Bytes of reservations being checked: counted against the limit, not
-    ** yet shown as in use (a stopped or refused claim never shows). */
-    _Atomic uint64_t pending[LEDGER_MAX_DEVICES];
-    _Atomic uint64_t peak[LEDGER_MAX_DEVICES];
     /* Bytes of page-locked host memory the process holds through the
     ** driver (cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister): shown,
     ** never a quota. */
     _Atomic uint64_t pinned;
+    /* Indexed like the devices; line-aligned (so is the slot). */
+    _Alignas(LEDGER_LINE) struct slot_use use[LEDGER_MAX_DEVICES];
 };
+
+_Static_assert(sizeof(struct slot_use) * 2 == LEDGER_LINE, "two devices' uses a line");
+_Static_assert(sizeof(struct slot) % LEDGER_LINE == 0, "slots are whole lines");
 
 /* One device. TAG (a hash of the UUID, never 0) claims the record; the
 ** UUID string follows, written by whoever finds it missing (the same bytes). */
@@ -107,7 +127,7 @@ struct layout {
     _Atomic uint64_t reclaim_ns; /* CLOCK_MONOTONIC of the last look for the dead */
     _Atomic char group[LEDGER_GROUP_LEN];
     struct device dev[LEDGER_MAX_DEVICES];
-    struct slot slots[LEDGER_MAX_PROCS];
+    _Alignas(LEDGER_LINE) struct slot slots[LEDGER_MAX_PROCS];
 };
 
 _Static_assert(sizeof(struct layout) < UINT32_MAX, "layout size fits its field");

@@ -171,7 +171,7 @@ static void fork_child(void);
 static const char *
 main_group(void)
 {
-    return P.acct[ACCT_JOB].ledger != NULL ? P.acct[ACCT_JOB].group : P.acct[ACCT_USER].group;
+    return P.ledger[ACCT_JOB] != NULL ? P.group[ACCT_JOB] : P.group[ACCT_USER];
 }
 
 /* Open VRAM_TRACE, if set, into P.trace. Run by preload_init only. */
@@ -304,7 +304,7 @@ policy_init(void)
         snprintf(P.user, sizeof P.user, "%s", w.user);
     else
         snprintf(P.user, sizeof P.user, "%lu", (unsigned long)w.uid);
-    snprintf(P.acct[ACCT_USER].group, sizeof P.acct[ACCT_USER].group, "user-%lu",
+    snprintf(P.group[ACCT_USER], sizeof P.group[ACCT_USER], "user-%lu",
              (unsigned long)w.uid);
     return true;
 }
@@ -341,8 +341,8 @@ preload_init(void)
     }
     if (!policy_init())
         return;
-    struct preload_account *user = &P.acct[ACCT_USER], *job = &P.acct[ACCT_JOB];
-    if (!q.active && q.group[0] == '\0' && user->group[0] == '\0') {
+    char *user = P.group[ACCT_USER], *job = P.group[ACCT_JOB];
+    if (!q.active && q.group[0] == '\0' && user[0] == '\0') {
         __atomic_store_n(&P.mode, PRELOAD_PASSIVE, __ATOMIC_RELEASE);
         return;
     }
@@ -350,28 +350,28 @@ preload_init(void)
     /* Stricter is always allowed: a job may ask for its context to be
     ** counted where the policy does not. */
     P.count_context =
-        user->group[0] != '\0' ? (P.policy.context || q.context == 1) : q.context == 1;
+        user[0] != '\0' ? (P.policy.context || q.context == 1) : q.context == 1;
     if (q.group[0] != '\0') {
-        snprintf(job->group, sizeof job->group, "%s", q.group);
+        snprintf(job, LEDGER_GROUP_LEN, "%s", q.group);
     } else if (q.active) {
-        snprintf(job->group, sizeof job->group, "pid-%ld-%llu", (long)getpid(),
+        snprintf(job, LEDGER_GROUP_LEN, "pid-%ld-%llu", (long)getpid(),
                  start_time());
     }
-    if (job->group[0] != '\0' && strcmp(job->group, user->group) == 0) {
+    if (job[0] != '\0' && strcmp(job, user) == 0) {
         char why[640];
         snprintf(why, sizeof why,
                  "VRAM_GROUP=%s: that name is the user's account under %s, not a job's",
-                 job->group, policy_path());
+                 job, policy_path());
         disable(why);
         return;
     }
     for (int a = 0; a < ACCT_COUNT; a++) {
-        if (P.acct[a].group[0] == '\0')
+        if (P.group[a][0] == '\0')
             continue;
-        if (ledger_open(P.acct[a].group, &P.acct[a].ledger) != VRAM_OK) {
+        if (ledger_open(P.group[a], &P.ledger[a]) != VRAM_OK) {
             char why[640];
             snprintf(why, sizeof why, "cannot open the ledger of group %s: %s",
-                     P.acct[a].group, vram_last_error());
+                     P.group[a], vram_last_error());
             disable(why);
             return;
         }
@@ -411,10 +411,10 @@ preload_fini(void)
         say(line);
     }
     for (int a = 0; a < ACCT_COUNT; a++) {
-        if (P.acct[a].ledger == NULL)
+        if (P.ledger[a] == NULL)
             continue;
-        ledger_leave(P.acct[a].ledger);
-        ledger_remove_if_unused(P.acct[a].ledger);
+        ledger_leave(P.ledger[a]);
+        ledger_remove_if_unused(P.ledger[a]);
     }
 }
 
@@ -451,13 +451,14 @@ fork_child(void)
     pthread_mutex_init(&P.dev_lock, NULL);
     track_fork_child();
     /* The child has no CUDA context of its own yet, and nothing counted. */
-    memset(P.use, 0, sizeof P.use);
+    for (int i = 0; i < PRELOAD_MAX_DEVICES; i++)
+        memset(&P.dev[i].use, 0, sizeof P.dev[i].use);
     for (int a = 0; a < ACCT_COUNT; a++) {
-        if (P.acct[a].ledger == NULL || ledger_after_fork(P.acct[a].ledger) == VRAM_OK)
+        if (P.ledger[a] == NULL || ledger_after_fork(P.ledger[a]) == VRAM_OK)
             continue;
         char why[640];
         snprintf(why, sizeof why, "cannot join the ledger of group %s after fork: %s",
-                 P.acct[a].group, vram_last_error());
+                 P.group[a], vram_last_error());
         disable(why);
         return;
     }
@@ -478,7 +479,7 @@ device_limits(int ord, const char *uuid, uint64_t total, uint64_t limit[ACCT_COU
     limit[ACCT_JOB] = quota_for_device(&P.quota, ord, uuid, total);
     limit[ACCT_USER] = 0;
     *rule = NULL;
-    if (P.acct[ACCT_USER].ledger != NULL) {
+    if (P.ledger[ACCT_USER] != NULL) {
         int host = policy_host_ordinal(P.visible_set ? P.visible : NULL, ord);
         limit[ACCT_USER] = policy_limit(&P.verdict, host, uuid, total, rule);
     }
@@ -497,15 +498,18 @@ effective_limit(const uint64_t limit[ACCT_COUNT])
 }
 
 /* How much more the process may take on UUID under LIMIT: the least room
-** left in any limited account (UINT64_MAX when none limits it). */
+** left in any limited account (UINT64_MAX when none limits it). D: the
+** device, if known, whose ledger indexes save the lookups of UUID. */
 uint64_t
-room_left(const char *uuid, const uint64_t limit[ACCT_COUNT])
+room_left(const struct preload_device *d, const char *uuid, const uint64_t limit[ACCT_COUNT])
 {
     uint64_t room = UINT64_MAX;
     for (int a = 0; a < ACCT_COUNT; a++) {
-        if (P.acct[a].ledger == NULL || limit[a] == 0)
+        if (P.ledger[a] == NULL || limit[a] == 0)
             continue;
-        uint64_t used = ledger_group_used(P.acct[a].ledger, uuid);
+        int i = d != NULL ? __atomic_load_n(&d->index[a], __ATOMIC_ACQUIRE) : -1;
+        uint64_t used = i >= 0 ? ledger_group_used_at(P.ledger[a], i)
+                               : ledger_group_used(P.ledger[a], uuid);
         uint64_t r = limit[a] > used ? limit[a] - used : 0;
         if (r < room)
             room = r;
@@ -591,6 +595,8 @@ device_get(int ord, struct preload_device **out)
         d->total = f.total;
         memcpy(d->limit, f.limit, sizeof d->limit);
         d->rule = f.rule;
+        for (int a = 0; a < ACCT_COUNT; a++)
+            __atomic_store_n(&d->index[a], -1, __ATOMIC_RELAXED);
         __atomic_store_n(&d->ready, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&P.dev_lock);
@@ -909,7 +915,7 @@ context_delta(const struct preload_device *d, uint64_t *grow, uint64_t *shrink)
     *grow = *shrink = 0;
     if (!P.count_context)
         return;
-    struct preload_use *u = &P.use[d - P.dev];
+    struct preload_use *u = &P.dev[d - P.dev].use;
     long long now = (long long)now_mono_ns();
     long long last = __atomic_load_n(&u->checked_ns, __ATOMIC_RELAXED);
     if (last != 0 && now - last < CONTEXT_INTERVAL_NS)
@@ -972,19 +978,41 @@ refusal_line(const char *what, const struct preload_device *d, int a, uint64_t b
              "%s %.63s uses %s",
              d->uuid, what, req, context > 0 ? " (with this process's context, " : "",
              context > 0 ? ctx : "", context > 0 ? ")" : "", source, quota,
-             a == ACCT_USER ? "user" : "group", a == ACCT_USER ? P.user : P.acct[a].group,
+             a == ACCT_USER ? "user" : "group", a == ACCT_USER ? P.user : P.group[a],
              used);
-    biggest_users(P.acct[a].ledger, d->uuid, line, sizeof line);
+    biggest_users(P.ledger[a], d->uuid, line, sizeof line);
     say(line);
 }
 
-/* Give BYTES on D back to every account of accounts 0..N-1. */
+/*
+** D's index in account A's ledger into *INDEX, looked up (and the device
+** added to the ledger) the first time; the ledger's status otherwise
+** (VRAM_E_NO_DEVICE: the ledger holds as many other devices as it can).
+** Racing threads find the same index.
+*/
+static vram_status
+ledger_index(struct preload_device *d, int a, int *index)
+{
+    int i = __atomic_load_n(&d->index[a], __ATOMIC_ACQUIRE);
+    if (i < 0) {
+        vram_status st = ledger_device(P.ledger[a], d->uuid, &i);
+        if (st != VRAM_OK)
+            return st;
+        __atomic_store_n(&d->index[a], i, __ATOMIC_RELEASE);
+    }
+    *index = i;
+    return VRAM_OK;
+}
+
+/* Give BYTES on D back to every account of accounts 0..N-1 (each holds
+** them: its index was found when they were reserved). */
 static void
 release_accounts(const struct preload_device *d, uint64_t bytes, int n)
 {
     for (int a = 0; a < n; a++)
-        if (P.acct[a].ledger != NULL)
-            ledger_release(P.acct[a].ledger, d->uuid, bytes);
+        if (P.ledger[a] != NULL)
+            ledger_release_at(P.ledger[a], __atomic_load_n(&d->index[a], __ATOMIC_ACQUIRE),
+                              bytes);
 }
 
 /*
@@ -1007,16 +1035,18 @@ reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
         return r;
     uint64_t grow, shrink;
     context_delta(d, &grow, &shrink);
-    struct preload_use *u = &P.use[d - P.dev];
+    struct preload_use *u = &d->use;
     if (shrink > 0)
         release_accounts(d, shrink, ACCT_COUNT);
     uint64_t want = bytes + grow < bytes ? UINT64_MAX : bytes + grow;
     for (int a = 0; a < ACCT_COUNT; a++) {
-        if (P.acct[a].ledger == NULL)
+        if (P.ledger[a] == NULL)
             continue;
         uint64_t group_used = 0;
-        vram_status st =
-            ledger_reserve(P.acct[a].ledger, d->uuid, want, d->limit[a], &group_used);
+        int index = -1;
+        vram_status st = ledger_index(d, a, &index);
+        if (st == VRAM_OK)
+            st = ledger_reserve_at(P.ledger[a], index, want, d->limit[a], &group_used);
         if (st == VRAM_OK)
             continue;
         release_accounts(d, want, a);
@@ -1047,7 +1077,7 @@ unreserve(const struct preload_device *d, uint64_t bytes)
     if (bytes == 0)
         return;
     release_accounts(d, bytes, ACCT_COUNT);
-    __atomic_fetch_sub(&P.use[d - P.dev].counted, bytes, __ATOMIC_ACQ_REL);
+    __atomic_fetch_sub(&P.dev[d - P.dev].use.counted, bytes, __ATOMIC_ACQ_REL);
 }
 
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */

@@ -28,16 +28,16 @@ static void
 host_count(uint64_t bytes)
 {
     for (int a = 0; a < ACCT_COUNT; a++)
-        if (P.acct[a].ledger != NULL)
-            (void)ledger_host_add(P.acct[a].ledger, bytes);
+        if (P.ledger[a] != NULL)
+            (void)ledger_host_add(P.ledger[a], bytes);
 }
 
 void
 host_uncount(uint64_t bytes)
 {
     for (int a = 0; a < ACCT_COUNT; a++)
-        if (P.acct[a].ledger != NULL)
-            ledger_host_sub(P.acct[a].ledger, bytes);
+        if (P.ledger[a] != NULL)
+            ledger_host_sub(P.ledger[a], bytes);
 }
 
 /* After a granted call of KIND: remember ADDR's BYTES and count them. A

@@ -36,7 +36,7 @@ mem_info_view(struct hook_call *c, size_t *free_bytes, size_t *total_bytes)
         current_device(&ord) == VCU_SUCCESS && device_get(ord, &d) == VCU_SUCCESS &&
         effective_limit(d->limit) != 0) {
         uint64_t total = min_u64(effective_limit(d->limit), *total_bytes);
-        uint64_t room = room_left(d->uuid, d->limit);
+        uint64_t room = room_left(d, d->uuid, d->limit);
         *total_bytes = (size_t)total;
         *free_bytes = (size_t)min_u64(min_u64(*free_bytes, room), total);
     }
@@ -94,7 +94,7 @@ nvml_quota_view(vnvml_device device, unsigned long long *total, unsigned long lo
     if (!nvml_limit(device, *total, uuid, sizeof uuid, limit))
         return false;
     *total = min_u64(effective_limit(limit), *total);
-    uint64_t room = room_left(uuid, limit);
+    uint64_t room = room_left(NULL, uuid, limit);
     *used = *total - min_u64(room, *total);
     return true;
 }

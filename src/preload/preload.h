@@ -45,27 +45,13 @@
 */
 enum { ACCT_USER = 0, ACCT_JOB = 1, ACCT_COUNT = 2 };
 
-struct preload_account {
-    struct ledger *ledger;        /* NULL: the process has no such account */
-    char group[LEDGER_GROUP_LEN]; /* its ledger's group name */
-};
-
-/* What we know of one CUDA ordinal, immutable once READY is set. */
-struct preload_device {
-    int ready;                  /* 1: the fields below are set (atomic) */
-    char uuid[LEDGER_UUID_LEN]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
-    uint64_t total;             /* bytes, the driver's cuDeviceTotalMem */
-    uint64_t limit[ACCT_COUNT]; /* bytes, each account's quota; 0 = not limited */
-    const struct policy_rule *rule; /* the policy rule behind limit[ACCT_USER] */
-};
-
 /*
 ** What the process holds on one CUDA ordinal, as the device sees it
-** (atomics; the index is the ordinal's in P.dev):
+** (atomics):
 **   counted     bytes this process has reserved for its allocations;
 **   context     bytes charged for its context and the driver's own
 **               reservations: NVML's per-process used memory minus COUNTED
-**               when last measured (see context_update in hooks.c);
+**               when last measured (see context_delta in hooks.c);
 **   checked_ns  CLOCK_MONOTONIC of that measurement; 0: never.
 */
 struct preload_use {
@@ -74,11 +60,40 @@ struct preload_use {
     long long checked_ns;
 };
 
-/* The process's state (hooks.c). */
+/*
+** What we know of one CUDA ordinal: the facts, immutable once READY is
+** set; the device's index in each account's ledger, found at its first
+** reservation; what the process holds on it. What a counted call reads
+** comes first, in one cache line: the hooks run right after a driver call
+** that has walked the CPU's caches, so each line they touch is a miss
+** (BENCHMARKS.md, "Preload hook cost").
+*/
+struct preload_device {
+    _Alignas(64) int ready;     /* 1: the facts are set (atomic) */
+    int index[ACCT_COUNT];      /* in each account's ledger; -1: not found yet (atomic) */
+    uint64_t limit[ACCT_COUNT]; /* bytes, each account's quota; 0 = not limited */
+    struct preload_use use;
+    uint64_t total;             /* bytes, the driver's cuDeviceTotalMem */
+    const struct policy_rule *rule; /* the policy rule behind limit[ACCT_USER] */
+    char uuid[LEDGER_UUID_LEN]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+};
+
+/* The process's state (hooks.c). What every counted call reads comes
+** first, in one cache line (see struct preload_device). */
 struct preload {
-    int mode;                     /* enum preload_mode, atomic; 0 until initialized */
+    _Alignas(64) int mode;        /* enum preload_mode, atomic; 0 until initialized */
+    int n_visible;              /* 1: one visible device (current_device answers
+                                   0 without asking); -1: several or unknown;
+                                   0: not counted yet. Atomic */
+    bool count_context;           /* charge contexts (policy 'context', VRAM_CONTEXT) */
+    bool trace_sites;           /* VRAM_TRACE_SITES: each event names its call
+                                   site; set with trace */
+    /* Each account's ledger (ACTIVE: at least one); NULL: no such account. */
+    struct ledger *ledger[ACCT_COUNT];
+    struct trace_writer *trace; /* VRAM_TRACE, or NULL; set before ACTIVE is
+                                   published, dropped in a forked child */
+    char group[ACCT_COUNT][LEDGER_GROUP_LEN]; /* each account's group name */
     struct quota_env quota;       /* the settings, read once */
-    struct preload_account acct[ACCT_COUNT]; /* ACTIVE: at least one has a ledger */
     struct policy policy;         /* the host's policy file, if there is one */
     struct policy_verdict verdict; /* what it says of this process's user */
     char user[POLICY_NAME_LEN];   /* this process's user name, for messages */
@@ -86,8 +101,6 @@ struct preload {
     bool visible_set;
     pthread_mutex_t dev_lock;     /* publishes dev[] */
     struct preload_device dev[PRELOAD_MAX_DEVICES];
-    struct preload_use use[PRELOAD_MAX_DEVICES];
-    bool count_context;           /* charge contexts (policy 'context', VRAM_CONTEXT) */
     void *nvml_processes;         /* nvmlDeviceGetComputeRunningProcesses_v3 (atomic) */
     void *nvml_by_uuid;           /* nvmlDeviceGetHandleByUUID (atomic) */
     int nvml_state;               /* 0 not tried, 1 ready, 2 not there (atomic) */
@@ -96,15 +109,8 @@ struct preload {
     void *ctx_get_current;      /* the real cuCtxGetCurrent (atomic), or NULL */
     unsigned ctx_epoch;         /* +1 at each end of a context: the threads'
                                    caches of context -> device are stale (atomic) */
-    int n_visible;              /* 1: one visible device (current_device answers
-                                   0 without asking); -1: several or unknown;
-                                   0: not counted yet. Atomic */
-    struct trace_writer *trace; /* VRAM_TRACE, or NULL; set before ACTIVE is
-                                   published, dropped in a forked child */
     uint64_t next_trace_id;     /* the next allocation's trace id (atomic) */
     int trace_failed;           /* a trace write failed; said once (atomic) */
-    bool trace_sites;           /* VRAM_TRACE_SITES: each event names its call
-                                   site; set with trace */
 };
 extern struct preload P;
 
@@ -134,8 +140,10 @@ void device_limits(int ord, const char *uuid, uint64_t total, uint64_t limit[ACC
 uint64_t effective_limit(const uint64_t limit[ACCT_COUNT]);
 
 /* How much more the process may take on UUID under LIMIT: the least room
-** left in any limited account (UINT64_MAX when none limits it). */
-uint64_t room_left(const char *uuid, const uint64_t limit[ACCT_COUNT]);
+** left in any limited account (UINT64_MAX when none limits it). D: the
+** device if known (NULL: not), whose ledger indexes save the lookups. */
+uint64_t room_left(const struct preload_device *d, const char *uuid,
+                   const uint64_t limit[ACCT_COUNT]);
 
 /* Reserve BYTES on CUDA ordinal ORD (-1: the current context's device)
 ** for the call WHAT; on refusal CUDA_ERROR_OUT_OF_MEMORY and a line. */

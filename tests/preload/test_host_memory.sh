@@ -112,14 +112,15 @@ wait "$pid"
 check "the probe's own checks held (exit 0, no FAIL)" "[ $? -eq 0 ] && ! grep -q FAIL $TMP/probe"
 pid=""
 
-# A ledger file of version 3 (the layout before pinned memory was counted,
-# 234720 bytes): refused with one line naming the version, never read.
+# A ledger file of version 4 (the layout before each device's counters
+# were put side by side, 238816 bytes): refused with one line naming the
+# version, never read.
 mkdir -p -m 0700 "$DIR"
 python3 - "$DIR/${G}old" <<'PY'
 import struct, sys
-head = struct.pack("<QII", 0x5652414d4c444733, 3, 234720)
+head = struct.pack("<QII", 0x5652414d4c444734, 4, 238816)
 with open(sys.argv[1], "wb") as f:
-    f.write(head + b"\0" * (234720 - len(head)))
+    f.write(head + b"\0" * (238816 - len(head)))
 PY
 chmod 0600 "$DIR/${G}old"
 "$VRAM" stat --json --no-nvml >"$TMP/json" 2>"$TMP/err"
@@ -127,7 +128,7 @@ rc=$?
 check "an old ledger: stat still exits 0 with valid JSON" \
     "[ $rc -eq 0 ] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' $TMP/json"
 check "an old ledger: one line naming its version and the one this vram reads" \
-    "[ \$(grep -c ${G}old $TMP/err) -eq 1 ] && grep -q '${G}old has version 3, this vram reads only 4' $TMP/err"
+    "[ \$(grep -c ${G}old $TMP/err) -eq 1 ] && grep -q '${G}old has version 4, this vram reads only 5' $TMP/err"
 check "an old ledger: none of it is shown" "! grep -q '${G}old' $TMP/json"
 
 test_end

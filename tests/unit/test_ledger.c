@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
 ** test_ledger.c -- the group ledger (src/ledger/ledger.h): quota
-** arithmetic, devices by UUID, processes and threads racing for one
+** arithmetic, devices by UUID and by index, processes and threads racing for one
 ** limit, members killed with or without the lock, recycled pids, fork and
 ** exec, file permissions and races at creation, a full ledger, pinned
 ** host memory and a monitor's handle.
@@ -355,6 +355,73 @@ test_devices_by_uuid(void **state)
     assert_int_equal(s->used[0], 1);
     assert_int_equal(s->used[1], 80);
     free(s);
+    ledger_close(l);
+    unlink_group(g);
+}
+
+/* The hot path's calls: a device found once by UUID, then reserved,
+** released and summed by its index, with the same arithmetic and errors. */
+static void
+test_devices_by_index(void **state)
+{
+    (void)state;
+    char g[64];
+    group_name(g, sizeof g, "index");
+    struct ledger *l = must_open(g);
+
+    int d1 = -1, d0 = -1, again = -1;
+    assert_int_equal(ledger_device(l, UUID1, &d1), VRAM_OK);
+    assert_int_equal(ledger_device(l, UUID0, &d0), VRAM_OK);
+    assert_int_equal(ledger_device(l, UUID1, &again), VRAM_OK);
+    assert_int_equal(d1, again);
+    assert_int_not_equal(d0, d1);
+    assert_int_equal(ledger_device(l, UUID0, NULL), VRAM_E_INVALID);
+    assert_int_equal(ledger_device(l, "", &again), VRAM_E_INVALID);
+
+    assert_int_equal(ledger_reserve_at(l, d1, 80, 100, NULL), VRAM_OK);
+    uint64_t used = 0;
+    assert_int_equal(ledger_reserve_at(l, d1, 30, 100, &used), VRAM_E_OOM);
+    assert_int_equal(used, 80);
+    assert_true(strstr(vram_last_error(), UUID1) != NULL);
+    assert_int_equal(ledger_reserve_at(l, d0, 100, 100, NULL), VRAM_OK);
+    assert_int_equal(ledger_group_used_at(l, d1), 80);
+    assert_int_equal(ledger_group_used(l, UUID1), 80);
+    assert_int_equal(ledger_group_used_at(l, d0), 100);
+    /* The UUID calls and the index calls name the same counters. */
+    ledger_release(l, UUID1, 30);
+    ledger_release_at(l, d1, 20);
+    assert_int_equal(ledger_group_used_at(l, d1), 30);
+    ledger_release_at(l, d1, 1000); /* never below zero */
+    assert_int_equal(ledger_group_used(l, UUID1), 0);
+    assert_int_equal(ledger_group_used_at(l, d0), 100);
+
+    /* An index out of range: refused, nothing counted anywhere. */
+    assert_int_equal(ledger_reserve_at(l, -1, 1, 0, NULL), VRAM_E_INVALID);
+    assert_int_equal(ledger_reserve_at(l, LEDGER_MAX_DEVICES, 1, 0, NULL), VRAM_E_INVALID);
+    assert_true(strstr(vram_last_error(), "device index 16") != NULL);
+    ledger_release_at(l, LEDGER_MAX_DEVICES, 1);
+    ledger_release_at(l, -1, 1);
+    assert_int_equal(ledger_group_used_at(l, LEDGER_MAX_DEVICES), 0);
+
+    /* The limit each reservation passes is the device's recorded quota,
+    ** also when it changes. */
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->limit[d1], 100);
+    free(s);
+    assert_int_equal(ledger_reserve_at(l, d1, 1, 300, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->limit[d1], 300);
+    assert_int_equal(s->limit[d0], 100);
+    assert_int_equal(s->used[d1], 1);
+    assert_int_equal(s->procs[0].dev[d1].peak, 80);
+    free(s);
+
+    /* A monitoring handle finds no index to reserve with. */
+    struct ledger *m = NULL;
+    assert_int_equal(ledger_attach_existing(g, &m), VRAM_OK);
+    assert_int_equal(ledger_device(m, UUID1, &again), VRAM_E_INVALID);
+    assert_int_equal(ledger_reserve_at(m, d1, 1, 0, NULL), VRAM_E_INVALID);
+    ledger_close(m);
     ledger_close(l);
     unlink_group(g);
 }
@@ -1536,6 +1603,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_bad_group),
         cmocka_unit_test(test_reserve_limit),
         cmocka_unit_test(test_devices_by_uuid),
+        cmocka_unit_test(test_devices_by_index),
         cmocka_unit_test(test_processes_and_threads),
         cmocka_unit_test(test_stopped_member),
         cmocka_unit_test(test_sum_during_grant),
