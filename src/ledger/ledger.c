@@ -636,9 +636,12 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
     vram_status rc = check_group(group);
     if (rc != VRAM_OK)
         return rc;
-    struct ledger *l = calloc(1, sizeof *l);
+    /* Line-aligned: what a reservation reads is the handle's first line. */
+    size_t size = (sizeof(struct ledger) + LEDGER_LINE - 1) / LEDGER_LINE * LEDGER_LINE;
+    struct ledger *l = aligned_alloc(LEDGER_LINE, size);
     if (l == NULL)
         return error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
+    memset(l, 0, size);
     l->member = member;
     l->writable = writable;
     l->uid = uid;

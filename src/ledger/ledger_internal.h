@@ -91,17 +91,19 @@ struct slot {
     _Atomic uint64_t start_time; /* clock ticks after boot, /proc/PID/stat field 22 */
     _Atomic uint64_t pidns;      /* inode of its pid namespace; 0 = unknown */
     _Atomic uint64_t image;      /* AT_RANDOM of its program image: new at every execve */
-    _Atomic uint64_t comm[LEDGER_COMM_LEN / 8]; /* the command name, NUL-padded */
     /* Bytes of page-locked host memory the process holds through the
     ** driver (cuMemAllocHost, cuMemHostAlloc, cuMemHostRegister): shown,
     ** never a quota. */
     _Atomic uint64_t pinned;
-    /* Indexed like the devices; line-aligned (so is the slot). */
+    /* Indexed like the devices, from the entry's second line: with the
+    ** owner word's line, the first two devices' uses are one aligned pair
+    ** of lines, which a CPU's adjacent-line prefetch fetches together. */
     _Alignas(LEDGER_LINE) struct slot_use use[LEDGER_MAX_DEVICES];
+    _Atomic uint64_t comm[LEDGER_COMM_LEN / 8]; /* the command name, NUL-padded */
 };
 
 _Static_assert(sizeof(struct slot_use) * 2 == LEDGER_LINE, "two devices' uses a line");
-_Static_assert(sizeof(struct slot) % LEDGER_LINE == 0, "slots are whole lines");
+_Static_assert(sizeof(struct slot) % (2 * LEDGER_LINE) == 0, "slots are whole pairs of lines");
 
 /* One device. TAG (a hash of the UUID, never 0) claims the record; the
 ** UUID string follows, written by whoever finds it missing (the same bytes). */
@@ -127,7 +129,7 @@ struct layout {
     _Atomic uint64_t reclaim_ns; /* CLOCK_MONOTONIC of the last look for the dead */
     _Atomic char group[LEDGER_GROUP_LEN];
     struct device dev[LEDGER_MAX_DEVICES];
-    _Alignas(LEDGER_LINE) struct slot slots[LEDGER_MAX_PROCS];
+    _Alignas(2 * LEDGER_LINE) struct slot slots[LEDGER_MAX_PROCS];
 };
 
 _Static_assert(sizeof(struct layout) < UINT32_MAX, "layout size fits its field");

@@ -24,14 +24,17 @@
 ** child by an atfork handler. A child made by raw clone() without fork
 ** handlers is noticed at its next ledger_after_fork().
 */
-static pid_t cached_pid;
 static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
-static bool pid_ready; /* the fork handler is in place: cached_pid is kept right */
+/* Both words a reservation reads, in one cache line. */
+static struct {
+    pid_t pid;
+    bool ready; /* the fork handler is in place: pid is kept right */
+} cached __attribute__((aligned(8)));
 
 static void
 pid_refresh(void)
 {
-    __atomic_store_n(&cached_pid, getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&cached.pid, getpid(), __ATOMIC_RELAXED);
 }
 
 static void
@@ -39,7 +42,7 @@ pid_init(void)
 {
     pid_refresh();
     pthread_atfork(NULL, NULL, pid_refresh);
-    __atomic_store_n(&pid_ready, true, __ATOMIC_RELEASE);
+    __atomic_store_n(&cached.ready, true, __ATOMIC_RELEASE);
 }
 
 pid_t
@@ -47,9 +50,9 @@ ledger_my_pid(void)
 {
     /* Once the fork handler is in place the once word is not read again:
     ** one cache line less on the hooks' path. */
-    if (!__atomic_load_n(&pid_ready, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&cached.ready, __ATOMIC_ACQUIRE))
         pthread_once(&pid_once, pid_init);
-    return __atomic_load_n(&cached_pid, __ATOMIC_RELAXED);
+    return __atomic_load_n(&cached.pid, __ATOMIC_RELAXED);
 }
 
 /* Decimal digits in [P, END) into *OUT; false if empty, not digits, or

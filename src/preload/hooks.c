@@ -1023,7 +1023,7 @@ release_accounts(const struct preload_device *d, uint64_t bytes, int n)
 ** cannot say which device (no context: the call would fail anyway).
 */
 vcu_result
-reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
+reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out)
 {
     vcu_result r = VCU_SUCCESS;
     if (ord < 0)
@@ -1056,12 +1056,13 @@ reserve(const char *what, int ord, uint64_t bytes, struct preload_device **out)
             __atomic_store_n(&u->checked_ns, 0, __ATOMIC_RELAXED);
         }
         if (st == VRAM_E_OOM) {
-            refusal_line(what, d, a, bytes, group_used, grow + __atomic_load_n(
+            refusal_line(hook_name(id), d, a, bytes, group_used, grow + __atomic_load_n(
                                                               &u->context, __ATOMIC_ACQUIRE));
         } else if (line_allowed()) {
             /* The ledger is unusable: refuse rather than let memory go uncounted. */
             char line[768];
-            snprintf(line, sizeof line, "vram: %s refused: %s", what, vram_last_error());
+            snprintf(line, sizeof line, "vram: %s refused: %s", hook_name(id),
+                     vram_last_error());
             say(line);
         }
         return VCU_ERROR_OUT_OF_MEMORY;
@@ -1133,7 +1134,7 @@ hook_reserve(struct hook_call *c, int ord, uint64_t bytes)
     c->r = ord >= 0 ? VCU_SUCCESS : current_device(&ord);
     c->ord = ord;
     if (c->r == VCU_SUCCESS)
-        c->r = reserve(hook_name(c->id), ord, bytes, &c->d);
+        c->r = reserve(c->id, ord, bytes, &c->d);
     if (c->r == VCU_SUCCESS)
         return true;
     c->d = NULL;

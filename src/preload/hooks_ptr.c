@@ -65,7 +65,7 @@ pitch_granted(struct hook_call *c, vcu_deviceptr *dptr, size_t *pitch,
     uint64_t actual = (uint64_t)*pitch * height;
     struct preload_device *d2 = NULL;
     if (actual > guess &&
-        reserve(hook_name(c->id), c->ord, actual - guess, &d2) != VCU_SUCCESS) {
+        reserve(c->id, c->ord, actual - guess, &d2) != VCU_SUCCESS) {
         vcu_pfn_cuMemFree free_ptr;
         if (real_of(HOOK_ID_cuMemFree_v2, &free_ptr, sizeof free_ptr))
             free_ptr(*dptr);

@@ -146,9 +146,9 @@ uint64_t room_left(const struct preload_device *d, const char *uuid,
                    const uint64_t limit[ACCT_COUNT]);
 
 /* Reserve BYTES on CUDA ordinal ORD (-1: the current context's device)
-** for the call WHAT; on refusal CUDA_ERROR_OUT_OF_MEMORY and a line. */
-vcu_result reserve(const char *what, int ord, uint64_t bytes,
-                   struct preload_device **out);
+** for a call of hook ID; on refusal CUDA_ERROR_OUT_OF_MEMORY and a line
+** naming the call. */
+vcu_result reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out);
 
 /* Give BYTES reserved on D back. */
 void unreserve(const struct preload_device *d, uint64_t bytes);
