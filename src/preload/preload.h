@@ -270,12 +270,52 @@ result_only(struct hook_call *c, ...)
 #define HOOK_RESULT_HOOK_NVML vnvml_return
 #define HOOK_UNPAREN(...) __VA_ARGS__
 
+/*
+** The measurement build (libvram-preload-timing.so, timing.c) times each
+** counted call outside the real function: HOOK_TIMING_START at the hook's
+** entry, HOOK_TIMING_CALL around the real call, HOOK_TIMING_END at its
+** exit. In libvram-preload.so they are nothing.
+*/
+#ifdef VRAM_HOOK_TIMING
+/* A tick counter: the TSC on x86-64 (after the loads and stores before it
+** are done), else CLOCK_MONOTONIC in ns. */
+static inline uint64_t
+hook_ticks(void)
+{
+#if defined(__x86_64__)
+    __builtin_ia32_lfence();
+    return __builtin_ia32_rdtsc();
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+}
+void hook_timing_record(enum hook_id id, uint64_t ticks);
+/* The most recent samples (at most MAX) of the hook exported as SYMBOL,
+** in nanoseconds, into NS; returns how many (0 for a name that is not a
+** hook, or not called). Not thread-safe against hooks running meanwhile.
+** Exported, for the measuring program. */
+__attribute__((visibility("default"))) long vram_hook_timing(const char *symbol, double *ns,
+                                                        long max);
+/* What the measurement itself adds to a sample, nanoseconds. Exported. */
+__attribute__((visibility("default"))) double vram_hook_timing_overhead(void);
+#define HOOK_TIMING_START uint64_t hook_t0_ = hook_ticks(), hook_t1_ = hook_t0_, hook_t2_ = hook_t0_;
+#define HOOK_TIMING_CALL(call) { hook_t1_ = hook_ticks(); call; hook_t2_ = hook_ticks(); }
+#define HOOK_TIMING_END(id) hook_timing_record(id, hook_t1_ - hook_t0_ + hook_ticks() - hook_t2_);
+#else
+#define HOOK_TIMING_START
+#define HOOK_TIMING_CALL(call) call;
+#define HOOK_TIMING_END(id)
+#endif
+
 /* The exported function of one row of hooks.h: the X of a family's list. */
 /* clang-format off */
 #define PRELOAD_HOOK_DEFINE(symbol, type, asked, since, until, stream, lib, before, after,\
                             params, args)                                                \
     HOOK_RESULT_##lib symbol params                                                      \
     {                                                                                    \
+        HOOK_TIMING_START                                                                \
         struct hook_call c;                                                              \
         enum route to = hook_enter(&c, HOOK_ID_##symbol, lib);                           \
         type real;                                                                       \
@@ -289,8 +329,9 @@ result_only(struct hook_call *c, ...)
             break;                                                                       \
         }                                                                                \
         if (before(&c, HOOK_UNPAREN args))                                               \
-            c.r = real args;                                                             \
+            HOOK_TIMING_CALL(c.r = real args)                                            \
         HOOK_RESULT_##lib r = after(&c, HOOK_UNPAREN args);                              \
+        HOOK_TIMING_END(HOOK_ID_##symbol)                                                \
         hook_depth--;                                                                    \
         return r;                                                                        \
     }

@@ -296,14 +296,17 @@ fi
 # calls alternate batch by batch in one process, the paired differences'
 # median with the sign test's 95 % interval; then the same with both sides
 # bare (must report no cost) and with 300 ns planted before each hooked
-# call (must be found): tests/preload/hook_cost.py, three runs of at most
-# 25 s. Part of torchperf; VRAM_GPU_SECTIONS=hookcost runs it alone.
+# call (must be found); and each hook's own time outside the driver call,
+# under the measurement build libvram-preload-timing.so, without the
+# driver's microseconds of noise: tests/preload/hook_cost.py, four runs of
+# at most 25 s. Part of torchperf; VRAM_GPU_SECTIONS=hookcost runs it alone.
 if { want torchperf || want hookcost; } && [ -x "$BUILD/tests/preload/hook_cost" ] &&
     [ -f "$BUILD/lib/libvram-preload.so" ]; then
-    STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (paired in one process, 95% CI)" 150 \
+    STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (paired in one process, 95% CI)" 200 \
         python3 tests/preload/hook_cost.py --bin "$BUILD/tests/preload/hook_cost" \
         --preload "$BUILD/lib/libvram-preload.so" --batches 20000 --seconds 25 \
-        --env VRAM_LIMIT=100G --validate --json
+        --env VRAM_LIMIT=100G --validate --json \
+        --timing-preload "$BUILD/lib/libvram-preload-timing.so"
 fi
 if want torchperf || want hookcost; then
     cat "$WORK"/torchperf.json "$WORK"/hook_cost.json "$WORK"/tp_*.jsonl 2>/dev/null |
@@ -711,6 +714,16 @@ if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost
                     k["ci95"][0], k["ci95"][1], "" if label else verdict(k.get("pass"))))
         targets.append(("torchperf hook cost method: CI < limit/2 wide, A/A shows none, +300 ns found",
                         verdict(hc.get("method_ok"))))
+        if hc.get("self"):
+            lines.append("  each hook's own time outside the driver call (measurement build, "
+                         "median and 95%% CI, %.1f ns of timing taken off):"
+                         % (hc.get("self_overhead_ns") or 0))
+            for what, k in sorted(hc["self"].items()):
+                targets.append(("torchperf hook self time %s: CI upper end <= %.0f ns"
+                                % (what, k["limit_ns"]), verdict(k.get("pass"))))
+                lines.append("    %-36s %.1f ns [%.1f, %.1f], p90 %.1f  %s" % (
+                    what, k["median_ns"], k["ci95"][0], k["ci95"][1], k["p90_ns"],
+                    verdict(k.get("pass"))))
     elif hc is not None:
         lines.append("  hook cost: %s" % hc.get("error"))
     lines.append("")

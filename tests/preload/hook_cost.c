@@ -28,10 +28,16 @@
 ** what the hooks' device lookup can cost on this driver. Prints one JSON
 ** line: per kind, the per-call ns of each batch on each side.
 **
-** Usage: hook_cost [--batches N] [--seconds S] [--plant-ns NS] [--same]
+** --self: the preload is the measurement build (libvram-preload-timing.so,
+** which times each hook outside the real driver call); also print, per
+** hook, the median of those self times with its 95 % interval (sign test),
+** and what the timing itself adds.
+**
+** Usage: hook_cost [--batches N] [--seconds S] [--plant-ns NS] [--same] [--self]
 ** (defaults 4000 batches, at most 60 s). Test code: exit is allowed.
 */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +180,50 @@ median(double *v, long n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
+/* The 95 % interval of the median of N sorted values: the order
+** statistics k and n-1-k of the sign test. */
+static void
+median_ci(const double *sorted, long n, double *lo, double *hi)
+{
+    long k = (long)((n - 1.96 * sqrt((double)n)) / 2.0);
+    if (k < 0)
+        k = 0;
+    *lo = sorted[k];
+    *hi = sorted[n - 1 - k];
+}
+
+/* The measurement build's self times of the three hooks, as a JSON member. */
+static void
+print_self(void)
+{
+    typedef long (*timing_fn)(const char *, double *, long);
+    typedef double (*overhead_fn)(void);
+    void *p = dlsym(RTLD_DEFAULT, "vram_hook_timing");
+    void *q = dlsym(RTLD_DEFAULT, "vram_hook_timing_overhead");
+    if (p == NULL || q == NULL)
+        fail("--self: the preload is not the measurement build (no vram_hook_timing)");
+    timing_fn timing = AS(timing_fn, p);
+    enum { MAX = 1 << 16 };
+    double *v = malloc(MAX * sizeof *v);
+    if (v == NULL)
+        fail("out of memory");
+    static const char *const names[] = {"cuMemGetInfo_v2", "cuMemAlloc_v2", "cuMemFree_v2"};
+    printf(", \"self_overhead_ns\": %.2f, \"self\": {", AS(overhead_fn, q)());
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        long n = timing(names[i], v, MAX);
+        if (n < 2)
+            fail("--self: too few timed calls");
+        qsort(v, (size_t)n, sizeof *v, cmp);
+        double lo, hi;
+        median_ci(v, n, &lo, &hi);
+        printf("%s\"%s\": {\"n\": %ld, \"median_ns\": %.2f, \"ci95\": [%.2f, %.2f], "
+               "\"p10_ns\": %.2f, \"p90_ns\": %.2f}",
+               i ? ", " : "", names[i], n, median(v, n), lo, hi, v[n / 10], v[n - 1 - n / 10]);
+    }
+    printf("}");
+    free(v);
+}
+
 static void
 print_list(const char *name, const double *v, long n)
 {
@@ -188,10 +238,12 @@ main(int argc, char **argv)
 {
     long batches = 4000;
     double seconds = 60, plant = 0;
-    int same = 0;
+    int same = 0, self = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--same") == 0)
             same = 1;
+        else if (strcmp(argv[i], "--self") == 0)
+            self = 1;
         else if (i + 1 < argc && strcmp(argv[i], "--batches") == 0)
             batches = strtol(argv[++i], NULL, 10);
         else if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0)
@@ -203,7 +255,7 @@ main(int argc, char **argv)
     }
     if (batches < 2 || batches > MAX_BATCHES || !(seconds > 0) || !(plant >= 0)) {
         fprintf(stderr, "usage: hook_cost [--batches 2..%d] [--seconds S] [--plant-ns NS] "
-                        "[--same]\n",
+                        "[--same] [--self]\n",
                 MAX_BATCHES);
         return 2;
     }
@@ -290,8 +342,11 @@ main(int argc, char **argv)
     print_list("pair_hooked", ph, n);
     printf(", ");
     print_list("pair_bare", pb, n);
-    printf(", \"ctx_get_current_ns\": %.2f, \"ctx_get_device_ns\": %.2f}\n", median(cur, n),
+    printf(", \"ctx_get_current_ns\": %.2f, \"ctx_get_device_ns\": %.2f", median(cur, n),
            median(getdev, n));
+    if (self)
+        print_self();
+    printf("}\n");
     free(v);
     return 0;
 }

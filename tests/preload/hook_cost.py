@@ -6,7 +6,8 @@ machine.
 
     python3 tests/preload/hook_cost.py --bin build/tests/preload/hook_cost \
         --preload build/lib/libvram-preload.so [--batches 4000] [--seconds 20] \
-        [--limit-ns 200] [--env VRAM_LIMIT=100G] [--validate [--plant-ns 300]] [--json]
+        [--limit-ns 200] [--env VRAM_LIMIT=100G] [--validate [--plant-ns 300]]
+        [--timing-preload build/lib/libvram-preload-timing.so] [--json]
 
 Runs hook_cost (tests/preload/hook_cost.c) once under LD_PRELOAD with the
 environment given (a quota, so that the hooks are active): inside that one
@@ -30,6 +31,15 @@ spun before every hooked call (the lower end must be at least 0.8 x
 PLANT_NS per hooked call: a known cost is found). method_ok says whether
 all three held; the exit status is 0 only when the verdict passes and the
 method holds.
+
+--timing-preload runs hook_cost once more under the measurement build of
+the library, which times each hook outside the real driver call: the
+hook's own time, without the driver's (whose allocation calls vary by
+microseconds on a real GPU) in the figure. Reported per hook as the median
+with its 95 % interval, less what the timing itself adds; PASS when the
+interval's upper end is at most LIMIT_NS. It leaves out any slowing of the
+driver's own code by the lines the hook brought into the caches, which the
+paired difference includes.
 
 Prints a table (or one JSON line). Exit status: 0 PASS, 1 MISS, 2 a run failed.
 """
@@ -100,6 +110,8 @@ def main():
                     help="scale the limits by this machine's speed: the bare cuMemGetInfo_v2's "
                          "median over this reference (the development machine's figure for "
                          "the same call), at least 1; 0 (default): absolute limits")
+    ap.add_argument("--timing-preload",
+                    help="the measurement build, libvram-preload-timing.so (see the top)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.batches < 20:
@@ -114,6 +126,10 @@ def main():
         if args.validate:
             same = one_run(args, env, ["--same"])
             planted = one_run(args, env, ["--plant-ns", str(args.plant_ns)])
+        timed = None
+        if args.timing_preload:
+            timed = one_run(args, dict(env, LD_PRELOAD=os.path.abspath(args.timing_preload)),
+                            ["--self"])
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
         print(json.dumps({"check": "hook_cost", "error": str(e)}) if args.json
               else "hook_cost: %s" % e)
@@ -142,6 +158,17 @@ def main():
         result["validation"] = {"same": aa, "same_ok": aa_ok, "plant_ns": args.plant_ns,
                                 "planted": pl, "planted_ok": pl_ok, "narrow_ok": narrow}
         result["method_ok"] = aa_ok and pl_ok and narrow
+    if timed is not None:
+        over = timed["self_overhead_ns"]
+        result["self_overhead_ns"] = over
+        result["self"] = {}
+        for name, k in timed["self"].items():
+            result["self"][name] = {
+                "n": k["n"], "median_ns": round(k["median_ns"] - over, 2),
+                "ci95": [round(k["ci95"][0] - over, 2), round(k["ci95"][1] - over, 2)],
+                "p90_ns": round(k["p90_ns"] - over, 2), "limit_ns": limit_ns,
+                "pass": k["ci95"][1] - over <= limit_ns}
+        result["self_pass"] = all(k["pass"] for k in result["self"].values())
     result["pass"] = ok
     if args.json:
         print(json.dumps(result))
@@ -163,13 +190,21 @@ def main():
                                            k["hooked_median_ns"], k["diff_median_ns"],
                                            k["ci95"][0], k["ci95"][1], k["limit_ns"],
                                            "PASS" if k["pass"] else "MISS"))
+        if timed is not None:
+            print("  self time of each hook outside the driver call (measurement build, "
+                  "%.1f ns of timing taken off):" % result["self_overhead_ns"])
+            for name, k in result["self"].items():
+                print("  %-36s %6d calls  median %8.1f ns, 95%% CI [%.1f, %.1f], p90 %.1f"
+                      "  (<= %.0f: %s)" % (name, k["n"], k["median_ns"], k["ci95"][0],
+                                           k["ci95"][1], k["p90_ns"], k["limit_ns"],
+                                           "PASS" if k["pass"] else "MISS"))
         if args.validate:
             v = result["validation"]
             print("  method: intervals narrower than limit/2 %s, A/A within +-limit/2 %s, "
                   "+%.0f ns found %s" % ("yes" if v["narrow_ok"] else "NO",
                                          "yes" if v["same_ok"] else "NO", args.plant_ns,
                                          "yes" if v["planted_ok"] else "NO"))
-    return 0 if ok and result.get("method_ok", True) else 1
+    return 0 if ok and result.get("method_ok", True) and result.get("self_pass", True) else 1
 
 
 if __name__ == "__main__":
