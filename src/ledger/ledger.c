@@ -445,11 +445,14 @@ reclaim(struct ledger *l, bool force)
     }
 }
 
-/* reclaim(L, false) at every RECLAIM_EVERY-th call. */
+/* reclaim(L, false) at about every RECLAIM_EVERY-th call. A load and a
+** store, not an atomic add: racing threads may lose a count, which only
+** delays the look a little, and a reservation saves a locked instruction. */
 static void
 reclaim_now_and_then(struct ledger *l)
 {
-    uint32_t n = atomic_fetch_add_explicit(&l->reserves, 1, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&l->reserves, memory_order_relaxed);
+    atomic_store_explicit(&l->reserves, n + 1, memory_order_relaxed);
     if (n % RECLAIM_EVERY == 0)
         reclaim(l, false);
 }
