@@ -24,18 +24,19 @@ enum track_kind {
     TRACK_HOST_REGISTERED = 5
 };
 
-/* One live allocation of this process. */
+/* One live allocation of this process: 32 bytes, so that the table keeps
+** two to a cache line and no entry straddles two (track.c). */
 struct track {
     uint64_t key;      /* device pointer, cuMemCreate handle, CUarray or host address */
     uint64_t bytes;    /* counted in the ledger for it */
-    int kind;          /* enum track_kind */
-    int dev;           /* CUDA ordinal it is counted on */
-    unsigned refs;     /* handles: cuMemRelease calls still due */
     uint64_t trace_id; /* its id in the trace (when one is recorded) */
-    struct track *next;
+    uint32_t refs;     /* handles: cuMemRelease calls still due */
+    int16_t dev;       /* CUDA ordinal it is counted on (< PRELOAD_MAX_DEVICES), -1: host */
+    uint16_t kind;     /* enum track_kind; 0 in the table: an empty slot */
 };
 
-/* Add (KIND, KEY) with one reference. False: out of host memory. */
+/* Add (KIND, KEY) with one reference. False: the table is full and out
+** of host memory to grow (or DEV or KIND out of struct track's range). */
 bool track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t trace_id);
 
 /* Remove (KIND, KEY) into *OUT. False if it is not there. */
