@@ -31,8 +31,9 @@ struct track {
     uint64_t bytes;    /* counted in the ledger for it */
     uint64_t trace_id; /* its id in the trace (when one is recorded) */
     uint32_t refs;     /* handles: cuMemRelease calls still due */
-    int16_t dev;       /* CUDA ordinal it is counted on (< PRELOAD_MAX_DEVICES), -1: host */
-    uint16_t kind;     /* enum track_kind; 0 in the table: an empty slot */
+    int16_t dev;     /* CUDA ordinal it is counted on (< PRELOAD_MAX_DEVICES), -1: host */
+    uint8_t kind;    /* enum track_kind; 0 in the table: an empty slot */
+    uint8_t spilled; /* the table's, of the slot's line, not the entry's (track.c) */
 };
 
 /* Add (KIND, KEY) with one reference. False: the table is full and out

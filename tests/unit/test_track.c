@@ -7,7 +7,8 @@
 ** 2 MiB apart, keys chosen to share a home line, the same number in two
 ** kinds. After every step the table's invariant is checked: every entry
 ** lies at the end of an unbroken run of entries from its home slot (what
-** linear probing's lookups rely on), and the count is the entries'.
+** linear probing's lookups rely on), every line such a run crosses is
+** marked spilled, and the count is the entries'.
 */
 #undef NDEBUG
 #include <setjmp.h>
@@ -57,8 +58,11 @@ check_table(void)
             continue;
         n++;
         uint32_t home = track_home(T.slot[i].kind, T.slot[i].key, T.mask);
-        for (uint32_t j = home; j != i; j = (j + 1) & T.mask)
+        for (uint32_t j = home; j != i; j = (j + 1) & T.mask) {
             assert_int_not_equal(T.slot[j].kind, 0);
+            if (j & 1) /* the run crosses J's line: marked */
+                assert_int_equal(T.slot[j - 1].spilled, 1);
+        }
     }
     assert_int_equal(n, T.n);
     table_unlock();
@@ -136,8 +140,9 @@ test_many_collide(void **state)
     static const int kinds[] = {TRACK_PTR, TRACK_HANDLE, TRACK_HOST};
     for (int i = 0; i < N; i++)
         for (int k = 0; k < 3; k++)
-            put_ok(kinds[k], BASE + (uint64_t)i * 2 * MiB, kinds[k] == TRACK_HOST ? -1 : i % 8,
-                   (uint64_t)i * 512 + (uint64_t)k, (uint64_t)(i * 3 + k));
+            put_ok(kinds[k], BASE + (uint64_t)i * 2 * MiB,
+                   kinds[k] == TRACK_HOST ? -1 : i % 8, (uint64_t)i * 512 + (uint64_t)k,
+                   (uint64_t)(i * 3 + k));
     check_table();
     assert_int_equal(T.n, 3 * N);
     assert_true(T.n <= (T.mask + 1) / 2);
@@ -148,8 +153,8 @@ test_many_collide(void **state)
                 continue;
             for (int k = 0; k < 3; k++)
                 take_ok(kinds[k], BASE + (uint64_t)i * 2 * MiB,
-                        kinds[k] == TRACK_HOST ? -1 : i % 8, (uint64_t)i * 512 + (uint64_t)k,
-                        (uint64_t)(i * 3 + k));
+                        kinds[k] == TRACK_HOST ? -1 : i % 8,
+                        (uint64_t)i * 512 + (uint64_t)k, (uint64_t)(i * 3 + k));
             if (i % 97 == 0)
                 check_table();
         }
@@ -180,6 +185,10 @@ test_delete_mid_run(void **state)
             assert_int_equal(e - T.slot, (home + (uint32_t)i) & T.mask);
             table_unlock();
         }
+        /* The two full lines the run crosses are marked, the last not. */
+        assert_int_equal(T.slot[home].spilled, 1);
+        assert_int_equal(T.slot[(home + 2) & T.mask].spilled, 1);
+        assert_int_equal(T.slot[(home + 4) & T.mask].spilled, 0);
         take_ok(TRACK_PTR, k[1], 0, 101, 1);
         check_table();
         for (int i = 2; i < 5; i++) {
@@ -193,6 +202,9 @@ test_delete_mid_run(void **state)
             if (i != 1)
                 take_ok(TRACK_PTR, k[i], 0, 100 + (uint64_t)i, (uint64_t)i);
         check_table();
+        /* A line left with an empty slot is unmarked: no run crosses it. */
+        assert_int_equal(T.slot[home].spilled, 0);
+        assert_int_equal(T.slot[(home + 2) & T.mask].spilled, 0);
     }
     assert_int_equal(T.n, 0);
 }
