@@ -12,9 +12,12 @@
 ** array aligned to a line. A key's probe starts at the first slot of its
 ** home line, so a put or a take usually touches two lines: the lock's and
 ** the entry's (callgrind of tests/preload/hook_cost with the fake driver
-** evicting 1 MB a call: a put misses on 3 lines, the lock's, the entry's
-** and that of pthread_mutex_unlock's GOT entry, where the chained table,
-** its buckets and entries malloc'ed, missed on 8).
+** evicting 1 MB a call: a put misses on 2 lines, where the chained table,
+** its buckets and entries malloc'ed, missed on 8). The lock is a word of
+** that line taken by an atomic exchange, not a pthread mutex: locking a
+** mutex also reads the thread's id from its descriptor and calls through
+** two GOT entries of the C library, lines a driver call left cold as well
+** (a put missed on 5 lines with a mutex).
 **
 ** Deletion shifts the later entries of the probe run back into the hole,
 ** so no tombstones pile up and a lookup ends at the first empty slot. A
@@ -35,6 +38,8 @@
 */
 #include <assert.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -52,32 +57,41 @@
 
 _Static_assert(sizeof(struct track) == 32, "two entries to a cache line");
 
-/* The lock and the header, in one line. pthread_mutex_lock is called
-** through a pointer kept here rather than through its GOT entry, whose
-** line a driver call leaves cold as well (one miss fewer a put or take;
-** the line has no room left for _unlock's). The owner, for asserts, only
-** in builds with asserts, in the next line: it needs pthread_self and a
-** store on every lock. */
+/* The lock and the header, in one line. The owner, for asserts, only in
+** builds with asserts: it needs pthread_self and a store on every lock. */
 static _Alignas(TRACK_LINE) struct track_table {
-    pthread_mutex_t lock; /* guards the rest */
-    struct track *slot;   /* mask + 1 slots (a power of two), or NULL */
+    atomic_int locked;  /* 1 while a thread holds the table: guards the rest */
     uint32_t mask;
-    uint32_t n;                        /* live entries */
-    int (*lock_fn)(pthread_mutex_t *); /* pthread_mutex_lock */
+    struct track *slot; /* mask + 1 slots (a power of two), or NULL */
+    uint32_t n;         /* live entries */
 #ifndef NDEBUG
     pthread_t owner; /* holder of lock */
 #endif
-} T = {.lock = PTHREAD_MUTEX_INITIALIZER, .lock_fn = pthread_mutex_lock};
+} T;
 
-_Static_assert(offsetof(struct track_table, lock_fn) + sizeof T.lock_fn <= TRACK_LINE,
+_Static_assert(offsetof(struct track_table, n) + sizeof T.n <= TRACK_LINE,
                "the lock and the header in one cache line");
 
 #define ASSERT_LOCKED() assert(pthread_equal(T.owner, pthread_self()))
 
+/* Spins before a waiting thread yields its CPU: a holder keeps the lock
+** for a put or a take, tens of nanoseconds, never across a driver call;
+** one preempted while holding it gets its CPU back from the yields. */
+#define TRACK_SPINS 64
+
 static void
 table_lock(void)
 {
-    T.lock_fn(&T.lock);
+    while (atomic_exchange_explicit(&T.locked, 1, memory_order_acquire)) {
+        for (int i = 0; atomic_load_explicit(&T.locked, memory_order_relaxed); i++) {
+            if (i >= TRACK_SPINS)
+                sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+            else
+                __builtin_ia32_pause();
+#endif
+        }
+    }
 #ifndef NDEBUG
     T.owner = pthread_self();
 #endif
@@ -86,7 +100,7 @@ table_lock(void)
 static void
 table_unlock(void)
 {
-    pthread_mutex_unlock(&T.lock);
+    atomic_store_explicit(&T.locked, 0, memory_order_release);
 }
 
 /* The first slot of (KIND, KEY)'s home line under MASK. Fibonacci
@@ -291,7 +305,7 @@ track_fork_parent(void)
 void
 track_fork_child(void)
 {
-    pthread_mutex_init(&T.lock, NULL);
+    atomic_store(&T.locked, 0);
     table_lock();
     free(T.slot);
     T.slot = NULL;
