@@ -34,6 +34,7 @@
 */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -143,7 +144,7 @@ struct dev_cached {
 /*
 ** A handle. MAP, GROUP, MEMBER and WRITABLE never change after open. OWN
 ** is atomic: the threads of one process share the handle. ME changes only
-** in ledger_after_fork (a child with one thread).
+** in a fork child (forked: one thread).
 */
 struct ledger {
     /* What a reservation reads, first: one cache line. */
@@ -159,6 +160,7 @@ struct ledger {
     ** UINT64_MAX none yet. */
     _Atomic uint64_t limit_put[LEDGER_MAX_DEVICES];
     char group[LEDGER_GROUP_LEN];
+    struct ledger *next_member; /* the next of MEMBERS (a member's handle) */
     _Atomic int n_cached; /* entries of CACHED claimed (may pass DEV_CACHE) */
     struct dev_cached cached[DEV_CACHE];
     struct judged *judged; /* a monitoring handle's, LEDGER_MAX_PROCS; or NULL */
@@ -228,10 +230,15 @@ st(_Atomic uint64_t *p, uint64_t v)
 
 /* ==== fault points (ledger_testing.h) ==== */
 
+/* Only in the tests' build of the ledger (VRAM_LEDGER_FAULTS): elsewhere
+** ledger_fault is nothing, since each point's load of STOP_POINT would be
+** a cache line more on the preload library's hooks. */
+#ifdef VRAM_LEDGER_FAULTS
+
 static _Atomic int stop_point;
 
 void
-ledger_fault(int point)
+ledger_fault_at(int point)
 {
     if (atomic_load_explicit(&stop_point, memory_order_relaxed) != point)
         return;
@@ -246,23 +253,29 @@ ledger_test_stop_at(enum ledger_fault_point point)
     atomic_store(&stop_point, (int)point);
 }
 
+#endif
+
 /* ==== entries ==== */
 
 static uint64_t
-own_word(int64_t own)
+own_word(const struct ledger *l, int64_t own)
 {
-    return owner_word(SLOT_LIVE, (uint32_t)((uint64_t)own >> 16), (int32_t)ledger_my_pid());
+    return owner_word(SLOT_LIVE, (uint32_t)((uint64_t)own >> 16), (int32_t)l->me.pid);
 }
 
-/* This process's entry if it has one and it is still its own; else NULL. */
+/*
+** This process's entry if it has one and it is still its own; else NULL.
+** The handle's identity is this process's: a fork child's handles are
+** reset before the child runs (forked), so no pid is read here.
+*/
 static struct slot *
 own_slot_if_any(struct ledger *l)
 {
     int64_t own = atomic_load_explicit(&l->own, memory_order_relaxed);
-    if (own < 0 || l->me.pid != ledger_my_pid())
+    if (own < 0)
         return NULL;
     struct slot *s = &l->map->slots[own & 0xffff];
-    if (atomic_load(&s->owner) != own_word(own))
+    if (atomic_load(&s->owner) != own_word(l, own))
         return NULL; /* judged dead (a recycled start time), or left */
     return s;
 }
@@ -374,13 +387,6 @@ claim_slot(struct ledger *l, struct slot **out)
 static vram_status
 own_slot(struct ledger *l, struct slot **out)
 {
-    if (l->me.pid != ledger_my_pid()) {
-        /* A fork child that did not call ledger_after_fork. */
-        vram_status rc = ledger_self_read(&l->me);
-        if (rc != VRAM_OK)
-            return rc;
-        atomic_store(&l->own, OWN_NONE);
-    }
     struct slot *s = own_slot_if_any(l);
     if (s != NULL) {
         *out = s;
@@ -397,8 +403,88 @@ leave_slot(struct ledger *l)
     int64_t own = atomic_exchange(&l->own, OWN_NONE);
     if (s == NULL || own < 0)
         return;
-    uint64_t w = own_word(own);
+    uint64_t w = own_word(l, own);
     atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0));
+}
+
+/* ==== fork ==== */
+
+/*
+** The members' handles open in this process. A fork child gets its own
+** entry (the parent's use stays the parent's): an atfork handler resets
+** every handle in the child before it runs, so that the hot path never
+** compares pids (a cache line a reservation would read after a driver
+** call). Guarded by members_lock, which the prepare handler holds across
+** fork so that the list is whole in the child.
+*/
+static pthread_mutex_t members_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ledger *members;
+static pthread_once_t members_once = PTHREAD_ONCE_INIT;
+
+/* Make L the handle of this process, a fork child with one thread: its own
+** identity, no entry yet (made at the first reservation). If /proc cannot
+** be read, the pid alone (start time unknown: judged by the pid only). */
+static vram_status
+forked(struct ledger *l)
+{
+    struct self me;
+    vram_status rc = ledger_self_read(&me);
+    if (rc != VRAM_OK) {
+        me = l->me;
+        me.pid = ledger_my_pid();
+        me.start_time = 0;
+    }
+    l->me = me;
+    atomic_store(&l->own, OWN_NONE);
+    return rc;
+}
+
+static void
+members_prepare(void)
+{
+    pthread_mutex_lock(&members_lock);
+}
+
+static void
+members_parent(void)
+{
+    pthread_mutex_unlock(&members_lock);
+}
+
+static void
+members_child(void)
+{
+    for (struct ledger *l = members; l != NULL; l = l->next_member)
+        (void)forked(l);
+    pthread_mutex_unlock(&members_lock);
+}
+
+static void
+members_init(void)
+{
+    pthread_atfork(members_prepare, members_parent, members_child);
+}
+
+static void
+member_add(struct ledger *l)
+{
+    pthread_once(&members_once, members_init);
+    pthread_mutex_lock(&members_lock);
+    l->next_member = members;
+    members = l;
+    pthread_mutex_unlock(&members_lock);
+}
+
+static void
+member_remove(struct ledger *l)
+{
+    pthread_mutex_lock(&members_lock);
+    for (struct ledger **p = &members; *p != NULL; p = &(*p)->next_member)
+        if (*p == l) {
+            *p = l->next_member;
+            break;
+        }
+    pthread_mutex_unlock(&members_lock);
 }
 
 /* ==== dead members ==== */
@@ -416,13 +502,18 @@ reclaim(struct ledger *l, bool force)
     struct layout *m = l->map;
     if (!l->writable)
         return;
-    uint64_t now = now_ns();
-    uint64_t last = atomic_load(&m->reclaim_ns);
-    /* now < last: another time namespace wrote it; just look. */
-    if (!force && now >= last && now - last < RECLAIM_INTERVAL_NS)
-        return;
-    if (!atomic_compare_exchange_strong(&m->reclaim_ns, &last, now) && !force)
-        return; /* another member is looking right now */
+    /* A forced look neither reads the clock nor writes the time word: it
+    ** runs for every cuMemGetInfo in the preload library, where both cost
+    ** a cache miss, and the periodic looks need no word of it. */
+    if (!force) {
+        uint64_t now = now_ns();
+        uint64_t last = atomic_load(&m->reclaim_ns);
+        /* now < last: another time namespace wrote it; just look. */
+        if (now >= last && now - last < RECLAIM_INTERVAL_NS)
+            return;
+        if (!atomic_compare_exchange_strong(&m->reclaim_ns, &last, now))
+            return; /* another member is looking right now */
+    }
     ledger_fault(LEDGER_FAULT_RECLAIM);
     int n = n_slots(m);
     int64_t own = atomic_load(&l->own);
@@ -432,7 +523,7 @@ reclaim(struct ledger *l, bool force)
         unsigned state = owner_state(w);
         if (state == SLOT_FREE)
             continue;
-        if (own >= 0 && (own & 0xffff) == i && w == own_word(own))
+        if (own >= 0 && (own & 0xffff) == i && w == own_word(l, own))
             continue;
         /* An entry still being written: only a gone pid makes it dead. */
         uint64_t start = state == SLOT_LIVE ? ld(&s->start_time) : 0;
@@ -677,8 +768,10 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
         ledger_close(l);
         return rc;
     }
-    if (member)
+    if (member) {
         reclaim(l, false);
+        member_add(l);
+    }
     *out = l;
     return VRAM_OK;
 }
@@ -708,6 +801,8 @@ ledger_close(struct ledger *l)
 {
     if (l == NULL)
         return;
+    if (l->member)
+        member_remove(l);
     if (l->map != NULL)
         munmap(l->map, sizeof *l->map);
     for (int i = 0; l->judged != NULL && i < LEDGER_MAX_PROCS; i++)
@@ -763,15 +858,7 @@ ledger_after_fork(struct ledger *l)
 {
     if (l == NULL)
         return error_set(VRAM_E_INVALID, "ledger_after_fork: NULL handle");
-    struct self me;
-    vram_status rc = ledger_self_read(&me);
-    if (rc != VRAM_OK)
-        return rc;
-    /* Alone in the child: no other thread reads these. The entry is made
-    ** at the first reservation (own_slot). */
-    l->me = me;
-    atomic_store(&l->own, OWN_NONE);
-    return VRAM_OK;
+    return forked(l); /* done already by the fork handler; again is harmless */
 }
 
 /* VRAM_OK if L is a member's handle; else why CALL cannot go on: L is NULL,
@@ -839,9 +926,9 @@ check_index(const char *call, int d)
 }
 
 /* Record LIMIT as device D's quota for the monitors, unless this handle
-** recorded that already (the shared record is then not touched: one
-** cache line less a reservation). Another member recording another limit
-** in between is not undone: the record is the limit last changed. */
+** recorded that already (the shared record is then not touched). Another
+** member recording another limit in between is not undone: the record is
+** the limit last changed. */
 static void
 limit_set(struct ledger *l, int d, uint64_t limit)
 {
@@ -849,6 +936,14 @@ limit_set(struct ledger *l, int d, uint64_t limit)
         return;
     st(&l->map->dev[d].limit, limit);
     atomic_store_explicit(&l->limit_put[d], limit, memory_order_relaxed);
+}
+
+void
+ledger_limit_set(struct ledger *l, int d, uint64_t limit)
+{
+    if (check_member(l, "ledger_limit_set", "cannot set a limit") == VRAM_OK &&
+        check_index("ledger_limit_set", d) == VRAM_OK)
+        limit_set(l, d, limit);
 }
 
 vram_status
@@ -865,7 +960,6 @@ ledger_reserve_at(struct ledger *l, int d, uint64_t bytes, uint64_t limit,
     rc = own_slot(l, &s);
     if (rc != VRAM_OK)
         return rc;
-    limit_set(l, d, limit);
 
     struct slot_use *u = &s->use[d];
     uint64_t total = 0, added = 0;
@@ -916,7 +1010,10 @@ ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limi
 {
     int d = -1;
     vram_status rc = ledger_device(l, uuid, &d);
-    return rc != VRAM_OK ? rc : ledger_reserve_at(l, d, bytes, limit, group_used);
+    if (rc != VRAM_OK)
+        return rc;
+    limit_set(l, d, limit);
+    return ledger_reserve_at(l, d, bytes, limit, group_used);
 }
 
 void

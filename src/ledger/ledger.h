@@ -145,9 +145,12 @@ void ledger_release(struct ledger *l, const char *uuid, uint64_t bytes);
 ** (the statuses of ledger_reserve) and puts its index into *INDEX, which
 ** stays right for the life of the handle (records never move). The _at
 ** calls then skip the UUID's lookup; INDEX must come from ledger_device on
-** the same handle (VRAM_E_INVALID if out of range).
+** the same handle (VRAM_E_INVALID if out of range). ledger_reserve_at
+** does not record LIMIT: ledger_limit_set does, once per device (a
+** reservation then touches no device record).
 */
 vram_status ledger_device(struct ledger *l, const char *uuid, int *index);
+void ledger_limit_set(struct ledger *l, int index, uint64_t limit);
 vram_status ledger_reserve_at(struct ledger *l, int index, uint64_t bytes, uint64_t limit,
                               uint64_t *group_used);
 void ledger_release_at(struct ledger *l, int index, uint64_t bytes);

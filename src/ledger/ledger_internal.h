@@ -187,6 +187,11 @@ bool ledger_file_same(uid_t uid, const char *group, uint64_t ino);
 bool ledger_group_valid(const char *name);
 
 /* ---- fault points, for tests (ledger_testing.h) ---- */
-void ledger_fault(int point);
+#ifdef VRAM_LEDGER_FAULTS
+void ledger_fault_at(int point);
+#define ledger_fault(point) ledger_fault_at(point)
+#else
+#define ledger_fault(point) ((void)0)
+#endif
 
 #endif

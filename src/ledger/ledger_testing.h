@@ -2,7 +2,9 @@
 /*
 ** ledger_testing.h -- test controls of the group ledger, kept out of its
 ** production contract (ledger.h). Each fault point is one relaxed load of
-** a global on its path.
+** a global on its path, in the tests' build of the ledger only
+** (vram_ledger_faults, compiled with VRAM_LEDGER_FAULTS): the products'
+** ledger has no fault points and no ledger_test_stop_at.
 */
 #ifndef VRAM_LEDGER_LEDGER_TESTING_H
 #define VRAM_LEDGER_LEDGER_TESTING_H

@@ -998,6 +998,7 @@ ledger_index(struct preload_device *d, int a, int *index)
         vram_status st = ledger_device(P.ledger[a], d->uuid, &i);
         if (st != VRAM_OK)
             return st;
+        ledger_limit_set(P.ledger[a], i, d->limit[a]); /* for the monitors */
         __atomic_store_n(&d->index[a], i, __ATOMIC_RELEASE);
     }
     *index = i;

@@ -403,15 +403,23 @@ test_devices_by_index(void **state)
     ledger_release_at(l, -1, 1);
     assert_int_equal(ledger_group_used_at(l, LEDGER_MAX_DEVICES), 0);
 
-    /* The limit each reservation passes is the device's recorded quota,
-    ** also when it changes. */
+    /* The limit is recorded by ledger_limit_set, not by each reservation
+    ** by index (the UUID call records it); a change is recorded. */
     struct ledger_snapshot *s = snap(l);
-    assert_int_equal(s->limit[d1], 100);
+    assert_int_equal(s->limit[d1], 0);
     free(s);
+    ledger_limit_set(l, d1, 100);
+    assert_int_equal(ledger_reserve(l, UUID0, 0, 250, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->limit[d1], 100);
+    assert_int_equal(s->limit[d0], 250);
+    free(s);
+    ledger_limit_set(l, d1, 300);
+    ledger_limit_set(l, LEDGER_MAX_DEVICES, 300); /* out of range: nothing */
     assert_int_equal(ledger_reserve_at(l, d1, 1, 300, NULL), VRAM_OK);
     s = snap(l);
     assert_int_equal(s->limit[d1], 300);
-    assert_int_equal(s->limit[d0], 100);
+    assert_int_equal(s->limit[d0], 250);
     assert_int_equal(s->used[d1], 1);
     assert_int_equal(s->procs[0].dev[d1].peak, 80);
     free(s);
