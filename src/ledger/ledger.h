@@ -19,8 +19,9 @@
 ** otherwise at most every 100 ms). Monitors read without writing
 ** anything a member needs. docs/LEDGER.md has the layout and the rules.
 **
-** Thread-safe; fork: the child calls ledger_after_fork() and gets a fresh
-** entry (the parent's usage stays the parent's). No function here calls
+** Thread-safe; fork: the child's handles are reset by the ledger's own
+** fork handler, and it gets a fresh entry at its first reservation (the
+** parent's usage stays the parent's). No function here calls
 ** the CUDA driver, exits, or prints: errors are statuses with a line in
 ** vram_last_error().
 */
@@ -102,8 +103,10 @@ void ledger_leave(struct ledger *l);
 ** allocate (data-loader workers, fork+exec) take no entry; until then the
 ** child holds nothing and the parent's entry stays the parent's. Takes no
 ** lock and allocates nothing: safe in a pthread_atfork child handler.
-** VRAM_E_IO if /proc/self/stat cannot be read. (A child that skips this
-** call is noticed by pid at its first reservation and treated alike.)
+** The ledger's own fork handler does this for every member's handle
+** before the child runs; a call is needed only in a child made without
+** fork handlers (a raw clone). VRAM_E_IO if /proc/self/stat cannot be
+** read (the handle then takes the child's pid with no start time).
 */
 vram_status ledger_after_fork(struct ledger *l);
 

@@ -115,12 +115,20 @@ pid=""
 # A ledger file of version 4 (the layout before each device's counters
 # were put side by side, 238816 bytes): refused with one line naming the
 # version, never read.
-mkdir -p -m 0700 "$DIR"
-python3 - "$DIR/${G}old" <<'PY'
-import struct, sys
+# The directory goes with the last ledger in it, which a test running at
+# the same time may remove between a mkdir and the file's creation: both
+# are retried.
+python3 - "$DIR" "${G}old" <<'PY'
+import os, struct, sys
 head = struct.pack("<QII", 0x5652414d4c444734, 4, 238816)
-with open(sys.argv[1], "wb") as f:
-    f.write(head + b"\0" * (238816 - len(head)))
+for attempt in range(50):
+    try:
+        os.makedirs(sys.argv[1], mode=0o700, exist_ok=True)
+        with open(os.path.join(sys.argv[1], sys.argv[2]), "wb") as f:
+            f.write(head + b"\0" * (238816 - len(head)))
+        break
+    except FileNotFoundError:
+        continue
 PY
 chmod 0600 "$DIR/${G}old"
 "$VRAM" stat --json --no-nvml >"$TMP/json" 2>"$TMP/err"
