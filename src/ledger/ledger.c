@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/error.h"
 #include "ledger/ledger_internal.h"
 
@@ -176,7 +177,7 @@ now_ns(void)
     return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t
+VRAM_HOT static uint64_t
 add_sat(uint64_t a, uint64_t b)
 {
     return a > UINT64_MAX - b ? UINT64_MAX : a + b;
@@ -208,7 +209,7 @@ check_uuid(const char *uuid)
     return VRAM_OK;
 }
 
-static int
+VRAM_HOT static int
 n_slots(const struct layout *m)
 {
     /* Clamped: the file is shared and we never index out of it. */
@@ -257,7 +258,7 @@ ledger_test_stop_at(enum ledger_fault_point point)
 
 /* ==== entries ==== */
 
-static uint64_t
+VRAM_HOT static uint64_t
 own_word(const struct ledger *l, int64_t own)
 {
     return owner_word(SLOT_LIVE, (uint32_t)((uint64_t)own >> 16), (int32_t)l->me.pid);
@@ -268,7 +269,7 @@ own_word(const struct ledger *l, int64_t own)
 ** The handle's identity is this process's: a fork child's handles are
 ** reset before the child runs (forked), so no pid is read here.
 */
-static struct slot *
+VRAM_HOT static struct slot *
 own_slot_if_any(struct ledger *l)
 {
     int64_t own = atomic_load_explicit(&l->own, memory_order_relaxed);
@@ -384,7 +385,7 @@ claim_slot(struct ledger *l, struct slot **out)
 
 /* This process's entry, made if needed (after fork, leave, or being
 ** judged dead). */
-static vram_status
+VRAM_HOT static vram_status
 own_slot(struct ledger *l, struct slot **out)
 {
     struct slot *s = own_slot_if_any(l);
@@ -539,7 +540,7 @@ reclaim(struct ledger *l, bool force)
 /* reclaim(L, false) at about every RECLAIM_EVERY-th call. A load and a
 ** store, not an atomic add: racing threads may lose a count, which only
 ** delays the look a little, and a reservation saves a locked instruction. */
-static void
+VRAM_HOT static void
 reclaim_now_and_then(struct ledger *l)
 {
     uint32_t n = atomic_load_explicit(&l->reserves, memory_order_relaxed);
@@ -680,7 +681,7 @@ device_lookup(struct ledger *l, const char *uuid, bool add, int *out)
 ** after they arrived there. In the other order a grant made between the
 ** two loads would be in neither.
 */
-static uint64_t
+VRAM_HOT static uint64_t
 group_sum(const struct layout *m, int d, bool pending)
 {
     uint64_t sum = 0;
@@ -863,7 +864,7 @@ ledger_after_fork(struct ledger *l)
 
 /* VRAM_OK if L is a member's handle; else why CALL cannot go on: L is NULL,
 ** or a monitoring handle, which CANNOT ("cannot reserve"). */
-static vram_status
+VRAM_HOT static vram_status
 check_member(const struct ledger *l, const char *call, const char *cannot)
 {
     if (l == NULL)
@@ -875,14 +876,14 @@ check_member(const struct ledger *l, const char *call, const char *cannot)
 }
 
 /* Whether USED + BYTES would pass LIMIT (0 = none), without overflow. */
-static bool
+VRAM_HOT static bool
 over_limit(uint64_t used, uint64_t bytes, uint64_t limit)
 {
     return limit != 0 && (bytes > limit || used > limit - bytes);
 }
 
 /* Add BYTES to *P (saturating); the bytes actually added. */
-static uint64_t
+VRAM_HOT static uint64_t
 use_add(_Atomic uint64_t *p, uint64_t bytes)
 {
     uint64_t old = atomic_load(p), want;
@@ -893,7 +894,7 @@ use_add(_Atomic uint64_t *p, uint64_t bytes)
 }
 
 /* Take at most BYTES off *P (never below 0). */
-static void
+VRAM_HOT static void
 use_sub(_Atomic uint64_t *p, uint64_t bytes)
 {
     uint64_t old = atomic_load(p), want;
@@ -916,7 +917,7 @@ ledger_device(struct ledger *l, const char *uuid, int *index)
 }
 
 /* VRAM_OK if D can be a device index of L's (ledger_device). */
-static vram_status
+VRAM_HOT static vram_status
 check_index(const char *call, int d)
 {
     if (d < 0 || d >= LEDGER_MAX_DEVICES)
@@ -946,6 +947,26 @@ ledger_limit_set(struct ledger *l, int d, uint64_t limit)
         limit_set(l, d, limit);
 }
 
+VRAM_HOT /*
+** Start fetching the lines a reservation or release of device D will
+** change or read: this process's owner word and counters of D and the
+** header (n_slots, for the sum). Its first change is a locked instruction, which holds
+** every later load until its own line is here; fetched together, the
+** misses after a driver call overlap instead of following one another.
+** A prefetch never faults: a stale entry index costs nothing but itself.
+*/
+static inline void
+prefetch_use(const struct ledger *l, int d)
+{
+    int64_t own = atomic_load_explicit(&l->own, memory_order_relaxed);
+    if (own < 0)
+        return;
+    const struct slot *s = &l->map->slots[own & 0xffff];
+    __builtin_prefetch(&s->owner, 0);
+    __builtin_prefetch(&s->use[d], 1);
+    __builtin_prefetch(&l->map->n_slots, 0);
+}
+
 vram_status
 ledger_reserve_at(struct ledger *l, int d, uint64_t bytes, uint64_t limit,
                   uint64_t *group_used)
@@ -955,6 +976,7 @@ ledger_reserve_at(struct ledger *l, int d, uint64_t bytes, uint64_t limit,
         rc = check_index("ledger_reserve", d);
     if (rc != VRAM_OK)
         return rc;
+    prefetch_use(l, d);
     reclaim_now_and_then(l);
     struct slot *s = NULL;
     rc = own_slot(l, &s);
@@ -1016,11 +1038,12 @@ ledger_reserve(struct ledger *l, const char *uuid, uint64_t bytes, uint64_t limi
     return ledger_reserve_at(l, d, bytes, limit, group_used);
 }
 
-void
+VRAM_HOT void
 ledger_release_at(struct ledger *l, int d, uint64_t bytes)
 {
     if (l == NULL || !l->member || d < 0 || d >= LEDGER_MAX_DEVICES)
         return;
+    prefetch_use(l, d);
     struct slot *s = own_slot_if_any(l);
     if (s == NULL)
         return;
@@ -1071,7 +1094,7 @@ ledger_group_used(struct ledger *l, const char *uuid)
     return d >= 0 ? group_sum(l->map, d, false) : 0;
 }
 
-uint64_t
+VRAM_HOT uint64_t
 ledger_group_used_at(struct ledger *l, int d)
 {
     if (l == NULL || d < 0 || d >= LEDGER_MAX_DEVICES)

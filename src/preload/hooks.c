@@ -55,6 +55,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/hot.h"
 #include "base/clock.h"
 #include "base/size.h"
 #include "base/uuid.h"
@@ -221,7 +222,7 @@ trace_open(void)
 ** free must be counted like any other, not forwarded as a driver's nested
 ** call would be (its allocation would stay counted for good).
 */
-static uint32_t
+VRAM_HOT static uint32_t
 trace_site(void)
 {
     if (P.trace == NULL || !P.trace_sites)
@@ -235,7 +236,7 @@ trace_site(void)
 
 /* Write event OP (no lock held). A failed write is said once; the
 ** writer then refuses every later event by itself. */
-static void
+VRAM_HOT static void
 trace_write(char op, uint64_t id, uint64_t bytes, int ord, uint32_t site)
 {
     struct trace_writer *w = P.trace;
@@ -259,7 +260,7 @@ trace_write(char op, uint64_t id, uint64_t bytes, int ord, uint32_t site)
 }
 
 /* An id for a new allocation (0 when no trace is recorded). */
-static uint64_t
+VRAM_HOT static uint64_t
 trace_next_id(void)
 {
     if (P.trace == NULL)
@@ -268,7 +269,7 @@ trace_next_id(void)
 }
 
 /* After an allocation hook: an 'o' event when R says memory ran out. */
-static vcu_result
+VRAM_HOT static vcu_result
 trace_if_refused(vcu_result r, int ord, uint64_t bytes)
 {
     if (r == VCU_ERROR_OUT_OF_MEMORY && bytes > 0)
@@ -381,7 +382,7 @@ preload_init(void)
     __atomic_store_n(&P.mode, PRELOAD_ACTIVE, __ATOMIC_RELEASE);
 }
 
-enum preload_mode
+VRAM_HOT enum preload_mode
 preload_mode(void)
 {
     int m = __atomic_load_n(&P.mode, __ATOMIC_ACQUIRE);
@@ -557,7 +558,7 @@ report_unmatched_entries(void)
 
 /* The facts of CUDA ordinal ORD, asked from the driver the first time
 ** (UUID and total memory: neither allocates). */
-vcu_result
+VRAM_HOT vcu_result
 device_get(int ord, struct preload_device **out)
 {
     if (ord < 0 || ord >= PRELOAD_MAX_DEVICES)
@@ -671,7 +672,7 @@ static _Thread_local struct {
 ** and a call without a context then reaches the driver, which refuses it;
 ** the hooks give back what they reserved for it.
 */
-vcu_result
+VRAM_HOT vcu_result
 current_device(int *ord)
 {
     int n = __atomic_load_n(&P.n_visible, __ATOMIC_ACQUIRE);
@@ -909,7 +910,7 @@ nvml_process_used(const char *uuid, uint64_t *out)
 ** Nothing when accounting is off, or measured less than
 ** CONTEXT_INTERVAL_NS ago.
 */
-static void
+VRAM_HOT static void
 context_delta(const struct preload_device *d, uint64_t *grow, uint64_t *shrink)
 {
     *grow = *shrink = 0;
@@ -990,7 +991,7 @@ refusal_line(const char *what, const struct preload_device *d, int a, uint64_t b
 ** (VRAM_E_NO_DEVICE: the ledger holds as many other devices as it can).
 ** Racing threads find the same index.
 */
-static vram_status
+VRAM_HOT static vram_status
 ledger_index(struct preload_device *d, int a, int *index)
 {
     int i = __atomic_load_n(&d->index[a], __ATOMIC_ACQUIRE);
@@ -1007,7 +1008,7 @@ ledger_index(struct preload_device *d, int a, int *index)
 
 /* Give BYTES on D back to every account of accounts 0..N-1 (each holds
 ** them: its index was found when they were reserved). */
-static void
+VRAM_HOT static void
 release_accounts(const struct preload_device *d, uint64_t bytes, int n)
 {
     for (int a = 0; a < n; a++)
@@ -1023,7 +1024,7 @@ release_accounts(const struct preload_device *d, uint64_t bytes, int n)
 ** a line naming the account that refused; the driver's own error when it
 ** cannot say which device (no context: the call would fail anyway).
 */
-vcu_result
+VRAM_HOT vcu_result
 reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out)
 {
     vcu_result r = VCU_SUCCESS;
@@ -1073,7 +1074,7 @@ reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out)
     return VCU_SUCCESS;
 }
 
-void
+VRAM_HOT void
 unreserve(const struct preload_device *d, uint64_t bytes)
 {
     if (bytes == 0)
@@ -1083,7 +1084,7 @@ unreserve(const struct preload_device *d, uint64_t bytes)
 }
 
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */
-bool
+VRAM_HOT bool
 real_of(enum hook_id id, void *fp, size_t size)
 {
     void *p = interpose_real(id);
@@ -1098,7 +1099,7 @@ real_of(enum hook_id id, void *fp, size_t size)
 ** it when the table cannot hold it (out of host memory): an untracked
 ** allocation could never be given back. Returns the hook's result.
 */
-static vcu_result
+VRAM_HOT static vcu_result
 track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
               uint64_t bytes)
 {
@@ -1126,7 +1127,7 @@ track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
 /* The accounting of a counted call (preload.h)                         */
 /* ------------------------------------------------------------------ */
 
-bool
+VRAM_HOT bool
 hook_reserve(struct hook_call *c, int ord, uint64_t bytes)
 {
     if (bytes == 0)
@@ -1143,7 +1144,7 @@ hook_reserve(struct hook_call *c, int ord, uint64_t bytes)
     return false;
 }
 
-vcu_result
+VRAM_HOT vcu_result
 hook_granted(struct hook_call *c, int kind, const void *out)
 {
     vcu_result r = c->r;
@@ -1166,7 +1167,7 @@ hook_granted(struct hook_call *c, int kind, const void *out)
                             c->bytes);
 }
 
-vcu_result
+VRAM_HOT vcu_result
 taken_freed(struct hook_call *c, ...)
 {
     const struct track *e = &c->e;

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "base/hot.h"
 #include "preload/hooks.h"
 
 /*
@@ -201,7 +202,7 @@ lib_lookup(enum hook_lib lib, const char *name)
     return p;
 }
 
-void *
+VRAM_HOT void *
 interpose_real(enum hook_id id)
 {
     void *p = __atomic_load_n(&real_fn[id], __ATOMIC_ACQUIRE);

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hot.h"
 #include "preload/track.h"
 
 /* Slots of the first array (8 KiB): allocated by the first put, so a
@@ -79,7 +80,7 @@ _Static_assert(offsetof(struct track_table, n) + sizeof T.n <= TRACK_LINE,
 ** one preempted while holding it gets its CPU back from the yields. */
 #define TRACK_SPINS 64
 
-static void
+VRAM_HOT static void
 table_lock(void)
 {
     while (atomic_exchange_explicit(&T.locked, 1, memory_order_acquire)) {
@@ -97,7 +98,7 @@ table_lock(void)
 #endif
 }
 
-static void
+VRAM_HOT static void
 table_unlock(void)
 {
     atomic_store_explicit(&T.locked, 0, memory_order_release);
@@ -106,7 +107,7 @@ table_unlock(void)
 /* The first slot of (KIND, KEY)'s home line under MASK. Fibonacci
 ** hashing: device pointers are multiples of 512 bytes or 2 MiB, often in
 ** sequence, and the product's high bits spread them evenly. */
-static uint32_t
+VRAM_HOT static uint32_t
 track_home(unsigned kind, uint64_t key, uint32_t mask)
 {
     uint64_t h = (key ^ kind) * 0x9e3779b97f4a7c15ULL;
@@ -115,7 +116,7 @@ track_home(unsigned kind, uint64_t key, uint32_t mask)
 
 /* The mark of slot I's line: set when a put probed past the line full
 ** (struct track's field, in the line's first slot). */
-static uint8_t *
+VRAM_HOT static uint8_t *
 line_spilled(struct track *slot, uint32_t i)
 {
     return &slot[i & ~1u].spilled;
@@ -123,7 +124,7 @@ line_spilled(struct track *slot, uint32_t i)
 
 /* The free slot that (KIND, KEY)'s probe reaches first (there is one);
 ** the full lines it passes are marked spilled. */
-static struct track *
+VRAM_HOT static struct track *
 slot_free(struct track *slot, uint32_t mask, unsigned kind, uint64_t key)
 {
     uint32_t i = track_home(kind, key, mask);
@@ -136,7 +137,7 @@ slot_free(struct track *slot, uint32_t mask, unsigned kind, uint64_t key)
 }
 
 /* Copy the entry *FROM into slot TO, whose line's mark stays. */
-static void
+VRAM_HOT static void
 slot_set(struct track *to, const struct track *from)
 {
     uint8_t spilled = to->spilled;
@@ -163,13 +164,13 @@ table_grow_locked(void)
         if (T.slot[i].kind != 0)
             slot_set(slot_free(s, n - 1, T.slot[i].kind, T.slot[i].key), &T.slot[i]);
     free(T.slot);
-    T.slot = s;
-    T.mask = n - 1;
+    __atomic_store_n(&T.slot, s, __ATOMIC_RELAXED); /* also read without the lock: track_put */
+    __atomic_store_n(&T.mask, n - 1, __ATOMIC_RELAXED);
     return true;
 }
 
 /* The slot of (KIND, KEY), or NULL. Caller holds the lock. */
-static struct track *
+VRAM_HOT static struct track *
 table_find_locked(unsigned kind, uint64_t key)
 {
     ASSERT_LOCKED();
@@ -187,7 +188,7 @@ table_find_locked(unsigned kind, uint64_t key)
 
 /* A free slot for (KIND, KEY), counted in; the caller fills it in. NULL:
 ** the table is full and cannot grow. Caller holds the lock. */
-static struct track *
+VRAM_HOT static struct track *
 table_put_locked(unsigned kind, uint64_t key)
 {
     ASSERT_LOCKED();
@@ -202,7 +203,7 @@ table_put_locked(unsigned kind, uint64_t key)
 /* Empty the slot E of the table: the later entries of its probe run that
 ** may sit earlier move back, so that no lookup stops short of them.
 ** Caller holds the lock. */
-static void
+VRAM_HOT static void
 table_remove_locked(struct track *e)
 {
     ASSERT_LOCKED();
@@ -227,11 +228,21 @@ table_remove_locked(struct track *e)
     T.n--;
 }
 
-bool
+VRAM_HOT bool
 track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t trace_id)
 {
     if (dev != (int16_t)dev || kind <= 0 || kind > UINT8_MAX)
         return false; /* no ordinal or kind is so large */
+    /* Start fetching the key's home line before the lock: the lock's
+    ** exchange holds every later load until the lock's line is here, and
+    ** both lines are cold after the driver's call. Read without the lock,
+    ** the array may be a moment stale: a prefetch of a wrong line costs
+    ** nothing but itself. */
+    struct track *slot = __atomic_load_n(&T.slot, __ATOMIC_RELAXED);
+    if (slot != NULL)
+        __builtin_prefetch(&slot[track_home((unsigned)kind, key,
+                                            __atomic_load_n(&T.mask, __ATOMIC_RELAXED))],
+                           1);
     table_lock();
     struct track *e = table_put_locked((unsigned)kind, key);
     if (e != NULL) /* field by field: no copy on the stack to miss on */
@@ -246,7 +257,7 @@ track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t trace_id)
     return e != NULL;
 }
 
-bool
+VRAM_HOT bool
 track_take(int kind, uint64_t key, struct track *out)
 {
     table_lock();
@@ -259,7 +270,7 @@ track_take(int kind, uint64_t key, struct track *out)
     return e != NULL;
 }
 
-enum track_unref
+VRAM_HOT enum track_unref
 track_unref(uint64_t handle, struct track *out)
 {
     enum track_unref u = TRACK_UNKNOWN;
@@ -308,8 +319,8 @@ track_fork_child(void)
     atomic_store(&T.locked, 0);
     table_lock();
     free(T.slot);
-    T.slot = NULL;
-    T.mask = 0;
+    __atomic_store_n(&T.slot, NULL, __ATOMIC_RELAXED);
+    __atomic_store_n(&T.mask, 0, __ATOMIC_RELAXED);
     T.n = 0;
     table_unlock();
 }
