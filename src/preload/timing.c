@@ -13,8 +13,9 @@
 ** Never part of libvram-preload.so.
 */
 #include <stdint.h>
-#include <time.h>
+#include <string.h>
 
+#include "base/clock.h"
 #include "preload/preload.h"
 
 /* The last SAMPLES samples of each hook, in ticks. */
@@ -29,23 +30,15 @@ hook_timing_record(enum hook_id id, uint64_t ticks)
     samples[id][k % SAMPLES] = ticks > UINT32_MAX ? UINT32_MAX : (uint32_t)ticks;
 }
 
-static double
-mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 /* Nanoseconds per tick, measured against CLOCK_MONOTONIC over 20 ms. */
 static double
 ns_per_tick(void)
 {
-    double t0 = mono_ns();
+    uint64_t t0 = now_mono_ns();
     uint64_t k0 = hook_ticks();
-    while (mono_ns() - t0 < 2e7) {
+    while (now_mono_ns() - t0 < UINT64_C(20000000)) {
     }
-    return (mono_ns() - t0) / (double)(hook_ticks() - k0);
+    return (double)(now_mono_ns() - t0) / (double)(hook_ticks() - k0);
 }
 
 /* The samples of SYMBOL, newest last (preload.h). */
