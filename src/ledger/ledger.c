@@ -47,8 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/hot.h"
 #include "base/error.h"
+#include "base/hot.h"
 #include "ledger/ledger_internal.h"
 
 /* Grants look for dead members at most this often (ns): a check costs a

@@ -55,8 +55,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/hot.h"
 #include "base/clock.h"
+#include "base/hot.h"
 #include "base/size.h"
 #include "base/uuid.h"
 #include "config/env.h"
