@@ -1069,7 +1069,10 @@ reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out)
         }
         return VCU_ERROR_OUT_OF_MEMORY;
     }
-    __atomic_fetch_add(&u->counted, bytes, __ATOMIC_ACQ_REL);
+    /* Only context accounting reads COUNTED: without it, no locked
+    ** instruction (each holds the loads after it until its line is here). */
+    if (P.count_context)
+        __atomic_fetch_add(&u->counted, bytes, __ATOMIC_ACQ_REL);
     *out = d;
     return VCU_SUCCESS;
 }
@@ -1080,7 +1083,8 @@ unreserve(const struct preload_device *d, uint64_t bytes)
     if (bytes == 0)
         return;
     release_accounts(d, bytes, ACCT_COUNT);
-    __atomic_fetch_sub(&P.dev[d - P.dev].use.counted, bytes, __ATOMIC_ACQ_REL);
+    if (P.count_context) /* as in reserve */
+        __atomic_fetch_sub(&P.dev[d - P.dev].use.counted, bytes, __ATOMIC_ACQ_REL);
 }
 
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */

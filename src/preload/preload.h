@@ -48,7 +48,8 @@ enum { ACCT_USER = 0, ACCT_JOB = 1, ACCT_COUNT = 2 };
 /*
 ** What the process holds on one CUDA ordinal, as the device sees it
 ** (atomics):
-**   counted     bytes this process has reserved for its allocations;
+**   counted     bytes this process has reserved for its allocations
+**               (kept only under context accounting, its one reader);
 **   context     bytes charged for its context and the driver's own
 **               reservations: NVML's per-process used memory minus COUNTED
 **               when last measured (see context_delta in hooks.c);
