@@ -19,13 +19,13 @@
 #include "ledger/ledger_internal.h"
 
 /*
-** This process's pid, without a system call on every reservation (glibc
-** no longer caches getpid): set at the first use and again in every fork
-** child by an atfork handler. A child made by raw clone() without fork
-** handlers is noticed at its next ledger_after_fork().
+** This process's pid, without a system call at each use (glibc no longer
+** caches getpid): set at the first use and again in every fork child by an
+** atfork handler. A child made by raw clone() without fork handlers is
+** noticed at its next ledger_after_fork(). Reservations do not read it:
+** a handle keeps its process's identity (ledger.c, "fork").
 */
 static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
-/* Both words a reservation reads, in one cache line. */
 static struct {
     pid_t pid;
     bool ready; /* the fork handler is in place: pid is kept right */

@@ -454,15 +454,8 @@ fork_child(void)
     /* The child has no CUDA context of its own yet, and nothing counted. */
     for (int i = 0; i < PRELOAD_MAX_DEVICES; i++)
         memset(&P.dev[i].use, 0, sizeof P.dev[i].use);
-    for (int a = 0; a < ACCT_COUNT; a++) {
-        if (P.ledger[a] == NULL || ledger_after_fork(P.ledger[a]) == VRAM_OK)
-            continue;
-        char why[640];
-        snprintf(why, sizeof why, "cannot join the ledger of group %s after fork: %s",
-                 P.group[a], vram_last_error());
-        disable(why);
-        return;
-    }
+    /* The ledgers' handles were made the child's by the ledger's own fork
+    ** handler, which ran before this one. */
 }
 
 /* ------------------------------------------------------------------ */
@@ -1088,7 +1081,7 @@ unreserve(const struct preload_device *d, uint64_t bytes)
 }
 
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */
-VRAM_HOT bool
+bool
 real_of(enum hook_id id, void *fp, size_t size)
 {
     void *p = interpose_real(id);
