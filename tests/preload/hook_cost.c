@@ -23,7 +23,13 @@
 ** Per batch and kind, KIND's calls run on one side then on the other (the
 ** order alternates batch by batch): cuMemGetInfo_v2, 50 calls (one hooked
 ** call: the device, its quota, the forward); cuMemAlloc_v2 of 512 bytes +
-** cuMemFree_v2, 10 pairs (two hooked calls and the ledger). Also, bare:
+** cuMemFree_v2, 10 pairs (two hooked calls and the ledger); the same pair
+** stream-ordered, cuMemAllocAsync + cuMemFreeAsync on the default stream,
+** 10 pairs: the same hooks' work (reserve, track, take, release) over a
+** driver call that comes from the device's memory pool, so microseconds
+** cheaper and steadier than cuMemAlloc_v2's, whose run-to-run noise a
+** paired interval of a few hundred nanoseconds cannot get under on a
+** real GPU in a minute. Also, bare:
 ** ns per cuCtxGetCurrent and per cuCtxGetDevice (medians over the batches),
 ** what the hooks' device lookup can cost on this driver. Prints one JSON
 ** line: per kind, the per-call ns of each batch on each side.
@@ -166,6 +172,28 @@ run_pairs(void *alloc_fn, void *free_fn, double plant)
     return (now_ns() - t0) / PAIRS;
 }
 
+/* ns per cuMemAllocAsync + cuMemFreeAsync pair on the default stream,
+** each call after PLANT ns. */
+static double
+run_async(void *alloc_fn, void *free_fn, double plant)
+{
+    vcu_pfn_cuMemAllocAsync alloc = AS(vcu_pfn_cuMemAllocAsync, alloc_fn);
+    vcu_pfn_cuMemFreeAsync release = AS(vcu_pfn_cuMemFreeAsync, free_fn);
+    vcu_deviceptr d;
+    double t0 = now_ns();
+    for (int i = 0; i < PAIRS; i++) {
+        if (plant > 0)
+            spin(plant);
+        if (alloc(&d, 512, NULL) != VCU_SUCCESS)
+            fail("cuMemAllocAsync failed");
+        if (plant > 0)
+            spin(plant);
+        if (release(d, NULL) != VCU_SUCCESS)
+            fail("cuMemFreeAsync failed");
+    }
+    return (now_ns() - t0) / PAIRS;
+}
+
 static int
 cmp(const void *a, const void *b)
 {
@@ -207,7 +235,8 @@ print_self(void)
     double *v = malloc(MAX * sizeof *v);
     if (v == NULL)
         fail("out of memory");
-    static const char *const names[] = {"cuMemGetInfo_v2", "cuMemAlloc_v2", "cuMemFree_v2"};
+    static const char *const names[] = {"cuMemGetInfo_v2", "cuMemAlloc_v2", "cuMemFree_v2",
+                                        "cuMemAllocAsync", "cuMemFreeAsync"};
     printf(", \"self_overhead_ns\": %.2f, \"self\": {", AS(overhead_fn, q)());
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         long n = timing(names[i], v, MAX);
@@ -283,6 +312,8 @@ main(int argc, char **argv)
     struct both info = lookup(lib, real, "cuMemGetInfo_v2", same);
     struct both alloc = lookup(lib, real, "cuMemAlloc_v2", same);
     struct both release = lookup(lib, real, "cuMemFree_v2", same);
+    struct both alloc_async = lookup(lib, real, "cuMemAllocAsync", same);
+    struct both free_async = lookup(lib, real, "cuMemFreeAsync", same);
     vcu_pfn_cuCtxGetCurrent get_current =
         AS(vcu_pfn_cuCtxGetCurrent, (void *){real(lib, "cuCtxGetCurrent")});
     vcu_pfn_cuCtxGetDevice get_device =
@@ -290,25 +321,30 @@ main(int argc, char **argv)
     if (get_current == NULL || get_device == NULL)
         fail("cuCtxGetCurrent or cuCtxGetDevice not found");
 
-    double *v = malloc((size_t)batches * 6 * sizeof *v);
+    double *v = malloc((size_t)batches * 8 * sizeof *v);
     if (v == NULL)
         fail("out of memory");
     double *ih = v, *ib = v + batches, *ph = v + 2 * batches, *pb = v + 3 * batches;
-    double *cur = v + 4 * batches, *getdev = v + 5 * batches;
+    double *ah = v + 4 * batches, *ab = v + 5 * batches;
+    double *cur = v + 6 * batches, *getdev = v + 7 * batches;
     double start = now_ns();
     long n = 0;
     for (long b = -batches / 20 - 2; b < batches; b++) { /* the first are warm-up */
-        double hi, bi, hp, bp;
+        double hi, bi, hp, bp, ha, ba;
         if (b & 1) {
             hi = run_info(info.hooked, plant);
             bi = run_info(info.bare, 0);
             hp = run_pairs(alloc.hooked, release.hooked, plant);
             bp = run_pairs(alloc.bare, release.bare, 0);
+            ha = run_async(alloc_async.hooked, free_async.hooked, plant);
+            ba = run_async(alloc_async.bare, free_async.bare, 0);
         } else {
             bi = run_info(info.bare, 0);
             hi = run_info(info.hooked, plant);
             bp = run_pairs(alloc.bare, release.bare, 0);
             hp = run_pairs(alloc.hooked, release.hooked, plant);
+            ba = run_async(alloc_async.bare, free_async.bare, 0);
+            ha = run_async(alloc_async.hooked, free_async.hooked, plant);
         }
         vcu_context c;
         vcu_device d;
@@ -325,6 +361,8 @@ main(int argc, char **argv)
         ib[n] = bi;
         ph[n] = hp;
         pb[n] = bp;
+        ah[n] = ha;
+        ab[n] = ba;
         cur[n] = (t1 - t0) / CTX_CALLS;
         getdev[n] = (t2 - t1) / CTX_CALLS;
         n++;
@@ -342,6 +380,10 @@ main(int argc, char **argv)
     print_list("pair_hooked", ph, n);
     printf(", ");
     print_list("pair_bare", pb, n);
+    printf(", ");
+    print_list("async_hooked", ah, n);
+    printf(", ");
+    print_list("async_bare", ab, n);
     printf(", \"ctx_get_current_ns\": %.2f, \"ctx_get_device_ns\": %.2f", median(cur, n),
            median(getdev, n));
     if (self)
