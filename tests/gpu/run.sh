@@ -29,7 +29,8 @@
 #    expandable and the cudaMallocAsync pool (whole cold trace no slower than
 #    the pool's, fragmentation <= 1.02, steady state >= 10x the pool), and
 #    the preload's cost per hooked call over the bare driver, paired in one
-#    process (tests/preload/hook_cost.py; section hookcost alone).
+#    process (tests/preload/hook_cost.py; section hookcost alone). The
+#    traces run in interleaved rounds (section traces alone).
 #    JSON lines in $OUT/torchperf.jsonl.
 # 9. record: `vram record` on real PyTorch (and JAX) training with planted
 #    leaks and clean runs (bench/gpu/record_checks.py, under 3 minutes):
@@ -54,7 +55,8 @@
 #
 # VRAM_GPU_SECTIONS picks sections (a comma list; default all): ctest (1),
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
-# torchperf (8; hookcost: its hook-cost step alone), record (9), policy (10),
+# torchperf (8; hookcost: its hook-cost step alone; traces: its trace
+# rounds alone), record (9), policy (10),
 # tune (11).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
@@ -280,16 +282,29 @@ want streams && STEP_OUT=$WORK/streams.json run_step "streams and graphs vs torc
 if want torchperf; then
     STEP_OUT=$WORK/torchperf.json run_step "torchperf: OOM and empty_cache in PyTorch" 240 \
         python3 bench/gpu/torchperf.py --lib "$LIB" --vram "$VRAM"
-    for f in data/traces/*.trace.csv.gz; do
-        t=$(basename "$f" .trace.csv.gz)
-        STEP_OUT=$WORK/tp_cold_${t}_expandable.jsonl run_step "torchperf: $t expandable cold" 90 \
-            "$VRAM" replay --backend cuda --strategy expandable --repeat 3 --json "$f"
-        STEP_OUT=$WORK/tp_cold_${t}_pool.jsonl run_step "torchperf: $t pool cold" 90 \
-            "$PEERS" --allocator cudaMallocAsync --repeat 3 --json "$f"
-        STEP_OUT=$WORK/tp_warm_${t}_expandable.jsonl run_step "torchperf: $t expandable warm" 90 \
-            "$VRAM" replay --backend cuda --strategy expandable --repeat 3 --warm --json "$f"
-        STEP_OUT=$WORK/tp_warm_${t}_pool.jsonl run_step "torchperf: $t pool warm" 90 \
-            "$PEERS" --allocator cudaMallocAsync --repeat 3 --warm --json "$f"
+fi
+# Every trace cold and warm, expandable against the pool, in interleaved
+# rounds (VRAM_GPU_ROUNDS, default 3): each round runs all four of a trace
+# back to back, so a ratio compares figures of the same minute; the
+# verdicts take the median of the rounds' ratios. Part of torchperf;
+# VRAM_GPU_SECTIONS=traces runs it alone.
+if want torchperf || want traces; then
+    for r in $(seq 1 "${VRAM_GPU_ROUNDS:-3}"); do
+        for f in data/traces/*.trace.csv.gz; do
+            t=$(basename "$f" .trace.csv.gz)
+            STEP_OUT=$WORK/tp_cold_${t}_expandable_r$r.jsonl \
+                run_step "torchperf: $t expandable cold, round $r" 90 \
+                "$VRAM" replay --backend cuda --strategy expandable --repeat 3 --json "$f"
+            STEP_OUT=$WORK/tp_cold_${t}_pool_r$r.jsonl \
+                run_step "torchperf: $t pool cold, round $r" 90 \
+                "$PEERS" --allocator cudaMallocAsync --repeat 3 --json "$f"
+            STEP_OUT=$WORK/tp_warm_${t}_expandable_r$r.jsonl \
+                run_step "torchperf: $t expandable warm, round $r" 90 \
+                "$VRAM" replay --backend cuda --strategy expandable --repeat 3 --warm --json "$f"
+            STEP_OUT=$WORK/tp_warm_${t}_pool_r$r.jsonl \
+                run_step "torchperf: $t pool warm, round $r" 90 \
+                "$PEERS" --allocator cudaMallocAsync --repeat 3 --warm --json "$f"
+        done
     done
 fi
 # The preload's cost per hooked call over the bare driver: hooked and bare
@@ -310,9 +325,15 @@ if { want torchperf || want hookcost; } && [ -x "$BUILD/tests/preload/hook_cost"
         --env VRAM_LIMIT=100G --validate --json \
         --timing-preload "$BUILD/lib/libvram-preload-timing.so"
 fi
-if want torchperf || want hookcost; then
-    cat "$WORK"/torchperf.json "$WORK"/hook_cost.json "$WORK"/tp_*.jsonl 2>/dev/null |
-        grep '^{' >"$OUT/torchperf.jsonl"
+if want torchperf || want hookcost || want traces; then
+    {
+        cat "$WORK"/torchperf.json "$WORK"/hook_cost.json 2>/dev/null
+        for f in "$WORK"/tp_*_r*.jsonl; do
+            [ -f "$f" ] || continue
+            r=${f##*_r}
+            sed "s/^{/{\"round\": ${r%.jsonl}, /" "$f"
+        done
+    } | grep '^{' >"$OUT/torchperf.jsonl"
 fi
 
 # ---- 9. `vram record` on real training: planted leaks at the framework's rate ----
@@ -356,7 +377,7 @@ fi
 
 # ---- 6. the table ----
 python3 - "$WORK" "$OUT" "${TRACES[@]}" <<'PY' 2>>"$LOG"
-import glob, json, os, sys
+import glob, json, os, re, sys
 
 work, out, traces = sys.argv[1], sys.argv[2], sys.argv[3:]
 MiB, GiB = 2.0**20, 2.0**30
@@ -644,7 +665,16 @@ try:
                 tperf = json.loads(line)
 except (OSError, ValueError):
     tperf = None
-tp_cold, tp_warm = jsonl("tp_cold_*.jsonl"), jsonl("tp_warm_*.jsonl")
+def jsonl_rounds(pattern):
+    """The rows of PATTERN's files, each with "_round" from its name (..._rN.jsonl)."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(work, pattern))):
+        m = re.search(r"_r(\d+)\.jsonl$", path)
+        for r in jsonl(os.path.basename(path)):
+            r["_round"] = int(m.group(1)) if m else 1
+            rows.append(r)
+    return rows
+tp_cold, tp_warm = jsonl_rounds("tp_cold_*.jsonl"), jsonl_rounds("tp_warm_*.jsonl")
 if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost.json")):
     lines.append("torchperf: vram inside PyTorch (vram.torch.use, cap 6 GiB)")
     what = {"oom_raised": "past the cap: torch.OutOfMemoryError raised",
@@ -674,30 +704,49 @@ if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost
     for r in ((tperf or {}).get("runs") or {}).values():
         if isinstance(r, dict) and (r.get("error") or r.get("stderr_tail")):
             lines.append("  child: %s" % (r.get("error") or r.get("stderr_tail")))
-    lines.append("  %-15s %13s %13s %8s %8s %13s %13s %8s" % (
-        "trace", "exp cold", "pool cold", "pool/exp", "frag", "exp warm", "pool warm", "pool/exp"))
+    lines.append("  %-15s %5s %13s %13s %8s %8s %13s %13s %8s" % (
+        "trace", "round", "exp cold", "pool cold", "pool/exp", "frag", "exp warm", "pool warm",
+        "pool/exp"))
+    f1 = lambda v: "FAILED" if v is None else "%.1f" % v
+    fx = lambda v, fmt: "-" if v is None else fmt % v
+    def ratio(pool, exp):
+        if pool is None or exp is None or exp["ns_per_op"] <= 0:
+            return None
+        return pool["ns_per_op"] / exp["ns_per_op"]
+    def med(v):
+        v = sorted(x for x in v if x is not None)
+        if not v:
+            return None
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
     for t in sorted({r.get("trace") for r in tp_cold + tp_warm if r.get("trace")}):
-        ec = row(tp_cold, t, "strategy", "expandable")
-        pc = row(tp_cold, t, "allocator", "cudaMallocAsync")
-        ew = row(tp_warm, t, "strategy", "expandable")
-        pw = row(tp_warm, t, "allocator", "cudaMallocAsync")
-        def ns(r):
-            return None if r is None else r["ns_per_op"]
-        cold = None if ec is None or pc is None or ec["ns_per_op"] <= 0 else pc["ns_per_op"] / ec["ns_per_op"]
-        warm = None if ew is None or pw is None or ew["ns_per_op"] <= 0 else pw["ns_per_op"] / ew["ns_per_op"]
-        frag = None if ec is None else ec["fragmentation"]
-        targets.append(("torchperf %s: expandable cold no slower than the pool" % t,
-                        verdict(None if cold is None else cold >= 1.0)))
+        colds, warms, frags = [], [], []
+        for rnd in sorted({r.get("_round") for r in tp_cold + tp_warm if r.get("trace") == t}):
+            pick = lambda rows, k, v: row([r for r in rows if r.get("_round") == rnd], t, k, v)
+            ec, pc = pick(tp_cold, "strategy", "expandable"), pick(tp_cold, "allocator", "cudaMallocAsync")
+            ew, pw = pick(tp_warm, "strategy", "expandable"), pick(tp_warm, "allocator", "cudaMallocAsync")
+            cold, warm = ratio(pc, ec), ratio(pw, ew)
+            frag = None if ec is None else ec["fragmentation"]
+            colds.append(cold)
+            warms.append(warm)
+            frags.append(frag)
+            lines.append("  %-15s %5s %13s %13s %8s %8s %13s %13s %8s" % (
+                t, rnd, f1(None if ec is None else ec["ns_per_op"]),
+                f1(None if pc is None else pc["ns_per_op"]), fx(cold, "%.2fx"),
+                fx(frag, "%.3f"), f1(None if ew is None else ew["ns_per_op"]),
+                f1(None if pw is None else pw["ns_per_op"]), fx(warm, "%.1fx")))
+        cold, warm = med(colds), med(warms)
+        frag = None if not frags or None in frags else max(frags)
+        lines.append("  %-15s %5s %13s %13s %8s %8s %13s %13s %8s" % (
+            t, "med", "", "", fx(cold, "%.2fx"), fx(frag, "%.3f"), "", "", fx(warm, "%.1fx")))
+        targets.append(("torchperf %s: expandable cold no slower than the pool (median of %d "
+                        "rounds)" % (t, len(colds)), verdict(None if cold is None else cold >= 1.0)))
         targets.append(("torchperf %s: expandable fragmentation <= 1.02" % t,
                         verdict(None if frag is None else frag <= 1.02)))
-        targets.append(("torchperf %s: expandable steady state >= 10x the pool" % t,
-                        verdict(None if warm is None else warm >= 10.0)))
-        f1 = lambda v: "FAILED" if v is None else "%.1f" % v
-        lines.append("  %-15s %13s %13s %8s %8s %13s %13s %8s" % (
-            t, f1(ns(ec)), f1(ns(pc)), "-" if cold is None else "%.2fx" % cold,
-            "-" if frag is None else "%.3f" % frag, f1(ns(ew)), f1(ns(pw)),
-            "-" if warm is None else "%.1fx" % warm))
-    lines.append("  (host ns/op, median of 3; cold = whole trace from an empty allocator)")
+        targets.append(("torchperf %s: expandable steady state >= 10x the pool (median of %d "
+                        "rounds)" % (t, len(warms)), verdict(None if warm is None else warm >= 10.0)))
+    lines.append("  (host ns/op, median of 3 a run; the four of a trace run back to back in each "
+                 "round; cold = whole trace from an empty allocator; med = median of the "
+                 "rounds' ratios, frag the largest)")
     hc = load(os.path.join(work, "hook_cost.json"))
     if hc is not None and hc.get("kinds"):
         lines.append("  preload hook cost over the bare driver (%d paired batches in one process, "
