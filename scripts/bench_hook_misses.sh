@@ -43,9 +43,10 @@ def incl(fn):
             if len(nums) == 1:
                 return nums[0], 0
     return 0, 0
-# Calls: the hooked side's, warm-up batches included (hook_cost.c).
+# Calls: the hooked side's, warm-up batches included (hook_cost.c). The
+# plain and the stream-ordered pairs run the same hooks: a pair is either.
 b = raw["batches"]
-pairs = (b + b // 20 + 2) * raw["pairs"]
+pairs = (b + b // 20 + 2) * raw["pairs"] * (2 if "async_hooked" in raw else 1)
 infos = (b + b // 20 + 2) * raw["info_calls"]
 rows = [("reserve (alloc, before)", "hook_reserve"), ("put (alloc, after)", "hook_granted"),
         ("take (free, before)", "track_take"), ("release (free, after)", "taken_freed")]
