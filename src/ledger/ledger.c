@@ -165,6 +165,9 @@ struct ledger {
     _Atomic int n_cached; /* entries of CACHED claimed (may pass DEV_CACHE) */
     struct dev_cached cached[DEV_CACHE];
     struct judged *judged; /* a monitoring handle's, LEDGER_MAX_PROCS; or NULL */
+    /* A member's pidfds of the others (ledger_watch.c), made at the first
+    ** look that meets another member; NULL before, or without memory. */
+    _Atomic(struct ledger_watch *) watch;
 };
 
 /* ==== small helpers ==== */
@@ -437,6 +440,8 @@ forked(struct ledger *l)
     }
     l->me = me;
     atomic_store(&l->own, OWN_NONE);
+    /* The parent's pidfds: the child judges the others afresh. */
+    ledger_watch_forget_all(atomic_load(&l->watch));
     return rc;
 }
 
@@ -497,6 +502,27 @@ member_remove(struct ledger *l)
 ** Each entry is freed by one compare-and-swap of its owner word, which
 ** fails if it changed since it was judged: nothing is left half-done.
 */
+/*
+** Start a look with L's watch, made at the first call, into *WT (NULL: L
+** keeps none -- a monitoring or read-only handle, or no memory for one --
+** and every member is judged through /proc). False when another thread
+** of this process is looking with it now: its look is as good as this one.
+*/
+static bool
+watch_begin(struct ledger *l, struct ledger_watch **wt)
+{
+    struct ledger_watch *w = atomic_load(&l->watch);
+    if (w == NULL && l->member) {
+        struct ledger_watch *made = ledger_watch_new();
+        if (made != NULL && !atomic_compare_exchange_strong(&l->watch, &w, made))
+            ledger_watch_free(made); /* another thread made one: W is it */
+        else
+            w = made;
+    }
+    *wt = w;
+    return w == NULL || ledger_watch_begin(w);
+}
+
 static void
 reclaim(struct ledger *l, bool force)
 {
@@ -518,23 +544,62 @@ reclaim(struct ledger *l, bool force)
     ledger_fault(LEDGER_FAULT_RECLAIM);
     int n = n_slots(m);
     int64_t own = atomic_load(&l->own);
+    /* The watch is taken at the first other member met: a process alone
+    ** in its group looks without a locked instruction. */
+    bool begun = false;
+    struct ledger_watch *wt = NULL;
     for (int i = 0; i < n; i++) {
         struct slot *s = &m->slots[i];
         uint64_t w = atomic_load(&s->owner);
         unsigned state = owner_state(w);
-        if (state == SLOT_FREE)
+        if (state == SLOT_FREE) {
+            if (wt != NULL)
+                ledger_watch_drop(wt, i); /* a member that left: its pidfd goes */
             continue;
+        }
         if (own >= 0 && (own & 0xffff) == i && w == own_word(l, own))
             continue;
+        if (!begun && !(begun = watch_begin(l, &wt)))
+            return; /* another thread of this process is looking right now */
+        if (wt != NULL && ledger_watch_has(wt, i, w))
+            continue; /* judged alive before: its pidfd is polled below */
         /* An entry still being written: only a gone pid makes it dead. */
         uint64_t start = state == SLOT_LIVE ? ld(&s->start_time) : 0;
         uint64_t pidns = state == SLOT_LIVE ? ld(&s->pidns) : 0;
         if (atomic_load(&s->owner) != w)
             continue; /* changed while read: judged next time */
-        if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns))
+        int fd = -1;
+        if (wt != NULL && start != 0 && pidns != 0 && pidns == l->me.pidns)
+            fd = ledger_watch_open(wt, owner_pid(w));
+        if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns)) {
+            if (fd >= 0)
+                close(fd);
             atomic_compare_exchange_strong(&s->owner, &w,
                                            owner_word(SLOT_FREE, owner_gen(w), 0));
+        } else if (fd >= 0) {
+            ledger_watch_keep(wt, i, w, fd);
+        }
     }
+    if (wt == NULL)
+        return;
+    int ended[LEDGER_MAX_PROCS];
+    int k = ledger_watch_poll(wt, ended, LEDGER_MAX_PROCS);
+    for (int e = 0; e < k; e++) {
+        int i = ended[e];
+        struct slot *s = &m->slots[i];
+        uint64_t w = atomic_load(&s->owner);
+        uint64_t start = ld(&s->start_time), pidns = ld(&s->pidns);
+        if (atomic_load(&s->owner) != w || !ledger_watch_has(wt, i, w))
+            continue; /* another process in the entry now: judged next time */
+        if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns)) {
+            ledger_watch_drop(wt, i);
+            atomic_compare_exchange_strong(&s->owner, &w,
+                                           owner_word(SLOT_FREE, owner_gen(w), 0));
+        } else {
+            ledger_watch_forget(wt, i); /* not the pidfd opened: not ours to close */
+        }
+    }
+    ledger_watch_end(wt);
 }
 
 /* reclaim(L, false) at about every RECLAIM_EVERY-th call. A load and a
@@ -809,6 +874,7 @@ ledger_close(struct ledger *l)
     for (int i = 0; l->judged != NULL && i < LEDGER_MAX_PROCS; i++)
         judged_forget(&l->judged[i]);
     free(l->judged);
+    ledger_watch_free(atomic_load(&l->watch));
     free(l);
 }
 

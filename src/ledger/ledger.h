@@ -16,7 +16,9 @@
 ** member stopped (SIGSTOP, a debugger) or killed at any instruction holds
 ** nothing others wait for: its entry is exactly its share, freed by any
 ** member or monitor once the process is dead (always before a refusal,
-** otherwise at most every 100 ms). Monitors read without writing
+** otherwise at most every 100 ms; a member watches the others it judged
+** alive through pidfds, so a look costs one poll, not a /proc read per
+** member). Monitors read without writing
 ** anything a member needs. docs/LEDGER.md has the layout and the rules.
 **
 ** Thread-safe; fork: the child's handles are reset by the ledger's own

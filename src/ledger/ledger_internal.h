@@ -170,6 +170,37 @@ bool ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_
 bool ledger_proc_judge_fd(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
                           int *fd, bool keep, uint64_t *rss);
 
+/* ---- ledger_watch.c: pidfds of the members judged alive ---- */
+
+struct ledger_watch;
+/* A watch with nothing watched; NULL when out of host memory. */
+struct ledger_watch *ledger_watch_new(void);
+/* Close every pidfd and free it. NULL-safe. */
+void ledger_watch_free(struct ledger_watch *w);
+/* Close every pidfd and forget every entry (async-signal-safe: for a fork
+** child, whose descriptors name the parent's watch). NULL-safe. */
+void ledger_watch_forget_all(struct ledger_watch *w);
+/* Start a look (false: another thread is looking with W), and end it. */
+bool ledger_watch_begin(struct ledger_watch *w);
+void ledger_watch_end(struct ledger_watch *w);
+/* Whether entry I is watched under owner word WORD; if so it joins this
+** look's poll, if not any old watch of I is dropped (closed). */
+bool ledger_watch_has(struct ledger_watch *w, int i, uint64_t word);
+/* A pidfd of process PID, or -1 (no pidfd_open, or W holds its most).
+** Open it before the judgment that makes it the entry's: then it names
+** the process judged, not a later one with the same pid. */
+int ledger_watch_open(struct ledger_watch *w, int32_t pid);
+/* Entry I (owner word WORD) was judged alive: FD is its pidfd now. */
+void ledger_watch_keep(struct ledger_watch *w, int i, uint64_t word, int fd);
+/* Stop watching entry I, closing its pidfd; or without closing it, when a
+** descriptor reported the end of a live process (not the pidfd opened:
+** the host program closed it and reused the number). */
+void ledger_watch_drop(struct ledger_watch *w, int i);
+void ledger_watch_forget(struct ledger_watch *w, int i);
+/* Poll this look's set without waiting: into ENDED (at most MAX) the
+** entries whose process may have ended; their count. */
+int ledger_watch_poll(struct ledger_watch *w, int *ended, int max);
+
 /* ---- ledger_file.c: the directory and the file ---- */
 
 /* The per-user directory "/dev/shm/vram-<uid>" into OUT. */

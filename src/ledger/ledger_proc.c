@@ -343,6 +343,20 @@ ledger_proc_judge(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_
     return ledger_proc_judge_fd(pid, start_time, pidns, my_pidns, &fd, false, rss);
 }
 
+/* Only in the tests' build (ledger_testing.h): judgments made. */
+#ifdef VRAM_LEDGER_FAULTS
+static _Atomic uint64_t proc_reads;
+
+uint64_t
+ledger_test_proc_reads(void)
+{
+    return atomic_load(&proc_reads);
+}
+#define count_proc_read() atomic_fetch_add(&proc_reads, 1)
+#else
+#define count_proc_read() ((void)0)
+#endif
+
 bool
 ledger_proc_judge_fd(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t my_pidns,
                      int *fd, bool keep, uint64_t *rss)
@@ -352,6 +366,7 @@ ledger_proc_judge_fd(int32_t pid, uint64_t start_time, uint64_t pidns, uint64_t 
         return true; /* garbage; and kill(-pid) would mean a process group */
     if (pidns != 0 && my_pidns != 0 && pidns != my_pidns)
         return false; /* its pid means another process here */
+    count_proc_read();
     if (*fd >= 0) {
         /* The process judged alive before: statm says it still is (and its
         ** resident set) without the cost of stat, as long as it has memory;

@@ -37,4 +37,8 @@ void ledger_test_stop_at(enum ledger_fault_point point);
 ** its pid had been recycled by a new process. */
 void ledger_test_set_start_time(struct ledger *l, uint64_t t);
 
+/* The members this process has judged through /proc so far (each a read
+** of /proc/PID/stat or statm, or a kill(pid, 0)). */
+uint64_t ledger_test_proc_reads(void);
+
 #endif

@@ -39,15 +39,25 @@
 ** hook, the median of those self times with its 95 % interval (sign test),
 ** and what the timing itself adds.
 **
+** --members N: first start N other processes of the same quota group
+** (fork children that each make one counted allocation, then wait), as
+** on a shared server: each cuMemGetInfo then looks for dead members among
+** them.
+**
 ** Usage: hook_cost [--batches N] [--seconds S] [--plant-ns NS] [--same] [--self]
-** (defaults 4000 batches, at most 60 s). Test code: exit is allowed.
+** [--members N] (defaults 4000 batches, at most 60 s). Test code: exit is
+** allowed.
 */
 #include <dlfcn.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "driver/cuda_api.h"
 
@@ -262,10 +272,44 @@ print_list(const char *name, const double *v, long n)
     printf("]");
 }
 
+/* Fork N members: each allocates once through the hook ALLOC (joining the
+** ledger) and waits to be killed; their pids into KIDS. Returns when all
+** have allocated. */
+static void
+start_members(long n, void *alloc_fn, pid_t *kids)
+{
+    vcu_pfn_cuMemAlloc alloc = AS(vcu_pfn_cuMemAlloc, alloc_fn);
+    int p[2];
+    if (pipe(p) != 0)
+        fail("pipe failed");
+    for (long i = 0; i < n; i++) {
+        fflush(NULL);
+        kids[i] = fork();
+        if (kids[i] < 0)
+            fail("fork failed");
+        if (kids[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            vcu_deviceptr d;
+            char ok = alloc(&d, 1 << 20) == VCU_SUCCESS ? 'r' : 'x';
+            if (write(p[1], &ok, 1) != 1)
+                _exit(1);
+            for (;;)
+                pause();
+        }
+    }
+    for (long i = 0; i < n; i++) {
+        char c = 0;
+        if (read(p[0], &c, 1) != 1 || c != 'r')
+            fail("a member could not allocate");
+    }
+    close(p[0]);
+    close(p[1]);
+}
+
 int
 main(int argc, char **argv)
 {
-    long batches = 4000;
+    long batches = 4000, members = 0;
     double seconds = 60, plant = 0;
     int same = 0, self = 0;
     for (int i = 1; i < argc; i++) {
@@ -279,12 +323,15 @@ main(int argc, char **argv)
             seconds = strtod(argv[++i], NULL);
         else if (i + 1 < argc && strcmp(argv[i], "--plant-ns") == 0)
             plant = strtod(argv[++i], NULL);
+        else if (i + 1 < argc && strcmp(argv[i], "--members") == 0)
+            members = strtol(argv[++i], NULL, 10);
         else
             batches = -1;
     }
-    if (batches < 2 || batches > MAX_BATCHES || !(seconds > 0) || !(plant >= 0)) {
+    if (batches < 2 || batches > MAX_BATCHES || !(seconds > 0) || !(plant >= 0) ||
+        members < 0 || members > 256) {
         fprintf(stderr, "usage: hook_cost [--batches 2..%d] [--seconds S] [--plant-ns NS] "
-                        "[--same] [--self]\n",
+                        "[--same] [--self] [--members 0..256]\n",
                 MAX_BATCHES);
         return 2;
     }
@@ -320,6 +367,9 @@ main(int argc, char **argv)
         AS(vcu_pfn_cuCtxGetDevice, (void *){real(lib, "cuCtxGetDevice")});
     if (get_current == NULL || get_device == NULL)
         fail("cuCtxGetCurrent or cuCtxGetDevice not found");
+
+    pid_t kids[256];
+    start_members(members, alloc.hooked, kids);
 
     double *v = malloc((size_t)batches * 8 * sizeof *v);
     if (v == NULL)
@@ -369,10 +419,14 @@ main(int argc, char **argv)
         if (n >= 2 && now_ns() - start > seconds * 1e9)
             break;
     }
+    for (long i = 0; i < members; i++) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], NULL, 0);
+    }
     printf("{\"batches\": %ld, \"info_calls\": %d, \"pairs\": %d, \"plant_ns\": %.1f, "
-           "\"same\": %s, \"hooked_from\": \"%s\", \"bare_from\": \"%s\", ",
-           n, INFO_CALLS, PAIRS, plant, same ? "true" : "false", library_of(info.hooked),
-           library_of(info.bare));
+           "\"same\": %s, \"members\": %ld, \"hooked_from\": \"%s\", \"bare_from\": \"%s\", ",
+           n, INFO_CALLS, PAIRS, plant, same ? "true" : "false", members,
+           library_of(info.hooked), library_of(info.bare));
     print_list("info_hooked", ih, n);
     printf(", ");
     print_list("info_bare", ib, n);

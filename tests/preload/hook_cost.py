@@ -7,7 +7,7 @@ machine.
     python3 tests/preload/hook_cost.py --bin build/tests/preload/hook_cost \
         --preload build/lib/libvram-preload.so [--batches 4000] [--seconds 20] \
         [--limit-ns 200] [--env VRAM_LIMIT=100G] [--validate [--plant-ns 300]]
-        [--timing-preload build/lib/libvram-preload-timing.so] [--json]
+        [--timing-preload build/lib/libvram-preload-timing.so] [--members N] [--json]
 
 Runs hook_cost (tests/preload/hook_cost.c) once under LD_PRELOAD with the
 environment given (a quota, so that the hooks are active): inside that one
@@ -36,6 +36,11 @@ PLANT_NS per hooked call: a known cost is found). Judged per kind
 given shows it there); method_ok says whether all three held for every
 kind; the exit status is 0 only when the verdict passes and the method
 holds.
+
+--members N runs hook_cost once more with N other processes of the quota
+group alive (as on a shared server, where each cuMemGetInfo also looks for
+dead members among them) and reports those figures beside, outside the
+verdict: looking costs one poll of their pidfds, a system call, whatever N.
 
 --timing-preload runs hook_cost once more under the measurement build of
 the library, which times each hook outside the real driver call: the
@@ -118,6 +123,8 @@ def main():
                          "the same call), at least 1; 0 (default): absolute limits")
     ap.add_argument("--timing-preload",
                     help="the measurement build, libvram-preload-timing.so (see the top)")
+    ap.add_argument("--members", type=int, default=0,
+                    help="also a run with N other members of the group alive (see the top)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.batches < 20:
@@ -132,6 +139,9 @@ def main():
         if args.validate:
             same = one_run(args, env, ["--same"])
             planted = one_run(args, env, ["--plant-ns", str(args.plant_ns)])
+        grouped = None
+        if args.members > 0:
+            grouped = one_run(args, env, ["--members", str(args.members)])
         timed = None
         if args.timing_preload:
             timed = one_run(args, dict(env, LD_PRELOAD=os.path.abspath(args.timing_preload)),
@@ -170,6 +180,8 @@ def main():
             "planted_ok": all(m["planted"] for m in methods.values()),
             "narrow_ok": all(m["narrow"] for m in methods.values()), "methods": methods}
         result["method_ok"] = all(m["ok"] for m in methods.values())
+    if grouped is not None:
+        result["members"] = {"n": args.members, "kinds": analyse(grouped, limit_ns)}
     if timed is not None:
         over = timed["self_overhead_ns"]
         result["self_overhead_ns"] = over
@@ -195,6 +207,8 @@ def main():
         if args.validate:
             rows += [("A/A: ", result["validation"]["same"]),
                      ("+%.0f ns: " % args.plant_ns, result["validation"]["planted"])]
+        if grouped is not None:
+            rows += [("%d members: " % args.members, result["members"]["kinds"])]
         for label, kinds in rows:
             for what, k in kinds.items():
                 print("  %-40s bare %9.1f  hooked %9.1f  %+8.1f ns, 95%% CI [%.1f, %.1f]"

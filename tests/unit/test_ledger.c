@@ -1035,6 +1035,76 @@ test_recycled_pid(void **state)
     alarm(0);
 }
 
+/*
+** A look for the dead with other members alive judges each through /proc
+** once: after that their pidfds are polled, one system call whatever
+** their number, and only a member whose process ended is judged again.
+** (Before, every forced look -- each cuMemGetInfo in the preload library
+** -- read /proc once per other member.)
+*/
+static void
+test_watched_members(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "watched");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 1 * MiB, 0, NULL), VRAM_OK);
+    enum { KIDS = 6 };
+    pid_t kid[KIDS];
+    for (int k = 0; k < KIDS; k++)
+        kid[k] = spawn_holder(g, 10 * MiB);
+    assert_int_equal(ledger_group_used(l, UUID0), 61 * MiB); /* each judged once */
+
+    uint64_t r0 = ledger_test_proc_reads();
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(ledger_group_used(l, UUID0), 61 * MiB);
+    assert_int_equal(ledger_test_proc_reads() - r0, 0);
+
+    /* Reaped: gone at the next look, judged once more. */
+    assert_int_equal(kill(kid[0], SIGKILL), 0);
+    assert_int_equal(wait_child(kid[0]), 128 + SIGKILL);
+    r0 = ledger_test_proc_reads();
+    assert_int_equal(ledger_group_used(l, UUID0), 51 * MiB);
+    assert_int_equal(ledger_test_proc_reads() - r0, 1);
+
+    /* Not reaped (a zombie): its pidfd reports the end all the same. */
+    assert_int_equal(kill(kid[1], SIGKILL), 0);
+    uint64_t t0 = now_ms();
+    while (proc_state(kid[1]) != 'Z' && now_ms() - t0 < 2000)
+        sleep_ms(1);
+    assert_int_equal(proc_state(kid[1]), 'Z');
+    assert_int_equal(ledger_group_used(l, UUID0), 41 * MiB);
+    assert_int_equal(wait_child(kid[1]), 128 + SIGKILL);
+
+    /* A fork child judges the others afresh (the parent's pidfds are not
+    ** its own), then watches them as the parent does. */
+    pid_t c = fork_child();
+    if (c == 0) {
+        if (ledger_after_fork(l) != VRAM_OK)
+            _exit(2);
+        if (ledger_group_used(l, UUID0) != 41 * MiB)
+            _exit(3);
+        uint64_t r = ledger_test_proc_reads();
+        for (int i = 0; i < 20; i++)
+            if (ledger_group_used(l, UUID0) != 41 * MiB)
+                _exit(4);
+        _exit(ledger_test_proc_reads() == r ? 0 : 5);
+    }
+    assert_int_equal(wait_child(c), 0);
+    assert_int_equal(ledger_group_used(l, UUID0), 41 * MiB);
+
+    for (int k = 2; k < KIDS; k++) {
+        kill(kid[k], SIGKILL);
+        assert_int_equal(wait_child(kid[k]), 128 + SIGKILL);
+    }
+    assert_int_equal(ledger_group_used(l, UUID0), 1 * MiB);
+    ledger_close(l);
+    unlink_group(g);
+    alarm(0);
+}
+
 /* ==== fork, exec, leave ==== */
 
 /* The child of test_fork: 0 = its entry is its own and the parent's stays. */
@@ -1618,6 +1688,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_random_stops),
         cmocka_unit_test(test_kill_usage_holder),
         cmocka_unit_test(test_recycled_pid),
+        cmocka_unit_test(test_watched_members),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_exec),
         cmocka_unit_test(test_leave_and_second_handle),
