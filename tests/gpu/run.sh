@@ -315,14 +315,15 @@ fi
 # bare (must report no cost) and with 300 ns planted before each hooked
 # call (must be found); and each hook's own time outside the driver call,
 # under the measurement build libvram-preload-timing.so, without the
-# driver's microseconds of noise: tests/preload/hook_cost.py, four runs of
-# at most 25 s. Part of torchperf; VRAM_GPU_SECTIONS=hookcost runs it alone.
+# driver's microseconds of noise; and the same calls with 8 other members
+# of the quota group alive (shown, not judged): tests/preload/hook_cost.py,
+# five runs of at most 25 s. Part of torchperf; VRAM_GPU_SECTIONS=hookcost runs it alone.
 if { want torchperf || want hookcost; } && [ -x "$BUILD/tests/preload/hook_cost" ] &&
     [ -f "$BUILD/lib/libvram-preload.so" ]; then
-    STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (paired in one process, 95% CI)" 200 \
+    STEP_OUT=$WORK/hook_cost.json run_step "torchperf: hook cost (paired in one process, 95% CI)" 240 \
         python3 tests/preload/hook_cost.py --bin "$BUILD/tests/preload/hook_cost" \
         --preload "$BUILD/lib/libvram-preload.so" --batches 20000 --seconds 25 \
-        --env VRAM_LIMIT=100G --validate --json \
+        --env VRAM_LIMIT=100G --validate --members 8 --json \
         --timing-preload "$BUILD/lib/libvram-preload-timing.so"
 fi
 if want torchperf || want hookcost || want traces; then
@@ -754,8 +755,10 @@ if tperf is not None or tp_cold or tp_warm or load(os.path.join(work, "hook_cost
                      % (hc.get("batches", 0), hc.get("ctx_get_current_ns") or 0,
                         hc.get("ctx_get_device_ns") or 0))
         val = hc.get("validation") or {}
+        grp = hc.get("members") or {}
         for label, kinds in (("", hc["kinds"]), ("A/A ", val.get("same") or {}),
-                             ("+%.0f ns " % (val.get("plant_ns") or 0), val.get("planted") or {})):
+                             ("+%.0f ns " % (val.get("plant_ns") or 0), val.get("planted") or {}),
+                             ("%s members " % grp.get("n"), grp.get("kinds") or {})):
             for what, k in sorted(kinds.items()):
                 if not label:
                     targets.append(("torchperf hook cost %s: CI upper end <= %.0f ns"
