@@ -272,13 +272,13 @@ print_list(const char *name, const double *v, long n)
     printf("]");
 }
 
-/* Fork N members: each allocates once through the hook ALLOC (joining the
-** ledger) and waits to be killed; their pids into KIDS. Returns when all
-** have allocated. */
+/* Fork N members before this process initializes CUDA (a fork child
+** cannot use its parent's CUDA): each initializes it, allocates once
+** through the hooks of LIB (joining the ledger) and waits to be killed;
+** their pids into KIDS. Returns when all have allocated. */
 static void
-start_members(long n, void *alloc_fn, pid_t *kids)
+start_members(long n, void *lib, pid_t *kids)
 {
-    vcu_pfn_cuMemAlloc alloc = AS(vcu_pfn_cuMemAlloc, alloc_fn);
     int p[2];
     if (pipe(p) != 0)
         fail("pipe failed");
@@ -289,8 +289,20 @@ start_members(long n, void *alloc_fn, pid_t *kids)
             fail("fork failed");
         if (kids[i] == 0) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);
+            void *f[5] = {dlsym(lib, "cuInit"), dlsym(lib, "cuDeviceGet"),
+                          dlsym(lib, "cuDevicePrimaryCtxRetain"),
+                          dlsym(lib, "cuCtxPushCurrent_v2"), dlsym(lib, "cuMemAlloc_v2")};
+            vcu_device dev;
+            vcu_context ctx;
             vcu_deviceptr d;
-            char ok = alloc(&d, 1 << 20) == VCU_SUCCESS ? 'r' : 'x';
+            char ok = 'x';
+            if (f[0] != NULL && f[1] != NULL && f[2] != NULL && f[3] != NULL &&
+                f[4] != NULL && AS(vcu_pfn_cuInit, f[0])(0) == VCU_SUCCESS &&
+                AS(vcu_pfn_cuDeviceGet, f[1])(&dev, 0) == VCU_SUCCESS &&
+                AS(vcu_pfn_cuDevicePrimaryCtxRetain, f[2])(&ctx, dev) == VCU_SUCCESS &&
+                AS(vcu_pfn_cuCtxPushCurrent, f[3])(ctx) == VCU_SUCCESS &&
+                AS(vcu_pfn_cuMemAlloc, f[4])(&d, 1 << 20) == VCU_SUCCESS)
+                ok = 'r';
             if (write(p[1], &ok, 1) != 1)
                 _exit(1);
             for (;;)
@@ -339,6 +351,8 @@ main(int argc, char **argv)
     if (lib == NULL)
         fail(dlerror());
     dlsym_fn real = glibc_dlsym();
+    pid_t kids[256];
+    start_members(members, lib, kids);
     /* Set-up through the hooks, as a program under the preload does it. */
     void *p;
     vcu_device dev;
@@ -367,9 +381,6 @@ main(int argc, char **argv)
         AS(vcu_pfn_cuCtxGetDevice, (void *){real(lib, "cuCtxGetDevice")});
     if (get_current == NULL || get_device == NULL)
         fail("cuCtxGetCurrent or cuCtxGetDevice not found");
-
-    pid_t kids[256];
-    start_members(members, alloc.hooked, kids);
 
     double *v = malloc((size_t)batches * 8 * sizeof *v);
     if (v == NULL)

@@ -141,7 +141,9 @@ def main():
             planted = one_run(args, env, ["--plant-ns", str(args.plant_ns)])
         grouped = None
         if args.members > 0:
-            grouped = one_run(args, env, ["--members", str(args.members)])
+            # One group for all (without one each process has its own quota).
+            grouped = one_run(args, dict(env, VRAM_GROUP="hook-cost-%d" % os.getpid()),
+                              ["--members", str(args.members)])
         timed = None
         if args.timing_preload:
             timed = one_run(args, dict(env, LD_PRELOAD=os.path.abspath(args.timing_preload)),
