@@ -51,6 +51,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,45 +162,27 @@ run_info(void *fn, double plant)
     return (now_ns() - t0) / INFO_CALLS;
 }
 
-/* ns per cuMemAlloc_v2 + cuMemFree_v2 pair, each call after PLANT ns. */
+/* ns per allocation + free pair, each call after PLANT ns: cuMemAlloc_v2 +
+** cuMemFree_v2, or (ASYNC) cuMemAllocAsync + cuMemFreeAsync on the default
+** stream. Both sides of a kind run this same code. */
 static double
-run_pairs(void *alloc_fn, void *free_fn, double plant)
+run_pairs(void *alloc_fn, void *free_fn, bool async, double plant)
 {
     vcu_pfn_cuMemAlloc alloc = AS(vcu_pfn_cuMemAlloc, alloc_fn);
     vcu_pfn_cuMemFree release = AS(vcu_pfn_cuMemFree, free_fn);
+    vcu_pfn_cuMemAllocAsync alloc_async = AS(vcu_pfn_cuMemAllocAsync, alloc_fn);
+    vcu_pfn_cuMemFreeAsync free_async = AS(vcu_pfn_cuMemFreeAsync, free_fn);
     vcu_deviceptr d;
     double t0 = now_ns();
     for (int i = 0; i < PAIRS; i++) {
         if (plant > 0)
             spin(plant);
-        if (alloc(&d, 512) != VCU_SUCCESS)
-            fail("cuMemAlloc_v2 failed");
+        if ((async ? alloc_async(&d, 512, NULL) : alloc(&d, 512)) != VCU_SUCCESS)
+            fail(async ? "cuMemAllocAsync failed" : "cuMemAlloc_v2 failed");
         if (plant > 0)
             spin(plant);
-        if (release(d) != VCU_SUCCESS)
-            fail("cuMemFree_v2 failed");
-    }
-    return (now_ns() - t0) / PAIRS;
-}
-
-/* ns per cuMemAllocAsync + cuMemFreeAsync pair on the default stream,
-** each call after PLANT ns. */
-static double
-run_async(void *alloc_fn, void *free_fn, double plant)
-{
-    vcu_pfn_cuMemAllocAsync alloc = AS(vcu_pfn_cuMemAllocAsync, alloc_fn);
-    vcu_pfn_cuMemFreeAsync release = AS(vcu_pfn_cuMemFreeAsync, free_fn);
-    vcu_deviceptr d;
-    double t0 = now_ns();
-    for (int i = 0; i < PAIRS; i++) {
-        if (plant > 0)
-            spin(plant);
-        if (alloc(&d, 512, NULL) != VCU_SUCCESS)
-            fail("cuMemAllocAsync failed");
-        if (plant > 0)
-            spin(plant);
-        if (release(d, NULL) != VCU_SUCCESS)
-            fail("cuMemFreeAsync failed");
+        if ((async ? free_async(d, NULL) : release(d)) != VCU_SUCCESS)
+            fail(async ? "cuMemFreeAsync failed" : "cuMemFree_v2 failed");
     }
     return (now_ns() - t0) / PAIRS;
 }
@@ -395,17 +378,17 @@ main(int argc, char **argv)
         if (b & 1) {
             hi = run_info(info.hooked, plant);
             bi = run_info(info.bare, 0);
-            hp = run_pairs(alloc.hooked, release.hooked, plant);
-            bp = run_pairs(alloc.bare, release.bare, 0);
-            ha = run_async(alloc_async.hooked, free_async.hooked, plant);
-            ba = run_async(alloc_async.bare, free_async.bare, 0);
+            hp = run_pairs(alloc.hooked, release.hooked, false, plant);
+            bp = run_pairs(alloc.bare, release.bare, false, 0);
+            ha = run_pairs(alloc_async.hooked, free_async.hooked, true, plant);
+            ba = run_pairs(alloc_async.bare, free_async.bare, true, 0);
         } else {
             bi = run_info(info.bare, 0);
             hi = run_info(info.hooked, plant);
-            bp = run_pairs(alloc.bare, release.bare, 0);
-            hp = run_pairs(alloc.hooked, release.hooked, plant);
-            ba = run_async(alloc_async.bare, free_async.bare, 0);
-            ha = run_async(alloc_async.hooked, free_async.hooked, plant);
+            bp = run_pairs(alloc.bare, release.bare, false, 0);
+            hp = run_pairs(alloc.hooked, release.hooked, false, plant);
+            ba = run_pairs(alloc_async.bare, free_async.bare, true, 0);
+            ha = run_pairs(alloc_async.hooked, free_async.hooked, true, plant);
         }
         vcu_context c;
         vcu_device d;
