@@ -506,7 +506,7 @@ member_remove(struct ledger *l)
 ** Start a look with L's watch, made at the first call, into *WT (NULL: L
 ** keeps none -- a monitoring or read-only handle, or no memory for one --
 ** and every member is judged through /proc). False when another thread
-** of this process is looking with it now: its look is as good as this one.
+** of this process is looking with it now.
 */
 static bool
 watch_begin(struct ledger *l, struct ledger_watch **wt)
@@ -559,8 +559,11 @@ reclaim(struct ledger *l, bool force)
         }
         if (own >= 0 && (own & 0xffff) == i && w == own_word(l, own))
             continue;
-        if (!begun && !(begun = watch_begin(l, &wt)))
-            return; /* another thread of this process is looking right now */
+        /* Another thread of this process looking with the watch right now
+        ** (or one cancelled inside its look): judge through /proc. */
+        if (!begun && !watch_begin(l, &wt))
+            wt = NULL;
+        begun = true;
         if (wt != NULL && ledger_watch_has(wt, i, w))
             continue; /* judged alive before: its pidfd is polled below */
         /* An entry still being written: only a gone pid makes it dead. */
