@@ -1035,6 +1035,23 @@ test_recycled_pid(void **state)
     alarm(0);
 }
 
+/* A thread of test_watched_members: looks, and counts wrong sums. */
+struct looker {
+    struct ledger *l;
+    uint64_t want;
+    int wrong;
+};
+
+static void *
+looker_main(void *arg)
+{
+    struct looker *k = arg;
+    for (int i = 0; i < 300; i++)
+        if (ledger_group_used(k->l, UUID0) != k->want)
+            k->wrong++;
+    return NULL;
+}
+
 /*
 ** A look for the dead with other members alive judges each through /proc
 ** once: after that their pidfds are polled, one system call whatever
@@ -1061,6 +1078,19 @@ test_watched_members(void **state)
     for (int i = 0; i < 100; i++)
         assert_int_equal(ledger_group_used(l, UUID0), 61 * MiB);
     assert_int_equal(ledger_test_proc_reads() - r0, 0);
+
+    /* Threads looking at once share the watch; one that finds it in use
+    ** judges through /proc: every sum right either way. */
+    struct looker lk[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        lk[i] = (struct looker){.l = l, .want = 61 * MiB};
+        assert_int_equal(pthread_create(&th[i], NULL, looker_main, &lk[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(lk[i].wrong, 0);
+    }
 
     /* Reaped: gone at the next look, judged once more. */
     assert_int_equal(kill(kid[0], SIGKILL), 0);
