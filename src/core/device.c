@@ -409,7 +409,9 @@ static vram_status
 alloc_expandable_unlock(struct vram_device *dev, size_t size, uint64_t rounded,
                         void *stream, uint64_t pool, void **out)
 {
-    vram_status st = expand_setup_locked(dev);
+    vram_status st = VRAM_OK;
+    if (!dev->ex.ready || dev->ex.reserving) /* after the first: one load */
+        st = expand_setup_locked(dev);
     if (st != VRAM_OK) {
         device_unlock(dev);
         return st;

@@ -599,12 +599,6 @@ expand_unback_locked(struct vram_device *dev, uint64_t addr, uint64_t size)
     unref_range(e, unit_of(e, addr), unit_of(e, addr + size - 1));
 }
 
-uint64_t
-expand_phys_bytes(const struct expand *e)
-{
-    return (e->n_p - e->n_holes + e->creating) * e->gran;
-}
-
 /* ---- giving idle memory back (vram_release_idle) ---- */
 
 /* A mapping a release unmaps: one granule of a unit of its own, or an

@@ -132,8 +132,13 @@ vram_status expand_back_locked(struct vram_device *dev, uint64_t addr, uint64_t 
 ** other block touches become idle. No backend call. */
 void expand_unback_locked(struct vram_device *dev, uint64_t addr, uint64_t size);
 
-/* Physical memory held (created or being created), bytes. */
-uint64_t expand_phys_bytes(const struct expand *e);
+/* Physical memory held (created or being created), bytes. Inline: every
+** allocation asks it for the peak reserved. */
+static inline uint64_t
+expand_phys_bytes(const struct expand *e)
+{
+    return (e->n_p - e->n_holes + e->creating) * e->gran;
+}
 
 /* Give idle physical units back to the driver: synchronize the device once
 ** (kernels queued before the frees may still use the addresses), unmap
