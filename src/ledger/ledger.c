@@ -496,13 +496,6 @@ member_remove(struct ledger *l)
 /* ==== dead members ==== */
 
 /*
-** Free the entries of dead members. Unless FORCE, at most every
-** RECLAIM_INTERVAL_NS across the group (whoever wins the time word looks;
-** a looker stopped halfway only delays the next look by that interval).
-** Each entry is freed by one compare-and-swap of its owner word, which
-** fails if it changed since it was judged: nothing is left half-done.
-*/
-/*
 ** Start a look with L's watch, made at the first call, into *WT (NULL: L
 ** keeps none -- a monitoring or read-only handle, or no memory for one --
 ** and every member is judged through /proc). False when another thread
@@ -523,6 +516,13 @@ watch_begin(struct ledger *l, struct ledger_watch **wt)
     return w == NULL || ledger_watch_begin(w);
 }
 
+/*
+** Free the entries of dead members. Unless FORCE, at most every
+** RECLAIM_INTERVAL_NS across the group (whoever wins the time word looks;
+** a looker stopped halfway only delays the next look by that interval).
+** Each entry is freed by one compare-and-swap of its owner word, which
+** fails if it changed since it was judged: nothing is left half-done.
+*/
 static void
 reclaim(struct ledger *l, bool force)
 {
@@ -575,8 +575,7 @@ reclaim(struct ledger *l, bool force)
         if (wt != NULL && start != 0 && pidns != 0 && pidns == l->me.pidns)
             fd = ledger_watch_open(wt, owner_pid(w));
         if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns)) {
-            if (fd >= 0)
-                close(fd);
+            ledger_watch_close(fd);
             atomic_compare_exchange_strong(&s->owner, &w,
                                            owner_word(SLOT_FREE, owner_gen(w), 0));
         } else if (fd >= 0) {

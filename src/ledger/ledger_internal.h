@@ -190,6 +190,8 @@ bool ledger_watch_has(struct ledger_watch *w, int i, uint64_t word);
 ** Open it before the judgment that makes it the entry's: then it names
 ** the process judged, not a later one with the same pid. */
 int ledger_watch_open(struct ledger_watch *w, int32_t pid);
+/* Close FD from ledger_watch_open, not kept (its process was judged dead). */
+void ledger_watch_close(int fd);
 /* Entry I (owner word WORD) was judged alive: FD is its pidfd now. */
 void ledger_watch_keep(struct ledger_watch *w, int i, uint64_t word, int fd);
 /* Stop watching entry I, closing its pidfd; or without closing it, when a

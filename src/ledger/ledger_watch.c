@@ -31,13 +31,15 @@
 #define SYS_pidfd_open 434 /* the same number on every architecture */
 #endif
 
-/* At most this many pidfds in one process, and no more than 1/16 of its
-** descriptor limit (64 under the usual 1024). */
+/* At most this many pidfds in one process, whatever its handles, and no
+** more than 1/16 of its descriptor limit (64 under the usual 1024). */
 #define WATCH_FDS 64
 
+static _Atomic int fds_held;     /* by every watch of this process */
+static _Atomic int fds_max = -1; /* -1: not yet asked */
+
 struct ledger_watch {
-    _Atomic bool busy;  /* a thread is looking with this watch */
-    int n_fds, max_fds; /* pidfds held, and the most to hold */
+    _Atomic bool busy;               /* a thread is looking with this watch */
     uint64_t word[LEDGER_MAX_PROCS]; /* the owner word entry I was judged alive under */
     int fd[LEDGER_MAX_PROCS];        /* its pidfd; -1 none */
     /* The current look's poll set: descriptors and their entries. */
@@ -54,11 +56,14 @@ ledger_watch_new(void)
         return NULL;
     for (int i = 0; i < LEDGER_MAX_PROCS; i++)
         w->fd[i] = -1;
-    struct rlimit rl;
-    w->max_fds = WATCH_FDS;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur / 16 < WATCH_FDS)
-        w->max_fds = (int)(rl.rlim_cur / 16);
+    if (atomic_load(&fds_max) < 0) {
+        struct rlimit rl;
+        int max = WATCH_FDS;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            rl.rlim_cur / 16 < WATCH_FDS)
+            max = (int)(rl.rlim_cur / 16);
+        atomic_store(&fds_max, max);
+    }
     return w;
 }
 
@@ -69,13 +74,8 @@ ledger_watch_forget_all(struct ledger_watch *w)
 {
     if (w == NULL)
         return;
-    for (int i = 0; i < LEDGER_MAX_PROCS; i++) {
-        if (w->fd[i] >= 0)
-            close(w->fd[i]);
-        w->fd[i] = -1;
-        w->word[i] = 0;
-    }
-    w->n_fds = 0;
+    for (int i = 0; i < LEDGER_MAX_PROCS; i++)
+        ledger_watch_drop(w, i);
     w->n_poll = 0;
     atomic_store(&w->busy, false);
 }
@@ -107,7 +107,7 @@ void
 ledger_watch_forget(struct ledger_watch *w, int i)
 {
     if (w->fd[i] >= 0)
-        w->n_fds--;
+        atomic_fetch_sub(&fds_held, 1);
     w->fd[i] = -1;
     w->word[i] = 0;
 }
@@ -137,19 +137,34 @@ ledger_watch_has(struct ledger_watch *w, int i, uint64_t word)
 int
 ledger_watch_open(struct ledger_watch *w, int32_t pid)
 {
-    if (pid <= 0 || w->n_fds >= w->max_fds)
+    (void)w;
+    if (pid <= 0)
         return -1;
+    if (atomic_fetch_add(&fds_held, 1) >= atomic_load(&fds_max)) {
+        atomic_fetch_sub(&fds_held, 1);
+        return -1;
+    }
     long fd = syscall(SYS_pidfd_open, (long)pid, 0L); /* close-on-exec by itself */
+    if (fd < 0)
+        atomic_fetch_sub(&fds_held, 1);
     return fd >= 0 ? (int)fd : -1;
+}
+
+void
+ledger_watch_close(int fd)
+{
+    if (fd >= 0) {
+        close(fd);
+        atomic_fetch_sub(&fds_held, 1);
+    }
 }
 
 void
 ledger_watch_keep(struct ledger_watch *w, int i, uint64_t word, int fd)
 {
-    ledger_watch_drop(w, i);
+    ledger_watch_drop(w, i); /* counted in FDS_HELD since it was opened */
     w->fd[i] = fd;
     w->word[i] = word;
-    w->n_fds++;
 }
 
 int

@@ -1035,6 +1035,19 @@ test_recycled_pid(void **state)
     alarm(0);
 }
 
+/* Descriptors this process has open. */
+static int
+open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
 /* A thread of test_watched_members: looks, and counts wrong sums. */
 struct looker {
     struct ledger *l;
@@ -1066,6 +1079,7 @@ test_watched_members(void **state)
     alarm(WATCHDOG_S);
     char g[64];
     group_name(g, sizeof g, "watched");
+    int fds0 = open_fds();
     struct ledger *l = must_open(g);
     assert_int_equal(ledger_reserve(l, UUID0, 1 * MiB, 0, NULL), VRAM_OK);
     enum { KIDS = 6 };
@@ -1130,12 +1144,22 @@ test_watched_members(void **state)
     assert_int_equal(wait_child(c), 0);
     assert_int_equal(ledger_group_used(l, UUID0), 41 * MiB);
 
+    /* A second handle watches the four alive with pidfds of its own, and
+    ** closing it closes them. */
+    int fds1 = open_fds();
+    struct ledger *l2 = must_open(g);
+    assert_int_equal(ledger_group_used(l2, UUID0), 41 * MiB);
+    assert_true(open_fds() >= fds1 + 4);
+    ledger_close(l2);
+    assert_int_equal(open_fds(), fds1);
+
     for (int k = 2; k < KIDS; k++) {
         kill(kid[k], SIGKILL);
         assert_int_equal(wait_child(kid[k]), 128 + SIGKILL);
     }
     assert_int_equal(ledger_group_used(l, UUID0), 1 * MiB);
     ledger_close(l);
+    assert_int_equal(open_fds(), fds0); /* every pidfd closed */
     unlink_group(g);
     alarm(0);
 }
