@@ -316,7 +316,13 @@ same_process(const struct ledger *l, const struct slot *s, uint64_t w)
            ld(&s->start_time) == l->me.start_time && ld(&s->pidns) == l->me.pidns;
 }
 
-static void reclaim(struct ledger *l, bool force);
+/* How a look for the dead is made (reclaim). */
+enum look {
+    LOOK_PERIODIC, /* at most every RECLAIM_INTERVAL_NS across the group */
+    LOOK_NOW,      /* now, trusting the watch's pidfds */
+    LOOK_THOROUGH  /* now, every member judged through /proc: before a refusal */
+};
+static void reclaim(struct ledger *l, enum look how);
 
 /*
 ** Find or make this process's entry and record it in l->own. An entry of
@@ -380,7 +386,7 @@ claim_slot(struct ledger *l, struct slot **out)
             }
             continue;
         }
-        reclaim(l, true); /* full: perhaps of the dead */
+        reclaim(l, LOOK_THOROUGH); /* full: perhaps of the dead */
     }
     return error_set(VRAM_E_IO, "ledger of group %s is full: %d live processes", l->group,
                      LEDGER_MAX_PROCS);
@@ -517,22 +523,25 @@ watch_begin(struct ledger *l, struct ledger_watch **wt)
 }
 
 /*
-** Free the entries of dead members. Unless FORCE, at most every
+** Free the entries of dead members. LOOK_PERIODIC: at most every
 ** RECLAIM_INTERVAL_NS across the group (whoever wins the time word looks;
 ** a looker stopped halfway only delays the next look by that interval).
+** LOOK_THOROUGH judges every member through /proc, not trusting a pidfd
+** (one the host program closed and replaced with a descriptor that never
+** reports would hide a death): what a refusal or a removal rests on.
 ** Each entry is freed by one compare-and-swap of its owner word, which
 ** fails if it changed since it was judged: nothing is left half-done.
 */
 static void
-reclaim(struct ledger *l, bool force)
+reclaim(struct ledger *l, enum look how)
 {
     struct layout *m = l->map;
     if (!l->writable)
         return;
-    /* A forced look neither reads the clock nor writes the time word: it
+    /* A look now neither reads the clock nor writes the time word: it
     ** runs for every cuMemGetInfo in the preload library, where both cost
     ** a cache miss, and the periodic looks need no word of it. */
-    if (!force) {
+    if (how == LOOK_PERIODIC) {
         uint64_t now = now_ns();
         uint64_t last = atomic_load(&m->reclaim_ns);
         /* now < last: another time namespace wrote it; just look. */
@@ -561,7 +570,7 @@ reclaim(struct ledger *l, bool force)
             continue;
         /* Another thread of this process looking with the watch right now
         ** (or one cancelled inside its look): judge through /proc. */
-        if (!begun && !watch_begin(l, &wt))
+        if (!begun && (how == LOOK_THOROUGH || !watch_begin(l, &wt)))
             wt = NULL;
         begun = true;
         if (wt != NULL && ledger_watch_has(wt, i, w))
@@ -604,8 +613,8 @@ reclaim(struct ledger *l, bool force)
     ledger_watch_end(wt);
 }
 
-/* reclaim(L, false) at about every RECLAIM_EVERY-th call. A load and a
-** store, not an atomic add: racing threads may lose a count, which only
+/* reclaim(L, LOOK_PERIODIC) at about every RECLAIM_EVERY-th call. A load
+** and a store, not an atomic add: racing threads may lose a count, which only
 ** delays the look a little, and a reservation saves a locked instruction. */
 VRAM_HOT static void
 reclaim_now_and_then(struct ledger *l)
@@ -613,7 +622,7 @@ reclaim_now_and_then(struct ledger *l)
     uint32_t n = atomic_load_explicit(&l->reserves, memory_order_relaxed);
     atomic_store_explicit(&l->reserves, n + 1, memory_order_relaxed);
     if (n % RECLAIM_EVERY == 0)
-        reclaim(l, false);
+        reclaim(l, LOOK_PERIODIC);
 }
 
 /* ==== devices ==== */
@@ -837,7 +846,7 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
         return rc;
     }
     if (member) {
-        reclaim(l, false);
+        reclaim(l, LOOK_PERIODIC);
         member_add(l);
     }
     *out = l;
@@ -902,7 +911,7 @@ ledger_remove_if_unused(struct ledger *l)
     if (l == NULL || l->map == NULL || !l->writable)
         return false;
     struct layout *m = l->map;
-    reclaim(l, true);
+    reclaim(l, LOOK_THOROUGH);
     uint32_t state = FILE_ACTIVE;
     if (!atomic_compare_exchange_strong(&m->state, &state, FILE_REMOVING))
         return state == FILE_REMOVED;
@@ -1065,7 +1074,7 @@ ledger_reserve_at(struct ledger *l, int d, uint64_t bytes, uint64_t limit,
         use_sub(&u->pending, added);
         added = 0;
         if (attempt == 0)
-            reclaim(l, true); /* never refuse because of the dead */
+            reclaim(l, LOOK_THOROUGH); /* never refuse because of the dead */
         else
             sched_yield(); /* a racing reservation may be backing off */
     }
@@ -1156,7 +1165,7 @@ ledger_group_used(struct ledger *l, const char *uuid)
 {
     if (l == NULL || check_uuid(uuid) != VRAM_OK)
         return 0;
-    reclaim(l, true);
+    reclaim(l, LOOK_NOW);
     int d = -1;
     device_index(l, uuid, false, &d);
     return d >= 0 ? group_sum(l->map, d, false) : 0;
@@ -1167,7 +1176,7 @@ ledger_group_used_at(struct ledger *l, int d)
 {
     if (l == NULL || d < 0 || d >= LEDGER_MAX_DEVICES)
         return 0;
-    reclaim(l, true);
+    reclaim(l, LOOK_NOW);
     return group_sum(l->map, d, false);
 }
 
@@ -1245,7 +1254,7 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
     ** process gives both its liveness and its resident set, which is what
     ** makes a sample of 1,000 processes cheap (BENCHMARKS.md). */
     if (l->member)
-        reclaim(l, true);
+        reclaim(l, LOOK_NOW);
 
     /* Not the whole struct: its 512 entries are 170 KB, and each entry
     ** kept is written whole by copy_proc. */

@@ -1164,6 +1164,65 @@ test_watched_members(void **state)
     alarm(0);
 }
 
+/* Replace every pidfd this process holds with a copy of FD (as a host
+** program that closed them and reused the numbers would); how many. */
+static int
+replace_pidfds(int fd)
+{
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char target[64];
+        ssize_t k = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        if (strcmp(target, "anon_inode:[pidfd]") == 0) {
+            assert_true(dup2(fd, atoi(e->d_name)) >= 0);
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/*
+** A pidfd is a hint: if the host program closed the watch's descriptors
+** and reused their numbers for ones that never report, a death goes
+** unseen by the watch, but a reservation that would be refused judges
+** every member through /proc first: a dead member never causes a refusal.
+*/
+static void
+test_watch_fooled(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "fooled");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 1 * MiB, 0, NULL), VRAM_OK);
+    pid_t kid[2] = {spawn_holder(g, 10 * MiB), spawn_holder(g, 10 * MiB)};
+    assert_int_equal(ledger_group_used(l, UUID0), 21 * MiB); /* both watched now */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(replace_pidfds(p[0]), 2); /* an empty pipe: never readable */
+
+    assert_int_equal(kill(kid[0], SIGKILL), 0);
+    assert_int_equal(wait_child(kid[0]), 128 + SIGKILL);
+    /* 11 + 20 fits the 35 MiB limit only without the dead member's 10. */
+    assert_int_equal(ledger_reserve(l, UUID0, 20 * MiB, 35 * MiB, NULL), VRAM_OK);
+    assert_int_equal(ledger_group_used(l, UUID0), 31 * MiB);
+
+    kill(kid[1], SIGKILL);
+    assert_int_equal(wait_child(kid[1]), 128 + SIGKILL);
+    ledger_close(l);
+    close(p[0]);
+    close(p[1]);
+    unlink_group(g);
+    alarm(0);
+}
+
 /* ==== fork, exec, leave ==== */
 
 /* The child of test_fork: 0 = its entry is its own and the parent's stays. */
@@ -1748,6 +1807,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_kill_usage_holder),
         cmocka_unit_test(test_recycled_pid),
         cmocka_unit_test(test_watched_members),
+        cmocka_unit_test(test_watch_fooled),
         cmocka_unit_test(test_fork),
         cmocka_unit_test(test_exec),
         cmocka_unit_test(test_leave_and_second_handle),
