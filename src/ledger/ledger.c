@@ -553,10 +553,17 @@ reclaim(struct ledger *l, enum look how)
     ledger_fault(LEDGER_FAULT_RECLAIM);
     int n = n_slots(m);
     int64_t own = atomic_load(&l->own);
-    /* The watch is taken at the first other member met: a process alone
-    ** in its group looks without a locked instruction. */
+    /* The watch is taken at the first other member met, or at once when
+    ** there is one already (so that the pidfds of members that left are
+    ** closed): a process that never met another looks without a locked
+    ** instruction. */
     bool begun = false;
     struct ledger_watch *wt = NULL;
+    if (how != LOOK_THOROUGH && atomic_load_explicit(&l->watch, memory_order_relaxed) != NULL) {
+        if (!watch_begin(l, &wt))
+            wt = NULL;
+        begun = true;
+    }
     for (int i = 0; i < n; i++) {
         struct slot *s = &m->slots[i];
         uint64_t w = atomic_load(&s->owner);

@@ -1153,6 +1153,36 @@ test_watched_members(void **state)
     ledger_close(l2);
     assert_int_equal(open_fds(), fds1);
 
+    /* A member that leaves and lives on: its pidfd is closed at the next
+    ** look, even with no other member left before its entry. */
+    int go[2], left[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(left), 0);
+    pid_t stay = fork_child();
+    if (stay == 0) {
+        struct ledger *cl = NULL;
+        char b;
+        if (ledger_open(g, &cl) != VRAM_OK || ledger_reserve(cl, UUID0, 10 * MiB, 0, NULL))
+            _exit(2);
+        if (write(left[1], "r", 1) != 1 || read(go[0], &b, 1) != 1)
+            _exit(3);
+        ledger_leave(cl);
+        child_ready_and_wait(left[1]);
+    }
+    read_ready(left[0]);
+    assert_int_equal(ledger_group_used(l, UUID0), 51 * MiB);
+    int fds2 = open_fds();
+    assert_int_equal(write(go[1], "g", 1), 1);
+    read_ready(left[0]);
+    assert_int_equal(ledger_group_used(l, UUID0), 41 * MiB);
+    assert_int_equal(open_fds(), fds2 - 1);
+    kill(stay, SIGKILL);
+    assert_int_equal(wait_child(stay), 128 + SIGKILL);
+    for (int i = 0; i < 2; i++) {
+        close(go[i]);
+        close(left[i]);
+    }
+
     for (int k = 2; k < KIDS; k++) {
         kill(kid[k], SIGKILL);
         assert_int_equal(wait_child(kid[k]), 128 + SIGKILL);
