@@ -173,17 +173,52 @@ proc_state(pid_t pid)
     return rp != NULL && rp[1] == ' ' ? rp[2] : 0;
 }
 
-/* Wait until PID is stopped (state T), at most MS. */
+/* Wait until PID is stopped (state T); false if it ended instead. No
+** bound of time: a loaded machine may take long, and the test's watchdog
+** (WATCHDOG_S) ends a wait that never ends. */
 static bool
-wait_stopped(pid_t pid, unsigned ms)
+wait_stopped(pid_t pid)
 {
-    uint64_t t0 = now_ms();
-    while (now_ms() - t0 < ms) {
-        if (proc_state(pid) == 'T')
+    for (;;) {
+        char st = proc_state(pid);
+        if (st == 'T')
             return true;
+        if (st == 0 || st == 'Z' || st == 'X')
+            return false;
         sleep_ms(1);
     }
-    return false;
+}
+
+/* The number of threads /proc shows for PID (0: gone or unreadable). */
+static int
+proc_threads(pid_t pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *t = strstr(buf, "\nThreads:");
+    return t != NULL ? atoi(t + 9) : 0;
+}
+
+/* Wait until the kernel shows PID dead (a zombie whose threads are all
+** gone, or reaped), as /proc will tell the ledger; no bound of time (the
+** watchdog's). A member's share must come back at the first look after. */
+static void
+wait_dead(pid_t pid)
+{
+    for (;;) {
+        char st = proc_state(pid);
+        if (st == 0 || ((st == 'Z' || st == 'X') && proc_threads(pid) <= 1))
+            return;
+        sleep_ms(1);
+    }
 }
 
 /* In a child: a byte on FD says "ready"; then wait to be killed. */
@@ -571,18 +606,13 @@ test_processes_and_threads(void **state)
 
 /* ==== dead and stopped members ==== */
 
-static uint64_t reserve_until_granted(struct ledger *l, uint64_t bytes, uint64_t limit);
-
-
-/* Calls slower than this count as waiting on another process (one that
-** waited would wait as long as the member stays stopped: seconds here).
-** Sanitizer builds run the calls 5-20 times slower (a new mapping costs
-** ThreadSanitizer its shadow memory): 1 s there. */
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define WAIT_BOUND_MS 1000
-#else
-#define WAIT_BOUND_MS 100
-#endif
+/*
+** "Does not wait for another process" is proven without a clock: the other
+** process is stopped (SIGSTOP, at a fault point of its own path) for as
+** long as the calls take, so a call that waited for it would never return
+** and the test's watchdog (WATCHDOG_S) would end the test. The calls' times
+** are printed, never judged: a loaded machine makes any call slow.
+*/
 
 /* Milliseconds since T0, as a double. */
 static double
@@ -594,7 +624,8 @@ since_ms(const struct timespec *t0)
 }
 
 /* The slowest of: a reserve and release, the group's use, a snapshot and
-** a new member joining; in ms. False if a call failed. */
+** a new member joining; in ms (for the record only). False if a call
+** failed. */
 static bool
 timed_calls(struct ledger *l, const char *g, struct ledger_snapshot *s, uint64_t bytes,
             uint64_t limit, double *worst)
@@ -682,7 +713,7 @@ test_stopped_member(void **state)
         }
         if (points[k].point == LEDGER_FAULT_REMOVING)
             ledger_leave(l); /* so that the child's removal gets to its check */
-        if (!wait_stopped(kid, 5000))
+        if (!wait_stopped(kid))
             fail_msg("%s: the child did not stop", points[k].name);
         /* What the stopped child holds now: shown as in use, and counted
         ** against the limit (a claim being checked counts and does not
@@ -694,15 +725,15 @@ test_stopped_member(void **state)
             shown = 50 * MiB, held = 70 * MiB;
         if (points[k].point == LEDGER_FAULT_SLOT || points[k].point == LEDGER_FAULT_REMOVING)
             shown = held = 0;
+        /* Every call returns while the member stays stopped. */
         double worst = 0;
         for (int rep = 0; rep < 20; rep++) {
             double w = 0;
             assert_true(timed_calls(l, g, s, 10 * MiB, 100 * MiB, &w));
             worst = w > worst ? w : worst;
         }
-        if (worst > WAIT_BOUND_MS)
-            fail_msg("%s: a call took %.1f ms while a member was stopped", points[k].name,
-                     worst);
+        print_message("%s: 20 rounds of calls beside a stopped member, the slowest %.2f ms\n",
+                      points[k].name, worst);
         /* The quota holds with the stopped share counted. */
         assert_int_equal(ledger_group_used(l, UUID0), shown);
         if (held > 0) {
@@ -719,12 +750,13 @@ test_stopped_member(void **state)
             path_of(path, sizeof path, g);
             assert_int_equal(access(path, F_OK), 0);
         }
-        /* Killed: its share comes back within a second. */
+        /* Killed: its share comes back at the first reservation once the
+        ** kernel shows it dead (unreaped: a zombie). */
         assert_int_equal(kill(kid, SIGKILL), 0);
-        uint64_t took = reserve_until_granted(l, 100 * MiB, 100 * MiB);
-        if (took >= 1000)
-            fail_msg("%s: the killed member's share came back after %" PRIu64 " ms",
-                     points[k].name, took);
+        wait_dead(kid);
+        if (ledger_reserve(l, UUID0, 100 * MiB, 100 * MiB, NULL) != VRAM_OK)
+            fail_msg("%s: the killed member's share did not come back: %s", points[k].name,
+                     vram_last_error());
         ledger_release(l, UUID0, 100 * MiB);
         assert_int_equal(wait_child(kid), 128 + SIGKILL);
         assert_int_equal(ledger_snapshot(l, s), VRAM_OK);
@@ -764,7 +796,7 @@ test_sum_during_grant(void **state)
             _exit(3);
         child_ready_and_wait(ready[1]);
     }
-    if (!wait_stopped(w, 5000))
+    if (!wait_stopped(w))
         fail_msg("W did not stop after its check");
     pid_t r = fork_child();
     if (r == 0) {
@@ -775,7 +807,7 @@ test_sum_during_grant(void **state)
         vram_status st = ledger_reserve(rl, UUID0, 40 * MiB, 64 * MiB, NULL);
         _exit(st == VRAM_E_OOM ? 0 : st == VRAM_OK ? 1 : 4);
     }
-    if (!wait_stopped(r, 5000))
+    if (!wait_stopped(r))
         fail_msg("R did not stop inside its sum");
     assert_int_equal(kill(w, SIGCONT), 0);
     read_ready(ready[0]); /* W's grant is complete: its 40 MiB in use */
@@ -856,11 +888,11 @@ rs_allocator(const char *g, struct rs_shared *sh, bool victim)
 
 /*
 ** A member stopped 1,000 times at random points of its allocation path
-** while two others allocate and snapshots are taken: no call waits more
-** than WAIT_BOUND_MS, the quota holds (the victim's share included: the
-** others' grants plus the victim's never pass the limit, checked by the
-** ledger's own sum), and after SIGKILL of the stopped member its share
-** comes back.
+** while two others allocate and snapshots are taken: every call returns
+** while it is stopped (the times are printed, not judged), the quota holds
+** (the victim's share included: the others' grants plus the victim's never
+** pass the limit, checked by the ledger's own sum), and after SIGKILL of
+** the stopped member its share comes back.
 */
 static void
 test_random_stops(void **state)
@@ -912,15 +944,13 @@ test_random_stops(void **state)
     for (int i = 1; i < 3; i++)
         assert_int_equal(wait_child(kids[i]), 0);
     assert_int_equal(ledger_group_used(l, UUID0), 0);
-    assert_true(reserve_until_granted(l, RS_LIMIT, RS_LIMIT) < 1000);
+    assert_int_equal(ledger_reserve(l, UUID0, RS_LIMIT, RS_LIMIT, NULL), VRAM_OK);
     ledger_release(l, UUID0, RS_LIMIT);
     print_message("random stops: %d, slowest call %.2f ms here, %.2f ms in the allocators, "
                   "%d stale snapshots\n",
                   RS_STOPS, worst, (double)atomic_load(&sh->worst_us) / 1000, stale);
     assert_int_equal(atomic_load(&sh->violations), 0);
     assert_int_equal(atomic_load(&sh->errors), 0);
-    assert_true(worst <= WAIT_BOUND_MS);
-    assert_true(atomic_load(&sh->worst_us) <= WAIT_BOUND_MS * 1000);
     free(s);
     munmap(sh, sizeof *sh);
     ledger_close(l);
@@ -948,20 +978,6 @@ spawn_holder(const char *group, uint64_t bytes)
     return kid;
 }
 
-/* Reserve until granted (a member killed a moment ago may still be
-** exiting); the milliseconds it took, or UINT64_MAX after 2 s. */
-static uint64_t
-reserve_until_granted(struct ledger *l, uint64_t bytes, uint64_t limit)
-{
-    uint64_t t0 = now_ms();
-    while (now_ms() - t0 < 2000) {
-        if (ledger_reserve(l, UUID0, bytes, limit, NULL) == VRAM_OK)
-            return now_ms() - t0;
-        sleep_ms(1);
-    }
-    return UINT64_MAX;
-}
-
 static void
 test_kill_usage_holder(void **state)
 {
@@ -981,11 +997,13 @@ test_kill_usage_holder(void **state)
     assert_int_equal(ledger_reserve(l, UUID0, 50 * MiB, 100 * MiB, NULL), VRAM_OK);
     assert_int_equal(ledger_group_used(l, UUID0), 50 * MiB);
 
-    /* Not reaped (a zombie): gone within a second all the same. */
+    /* Not reaped (a zombie): gone at the first reservation once the kernel
+    ** shows it dead, all the same. */
     kid = spawn_holder(g, 50 * MiB);
     assert_int_equal(ledger_group_used(l, UUID0), 100 * MiB);
     assert_int_equal(kill(kid, SIGKILL), 0);
-    assert_true(reserve_until_granted(l, 50 * MiB, 100 * MiB) < 1000);
+    wait_dead(kid);
+    assert_int_equal(ledger_reserve(l, UUID0, 50 * MiB, 100 * MiB, NULL), VRAM_OK);
     assert_int_equal(proc_state(kid), 'Z');
     assert_int_equal(ledger_group_used(l, UUID0), 100 * MiB);
     assert_int_equal(wait_child(kid), 128 + SIGKILL);
@@ -1115,15 +1133,11 @@ test_watched_members(void **state)
 
     /* Not reaped (a zombie): its pidfd reports the end all the same. */
     assert_int_equal(kill(kid[1], SIGKILL), 0);
-    uint64_t t0 = now_ms();
-    while (proc_state(kid[1]) != 'Z' && now_ms() - t0 < 2000)
-        sleep_ms(1);
-    assert_int_equal(proc_state(kid[1]), 'Z');
     /* The leader shows Z while the kernel still tears other threads down
-    ** (a sanitizer's own, here): the end comes a moment later. */
-    t0 = now_ms();
-    while (ledger_group_used(l, UUID0) != 41 * MiB && now_ms() - t0 < 2000)
-        sleep_ms(1);
+    ** (a sanitizer's own, here): the pidfd reports the end once they are
+    ** all gone. */
+    wait_dead(kid[1]);
+    assert_int_equal(proc_state(kid[1]), 'Z');
     assert_int_equal(ledger_group_used(l, UUID0), 41 * MiB);
     assert_int_equal(wait_child(kid[1]), 128 + SIGKILL);
 
@@ -1493,13 +1507,14 @@ test_host_memory_and_monitor(void **state)
     free(s);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
-    bool gone = false;
-    for (uint64_t t0 = now_ms(); !gone && now_ms() - t0 < 3000; sleep_ms(50)) {
+    /* Reaped: a later snapshot of the monitor leaves it out (a monitor
+    ** trusts its judgment of a live entry for a while; no bound of time
+    ** here but the watchdog's). */
+    for (bool gone = false; !gone; sleep_ms(50)) {
         s = snap(mon);
         gone = find_proc(s, child) == NULL;
         free(s);
     }
-    assert_true(gone);
     close(ready[0]);
     close(ready[1]);
 
@@ -1579,9 +1594,7 @@ test_takeover(void **state)
     int fd = create_file(g);
     assert_true(fd >= 0);
     close(fd);
-    uint64_t t0 = now_ms();
     l = must_open(g);
-    assert_true(now_ms() - t0 < 500);
     assert_int_equal(ledger_reserve(l, UUID0, 1, 2, NULL), VRAM_OK);
     ledger_close(l);
     unlink_group(g);
@@ -1595,10 +1608,8 @@ test_takeover(void **state)
         ledger_test_stop_at(LEDGER_FAULT_HEADER);
         _exit(ledger_open(g, &cl) == VRAM_OK ? 0 : 2);
     }
-    assert_true(wait_stopped(kid, 5000));
-    t0 = now_ms();
-    l = must_open(g);
-    assert_true(now_ms() - t0 < 100);
+    assert_true(wait_stopped(kid));
+    l = must_open(g); /* returns while the creator stays stopped */
     assert_int_equal(ledger_reserve(l, UUID0, 1, 2, NULL), VRAM_OK);
     kill(kid, SIGKILL);
     assert_int_equal(wait_child(kid), 128 + SIGKILL);
