@@ -218,7 +218,7 @@ expect_error "--report: not executable" 126 "run: cannot run '$TMP/noexec'"
     >"$TMP/out" 2>"$TMP/err" &
 vpid=$!
 i=0
-while ! grep -q ready "$TMP/out" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+while ! grep -q ready "$TMP/out" 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
 kill -TERM $vpid
 wait $vpid
 rc=$?

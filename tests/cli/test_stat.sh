@@ -33,7 +33,7 @@ start() {
     pids="$pids $!"
     last=$!
     i=0
-    while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.$g.$1"; do sleep 0.1; i=$((i + 1)); done
+    while [ $i -lt 600 ] && ! grep -q ready "$TMP/fill.$g.$1"; do sleep 0.1; i=$((i + 1)); done
 }
 
 start "$G" 64 256 0 512
@@ -49,12 +49,11 @@ p3=$last
 stopped=$!
 pids="$pids $stopped"
 i=0
-while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
-# Within 1 s in one of 3 tries: a stat that waits on the member never
-# does, while a busy machine does not delay all three.
-k=0
-until [ $k -eq 3 ] || timeout 1 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"; do k=$((k + 1)); done
-check "stat answers within 1 s despite a stopped member (in one of 3 tries)" "[ $k -lt 3 ]"
+while [ $i -lt 600 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
+# The member stays stopped throughout: a stat that waited on it would
+# never end (timeout 120 is the watchdog, not a bound of speed).
+timeout 120 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"
+check "stat answers despite a member stopped for good" "[ $? -eq 0 ]"
 check "stat shows the stopped member's 8 MiB" "grep -Eq \"^ +- +$stopped .*8.00 MiB\" $TMP/out"
 
 "$VRAM" stat --no-nvml >"$TMP/out" 2>"$TMP/err"

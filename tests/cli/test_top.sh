@@ -35,12 +35,13 @@ start() {
     pids="$pids $!"
     last=$!
     i=0
-    while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.$1"; do sleep 0.1; i=$((i + 1)); done
+    while [ $i -lt 600 ] && ! grep -q ready "$TMP/fill.$1"; do sleep 0.1; i=$((i + 1)); done
 }
-# wait_for PATTERN: capture the pane until PATTERN shows (at most 10 s).
+# wait_for PATTERN: capture the pane until PATTERN shows (at most 60 s:
+# a hang, not a slow machine).
 wait_for() {
     i=0
-    while [ $i -lt 50 ]; do
+    while [ $i -lt 300 ]; do
         tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen" 2>/dev/null
         grep -qE "$1" "$TMP/screen" && return 0
         sleep 0.2

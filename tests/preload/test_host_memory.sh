@@ -36,7 +36,7 @@ test_cleanup() {
 # wait_line FILE TEXT: until FILE holds TEXT (at most 30 s: a loaded machine).
 wait_line() {
     i=0
-    while [ $i -lt 300 ] && ! grep -q "$2" "$1"; do sleep 0.1; i=$((i + 1)); done
+    while [ $i -lt 600 ] && ! grep -q "$2" "$1"; do sleep 0.1; i=$((i + 1)); done
     grep -q "$2" "$1"
 }
 
@@ -74,7 +74,7 @@ if command -v curl >/dev/null && command -v python3 >/dev/null; then
     exp=$!
     scrape() {
         i=0
-        while [ $i -lt 50 ]; do
+        while [ $i -lt 600 ]; do
             curl -s "http://127.0.0.1:$port/metrics" >"$TMP/metrics" 2>/dev/null &&
                 grep -q "pid=\"$pid\"" "$TMP/metrics" && return 0
             sleep 0.1
@@ -100,7 +100,7 @@ if [ -n "$exp" ]; then
     # The exporter samples every 0.1 s: a loaded machine may take longer.
     zero() { grep '^vram_process_host_pinned_bytes{' "$TMP/metrics" | grep "pid=\"$pid\"" | grep -q '} 0$'; }
     i=0
-    while [ $i -lt 50 ]; do
+    while [ $i -lt 600 ]; do
         curl -s "http://127.0.0.1:$port/metrics" >"$TMP/metrics" 2>/dev/null && zero && break
         sleep 0.1
         i=$((i + 1))
