@@ -35,7 +35,16 @@ build: deps
 demo: build
 	@sh scripts/demo.sh $(BUILD)/bin/vram $(TRACES)
 
-test: test-plain test-asan test-tsan
+# The three runs one after the other, each timed; the times are printed at
+# the end, also when one fails (the ones that ran).
+test:
+	@t0=$$(date +%s); rc=0; \
+	$(MAKE) test-plain || rc=1; t1=$$(date +%s); \
+	if [ $$rc -eq 0 ]; then $(MAKE) test-asan || rc=1; fi; t2=$$(date +%s); \
+	if [ $$rc -eq 0 ]; then $(MAKE) test-tsan || rc=1; fi; t3=$$(date +%s); \
+	echo "make test: plain $$((t1 - t0)) s, ASan+UBSan $$((t2 - t1)) s, TSan $$((t3 - t2)) s," \
+	     "$$((t3 - t0)) s in all$$( [ $$rc -eq 0 ] || echo '; FAILED' )"; \
+	exit $$rc
 
 test-deps:
 	@sh scripts/install-deps.sh --test
@@ -88,11 +97,17 @@ package: package-deps
 	@cd $(BUILD)-package && cpack >/dev/null
 	@ls $(BUILD)-package/packages/*.deb
 
+# Every timing: replay speed, the allocator's host-time targets, the
+# preload library's start-up and hook costs, the monitor, the exporter under
+# hostile local users. Measured and printed, never part of `make test`.
 bench: build
 	@sh scripts/bench.sh $(BUILD)/bin/vram $(TRACES)
+	@sh tests/cli/check_targets.sh --timing $(BUILD)/bin/vram . || true
 	@$(BUILD)/tests/preload/bench_startup $(BUILD)/lib/libvram-preload.so \
 	    $$(ls /usr/lib/*/libz.so.1 | head -n 1) 2000
+	@sh scripts/bench_hooks.sh $(BUILD) || true
 	@$(BUILD)/tests/bench_monitor $(BUILD)/bin/vram
+	@sh scripts/bench_exporter.sh $(BUILD)/bin/vram || true
 
 format:
 	@clang-format -i include/*.h src/*/*.[ch] tools/*/*.[ch] tests/*/*.[ch]

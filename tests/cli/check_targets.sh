@@ -1,12 +1,15 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# check_targets.sh -- the performance targets of the allocator, on every
-# trace in data/traces:
+# check_targets.sh -- the targets of the allocator, on every trace in
+# data/traces:
 #   growth      fragmentation at most 1.10, host time at most 100 ns per
 #               operation (measured 25-35 on the development machine);
 #   expandable  fragmentation at most 1.02, host time at most 150 ns per
 #               operation (measured 34-62), every replay of the simulator.
-# Fragmentation is deterministic and checked as is.
+# Fragmentation is deterministic and checked as is; so is the modelled cold
+# start below. Those are what `make test` checks (CTest `targets`).
+# Host time is timed only with --timing (`make bench`): a timing is not a
+# test, since a busy machine can miss any bound.
 #
 # Host time is a wall-clock timing on a shared machine, taken so that other
 # processes do not decide it. What they do is preempt: one replay of
@@ -34,19 +37,23 @@
 # (1,599 against 1,165: its growing memory needs ~2 new units a step, made
 # a unit a handle to keep its fragmentation at 1.013) and is held to its
 # figure as a regression bound.
-# Labelled "slow": not run under the sanitizers, whose timings mean nothing.
-# Usage: check_targets.sh VRAM_BINARY REPO_ROOT
+# Labelled "slow": not run under the sanitizers, which are slow at it.
+# Usage: check_targets.sh [--timing] VRAM_BINARY REPO_ROOT
 set -eu
-VRAM_BIN=$1 TRACES=$2/data/traces exec python3 - <<'EOF'
+TIMING=0
+if [ "${1:-}" = "--timing" ]; then TIMING=1; shift; fi
+VRAM_BIN=$1 TRACES=$2/data/traces TIMING=$TIMING exec python3 - <<'EOF'
 import glob, json, os, subprocess, sys
 
 vram = os.environ["VRAM_BIN"]
+timing = os.environ["TIMING"] == "1"
 limits = {"growth": (1.10, 100.0), "expandable": (1.02, 150.0)}
 # Growth ns/op per trace on the development machine (BENCHMARKS.md).
 dev_growth = {"gpt2_bf16_b16": 35.0, "gpt2m_generate": 29.7,
               "leak_mlp": 25.0, "resnet50_fp32": 32.4}
-REPEAT = 3
+REPEAT = 3 if timing else 1
 LONG_TRACE_OPS = 100000  # a trace this long gets 3 rounds, a shorter 12
+ROUNDS = 12 if timing else 1
 
 def replay(path, repeat):
     p = subprocess.run([vram, "replay", "--strategy", ",".join(limits),
@@ -62,11 +69,11 @@ if not paths:
 rows = {}     # (trace, strategy) -> the first round's row (fragmentation, OOMs)
 times = {}    # (trace, strategy) -> ns/op of each round
 rounds = {}   # trace path -> rounds it gets
-for rnd in range(12):
+for rnd in range(ROUNDS):
     # Round by round over every trace, so that a busy spell of the machine
     # spoils one round of each rather than every round of one.
     for path in paths:
-        if rnd >= rounds.get(path, 12):
+        if rnd >= rounds.get(path, ROUNDS):
             continue
         for r in replay(path, REPEAT):
             key = (r["trace"], r["strategy"])
@@ -75,24 +82,29 @@ for rnd in range(12):
             # the replay (wall time up to 20x at a load of 25 on 2 cores),
             # which CPU time does not count; page faults it still does.
             times.setdefault(key, []).append(r.get("cpu_ns_per_op", r["ns_per_op"]))
-            rounds[path] = 3 if r["ops"] >= LONG_TRACE_OPS else 12
+            rounds[path] = min(ROUNDS, 3 if r["ops"] >= LONG_TRACE_OPS else 12)
 
 best = {k: min(v) for k, v in times.items()}
 ratios = sorted(best[(t, "growth")] / ns for t, ns in dev_growth.items()
                 if (t, "growth") in best)
 speed = max(1.0, ratios[len(ratios) // 2]) if ratios else 1.0
-print("machine: %.2fx the development machine's time (growth, median of the traces)"
-      % speed)
+if timing:
+    print("machine: %.2fx the development machine's time (growth, median of the traces)"
+          % speed)
 bad = 0
 for (trace, strategy), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     frag, ns = limits[strategy]
     ns *= speed
     ns_op = best[(trace, strategy)]
-    ok = r["fragmentation"] <= frag and r["ooms"] == 0 and ns_op <= ns
-    print("%-16s %-10s frag %.3f (<= %.2f)  ns/op %6.1f (<= %.0f)  %s  rounds: %s" % (
-        trace, strategy, r["fragmentation"], frag, ns_op, ns,
-        "ok" if ok else "MISSED TARGET",
-        " ".join("%.1f" % x for x in times[(trace, strategy)])))
+    ok = r["fragmentation"] <= frag and r["ooms"] == 0 and (not timing or ns_op <= ns)
+    if timing:
+        print("%-16s %-10s frag %.3f (<= %.2f)  ns/op %6.1f (<= %.0f)  %s  rounds: %s" % (
+            trace, strategy, r["fragmentation"], frag, ns_op, ns,
+            "ok" if ok else "MISSED TARGET",
+            " ".join("%.1f" % x for x in times[(trace, strategy)])))
+    else:
+        print("%-16s %-10s frag %.3f (<= %.2f)  %s" % (
+            trace, strategy, r["fragmentation"], frag, "ok" if ok else "MISSED TARGET"))
     bad += not ok
 # Cold start, modelled: driver ns per event of the first pass.
 pool_cold = {"resnet50_fp32": 1393.0, "gpt2_bf16_b16": 1896.0,
