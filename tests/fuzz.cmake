@@ -40,6 +40,7 @@ vram_fuzzer(config LIBS vram_static m)
 vram_fuzzer(plan LIBS vram_plan)
 if(VRAM_LIVE_TOOLS)
   vram_fuzzer(exporter SOURCES ${PROJECT_SOURCE_DIR}/tools/vram/exporter_http.c
+                              ${PROJECT_SOURCE_DIR}/tools/vram/exporter_client.c
               DIRS ${PROJECT_SOURCE_DIR}/tools/vram LIBS PkgConfig::MHD vram_static)
 endif()
 add_custom_target(fuzzers DEPENDS ${VRAM_FUZZERS})

@@ -2,21 +2,26 @@
 # SPDX-License-Identifier: MIT
 # test_exporter.sh -- `vram exporter` on a free loopback port, against
 # ledgers filled by ledger_fill: /metrics by curl (names, types, values),
-# 404 and 405, bad --listen; hostile clients (garbage, a huge header, 20
-# slowloris connections dribbling bytes, from their own address) while a
-# normal scrape must still
-# be answered within 3 s; 50 concurrent scrapes; a killed process leaving
-# the metrics; then a real Prometheus (Debian package) scraping the
-# exporter every second, queried through its HTTP API. All traffic goes
-# to 127.0.0.1; every loop is bounded. Exit 77 without curl, python3 or
-# prometheus. With REPO_ROOT, also checks contrib/: the alert rules with
-# promtool, the Grafana dashboard's JSON and the metrics it queries.
+# 404 and 405, bad --listen; hostile clients of another local user
+# (garbage, huge requests, tricklers, slowloris, 2,000 idle connections
+# from addresses all over 127/8), held until told to stop, while root's
+# scrapes must all be served; the fairness rule (one user is one client,
+# whatever its address: a 9th connection is answered 503 with the reason,
+# another user is served meanwhile); 50 concurrent scrapes each answered;
+# a killed process leaving the metrics; then a real Prometheus (Debian
+# package) scraping the exporter every second, queried through its HTTP
+# API. Nothing is timed: a wait lasts until what it waits for happens
+# (CTest's timeout is the watchdog). Exit 77 without curl, python3,
+# setpriv or prometheus. With REPO_ROOT, also checks contrib/: the alert
+# rules with promtool, the Grafana dashboard's JSON and the metrics it
+# queries. Needs root (the hostile clients run as nobody).
 # Usage: test_exporter.sh VRAM LEDGER_FILL [REPO_ROOT]
 set -u
 VRAM=$1
 FILL=$2
 ROOT=${3:-}
-for t in curl python3 prometheus; do
+[ "$(id -u)" -eq 0 ] || { echo "skipped: needs root (hostile clients run as nobody)"; exit 77; }
+for t in curl python3 prometheus setpriv /usr/bin/python3; do
     command -v $t >/dev/null || { echo "skipped: no $t (scripts/install-deps.sh)"; exit 77; }
 done
 G="ex$$"
@@ -37,8 +42,7 @@ start() {
     "$FILL" "$G" "$U" "$@" >"$TMP/fill.$1" 2>&1 &
     pids="$pids $!"
     last=$!
-    i=0
-    while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.$1"; do sleep 0.1; i=$((i + 1)); done
+    until grep -q ready "$TMP/fill.$1"; do sleep 0.1; done
 }
 start 64 256 0 512
 keeper=$last
@@ -49,19 +53,18 @@ victim=$last
 "$FILL" --stopped "${G}s" "$U" 8 >"$TMP/fill.stopped" 2>&1 &
 stopped=$!
 pids="$pids $stopped"
-i=0
-while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.stopped"; do sleep 0.1; i=$((i + 1)); done
+until grep -q ready "$TMP/fill.stopped"; do sleep 0.1; done
 
 PORT=$(free_port)
 URL="http://127.0.0.1:$PORT/metrics"
 "$VRAM" exporter --no-nvml --listen "127.0.0.1:$PORT" --interval 0.5 >"$TMP/exp.out" 2>"$TMP/exp.err" &
 EXP=$!
 pids="$pids $EXP"
-i=0
-while [ $i -lt 50 ] && ! curl -s -o /dev/null "$URL"; do sleep 0.1; i=$((i + 1)); done
-check "exporter answers within 1 s of its start despite a stopped member" "[ $i -le 10 ]"
+# The member stays stopped throughout: answering at all proves no wait on it.
+until curl -s -o /dev/null "$URL"; do kill -0 $EXP 2>/dev/null || break; sleep 0.1; done
+check "exporter answers despite a member stopped for good" "curl -s -m 60 -o /dev/null $URL"
 check "the stopped member's group is served" \
-    "curl -s -m 1 $URL | grep -q 'vram_process_used_bytes{.*,group=\"${G}s\",pid=\"$stopped\".* 8388608\$'"
+    "curl -s -m 60 $URL | grep -q 'vram_process_used_bytes{.*,group=\"${G}s\",pid=\"$stopped\".* 8388608\$'"
 
 curl -s -D "$TMP/hdr" "$URL" >"$TMP/m"
 check "GET /metrics answers 200" "grep -q '^HTTP/1.1 200' $TMP/hdr"
@@ -84,148 +87,113 @@ check "the default port is not dcgm-exporter's 9400" "\"$VRAM\" exporter --help 
 check "POST: 405" "[ \$(code -X POST -d x=1 $URL) = 405 ]"
 check "DELETE: 405" "[ \$(code -X DELETE $URL) = 405 ]"
 
-# Hostile clients (from 127.0.0.4), in the background for at most 8 s, while normal scrapes go on.
-python3 - "$PORT" >"$TMP/hostile" 2>&1 <<'PY' &
-import socket, sys, time
-port = int(sys.argv[1])
-def conn():
-    # From an address of its own: the exporter caps connections per address.
-    s = socket.create_connection(("127.0.0.1", port), timeout=3, source_address=("127.0.0.4", 0))
-    return s
-out = []
-for payload in [b"\x00\xff garbage \r\n\r\n", b"GET /metrics HTTP/1.1\r\nX-Big: " + b"A" * 200000 + b"\r\n\r\n",
-                b"GET " + b"/" * 100000 + b" HTTP/1.1\r\n\r\n", b"NOTAMETHOD\r\n\r\n"]:
-    try:
-        s = conn(); s.sendall(payload); r = s.recv(64); out.append(r[:12]); s.close()
-    except OSError as e:
-        out.append(repr(e))
-slow = []
-for _ in range(20):
-    try:
-        s = conn(); s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n"); slow.append(s)
-    except OSError:
-        pass
-end = time.time() + 8
-while time.time() < end:
-    for s in slow:
-        try: s.sendall(b"X-a: b\r\n")
-        except OSError: pass
-    time.sleep(1)
-print("hostile done", out, len(slow))
-PY
-HOSTILE=$!
-pids="$pids $HOSTILE"
-sleep 1
-t0=$(date +%s)
-served=0
-for k in 1 2 3 4 5; do
-    curl -s -m 3 -o /dev/null -w '%{http_code}\n' "$URL" | grep -q 200 && served=$((served + 1))
-    sleep 0.5
-done
-# 4 of 5: a busy machine may delay one; an exporter the hostile clients
-# hold up answers none until they are gone (8 s).
-check "scrapes answered during the slowloris ($served/5 within 3 s)" "[ $served -ge 4 ]"
-wait "$HOSTILE"
-check "hostile client ran" "grep -q 'hostile done' $TMP/hostile"
-check "exporter still running after hostile requests" "kill -0 $EXP"
+# Hostile clients are another local user (nobody), held until told to stop
+# ($TMP/stop.N exists): the exporter must serve root's scrapes while they
+# hold, so a scrape that is answered at all proves they do not block it
+# (nothing here is timed: they never give up by themselves).
+CLIENTS="$(dirname "$0")/exporter_clients.py"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; }
+# The system's python3 (nobody cannot run one under root's home).
+SYSPY=/usr/bin/python3
+# hostile N MODE [ARG]: start a hostile client (pid in $last), wait until ready.
+hostile() {
+    n=$1; shift
+    as_nobody $SYSPY "$CLIENTS" "$PORT" "$TMP/stop.$n" "$@" >"$TMP/hostile.$n" 2>&1 &
+    last=$!
+    pids="$pids $last"
+    until grep -q ready "$TMP/hostile.$n"; do
+        kill -0 "$last" 2>/dev/null || { cat "$TMP/hostile.$n"; return 1; }
+        sleep 0.1
+    done
+}
+# scrapes N: N scrapes by root (60 s each at most), summary in $TMP/scrapes.
+scrapes() { python3 "$CLIENTS" "$PORT" - scrape "$1" >"$TMP/scrapes" 2>&1; tail -n 1 "$TMP/scrapes"; }
+chmod 755 "$TMP"
 
-# Slowloris: 100 clients from one address (127.0.0.2) each trickling one
-# header line every 2 s, reconnecting when cut, for 8 s; meanwhile a
-# scrape from 127.0.0.1 every 0.25 s must be answered within 1 s (every
-# one answered within 3 s and at most one in ten over 1 s: a busy machine
-# may delay a few, an exporter the tricklers hold up delays them all). And
-# a single client trickling a byte every 0.3 s (127.0.0.3) must be cut by
-# the whole-request deadline (2 s), although it is never idle (by 6 s: a
-# busy machine may wake the client late; uncut, it trickles for 15 s).
-python3 - "$PORT" >"$TMP/loris" 2>&1 <<'PY'
-import socket, sys, threading, time, urllib.request
-port = int(sys.argv[1])
-stop = time.time() + 8
-def trickler():
-    s = None
-    while time.time() < stop:
-        try:
-            if s is None:
-                s = socket.socket(); s.settimeout(2)
-                s.bind(("127.0.0.2", 0)); s.connect(("127.0.0.1", port))
-                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-            s.sendall(b"X-a: b\r\n")
-        except OSError:
-            if s is not None: s.close()
-            s = None
-            time.sleep(0.2)
-            continue
-        time.sleep(2)
-    if s is not None: s.close()
-ts = [threading.Thread(target=trickler, daemon=True) for _ in range(100)]
-for t in ts: t.start()
-cut_after = None
-def byte_trickler():
-    global cut_after
-    s = socket.socket(); s.bind(("127.0.0.3", 0)); s.connect(("127.0.0.1", port))
-    t0 = time.time()
-    try:
-        for b in b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-long: " + b"a" * 40:
-            s.sendall(bytes([b]))
-            time.sleep(0.3)
-            s.setblocking(False)
-            try:
-                if s.recv(1) == b"": break
-            except BlockingIOError: pass
-            s.setblocking(True)
-    except OSError:
-        pass
-    cut_after = time.time() - t0
-    s.close()
-bt = threading.Thread(target=byte_trickler, daemon=True); bt.start()
-time.sleep(1)
-worst, fails, slow, n = 0.0, 0, 0, 0
-while time.time() < stop:
-    t0 = time.time()
-    try:
-        r = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=3)
-        ok = r.status == 200 and b"vram_group_used_bytes" in r.read()
-    except Exception as e:
-        ok = False
-    dt = time.time() - t0
-    n += 1
-    worst = max(worst, dt)
-    if not ok: fails += 1
-    if dt > 1: slow += 1
-    time.sleep(0.25)
-bt.join(20)
-print("scrapes %d failed %d slow %d (%s) worst %.3f s; byte trickler cut after %s s" % (
-    n, fails, slow, "ok" if fails == 0 and slow * 10 <= n else "too many", worst,
-    "%.1f" % cut_after if cut_after is not None else "never"))
-PY
-cat "$TMP/loris"
-check "100 trickling clients: every scrape answered, nearly all within 1 s" "grep -q 'failed 0 slow [0-9]* (ok)' $TMP/loris"
-check "a byte trickler is cut by the 2 s request deadline" \
-    "awk '/cut after/ { v = \$NF; sub(/ s\$/, \"\", v); exit !(\$(NF-1) + 0 > 1.5 && \$(NF-1) + 0 < 6) }' $TMP/loris"
+# Garbage, a huge header and path, an unknown method: error answers.
+python3 "$CLIENTS" "$PORT" - garbage >"$TMP/garbage" 2>&1
+check "a huge header gets 431, a huge path 414, garbage is closed" \
+    "grep -q '^huge header: HTTP/1.1 431' $TMP/garbage && grep -q '^huge path: HTTP/1.1 414' $TMP/garbage && [ \$(wc -l <$TMP/garbage) -eq 4 ]"
+
+# 20 slowloris connections, 100 header tricklers and a byte trickler of
+# another user, all at once, from addresses all over 127/8.
+hostile 1 loris 100
+hostile 2 bytes
+HOSTILE2=$last
+hostile 3 hold 20
+scrapes 10
+check "root's scrapes answered while nobody trickles and holds" "grep -q 'scrapes 10 not-200 0 ' $TMP/scrapes"
+# The byte trickler never ends its request: only the whole-request deadline
+# (not the idle timeout, which it never meets) can end it.
+until grep -Eq 'cut|never' "$TMP/hostile.2" || ! kill -0 $HOSTILE2 2>/dev/null; do sleep 0.2; done
+check "a byte trickler is cut by the request deadline" "grep -qx cut $TMP/hostile.2"
+touch "$TMP/stop.1" "$TMP/stop.2" "$TMP/stop.3"
 check "exporter still running after the trickling clients" "kill -0 $EXP"
 
-# 50 concurrent scrapes.
+# The fairness rule (exporter_http.h, "Clients"): one local user is one
+# client whatever loopback address it uses. Root holds 8 connections from
+# 8 addresses; a 9th, from a 9th address, is refused with a 503 that says
+# why; another user's scrape is served meanwhile.
+python3 - "$PORT" "$TMP/stop.4" >"$TMP/fair" 2>&1 <<'PY' &
+import os, socket, sys, time
+port, stop = int(sys.argv[1]), sys.argv[2]
+held = []
+for i in range(8):
+    s = socket.socket(); s.bind(("127.0.1.%d" % (i + 1), 0)); s.connect(("127.0.0.1", port)); held.append(s)
+time.sleep(0.5)  # the exporter has taken them all (it serves one after the other)
+s = socket.socket(); s.settimeout(60); s.bind(("127.0.2.1", 0)); s.connect(("127.0.0.1", port))
+s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+answer = b""
+while True:
+    b = s.recv(4096)
+    if not b: break
+    answer += b
+print(answer.decode("latin-1"), flush=True)
+print("ready", flush=True)
+while not os.path.exists(stop): time.sleep(0.05)
+PY
+FAIR=$!
+pids="$pids $FAIR"
+until grep -q ready "$TMP/fair" || ! kill -0 $FAIR 2>/dev/null; do sleep 0.1; done
+check "a 9th connection of one user: 503, Retry-After, the reason" \
+    "grep -q '^HTTP/1.1 503' $TMP/fair && grep -qi '^Retry-After: 1' $TMP/fair && grep -q 'too many connections from this client (local user 0): at most 8 at once per client' $TMP/fair"
+as_nobody curl -s -m 60 -o /dev/null -w '%{http_code}' "$URL" >"$TMP/other.code"
+check "another user's scrape is served while root holds 8" "[ \$(cat $TMP/other.code) = 200 ]"
+touch "$TMP/stop.4"
+wait $FAIR
+
+# Thousands of idle connections of one user from addresses all over 127/8
+# (the attack that a per-address limit cannot stop): another client's
+# scrapes are all served while they are held.
+hostile 5 hold 2000
+scrapes 5
+check "scrapes served while nobody holds 2000 connections" "grep -q 'scrapes 5 not-200 0 ' $TMP/scrapes"
+check "nobody's connections were taken, not refused by the kernel" "grep -Eq 'held [0-9]{4} ' $TMP/hostile.5"
+touch "$TMP/stop.5"
+
+# 50 concurrent scrapes of one client: each answered, 200 or a 503 that
+# says why, none reset or left hanging.
 k=0
 while [ $k -lt 50 ]; do
-    curl -s -m 10 -o "$TMP/c.$k" -w '%{http_code}\n' "$URL" >"$TMP/code.$k" &
+    curl -s -m 60 -o "$TMP/c.$k" -w '%{http_code}\n' "$URL" >"$TMP/code.$k" &
     k=$((k + 1))
 done
-i=0
-while [ $i -lt 100 ] && [ "$(cat "$TMP"/code.* 2>/dev/null | grep -c 200)" -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
-check "50 concurrent scrapes all answered 200" "[ \$(cat $TMP/code.* | grep -c 200) -eq 50 ]"
-check "every concurrent answer is complete" "[ \$(grep -l '^# TYPE vram_oom_refusals_total counter' $TMP/c.* | wc -l) -eq 50 ]"
+wait_curls() { while [ "$(cat "$TMP"/code.* 2>/dev/null | wc -l)" -lt 50 ]; do sleep 0.1; done; }
+wait_curls
+ok=$(cat "$TMP"/code.* | grep -c 200)
+busy=$(cat "$TMP"/code.* | grep -c 503)
+check "50 concurrent scrapes: each answered 200 or 503 ($ok and $busy)" "[ $((ok + busy)) -eq 50 ] && [ $ok -ge 1 ]"
+check "every 200 is a complete exposition" "[ \$(grep -l '^# TYPE vram_oom_refusals_total counter' $TMP/c.* | wc -l) -eq $ok ]"
+check "every 503 says why" "[ \$(grep -l 'too many connections from this client' $TMP/c.* | wc -l) -eq $busy ]"
 
 # A killed process leaves the metrics at the next sample.
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
-# The next sample drops it (0.5 s apart); on a loaded machine it may take
-# longer, so the scrape is repeated for up to 10 s.
-i=0
+# A later sample drops it (0.5 s apart; a loaded machine takes longer).
 while :; do
-    curl -s "$URL" >"$TMP/m2"
-    ! grep -q "pid=\"$victim\"" "$TMP/m2" || [ $i -ge 50 ] && break
+    curl -s -m 60 "$URL" >"$TMP/m2"
+    grep -q "pid=\"$victim\"" "$TMP/m2" || break
     sleep 0.2
-    i=$((i + 1))
 done
 check "killed process gone from /metrics" "! grep -q 'pid=\"$victim\"' $TMP/m2 && grep -q 'pid=\"$keeper\"' $TMP/m2"
 check "group used back to 64 MiB" "grep -q '^vram_group_used_bytes{$LBL,group=\"$G\"} 67108864\$' $TMP/m2"
@@ -254,17 +222,17 @@ pids="$pids $PROM"
 Q="http://127.0.0.1:$PPORT/api/v1/query?query=vram_group_used_bytes%7Bgroup%3D%22$G%22%7D"
 i=0
 got=""
-while [ $i -lt 60 ]; do
-    got=$(curl -s -m 2 "$Q")
+while [ $i -lt 600 ]; do
+    got=$(curl -s -m 30 "$Q")
     echo "$got" | grep -q '"67108864"' && break
     sleep 0.5
     i=$((i + 1))
 done
 if echo "$got" | grep -q '"67108864"'; then pass "Prometheus scraped vram_group_used_bytes = 64 MiB"
 else fail "Prometheus query: $got"; tail -n 5 "$TMP/prom.log"; fi
-got=$(curl -s -m 2 "http://127.0.0.1:$PPORT/api/v1/query?query=vram_oom_refusals_total%7Bgroup%3D%22$G%22%7D")
+got=$(curl -s -m 30 "http://127.0.0.1:$PPORT/api/v1/query?query=vram_oom_refusals_total%7Bgroup%3D%22$G%22%7D")
 check "Prometheus sees the refusal counter" "echo '$got' | grep -q '\"1\"'"
-got=$(curl -s -m 2 "http://127.0.0.1:$PPORT/api/v1/query?query=up%7Bjob%3D%22vram%22%7D")
+got=$(curl -s -m 30 "http://127.0.0.1:$PPORT/api/v1/query?query=up%7Bjob%3D%22vram%22%7D")
 check "Prometheus marks the target up" "echo '$got' | grep -q '\"1\"'"
 kill "$PROM"
 wait "$PROM" 2>/dev/null

@@ -29,7 +29,7 @@
 #include "exporter_http.h"
 
 #define TEXT_BYTES (16u << 20) /* large enough that a copy shows in the resident set */
-#define IN_FLIGHT 6            /* below the per-address cap, EXP_PER_ADDRESS */
+#define IN_FLIGHT 6            /* below the cap of one client, EXP_PER_CLIENT */
 
 /* A text of TEXT_BYTES, every byte set from SEED, not all one value: the
 ** whole of it is resident before the measurement starts. */
@@ -72,7 +72,8 @@ scrape_start(struct MHD_Daemon *d, int k)
 }
 
 /* Read from FD until it has given at least WANT bytes (SIZE_MAX: until the
-** end) or BUF (CAP) is full; the bytes read. Fails the test after 10 s. */
+** end) or BUF (CAP) is full; the bytes read. Fails the test after 60 s
+** without a byte (a hang, not a slow machine). */
 static size_t
 read_until(int fd, char *buf, size_t cap, size_t want)
 {
@@ -83,7 +84,7 @@ read_until(int fd, char *buf, size_t cap, size_t want)
         if (n < 0 && errno == EINTR)
             continue;
         if (n == 0) {
-            assert_true(++waited < 100);
+            assert_true(++waited < 600);
             continue;
         }
         ssize_t r = read(fd, buf + got, cap - got);
@@ -313,6 +314,78 @@ serving_thread_has_a_short_slice(void **state)
     exporter_fini(&e);
 }
 
+/* A client that is local user UID. */
+static struct exp_client
+user(uint32_t uid)
+{
+    return (struct exp_client){.kind = EXP_CLIENT_USER, .uid = uid};
+}
+
+/* Entry I of T: served, of client WHO, its request begun at SINCE. */
+static void
+put(struct exp_conn *t, size_t i, struct exp_client who, uint64_t since)
+{
+    t[i] = (struct exp_conn){.fd = (int)i + 3, .since_ns = since, .client = who};
+}
+
+/*
+** The fairness rule: a client is served at most EXP_PER_CLIENT connections
+** at once; with every one of EXP_MAX_CONNECTIONS taken, a client holding
+** fewer than the biggest holder takes the place of that one's oldest
+** request, and a client holding as many is refused. Refused connections
+** and connections being closed count for nothing.
+*/
+static void
+fairness_rule(void **state)
+{
+    (void)state;
+    static struct exp_conn t[EXP_SLOTS];
+    for (size_t i = 0; i < EXP_SLOTS; i++)
+        t[i].fd = -1;
+    int evict = 0;
+    struct exp_client a = user(1000), b = user(1001), c = user(1002);
+    assert_true(exporter_admit(t, EXP_SLOTS, &a, &evict));
+    assert_int_equal(evict, -1);
+    for (size_t i = 0; i < EXP_PER_CLIENT; i++)
+        put(t, i, a, 100 + i);
+    assert_false(exporter_admit(t, EXP_SLOTS, &a, &evict)); /* a 9th of A */
+    assert_true(exporter_admit(t, EXP_SLOTS, &b, &evict));  /* B is another client */
+    assert_int_equal(evict, -1);
+    /* One of A's ends: A may have another. Refused ones do not count. */
+    t[3].cut = true;
+    assert_true(exporter_admit(t, EXP_SLOTS, &a, &evict));
+    t[3].cut = false;
+    t[3].refused = true;
+    assert_true(exporter_admit(t, EXP_SLOTS, &a, &evict));
+    t[3].refused = false;
+    /* An address is a client too, and not the same as a user. */
+    struct exp_client addr = {.kind = EXP_CLIENT_ADDRESS};
+    addr.addr[15] = 7;
+    assert_true(exporter_admit(t, EXP_SLOTS, &addr, &evict));
+
+    /* Fill the served connections: A 8, then clients of 7 each (B, ...,
+    ** the last of 1 each), oldest first. */
+    size_t n = EXP_PER_CLIENT;
+    for (uint32_t u = 2000; n < EXP_MAX_CONNECTIONS; u++)
+        for (int k = 0; k < 7 && n < EXP_MAX_CONNECTIONS; k++, n++)
+            put(t, n, user(u), 500 + n);
+    /* Full: C (none) takes the place of A's oldest (A holds the most). */
+    assert_true(exporter_admit(t, EXP_SLOTS, &c, &evict));
+    assert_int_equal(evict, 0);
+    /* Another of A is refused (A holds the most). */
+    assert_false(exporter_admit(t, EXP_SLOTS, &a, &evict));
+    /* A gives one up: now the 7-holders tie with A; one of 7 is refused,
+    ** C still gets in, from the first biggest holder found. */
+    t[0].cut = true;
+    put(t, EXP_MAX_CONNECTIONS, c, 900);
+    struct exp_client seven = user(2000);
+    assert_false(exporter_admit(t, EXP_SLOTS, &seven, &evict));
+    assert_true(exporter_admit(t, EXP_SLOTS, &c, &evict));
+    assert_true(evict >= 1 && evict < EXP_MAX_CONNECTIONS);
+    assert_true(exporter_client_same(&t[evict].client, &a));
+    assert_int_equal(t[evict].since_ns, 101); /* A's oldest still open */
+}
+
 int
 main(void)
 {
@@ -320,6 +393,7 @@ main(void)
         cmocka_unit_test(scrapes_share_the_text),
         cmocka_unit_test(serving_thread_has_a_short_slice),
         cmocka_unit_test(connection_kept_alive),
+        cmocka_unit_test(fairness_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

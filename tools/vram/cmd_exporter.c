@@ -7,7 +7,7 @@
 ** each scrape queues the latest text, shared and never copied, so that
 ** many scrapers cost one sample. The HTTP side -- libmicrohttpd with its
 ** limits, the per-request deadline that a reaper thread enforces, the
-** per-address cap -- is exporter_http.c.
+** fairness rule between clients -- is exporter_http.c.
 ** SIGINT and SIGTERM stop it cleanly (exit 0).
 */
 #include <microhttpd.h>

@@ -8,9 +8,11 @@
 ** trickles one byte at a time, so the reaper (exporter_reap) also ends
 ** every connection whose request has not been answered within a deadline
 ** for the whole request (shutdown() of its socket, which libmicrohttpd
-** then closes), and each client address may hold only a few connections:
-** a slow or hostile client holds a bounded number of connections for a
-** bounded time while the others are answered.
+** then closes), and the fairness rule of exporter_http.h ("Clients")
+** decides, as each connection starts, whether it is served, answered 503,
+** or served in place of a connection of a client holding more: a slow or
+** hostile client holds a bounded number of connections for a bounded time
+** while the others are answered.
 ** Only GET (and HEAD) /metrics: 404 for other paths, 405 for other
 ** methods; GET / answers a short page linking /metrics.
 */
@@ -48,26 +50,138 @@ mono_ns(void)
 
 #define DEADLINE_NS ((uint64_t)EXP_REQUEST_DEADLINE_MS * UINT64_C(1000000))
 
-/* libmicrohttpd's connection notifications: keep the reaper's table. */
+/* Whether entry K is a connection being served (not refused, not ending). */
+static bool
+served(const struct exp_conn *k)
+{
+    return k->fd >= 0 && !k->cut && !k->refused;
+}
+
+bool
+exporter_admit(const struct exp_conn *conns, size_t n, const struct exp_client *who,
+               int *evict)
+{
+    *evict = -1;
+    size_t total = 0, mine = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!served(&conns[i]))
+            continue;
+        total++;
+        mine += exporter_client_same(&conns[i].client, who);
+    }
+    if (mine >= EXP_PER_CLIENT)
+        return false;
+    if (total < EXP_MAX_CONNECTIONS)
+        return true;
+    /* All taken: the client holding the most gives up its oldest request,
+    ** if it holds more than WHO. Ties go to the first found. */
+    size_t most = 0;
+    int holder = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!served(&conns[i]))
+            continue;
+        size_t count = 0;
+        for (size_t j = 0; j < n; j++)
+            count += served(&conns[j]) &&
+                     exporter_client_same(&conns[j].client, &conns[i].client);
+        if (count > most) {
+            most = count;
+            holder = (int)i;
+        }
+    }
+    if (holder < 0 || most <= mine)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (served(&conns[i]) && exporter_client_same(&conns[i].client, &conns[holder].client) &&
+            (*evict < 0 || conns[i].since_ns < conns[*evict].since_ns))
+            *evict = (int)i;
+    return true;
+}
+
+/* End connection K now (under conn_lock): shutdown() wakes libmicrohttpd's
+** poll with an end of stream, and it closes the socket. */
+static void
+cut(struct exp_conn *k)
+{
+    shutdown(k->fd, SHUT_RDWR);
+    k->cut = true;
+}
+
+/*
+** A connection starts: the fairness rule's verdict (exporter_http.h), and
+** a slot of the table for it. The table has a slot for every connection
+** libmicrohttpd may hold (its limit is the table's size), and at most
+** EXP_MAX_CONNECTIONS of them are served: the rest hold refused
+** connections and connections being closed. When those fill all but
+** EXP_PER_CLIENT slots, the oldest refused one is ended, so that the limit
+** of libmicrohttpd, which closes a connection without a word, is never
+** what a client meets.
+*/
+static void
+conn_started(struct exporter *e, struct MHD_Connection *c, void **socket_context)
+{
+    const union MHD_ConnectionInfo *fdi =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *addr =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    *socket_context = NULL;
+    if (fdi == NULL)
+        return;
+    struct exp_client who;
+    exporter_client_of(fdi->connect_fd, addr != NULL ? addr->client_addr : NULL, &who);
+    uint64_t now = mono_ns();
+    pthread_mutex_lock(&e->conn_lock);
+    size_t n = sizeof e->conns / sizeof e->conns[0];
+    int evict = -1;
+    bool admitted = exporter_admit(e->conns, n, &who, &evict);
+    if (evict >= 0) {
+        cut(&e->conns[evict]);
+        e->evicted_total++;
+    }
+    struct exp_conn *slot = NULL, *oldest_refused = NULL;
+    size_t in_use = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct exp_conn *k = &e->conns[i];
+        in_use += k->fd >= 0;
+        if (k->fd < 0 && slot == NULL)
+            slot = k;
+        if (k->fd >= 0 && k->refused && !k->cut &&
+            (oldest_refused == NULL || k->since_ns < oldest_refused->since_ns))
+            oldest_refused = k;
+    }
+    if (in_use + 1 >= n - EXP_PER_CLIENT && oldest_refused != NULL)
+        cut(oldest_refused); /* its slot frees once libmicrohttpd closes it */
+    if (slot == NULL) { /* libmicrohttpd holds no more than the table: never */
+        shutdown(fdi->connect_fd, SHUT_RDWR);
+        e->cut_total++;
+        pthread_mutex_unlock(&e->conn_lock);
+        return;
+    }
+    *slot = (struct exp_conn){
+        .fd = fdi->connect_fd,
+        .deadline_ns = now + DEADLINE_NS,
+        .since_ns = now,
+        .refused = !admitted,
+        .client = who,
+    };
+    if (!admitted)
+        e->refused_total++;
+    *socket_context = slot;
+    pthread_mutex_unlock(&e->conn_lock);
+}
+
+/* libmicrohttpd's connection notifications: keep the table. */
 static void
 notify_conn(void *cls, struct MHD_Connection *c, void **socket_context,
             enum MHD_ConnectionNotificationCode code)
 {
     struct exporter *e = cls;
-    pthread_mutex_lock(&e->conn_lock);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *info =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = NULL;
-        for (size_t i = 0; info != NULL && i < sizeof e->conns / sizeof e->conns[0]; i++)
-            if (e->conns[i].fd < 0) {
-                e->conns[i].fd = info->connect_fd;
-                e->conns[i].deadline_ns = mono_ns() + DEADLINE_NS;
-                e->conns[i].cut = false;
-                *socket_context = &e->conns[i];
-                break;
-            }
-    } else if (*socket_context != NULL) {
+        conn_started(e, c, socket_context);
+        return;
+    }
+    pthread_mutex_lock(&e->conn_lock);
+    if (*socket_context != NULL) {
         struct exp_conn *k = *socket_context;
         k->fd = -1;
         *socket_context = NULL;
@@ -85,9 +199,12 @@ conn_answered(struct exporter *e, struct MHD_Connection *c)
     if (info == NULL || info->socket_context == NULL)
         return;
     struct exp_conn *k = info->socket_context;
+    if (k->refused)
+        return; /* its 503 ends it: no more time */
     pthread_mutex_lock(&e->conn_lock);
     /* The response is being sent: give it the same time again. */
-    k->deadline_ns = mono_ns() + DEADLINE_NS;
+    k->since_ns = mono_ns();
+    k->deadline_ns = k->since_ns + DEADLINE_NS;
     pthread_mutex_unlock(&e->conn_lock);
 }
 
@@ -101,8 +218,7 @@ exporter_reap(struct exporter *e)
     for (size_t i = 0; i < sizeof e->conns / sizeof e->conns[0]; i++) {
         struct exp_conn *k = &e->conns[i];
         if (k->fd >= 0 && !k->cut && now > k->deadline_ns) {
-            shutdown(k->fd, SHUT_RDWR);
-            k->cut = true;
+            cut(k);
             e->cut_total++;
         }
     }
@@ -244,6 +360,38 @@ answer_page(struct MHD_Connection *c)
     return ret;
 }
 
+/* The connection's entry in the table, NULL if it has none. */
+static struct exp_conn *
+conn_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info != NULL ? info->socket_context : NULL;
+}
+
+/* 503 for a connection the fairness rule refused: why, and that the
+** connection closes. */
+static enum MHD_Result
+answer_refused(struct MHD_Connection *c, const struct exp_client *who)
+{
+    char name[64], text[256];
+    snprintf(text, sizeof text,
+             "vram exporter: too many connections from this client (%s): at most %d at "
+             "once per client, %d in all; close one and try again\n",
+             exporter_client_name(who, name, sizeof name), EXP_PER_CLIENT,
+             EXP_MAX_CONNECTIONS);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+    if (r == NULL)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/plain; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_SERVICE_UNAVAILABLE, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result
 on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
            const char *version, const char *upload, size_t *upload_size, void **state)
@@ -252,6 +400,11 @@ on_request(void *cls, struct MHD_Connection *c, const char *url, const char *met
     struct exporter *e = cls;
     (void)version;
     (void)upload;
+    const struct exp_conn *k = conn_of(c);
+    if (k != NULL && k->refused) {
+        *upload_size = 0;
+        return answer_refused(c, &k->client);
+    }
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         *upload_size = 0; /* a body is not read */
         return answer(e, c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n");
@@ -293,13 +446,13 @@ exporter_start(struct exporter *e, const struct sockaddr_storage *addr, unsigned
     else if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     struct MHD_OptionItem ops[10] = {
-        {MHD_OPTION_CONNECTION_LIMIT, EXP_MAX_CONNECTIONS, NULL},
+        /* One connection per slot of the table (conn_started). */
+        {MHD_OPTION_CONNECTION_LIMIT, EXP_SLOTS, NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, EXP_TIMEOUT_S, NULL},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, EXP_CONN_MEMORY, NULL},
-        {MHD_OPTION_PER_IP_CONNECTION_LIMIT, EXP_PER_ADDRESS, NULL},
         {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)notify_conn, e},
     };
-    size_t n = 5;
+    size_t n = 4;
     if (addr != NULL)
         ops[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)addr};
     if (threads > 0)

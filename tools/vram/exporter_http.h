@@ -49,7 +49,6 @@ struct exp_sched_attr {
     uint64_t sched_runtime, sched_deadline, sched_period;
     uint32_t sched_util_min, sched_util_max;
 };
-#define EXP_MAX_CONNECTIONS 64 /* open connections at once, all clients */
 #define EXP_TIMEOUT_S 5        /* an idle connection is closed after this */
 #define EXP_CONN_MEMORY 16384  /* bytes per connection for the request head */
 /* A request must be complete and answered within this many ms of its
@@ -58,16 +57,65 @@ struct exp_sched_attr {
 ** default scrape timeout is 10 s, so a client 2 s late is not a scraper. */
 #define EXP_REQUEST_DEADLINE_MS 2000
 #define EXP_REAP_EVERY_MS 100 /* the reaper's period: deadlines hold within it */
-/* Connections one client address may hold at once: Prometheus uses one
-** per target, a person with curl a few; the total is EXP_MAX_CONNECTIONS. */
-#define EXP_PER_ADDRESS 8
 
-/* One open connection, for the reaper. */
-struct exp_conn {
-    int fd;              /* the socket; -1 = slot free */
-    uint64_t deadline_ns; /* CLOCK_MONOTONIC by which its request is answered */
-    bool cut;            /* shut down by the reaper */
+/*
+** Clients. A client is a local user (the uid that owns the peer's socket,
+** whatever loopback or host address it connects from) or a remote host
+** (its address); exporter_client.c tells which. The fairness rule:
+**   - one client is served at most EXP_PER_CLIENT connections at once
+**     (Prometheus uses one per target, a person with curl a few); a
+**     connection past that is answered 503 with a line saying why, and
+**     closed;
+**   - at most EXP_MAX_CONNECTIONS are served at once, all clients
+**     together; when they are all taken, a new connection of a client that
+**     holds fewer than the client holding the most ends the oldest request
+**     of that one (shutdown); otherwise it is answered 503;
+**   - a connection that has not completed its request by its deadline is
+**     ended (the reaper), refused ones included.
+** So no client, however many connections it opens, from however many
+** addresses, keeps a scraper that holds fewer from being served.
+*/
+#define EXP_PER_CLIENT 8
+#define EXP_MAX_CONNECTIONS 64 /* served at once, all clients */
+#define EXP_REFUSING 32        /* more, answered 503 while they last */
+#define EXP_SLOTS (EXP_MAX_CONNECTIONS + EXP_REFUSING)
+
+enum exp_client_kind { EXP_CLIENT_UNKNOWN, EXP_CLIENT_ADDRESS, EXP_CLIENT_USER };
+
+/* Who a connection's client is (exporter_client.c). */
+struct exp_client {
+    enum exp_client_kind kind;
+    uint32_t uid;     /* EXP_CLIENT_USER */
+    uint8_t addr[16]; /* EXP_CLIENT_ADDRESS: IPv6, IPv4 as ::ffff:a.b.c.d */
 };
+
+/* The client at the other end of connection FD, whose peer address is
+** PEER, into *OUT: a local user if the kernel shows the peer's socket in
+** this network namespace, else the peer's address (EXP_CLIENT_UNKNOWN: not
+** an IP connection). */
+void exporter_client_of(int fd, const struct sockaddr *peer, struct exp_client *out);
+
+/* Whether A and B are the same client. */
+bool exporter_client_same(const struct exp_client *a, const struct exp_client *b);
+
+/* "local user 1000", "address 10.0.0.7": C for a message, into BUF. */
+char *exporter_client_name(const struct exp_client *c, char *buf, size_t len);
+
+/* One open connection, for the reaper and the fairness rule. */
+struct exp_conn {
+    int fd;               /* the socket; -1 = slot free */
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC by which its request is answered */
+    uint64_t since_ns;    /* its start, or its previous answer */
+    bool cut;             /* shut down (reaper or eviction): closing */
+    bool refused;         /* over the rule: its request is answered 503 */
+    struct exp_client client;
+};
+
+/* The fairness rule's verdict on a new connection of WHO, given the N
+** entries of CONNS (the new one not among them): *EVICT is the index of a
+** connection to end first (-1: none). False: the new one is refused. */
+bool exporter_admit(const struct exp_conn *conns, size_t n, const struct exp_client *who,
+                    int *evict);
 
 /* What the sampler and the request threads share. */
 struct monitor;
@@ -92,8 +140,10 @@ struct exporter {
     ** libmicrohttpd says a connection is closed (notify_conn) before it
     ** closes the socket, so a descriptor in the table is never reused. */
     pthread_mutex_t conn_lock;
-    struct exp_conn conns[EXP_MAX_CONNECTIONS + 8];
-    unsigned long cut_total; /* connections ended by the deadline, under conn_lock */
+    struct exp_conn conns[EXP_SLOTS];
+    unsigned long cut_total;     /* connections ended by the deadline, under conn_lock */
+    unsigned long refused_total; /* answered 503 by the fairness rule, under conn_lock */
+    unsigned long evicted_total; /* ended for a client that held fewer, under conn_lock */
 };
 
 /* Set E up (locks, an empty connection table); INTERVAL_S between samples. */
