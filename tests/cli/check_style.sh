@@ -3,7 +3,8 @@
 # check_style.sh -- the mechanical part of docs/STYLE.md: banned functions
 # (habit 14), getenv only in the environment module (habit 6), no exit in
 # the library (habit 7), no issue numbers anywhere (habit 16), an SPDX
-# licence line in every source file (scripts/spdx.sh).
+# licence line in every source file (scripts/spdx.sh), no fuzzer artifacts
+# in the tree.
 # Usage: check_style.sh REPO_ROOT
 set -u
 cd "$1" || exit 2
@@ -32,6 +33,16 @@ texts="$texts $(ls ./*.md CMakeLists.txt Makefile 2>/dev/null)"
 if grep -nIiE '\bissues? #?[0-9]|\(issue\b|\bthe issue'"'"'s\b' $texts; then
     echo "check_style: an issue is cited above (say what the thing is instead)" >&2
     bad=1
+fi
+# What a fuzzer writes where it is started (crash-<sha1>, leak-..., ...)
+# belongs in the build directory: never in the tree. A found input worth
+# keeping is a named entry of its target's corpus (tests/fuzz/corpus).
+if command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
+    if git ls-files | grep -E '(^|/)(crash|leak|timeout|oom|slow-unit)-[0-9a-f]{40}$'; then
+        echo "check_style: fuzzer artifacts in the tree above (move them under the build" \
+             "directory, or into tests/fuzz/corpus/NAME with a name)" >&2
+        bad=1
+    fi
 fi
 # Every source file names its licence (LICENSE, MIT) in an SPDX line:
 # scripts/spdx.sh lists those that do not (and --add writes the line).
