@@ -9,7 +9,7 @@
 #    tests/fuzz/replay.c (CTest fuzz_NAME_replay, label unit): a plain
 #    regression test that needs no libFuzzer, under ASan+UBSan in that build.
 #  - And CTest fuzz_libfuzzer (label fuzz; slow, so only the plain build)
-#    makes the fuzz build beside this one and runs each target 20 s: exit 77
+#    makes the fuzz build beside this one and runs each target 10 s: exit 77
 #    where clang's libFuzzer is missing.
 set(VRAM_FUZZ_CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus)
 set(VRAM_FUZZERS "")
@@ -59,7 +59,7 @@ if(NOT VRAM_SANITIZE STREQUAL "fuzzer")
                        ENVIRONMENT "VRAM_FUZZ_SECONDS=10")
 
   add_test(NAME fuzz_libfuzzer COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/run_fuzzers.sh
-           ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/fuzz 20)
+           ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/fuzz 10)
   set_tests_properties(fuzz_libfuzzer PROPERTIES LABELS "fuzz;slow" SKIP_RETURN_CODE 77
                        TIMEOUT 900 RUN_SERIAL TRUE)
 endif()

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # run_fuzzers.sh -- build the fuzz targets with clang's libFuzzer and run
 # each for a while (docs/INTERNALS.md "Fuzzing"). `make fuzz` runs it with
-# FUZZ_SECONDS (default 300) each; CTest's fuzz_libfuzzer with 20.
+# FUZZ_SECONDS (default 300) each; CTest's fuzz_libfuzzer with 10.
 #
 # Usage: run_fuzzers.sh SOURCE_DIR BUILD_DIR SECONDS [TARGET...]
 #   TARGET: trace, config, plan, exporter (default: all that were built).
