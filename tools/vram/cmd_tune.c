@@ -78,6 +78,9 @@ enum {
 #define TUNE_FLAT_SHARE 0.01
 /* ... and those iterations must span this share of the recording (from its
 ** first event): a burst of identical rounds early on is no steady state.
+** That rule decides when to stop a command still running; a command that
+** ended by itself left its whole run, and its iterations are all it did
+** (its start-up, slow on a busy machine, would otherwise outweigh them).
 ** On the H200, XLA's autotuning while compiling a JAX step allocated and
 ** freed the same trial workspaces 17 times in 13 ms, 3.8 s into the
 ** recording, and was taken for 17 steady steps before any step ran;
@@ -244,8 +247,10 @@ struct steady {
     double span;      /* share of the recording the complete iterations span */
 };
 
+/* R's steady state over PERIODS iterations into S; WHOLE: R is the whole
+** run of a command that ended by itself (no share of time asked). */
 static void
-steady_of(const struct an_result *r, unsigned periods, struct steady *s)
+steady_of(const struct an_result *r, unsigned periods, bool whole, struct steady *s)
 {
     memset(s, 0, sizeof *s);
     s->n_iters = r->n_iters;
@@ -267,7 +272,7 @@ steady_of(const struct an_result *r, unsigned periods, struct steady *s)
              t1 = r->iters[s->complete].t_end_us;
     s->span = t1 > t0 ? (double)(t1 - w0) / (double)(t1 - t0) : 1.0;
     s->steady = s->complete >= periods && s->spread <= TUNE_FLAT_SHARE &&
-                s->span >= TUNE_SPAN_SHARE && !r->leak;
+                (whole || s->span >= TUNE_SPAN_SHARE) && !r->leak;
 }
 
 /* ------------------------------------------------------------------ */
@@ -353,7 +358,7 @@ watch_poll(void *ctx)
     struct trace *t = load_complete_lines(w->path);
     struct an_result *r = NULL;
     if (t != NULL && t->n_events > 0 && analyze_trace(t, NULL, &r) == VRAM_OK) {
-        steady_of(r, (unsigned)w->a->periods, &w->last);
+        steady_of(r, (unsigned)w->a->periods, false, &w->last);
         if (w->last.steady)
             w->reason = STOP_STEADY;
         else if (w->a->max_iterations > 0 && w->last.complete + 1 >= w->a->max_iterations)
@@ -769,7 +774,7 @@ recommend(struct tune *tu, const struct tune_args *a)
         return rc;
     tu->r = r;
     tu->periods = (unsigned)a->periods;
-    steady_of(r, tu->periods, &tu->steady);
+    steady_of(r, tu->periods, tu->ran && tu->reason == STOP_NONE, &tu->steady);
     tu->replay_memory = tu->device_memory > 0 ? tu->device_memory : VRAM_SIM_DEFAULT_MEMORY;
     for (size_t i = 0; i < N_STRATEGIES && rc == 0; i++) {
         tu->rows[i].strategy = tune_simplicity[i];
