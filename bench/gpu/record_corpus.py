@@ -249,33 +249,38 @@ def child_torch(w, a):
     recording = cuda
     hist = torch.cuda.memory if cuda else None
     start = time.time_ns() // 1000
-    last_check = [0.0, False]
+
+    def allocs_and_frees():
+        st = torch.cuda.memory_stats()
+        return st.get("allocation.all.allocated", 0) + st.get("allocation.all.freed", 0)
 
     def enough():
-        # The history so far, at most twice a second (a snapshot copies it).
-        if not recording or time.monotonic() - last_check[0] < 0.5:
-            return last_check[1]
-        last_check[0] = time.monotonic()
-        snap = hist._snapshot()
-        n = sum(1 for d in snap.get("device_traces") or [] for e in d
-                if e.get("action") in ("alloc", "free_completed"))
-        last_check[1] = n >= a.max_events
-        return last_check[1]
+        # The caching allocator's own counts of allocations and frees since
+        # the start: the events the history holds, without copying it.
+        return recording and allocs_and_frees() - base[0] >= a.max_events
 
+    base = [0]
     ctx = cw.Ctx(torch, tiny=a.cpu, cuda=cuda, enough=enough)
     if cuda:
         torch.cuda.set_device(0)
         torch.cuda.init()
+        base[0] = allocs_and_frees()
         hist._record_memory_history(enabled="all", context=None, stacks="python",
                                     max_entries=max(4 * a.max_events, 1000000))
     t0 = time.time()
     try:
         info = w["fn"](ctx)
-    finally:
-        if recording:
-            ctx.sync()
-            snap = hist._snapshot()
-            hist._record_memory_history(enabled=None)
+    except BaseException:
+        if recording:  # the workload's own error is the one to report
+            try:
+                hist._record_memory_history(enabled=None)
+            except Exception:
+                pass
+        raise
+    if recording:
+        ctx.sync()
+        snap = hist._snapshot()
+        hist._record_memory_history(enabled=None)
     res = {"info": info, "run_s": round(time.time() - t0, 2), "torch": torch.__version__}
     if not recording:
         res["status"] = "ok"
