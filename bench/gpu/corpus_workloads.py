@@ -411,6 +411,8 @@ def hf_generate(ctx, model, vocab, n_max, sample):
     length and new tokens; left padding with an attention mask, as a batch
     of prompts of different lengths is served."""
     torch = ctx.torch
+    model.generation_config.eos_token_id = None  # exactly the new tokens asked
+    model.generation_config.pad_token_id = 0
     batches, prompts, news = ctx.pick(([1, 2, 4, 8, 16], (16, 384), (16, 96)),
                                       ([1, 2], (4, 16), (2, 6)))
 
