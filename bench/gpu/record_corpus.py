@@ -212,9 +212,10 @@ def finish_trace(path, events, marks, cap, pairs):
 
 def clock_ok(events, start_us):
     """Whether the recorder's t_us is the wall clock the marks use (PyTorch
-    converts its cycle counter to the epoch): the first event within a
-    minute of when recording began."""
-    return bool(events) and abs(events[0][0] - start_us) < 60 * 1000000
+    converts its cycle counter to the epoch): the first event within an
+    hour of when recording began (the model may take a while to build on
+    the CPU first; a clock of another origin is off by years)."""
+    return bool(events) and abs(events[0][0] - start_us) < 3600 * 1000000
 
 
 # ---------------------------------------------------------------------------
