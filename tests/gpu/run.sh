@@ -48,6 +48,14 @@
 #     10 % headroom, the recommended setting applied (PyTorch's fraction,
 #     vram.torch.use, JAX's memory fraction) runs 300 steps without an OOM
 #     while half the smallest cap fails; a leak stopped at --seconds, exit 3.
+# 12. corpus: real allocation traces of some 30 workloads in 12 families
+#     (bench/gpu/record_corpus.py, under 6 minutes): PyTorch's through its
+#     allocation history, JAX's through `vram record` under cuda_async;
+#     the traces, summary.jsonl and logs in one file, $OUT/corpus.tar,
+#     summary.jsonl as $OUT/corpus.jsonl, and the traces copied to
+#     $OUT/corpus unless VRAM_GPU_CORPUS_COPY=0 (the device tool brings
+#     back 8 files at most: set it there). Runs only when named
+#     (VRAM_GPU_SECTIONS=corpus): it makes data, it checks nothing.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -57,7 +65,7 @@
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
 # torchperf (8; hookcost: its hook-cost step alone; traces: its trace
 # rounds alone), record (9), policy (10),
-# tune (11).
+# tune (11), corpus (12: only when named, never part of all).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -366,6 +374,35 @@ fi
 #     bench/gpu/tune_checks.py --vram build/bin/vram --work /tmp/t --dry-run build/tests/preload/preload_probe
 want tune && STEP_OUT=$WORK/tune.json run_step "tune: real training, the setting applied" 200 \
     python3 bench/gpu/tune_checks.py --vram "$VRAM" --lib "$LIB" --work "$OUT/tune" --budget 170
+
+# ---- 12. corpus: record real allocation traces ----
+# Only when named: VRAM_GPU_SECTIONS=corpus. The recording gets what is left
+# of the deadline after the build, at most VRAM_GPU_CORPUS_BUDGET seconds
+# (default 330), and a minute to drain.
+case ",${VRAM_GPU_SECTIONS:-all}," in
+*,corpus,*)
+    left=$((DEADLINE - (SECONDS - T0) - 75))
+    budget=${VRAM_GPU_CORPUS_BUDGET:-330}
+    [ "$budget" -gt "$left" ] && budget=$left
+    if [ "$budget" -lt 60 ]; then
+        printf '%s\tSKIPPED\t0\n' "corpus: record real traces" >>"$STATUS"
+        say "-- corpus: SKIPPED (${budget}s left of the deadline; raise VRAM_GPU_DEADLINE)"
+    else
+        rm -rf "$WORK/corpus"
+        run_step "corpus: record real traces" $((budget + 60)) \
+            python3 bench/gpu/record_corpus.py --out "$WORK/corpus" --vram "$VRAM" \
+            --budget "$budget"
+        tail -n 40 "$WORK/corpus/table.txt" 2>/dev/null | tee -a "$LOG"
+        cp "$WORK/corpus/summary.jsonl" "$OUT/corpus.jsonl" 2>>"$LOG"
+        tar -C "$WORK" -cf "$OUT/corpus.tar" corpus 2>>"$LOG" &&
+            say "-- corpus: $(ls "$WORK"/corpus/*.trace.csv.gz 2>/dev/null | wc -l) traces in $OUT/corpus.tar ($(du -k "$OUT/corpus.tar" | cut -f1) KiB)"
+        if [ "${VRAM_GPU_CORPUS_COPY:-1}" != 0 ]; then
+            rm -rf "$OUT/corpus" && mkdir -p "$OUT/corpus" &&
+                cp "$WORK"/corpus/*.trace.csv.gz "$OUT/corpus/" 2>>"$LOG"
+        fi
+    fi
+    ;;
+esac
 
 # ---- 7. `vram plan` against measured peaks ----
 if want plan; then
@@ -879,6 +916,23 @@ if os.path.exists(pol_path):
         targets.append(("policy: two users under a 4 GiB policy", verdict(None)))
     lines.append("")
 
+corpus = jsonl("corpus/summary.jsonl")
+if corpus:
+    lines.append("corpus: real allocation traces (bench/gpu/record_corpus.py)")
+    lines.append("  %-20s %-15s %-8s %8s %10s %7s  %s" % (
+        "trace", "family", "status", "events", "peak MiB", "wall s", "note"))
+    for c in corpus:
+        lines.append("  %-20s %-15s %-8s %8s %10s %7s  %s" % (
+            c.get("name"), c.get("family"), c.get("status"), c.get("events", "-"),
+            "-" if not c.get("peak_live_bytes") else "%.1f" % (c["peak_live_bytes"] / MiB),
+            c.get("wall_s", "-"), (c.get("reason") or c.get("error") or "")[:90]))
+    got = [c for c in corpus if c.get("status") == "ok" and c.get("file")]
+    fams = sorted({c.get("family") for c in got})
+    lines.append("  %d traces from %d families: %s" % (len(got), len(fams), ", ".join(fams)))
+    targets.append(("corpus: >= 20 traces from >= 8 families",
+                    verdict(len(got) >= 20 and len(fams) >= 8)))
+    lines.append("")
+
 failed = [s["step"] for s in steps if s["status"] != "ok"]
 n_pass = sum(1 for _, v in targets if v == "PASS")
 lines.append("steps: %d ok, %d not ok%s" % (len(steps) - len(failed), len(failed),
@@ -896,6 +950,7 @@ results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": pe
            "train": train, "train_summary": train_summary, "vmm_costs": vmm,
            "plugin_oom": poom, "streams": streams, "torchperf": tperf,
            "torchperf_cold": tp_cold, "torchperf_warm": tp_warm, "record": rec, "tune": tun,
+           "corpus": corpus,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)
