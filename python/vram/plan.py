@@ -47,6 +47,9 @@ import sys
 import threading
 import time
 
+from . import plan_emulate as _emulate
+from . import torch_behaviour as _behaviour
+
 __all__ = ["trace", "Result", "TraceError", "MODELLED", "main"]
 
 ROUND = 512  # PyTorch's caching allocator rounds every block to 512 bytes
@@ -123,6 +126,7 @@ class Result:
         self.breakdown = {}
         self.mode = ""
         self.torch_version = ""
+        self.target_version = ""
         self.profile = ""
         self.ops = 0
         self.seconds = 0.0
@@ -153,6 +157,7 @@ class Result:
             "source": "trace",
             "mode": self.mode,
             "torch": self.torch_version,
+            "torch_target": self.target_version,
             "profile": self.profile,
             "tensor_peak_bytes": self.tensor_peak_bytes,
             "total_bytes": self.total_bytes,
@@ -174,10 +179,16 @@ def _safe_label(s):
 class _Tracer:
     """The state of one trace: live storages, events, tags, modelled terms."""
 
-    def __init__(self, torch, dev_type, profile):
+    def __init__(self, torch, dev_type, profile, beh=None):
         self.torch = torch
         self.dev_type = dev_type
         self.profile = PROFILES[profile]
+        # The job's PyTorch (torch_behaviour.behaviour()); its cuBLAS workspace.
+        self.beh = beh or {}
+        self.cublas_bytes = self.beh.get("cublas_workspace", self.profile["cublas_workspace"])
+        self.autocast = None      # plan_emulate.Autocast where vram applies autocast
+        self.transparent = None   # plan_emulate.Transparent, with it
+        self.fused_step = 0       # inside the step of an optimizer asked for fused=True
         self.result = Result()
         self.live = {}        # storage key -> [id, size, weakref]
         self.sizes = {}       # id -> requested size (live ones)
@@ -305,7 +316,7 @@ class _Tracer:
             who = "backward" if self.in_backward else threading.get_ident()
             if who not in self.workspaces:
                 self.workspaces.add(who)
-                self.alloc(self.profile["cublas_workspace"], "cublas_workspace")
+                self.alloc(self.cublas_bytes, "cublas_workspace")
             return ()
         if name in _FLASH_BWD or name in _EFFICIENT_BWD:
             return tuple(self.alloc(n, "attention_workspace")
@@ -424,8 +435,10 @@ def _make_modes(torch, tracer, meta):
                     return v.item()
             if meta and name == "convolution_backward":
                 out = _conv_backward_meta(torch, args, kwargs)
+            elif meta and name in ("nll_loss2d_forward", "nll_loss2d_backward"):
+                out = _nll_loss2d_meta(torch, name, args, kwargs)
             elif name == "_fused_sdp_choice" and args[0].device.type in ("cuda", "meta"):
-                out = _sdp_choice_cuda(torch, args, kwargs)
+                out = _sdp_choice_cuda(torch, args, kwargs, tracer.beh)
             else:
                 out = None
             tracer.poll()
@@ -459,6 +472,15 @@ def _make_modes(torch, tracer, meta):
             if name in ("to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"):
                 args = tuple(_remap(torch, a) if isinstance(a, (str, torch.device)) else a
                              for a in args)
+            ac = tracer.autocast
+            if ac is not None and ac.enabled():
+                # CUDA autocast, applied here, above autograd, as PyTorch
+                # applies it above autograd on the device. A torch function
+                # written in Python runs with this mode on, so that the
+                # operators it calls are cast as they would be.
+                if _emulate.is_python_function(func):
+                    return tracer.transparent.call(self, func, args, kwargs)
+                args, kwargs = ac.apply(_emulate.op_name(func), args, kwargs)
             return func(*args, **kwargs)
 
     return Recorder, Device
@@ -526,7 +548,20 @@ def _conv_backward_meta(torch, args, kwargs):
     return (gi, gw, gb)
 
 
-def _sdp_choice_cuda(torch, args, kwargs):
+def _nll_loss2d_meta(torch, name, args, kwargs):
+    """nll_loss2d's shapes (PyTorch 1.13 has no meta kernel for it): the
+    loss (per pixel without reduction, else a scalar) and the total weight;
+    backward: the gradient of the input."""
+    if name == "nll_loss2d_backward":
+        return torch.empty_like(args[1])
+    inp, target = args[0], args[1]
+    reduction = args[3] if len(args) > 3 else kwargs.get("reduction", 1)
+    shape = tuple(target.shape) if reduction == 0 else ()
+    return (torch.empty(shape, dtype=inp.dtype, device=inp.device),
+            torch.empty((), dtype=inp.dtype, device=inp.device))
+
+
+def _sdp_choice_cuda(torch, args, kwargs, beh=None):
     """Which fused attention CUDA would pick (fake and meta tensors have a
     choice of their own, which is not the device's): flash for 16-bit
     inputs without a mask and head dim <= 256, memory-efficient otherwise
@@ -536,19 +571,14 @@ def _sdp_choice_cuda(torch, args, kwargs):
     fp32 (14 query heads, 2 key heads) generating from 16 x 1024 tokens
     peaked at 4,722 MiB, the math path's S x S scores, where the fake
     choice of the efficient kernel traced 3,461 MiB.
+    BEH (torch_behaviour.behaviour()) is the job's PyTorch: flash's head
+    dimensions and whether it exists there.
     Returns the SDPBackend number (0 math, 1 flash, 2 efficient)."""
     q = args[0] if args else kwargs["query"]
     k = args[1] if len(args) > 1 else kwargs.get("key")
     mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
     gqa = args[7] if len(args) > 7 else kwargs.get("enable_gqa", False)
-    d = int(q.shape[-1])
-    grouped = bool(gqa) and k is not None and q.dim() >= 3 and k.dim() >= 3 and \
-        int(q.shape[-3]) != int(k.shape[-3])
-    if q.dtype in (torch.float16, torch.bfloat16) and mask is None and d <= 256 and d % 8 == 0:
-        return 1
-    if not grouped and (d % 8 == 0 or q.dtype == torch.float32):
-        return 2
-    return 0
+    return _emulate.sdp_choice(torch, q, k, mask, 0.0, gqa, beh or {})
 
 
 # ---------------------------------------------------------------------------
@@ -640,6 +670,7 @@ def _patched(torch, tracer, meta, gpu_memory):
     # a tensor that has one ("_apply(): Couldn't swap Linear.weight").
     # Modules are never swapped: their parameters are found through them.
     def param_new(cls, data=None, requires_grad=True):
+        _refuse_quantized(type(data), "weights")
         p = orig_param_new(cls, data, requires_grad)
         tracer.tag_tensor(p, "weights")
         return p
@@ -647,26 +678,92 @@ def _patched(torch, tracer, meta, gpu_memory):
     orig_module_init = torch.nn.Module.__init__
 
     def module_init(self, *a, **k):
+        _refuse_quantized(type(self), "layer")
         orig_module_init(self, *a, **k)
         tracer.modules.append(weakref.ref(self))
     patch(torch.nn.Module, "__init__", module_init)
     orig_opt_init = torch.optim.Optimizer.__init__
+    beh = tracer.beh
+    own = _behaviour.behaviour(_torch_version(torch))
+    # The job's optimizer defaults where they differ from the tracing
+    # PyTorch's: foreach on CUDA from 2.0 (1.13: the per-parameter loop).
+    flip_foreach = beh.get("foreach_default") != own["foreach_default"]
 
     def opt_init(self, *a, **k):
+        fused = False
+        if meta and k.get("fused") and type(self).__name__ in ("Adam", "AdamW"):
+            # fused=True: a CUDA-only kernel the meta device cannot run; its
+            # step updates in place, with no temporaries.
+            fused = bool(k.pop("fused"))
+        _refuse_quantized(type(self), "optimizer")
         orig_opt_init(self, *a, **k)
         tracer.optimizers.append(weakref.ref(self))
+        if flip_foreach or fused:
+            for g in self.param_groups:
+                if "foreach" in g and (g["foreach"] is None or fused):
+                    g["foreach"] = True if fused else beh["foreach_default"]
+        if fused:
+            step = self.step
+
+            def fused_step(*sa, **sk):
+                tracer.fused_step += 1
+                try:
+                    return step(*sa, **sk)
+                finally:
+                    tracer.fused_step -= 1
+            self.step = fused_step
     patch(torch.optim.Optimizer, "__init__", opt_init)
+    if own["version"] < (2, 0):
+        # The foreach Adam/AdamW step of the job's version (its temporaries),
+        # in place of the tracing 1.x's own.
+        for modname, fname, decoupled in (("torch.optim.adam", "_multi_tensor_adam", False),
+                                          ("torch.optim.adamw", "_multi_tensor_adamw", True)):
+            mod = sys.modules.get(modname)
+            if mod is not None and hasattr(mod, fname):
+                impl = {t: _emulate.make_foreach_adam(torch, t, decoupled) for t in (0, 1, 2)}
+
+                def foreach_step(*sa, _impl=impl, **sk):
+                    t = 0 if tracer.fused_step else beh.get("foreach_adam_temps", 1)
+                    return _impl[t](*sa, **sk)
+                patch(mod, fname, foreach_step)
+    F = torch.nn.functional
+    if beh.get("sdpa") and not hasattr(F, "scaled_dot_product_attention"):
+        # The job's PyTorch has F.scaled_dot_product_attention, the tracing one
+        # does not (before 2.0): vram's, with the fused kernels' allocations.
+        patch(F, "scaled_dot_product_attention", _emulate.make_sdpa(torch, tracer, beh))
+    if beh.get("mha_uses_sdpa") and own["version"] < (2, 0):
+        sdpa = getattr(F, "scaled_dot_product_attention", None) or \
+            _emulate.make_sdpa(torch, tracer, beh)
+        patch(F, "multi_head_attention_forward",
+              _emulate.make_mha_forward(torch, F.multi_head_attention_forward, sdpa))
     if meta:
+        # CUDA autocast, applied by vram (plan_emulate.Autocast): torch.autocast
+        # sets PyTorch's own flags (is_autocast_enabled, the dtype), which the
+        # emulation reads; the meta tensors never reach PyTorch's casts.
         amp = torch.autocast
-        orig_enter = amp.__enter__
+        orig_enter, orig_exit = amp.__enter__, amp.__exit__
+        tracer.autocast = _emulate.Autocast(torch, beh.get("version", own["version"]))
+        tracer.transparent = _emulate.Transparent()
+        tracer.transparent.install()
+        saved.append((tracer.transparent, "uninstall", None, False))
+
+        def on_cuda(self):
+            return str(getattr(self, "device", "cuda")) == "cuda"
 
         def enter(self):
-            if getattr(self, "device", "cuda") == "cuda" and getattr(self, "_enabled", True):
-                raise TraceError(
-                    "autocast on cuda needs a PyTorch built with CUDA to trace (no GPU is "
-                    "needed); this one (%s) is CPU-only" % torch.__version__)
-            return orig_enter(self)
+            r = orig_enter(self)
+            if on_cuda(self):
+                tracer.autocast.entered()
+            return r
+
+        def exit_(self, *exc):
+            try:
+                return orig_exit(self, *exc)
+            finally:
+                if on_cuda(self):
+                    tracer.autocast.exited()
         patch(amp, "__enter__", enter)
+        patch(amp, "__exit__", exit_)
     # Module.to()/.cuda()/.half() on fake parameters: each parameter is
     # replaced by a new Parameter (PyTorch 1.x's way, with the overwrite flag
     # set). PyTorch 2.x swaps a fake parameter's contents in place with
@@ -720,7 +817,9 @@ def _patched(torch, tracer, meta, gpu_memory):
     finally:
         fut.set_overwrite_module_params_on_conversion(overwrite)
         for obj, attr, value, had in reversed(saved):
-            if had:
+            if isinstance(obj, _emulate.Transparent):
+                obj.uninstall()
+            elif had:
                 setattr(obj, attr, value)
             else:
                 delattr(obj, attr)
@@ -743,17 +842,57 @@ def _fake_mode(torch, meta):
     return mode
 
 
-def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None):
-    """Run FN (no arguments) on a fake CUDA device and return its Result."""
+def _torch_version(torch):
+    """The tracing PyTorch's (major, minor), within the versions vram knows."""
+    try:
+        v = tuple(int(x) for x in torch.__version__.split(".")[:2])
+    except ValueError:
+        v = _behaviour.KNOWN_RANGE[1]
+    lo, hi = _behaviour.KNOWN_RANGE
+    return min(max(v, lo), hi)
+
+
+def _refuse_quantized(cls, what):
+    """Quantized weights, layers and optimizers of bitsandbytes and torchao:
+    their CUDA kernels have no meta or fake implementation, so a trace
+    cannot run them; refused by name, in one line."""
+    mod = getattr(cls, "__module__", "") or ""
+    top = mod.split(".")[0]
+    if top in ("bitsandbytes", "torchao"):
+        raise TraceError(
+            "%s.%s (%s %s) is not planned: its CUDA kernels have no fake implementation to "
+            "trace; plan the model with unquantized (fp16/bf16) weights for an upper bound" % (
+                mod, cls.__name__, "bitsandbytes" if top == "bitsandbytes" else "torchao",
+                "quantized " + what if what != "optimizer" else "8-bit optimizer"))
+
+
+def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None, torch_version=None):
+    """Run FN (no arguments) on a fake CUDA device and return its Result.
+    TORCH_VERSION ('2.11'; default: the tracing PyTorch's) is the PyTorch
+    the job will run on: what differs between versions and moves memory
+    follows it (torch_behaviour.py)."""
     torch = _import_torch()
     if mode is None:
         mode = "fake-cuda" if torch.backends.cuda.is_built() else "meta"
+    if mode not in ("fake-cuda", "meta"):
+        raise TraceError("unknown mode '%s' (fake-cuda, meta)" % mode)
+    if mode == "fake-cuda" and not torch.backends.cuda.is_built():
+        raise TraceError("mode fake-cuda needs a PyTorch built with CUDA; this one (%s) is "
+                         "CPU-only (use the meta mode)" % torch.__version__)
     if profile not in PROFILES:
         raise TraceError("unknown profile '%s' (%s)" % (profile, ", ".join(sorted(PROFILES))))
+    try:
+        target = (_behaviour.parse_version(torch_version) if torch_version
+                  else _torch_version(torch))
+    except _behaviour.VersionError as e:
+        raise TraceError(str(e))
+    capability = (9, 0) if profile == "sm90" else (8, 0)
+    beh = _behaviour.behaviour(target, capability)
     meta = mode == "meta"
-    tracer = _Tracer(torch, "meta" if meta else "cuda", profile)
+    tracer = _Tracer(torch, "meta" if meta else "cuda", profile, beh)
     tracer.result.mode = mode
     tracer.result.torch_version = torch.__version__
+    tracer.result.target_version = "%d.%d" % target
     tracer.result.profile = profile
     Recorder, Device = _make_modes(torch, tracer, meta)
     t0 = time.time()
@@ -820,10 +959,30 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _torch_version_arg(s):
+    try:
+        _behaviour.parse_version(s)
+    except _behaviour.VersionError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--torch-version ", "", 1))
+    return s
+
+
+def _positive(s):
+    try:
+        v = int(s, 10)
+    except ValueError:
+        v = 0
+    if v < 1 or v > (1 << 20):
+        raise argparse.ArgumentTypeError("'%s': expected a whole number from 1 to 1048576" % s)
+    return v
+
+
 def main(argv=None):
+    from . import plan_builtin as builtin
     p = _Parser(prog="vram plan --model",
                 description="Trace a PyTorch program's GPU memory without a GPU.")
-    p.add_argument("model", metavar="PATH.py:FUNCTION")
+    p.add_argument("model", metavar="PATH.py:FUNCTION|torchvision:NAME|hf:DIR|hf:ORG/NAME",
+                   nargs="?")
     p.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
     p.add_argument("--trace", metavar="FILE", help="write the allocations as a vram trace")
     p.add_argument("--gpu-memory", metavar="SIZE", type=_parse_size,
@@ -832,17 +991,46 @@ def main(argv=None):
                    help="modelled constants: sm90 (H100/H200, default) or default")
     p.add_argument("--mode", choices=("fake-cuda", "meta"),
                    help="how the device is faked (default: fake-cuda if PyTorch has CUDA)")
+    p.add_argument("--torch-version", metavar="X.Y", type=_torch_version_arg,
+                   help="the PyTorch the job runs on (default: the tracing one)")
+    g = p.add_argument_group("named models (torchvision:NAME, hf:DIR or hf:ORG/NAME)")
+    g.add_argument("--batch", type=_positive, help="images or sequences per step")
+    g.add_argument("--image", type=_positive, help="torchvision: image side in pixels (224)")
+    g.add_argument("--seq", type=_positive, help="hf: tokens per sequence (512)")
+    g.add_argument("--precision", default="fp32", choices=builtin.PRECISIONS)
+    g.add_argument("--optimizer", default="adamw", choices=builtin.OPTIMIZERS)
+    g.add_argument("--steps", type=_positive, default=2, help="training steps (2)")
+    p.add_argument("--list", choices=("torchvision",),
+                   help="list the named models this PyTorch can build, one a line")
     a = p.parse_args(argv)
+    if a.list:
+        try:
+            for kind, name in builtin.zoo():
+                print("torchvision:%s %s" % (name, kind))
+        except ImportError as e:
+            sys.stderr.write("vram: plan: torchvision is not importable (%s)\n" % e)
+            return 1
+        return 0
+    if not a.model:
+        p.error("give PATH.py:FUNCTION, torchvision:NAME or hf:DIR (or --list torchvision)")
+    named = builtin.is_builtin(a.model)
+    if not named and any(v is not None for v in (a.batch, a.image, a.seq)):
+        p.error("--batch, --image and --seq go with named models (torchvision:NAME, hf:...); "
+                "a program's sizes come from the program")
     try:
-        fn = load_function(a.model)
+        if named:
+            fn = builtin.builtin_step(a.model, a.batch, a.image, a.seq, a.precision,
+                                      a.optimizer, a.steps)
+        else:
+            fn = load_function(a.model)
         # The program's own prints go to stderr when stdout is the JSON.
         with contextlib.redirect_stdout(sys.stderr if a.json else sys.stdout):
             r = trace(fn, profile=a.profile, gpu_memory=a.gpu_memory or (80 << 30),
-                      mode=a.mode)
+                      mode=a.mode, torch_version=a.torch_version)
         if a.trace:
             r.write_trace(a.trace, meta="model=" + os.path.basename(a.model).replace(" ", "_"))
-    except TraceError as e:
-        sys.stderr.write("vram: plan: %s\n" % e)
+    except (TraceError, builtin.BuiltinError) as e:
+        sys.stderr.write("vram: plan: %s\n" % str(e).splitlines()[0])
         return 1
     except Exception as e:  # the user's program failed under the fake device
         line = ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]
@@ -864,8 +1052,9 @@ def main(argv=None):
         print(json.dumps(d, separators=(",", ":")))
         return 0
     b = d["breakdown"]
-    print("%s, traced on %s (PyTorch %s), %d ops, %d allocations, %.1f s" % (
-        a.model, r.mode, r.torch_version, r.ops, d["allocations"], r.seconds))
+    print("%s, traced on %s (PyTorch %s) for PyTorch %s, %d ops, %d allocations, %.1f s" % (
+        a.model, r.mode, r.torch_version, r.target_version, r.ops, d["allocations"],
+        r.seconds))
     rows = [("weights", b["weights"]), ("gradients", b["gradients"]),
             ("optimizer states", b["optimizer_states"]),
             ("activations, other", b["activations"]),
