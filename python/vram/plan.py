@@ -91,6 +91,8 @@ _MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", 
 _FLASH_BWD = {"_scaled_dot_product_flash_attention_backward", "_flash_attention_backward"}
 _EFFICIENT_BWD = {"_scaled_dot_product_efficient_attention_backward",
                   "_efficient_attention_backward"}
+# Whether the tracing PyTorch lacks meta kernels for the _foreach_ ops (1.x).
+_FOREACH_META_MISSING = True
 SHADOW_NUMEL = 1 << 14  # tensors up to this many elements also carry real values
 # Integer and boolean tensors (token ids, positions, padding masks: what a
 # program's control flow reads) carry them up to this many: a batch of 64
@@ -437,6 +439,17 @@ def _make_modes(torch, tracer, meta):
                 out = _conv_backward_meta(torch, args, kwargs)
             elif meta and name in ("nll_loss2d_forward", "nll_loss2d_backward"):
                 out = _nll_loss2d_meta(torch, name, args, kwargs)
+            elif meta and name == "_amp_foreach_non_finite_check_and_unscale_":
+                return None  # GradScaler's check: in place, allocates nothing
+            elif meta and name == "_amp_update_scale_":
+                out = args[0]  # in place on the scale
+            elif meta and name.startswith("_foreach_") and _FOREACH_META_MISSING:
+                # PyTorch 1.x has no meta kernels for the multi-tensor ops: in
+                # place they allocate nothing, otherwise one result per tensor.
+                if name.endswith("_"):
+                    return None
+                shape = (lambda t: ()) if name == "_foreach_norm" else (lambda t: t.shape)
+                out = [t.new_empty(shape(t)) for t in args[0]]
             elif name == "_fused_sdp_choice" and args[0].device.type in ("cuda", "meta"):
                 out = _sdp_choice_cuda(torch, args, kwargs, tracer.beh)
             else:
@@ -461,6 +474,12 @@ def _make_modes(torch, tracer, meta):
             if "device" in kwargs:
                 kwargs["device"] = _remap(torch, kwargs["device"])
             name = getattr(func, "__name__", "")
+            if name in ("tensor", "as_tensor") and str(kwargs.get("device")) == "meta" and \
+                    not (args and isinstance(args[0], Tensor)):
+                # PyTorch 1.13 makes these on meta outside the fake mode:
+                # made on the CPU (a constant with its values), then moved.
+                kwargs.pop("device")
+                return func(*args, **kwargs).to("meta")
             if name == "tolist" and args and isinstance(args[0], Tensor) and is_fake(args[0]):
                 # PyTorch 1.13's fake tensors refuse tolist(): the shadow
                 # value answers, as item() does.
@@ -478,7 +497,7 @@ def _make_modes(torch, tracer, meta):
                 # applies it above autograd on the device. A torch function
                 # written in Python runs with this mode on, so that the
                 # operators it calls are cast as they would be.
-                if _emulate.is_python_function(func):
+                if _emulate.is_python_function(func) and not tracer.transparent.active(func):
                     return tracer.transparent.call(self, func, args, kwargs)
                 args, kwargs = ac.apply(_emulate.op_name(func), args, kwargs)
             return func(*args, **kwargs)
@@ -737,6 +756,8 @@ def _patched(torch, tracer, meta, gpu_memory):
         patch(F, "multi_head_attention_forward",
               _emulate.make_mha_forward(torch, F.multi_head_attention_forward, sdpa))
     if meta:
+        # Tensors on the meta device stand for CUDA ones (GradScaler asserts it).
+        patch(torch.Tensor, "is_cuda", property(lambda t: t.device.type in ("cuda", "meta")))
         # CUDA autocast, applied by vram (plan_emulate.Autocast): torch.autocast
         # sets PyTorch's own flags (is_autocast_enabled, the dtype), which the
         # emulation reads; the meta tensors never reach PyTorch's casts.
@@ -889,6 +910,8 @@ def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None, torch_version=None
     capability = (9, 0) if profile == "sm90" else (8, 0)
     beh = _behaviour.behaviour(target, capability)
     meta = mode == "meta"
+    global _FOREACH_META_MISSING
+    _FOREACH_META_MISSING = _torch_version(torch) < (2, 0)
     tracer = _Tracer(torch, "meta" if meta else "cuda", profile, beh)
     tracer.result.mode = mode
     tracer.result.torch_version = torch.__version__
@@ -904,7 +927,16 @@ def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None, torch_version=None
         if meta:
             stack.enter_context(Device())
         tracer.mark("forward")
-        fn()
+        try:
+            fn()
+        except Exception as e:
+            if type(e).__name__ in ("DynamicOutputShapeException", "DataDependentOutputException"):
+                op = str(e.args[0] if e.args else e).split("(")[0]
+                raise TraceError(
+                    "the program sizes a tensor from tensor values (%s: box matching, "
+                    "sampling and non-maximum suppression in detection models), which a trace "
+                    "without data cannot know" % op)
+            raise
     tracer.finish()
     tracer.result.seconds = time.time() - t0
     return tracer.result

@@ -84,14 +84,23 @@ class Transparent:
             return orig(*a)
         return guard
 
+    def active(self, func):
+        """Is FUNC's body running transparently now? (Tensor methods written
+        in Python call their C implementation, which reports the Python
+        method again: that call is the operator itself.)"""
+        return func in getattr(self.local, "stack", ())
+
     def call(self, mode, func, args, kwargs):
         """Run Python function FUNC with MODE active and its own guard off."""
+        stack = self.local.__dict__.setdefault("stack", [])
+        stack.append(func)
         self.local.skip = True
         try:
             with mode:
                 return func(*args, **kwargs)
         finally:
             self.local.skip = False
+            stack.pop()
 
 
 def is_python_function(func):
