@@ -188,6 +188,7 @@ class _Tracer:
         # The job's PyTorch (torch_behaviour.behaviour()); its cuBLAS workspace.
         self.beh = beh or {}
         self.cublas_bytes = self.beh.get("cublas_workspace", self.profile["cublas_workspace"])
+        self.fake = None          # the FakeTensorMode of the trace
         self.autocast = None      # plan_emulate.Autocast where vram applies autocast
         self.transparent = None   # plan_emulate.Transparent, with it
         self.fused_step = 0       # inside the step of an optimizer asked for fused=True
@@ -454,10 +455,37 @@ def _make_modes(torch, tracer, meta):
                 out = _sdp_choice_cuda(torch, args, kwargs, tracer.beh)
             else:
                 out = None
+            if meta and tracer.fake is not None and any(
+                    isinstance(a, Tensor) and a.device.type == "meta" and not is_fake(a)
+                    for a in _flat((args, kwargs))):
+                # PyTorch 1.13 makes an index given as a list ([0, 2]) as a
+                # meta tensor outside the fake mode: made fake here.
+                from torch.utils._pytree import tree_map
+                conv = (lambda a: tracer.fake.from_tensor(a) if isinstance(a, Tensor) and
+                        a.device.type == "meta" and not is_fake(a) else a)
+                args, kwargs = tree_map(conv, args), tree_map(conv, kwargs)
             tracer.poll()
             extra = tracer.modelled_before(name, args)
+            if out is None and name in _DATA_DEPENDENT:
+                out = _data_dependent(torch, name, func, args, kwargs, shadow_of, no_dispatch)
             if out is None:
-                out = func(*args, **kwargs)
+                try:
+                    out = func(*args, **kwargs)
+                except NotImplementedError:
+                    # No meta kernel (PyTorch 1.x) for a backward operator:
+                    # an out= variant fills the tensor it was given (already
+                    # allocated, as large as the input); the others return a
+                    # gradient shaped as their input.
+                    if not meta:
+                        raise
+                    given = kwargs.get("grad_input", kwargs.get("out"))
+                    if isinstance(given, Tensor):
+                        out = given
+                    elif name.endswith("_backward") and len(args) > 1 and \
+                            isinstance(args[1], Tensor):
+                        out = torch.empty_like(args[1])
+                    else:
+                        raise
             for ident in extra:
                 tracer.free(ident)
             for t in _flat(out):
@@ -562,9 +590,102 @@ def _conv_backward_meta(torch, args, kwargs):
     mask = kwargs.get("output_mask", args[10] if len(args) > 10 else (True, True, True))
     gi = torch.empty_like(inp) if mask[0] else None
     gw = torch.empty_like(weight) if mask[1] else None
-    gb = (torch.empty((weight.shape[0],), dtype=grad_out.dtype, device=grad_out.device)
+    # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
+    # transposed, output_padding, groups, output_mask): the bias's size is
+    # given (a transposed convolution's weight is in x out / groups x ...).
+    bias_sizes = args[3] if len(args) > 3 else kwargs.get("bias_sizes")
+    out_ch = int(bias_sizes[0]) if bias_sizes else int(weight.shape[0])
+    gb = (torch.empty((out_ch,), dtype=grad_out.dtype, device=grad_out.device)
           if mask[2] else None)
     return (gi, gw, gb)
+
+
+# Operators whose output size depends on tensor values (or that have no
+# fake kernel: torchvision's box operators): sized by _data_dependent.
+_DATA_DEPENDENT = {"nonzero", "masked_select", "index", "_unique2", "unique_consecutive",
+                   "unique_dim", "nms", "roi_align", "_roi_align_backward"}
+
+
+def _data_dependent(torch, name, func, args, kwargs, shadow_of, no_dispatch):
+    """The output of an operator whose size depends on tensor values: from
+    the inputs' real values where vram knows them (small tensors), else the
+    largest the values allow (every element selected, every box kept), which
+    is what the program's own caps then bound (detection models keep at most
+    their configured number of proposals and sampled boxes). Returns None to
+    let the operator run as it is."""
+    def known(t):
+        return shadow_of(t)
+
+    def empty(shape, dtype, like):
+        return torch.empty(tuple(int(x) for x in shape), dtype=dtype, device=like.device)
+
+    long = torch.int64
+    if name == "nonzero":
+        x = args[0]
+        v = known(x)
+        with no_dispatch():
+            n = int((v != 0).sum()) if v is not None else x.numel()
+            real = v.nonzero() if v is not None else None
+        out = empty((n, x.dim()), long, x)
+        if real is not None:
+            out._vram_value = real
+        return out
+    if name == "masked_select":
+        x, mask = args[0], args[1]
+        v = known(mask)
+        with no_dispatch():
+            shape = torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape))
+            n = int(v.expand(shape).sum()) if v is not None else \
+                int(torch.Size(shape).numel())
+        return empty((n,), x.dtype, x)
+    if name == "index":
+        x, idx = args[0], list(args[1])
+        if not any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in idx):
+            return None
+        new = []
+        for i in idx:
+            if i is None or i.dtype not in (torch.bool, torch.uint8):
+                new.append(i)
+                continue
+            v = known(i)
+            with no_dispatch():
+                cols = v.nonzero().t() if v is not None else None
+            n = cols.shape[1] if cols is not None else i.numel()
+            for d in range(i.dim()):
+                c = empty((n,), long, i)
+                with no_dispatch():
+                    c._vram_value = (cols[d].clone() if cols is not None else
+                                     torch.zeros(n, dtype=long))
+                new.append(c)
+        return func(x, new)
+    if name in ("_unique2", "unique_consecutive", "unique_dim"):
+        x = args[0]
+        if name == "unique_dim":
+            return None
+        ret_inv = args[2] if len(args) > 2 else kwargs.get("return_inverse", False)
+        ret_cnt = args[3] if len(args) > 3 else kwargs.get("return_counts", False)
+        v = known(x)
+        with no_dispatch():
+            n = int(v.unique().numel()) if v is not None else x.numel()
+        return (empty((n,), x.dtype, x), empty(x.shape if ret_inv else (0,), long, x),
+                empty((n,) if ret_cnt else (0,), long, x))
+    if name == "nms":
+        boxes, scores = args[0], args[1]
+        vb, vs = known(boxes), known(scores)
+        if vb is not None and vs is not None:
+            with no_dispatch():
+                real = func(vb, vs, *args[2:])
+            out = empty((real.numel(),), long, boxes)
+            out._vram_value = real
+            return out
+        return empty((boxes.shape[0],), long, boxes)
+    if name == "roi_align":
+        x, rois, ph, pw = args[0], args[1], args[3], args[4]
+        return empty((rois.shape[0], x.shape[1], ph, pw), x.dtype, x)
+    if name == "_roi_align_backward":
+        g = args[0]
+        return empty(args[5:9], g.dtype, g)
+    return None
 
 
 def _nll_loss2d_meta(torch, name, args, kwargs):
@@ -822,13 +943,30 @@ def _patched(torch, tracer, meta, gpu_memory):
     # The trace answers as the device would; transformers is usually
     # imported inside the traced function, so the Recorder asks at each
     # operator until it is there.
+    pending = {"transformers": True, "torchvision": meta}
+
     def late_patches():
         utils = sys.modules.get("transformers.utils.import_utils")
-        if utils is None:
-            return False
-        if callable(getattr(utils, "is_fake_tensor", None)):
-            patch(utils, "is_fake_tensor", lambda *a, **k: False)
-        return True
+        if pending["transformers"] and utils is not None:
+            pending["transformers"] = False
+            if callable(getattr(utils, "is_fake_tensor", None)):
+                patch(utils, "is_fake_tensor", lambda *a, **k: False)
+        boxes = sys.modules.get("torchvision.ops.boxes")
+        if pending["torchvision"] and boxes is not None:
+            # torchvision's nms has no autograd kernel for the meta device:
+            # called below autograd (it has no gradient), where the
+            # Recorder sizes it.
+            pending["torchvision"] = False
+            op = torch.ops.torchvision.nms
+
+            def nms(boxes, scores, iou_threshold):
+                guard = torch._C._AutoDispatchBelowAutograd()  # a guard while it lives
+                try:
+                    return op(boxes, scores, iou_threshold)
+                finally:
+                    del guard
+            patch(boxes, "nms", nms)
+        return not any(pending.values())
     tracer.late_patches = late_patches
     fut = torch.__future__
     overwrite = fut.get_overwrite_module_params_on_conversion()
@@ -920,6 +1058,7 @@ def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None, torch_version=None
     Recorder, Device = _make_modes(torch, tracer, meta)
     t0 = time.time()
     fake = _fake_mode(torch, meta)
+    tracer.fake = fake
     with contextlib.ExitStack() as stack:
         stack.enter_context(_patched(torch, tracer, meta, gpu_memory))
         stack.enter_context(fake)

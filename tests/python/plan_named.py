@@ -51,7 +51,7 @@ class Named(unittest.TestCase):
 
     def test_zoo_sample(self):
         """Sample: a classifier (fp32 and mixed-fp16 with a GradScaler), a
-        segmentation model, and a detection model's one-line reason."""
+        segmentation model and a detection model."""
         try:
             import torchvision  # noqa: F401
         except ImportError:
@@ -65,11 +65,13 @@ class Named(unittest.TestCase):
             d = json.loads(p.stdout)
             self.assertGreater(d["breakdown"]["weights"], 0, spec)
             self.assertGreater(d["breakdown"]["gradients"], 0, spec)
+        # Detection: boxes matched, sampled and suppressed by value; the
+        # transform resizes the images to 800 pixels (ResNet-50's first
+        # convolution's output, 64 x 400 x 400 floats, is then live).
         p = self.run_cli("torchvision:fasterrcnn_mobilenet_v3_large_320_fpn", "--batch", "1",
-                         "--image", "64")
-        self.assertEqual(p.returncode, 1)
-        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
-        self.assertIn("tensor values", p.stderr)
+                         "--image", "64", "--json", "--steps", "1")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertGreater(json.loads(p.stdout)["breakdown"]["weights"], 0)
         p = self.run_cli("--list", "torchvision")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("torchvision:resnet50 classification", p.stdout)

@@ -259,6 +259,30 @@ class Robustness(unittest.TestCase):
         self.assertEqual(seen, {"tracing": False, "all": True})
         self.assertIs(utils.is_fake_tensor, is_fake_tensor)
 
+    def test_sizes_from_values(self):
+        """An operator whose output size depends on values: from the values
+        where vram knows them (a small tensor), else the largest they allow
+        (every element), as detection models' box selection needs; a size
+        with no bound is answered in one line."""
+        import torch
+        got = {}
+
+        def fn():
+            small = torch.tensor([0, 3, 0, 5], device="cuda")
+            got["small"] = tuple(small.nonzero().shape)
+            big = torch.randn(1000, 40, device="cuda")
+            got["big"] = tuple((big > 0).nonzero().shape)
+            got["masked"] = tuple(big[big > 0].shape)
+        plan.trace(fn)
+        self.assertEqual(got, {"small": (2, 1), "big": (40000, 2), "masked": (40000,)})
+
+        def unbounded():
+            counts = torch.randn(100000, device="cuda").long()
+            torch.repeat_interleave(counts)
+        with self.assertRaises(plan.TraceError) as e:
+            plan.trace(unbounded)
+        self.assertIn("tensor values", str(e.exception))
+
     def test_grouped_heads_trace_the_scores(self):
         """Traced, fp32 attention with grouped heads holds the math path's
         B x H x S x S scores, as on the device (PyTorch 2.11 on the H200: a
