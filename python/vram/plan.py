@@ -527,7 +527,11 @@ def _make_modes(torch, tracer, meta):
                 # operators it calls are cast as they would be.
                 if _emulate.is_python_function(func) and not tracer.transparent.active(func):
                     return tracer.transparent.call(self, func, args, kwargs)
-                args, kwargs = ac.apply(_emulate.op_name(func), args, kwargs)
+                op = _emulate.op_name(func)
+                done, out = ac.run(op, func, args, kwargs)
+                if done:
+                    return out
+                args, kwargs = ac.apply(op, args, kwargs)
             return func(*args, **kwargs)
 
     return Recorder, Device

@@ -188,6 +188,31 @@ class Autocast:
             return type(x)(self._map(e, dtype) for e in x)
         return x
 
+    def run(self, name, func, args, kwargs):
+        """Operators whose parts autocast casts differently from one policy
+        for the whole: (True, output), else (False, None).
+        cross_entropy_loss computes log_softmax in the input's own dtype
+        (it passes that dtype explicitly, which autocast respects) and
+        nll_loss in float32: a low-precision input gives low-precision
+        log-probabilities (kept for backward) and their float32 copy."""
+        torch = self.torch
+        if name != "cross_entropy_loss" or not args or not self.eligible(args[0]):
+            return False, None
+        x = args[0]
+        names = ("target", "weight", "reduction", "ignore_index", "label_smoothing")
+        a = dict(zip(names, args[1:]))
+        a.update({k: v for k, v in kwargs.items() if k in names})
+        target = a.get("target")
+        if x.dtype == torch.float32 or target is None or target.is_floating_point() or \
+                a.get("label_smoothing", 0.0):
+            return False, None
+        lp = torch.log_softmax(x, 1 if x.dim() > 1 else 0, dtype=x.dtype)
+        w = a.get("weight")
+        out = torch._C._nn.nll_loss_nd(lp.float(), target,
+                                       w.float() if w is not None else None,
+                                       a.get("reduction", 1), a.get("ignore_index", -100))
+        return True, out
+
     def apply(self, name, args, kwargs):
         """ARGS, KWARGS as autocast would pass them on to operator NAME."""
         pol = self.policy.get(name)
