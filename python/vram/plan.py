@@ -829,13 +829,15 @@ def _patched(torch, tracer, meta, gpu_memory):
     orig_opt_init = torch.optim.Optimizer.__init__
     beh = tracer.beh
     own = _behaviour.behaviour(_torch_version(torch))
-    # The job's optimizer defaults where they differ from the tracing
-    # PyTorch's: foreach on CUDA from 2.0 (1.13: the per-parameter loop).
-    flip_foreach = beh.get("foreach_default") != own["foreach_default"]
+    # The job's optimizer defaults where the tracing PyTorch would choose
+    # otherwise: foreach on CUDA from 2.0 (1.13: the per-parameter loop);
+    # on the meta device PyTorch 2.x's own default would not pick foreach.
+    flip_foreach = meta or beh.get("foreach_default") != own["foreach_default"]
 
     def opt_init(self, *a, **k):
         fused = False
-        if meta and k.get("fused") and type(self).__name__ in ("Adam", "AdamW"):
+        if meta and own["version"] < (2, 0) and k.get("fused") and \
+                type(self).__name__ in ("Adam", "AdamW"):
             # fused=True: a CUDA-only kernel the meta device cannot run; its
             # step updates in place, with no temporaries.
             fused = bool(k.pop("fused"))
