@@ -525,13 +525,13 @@ def _make_modes(torch, tracer, meta):
                 # applies it above autograd on the device. A torch function
                 # written in Python runs with this mode on, so that the
                 # operators it calls are cast as they would be.
-                if _emulate.is_python_function(func) and not tracer.transparent.active(func):
-                    return tracer.transparent.call(self, func, args, kwargs)
                 op = _emulate.op_name(func)
                 done, out = ac.run(op, func, args, kwargs)
                 if done:
                     return out
                 args, kwargs = ac.apply(op, args, kwargs)
+                if _emulate.is_python_function(func) and not tracer.transparent.active(func):
+                    return tracer.transparent.call(self, func, args, kwargs)
             return func(*args, **kwargs)
 
     return Recorder, Device
@@ -835,30 +835,36 @@ def _patched(torch, tracer, meta, gpu_memory):
     flip_foreach = meta or beh.get("foreach_default") != own["foreach_default"]
 
     def opt_init(self, *a, **k):
-        fused = False
-        if meta and own["version"] < (2, 0) and k.get("fused") and \
-                type(self).__name__ in ("Adam", "AdamW"):
-            # fused=True: a CUDA-only kernel the meta device cannot run; its
-            # step updates in place, with no temporaries.
-            fused = bool(k.pop("fused"))
         _refuse_quantized(type(self), "optimizer")
         orig_opt_init(self, *a, **k)
         tracer.optimizers.append(weakref.ref(self))
-        if flip_foreach or fused:
+        if flip_foreach:
             for g in self.param_groups:
-                if "foreach" in g and (g["foreach"] is None or fused):
-                    g["foreach"] = True if fused else beh["foreach_default"]
-        if fused:
-            step = self.step
-
-            def fused_step(*sa, **sk):
-                tracer.fused_step += 1
-                try:
-                    return step(*sa, **sk)
-                finally:
-                    tracer.fused_step -= 1
-            self.step = fused_step
+                if "foreach" in g and g["foreach"] is None:
+                    g["foreach"] = beh["foreach_default"]
     patch(torch.optim.Optimizer, "__init__", opt_init)
+    if meta and own["version"] < (2, 0):
+        # Adam/AdamW(fused=True): a CUDA-only kernel (AdamW has none before
+        # 2.0) that updates in place, with no temporaries: the foreach step
+        # without them.
+        for cls in (torch.optim.Adam, torch.optim.AdamW):
+            def fused_init(self, *a, _orig=cls.__init__, **k):
+                fused = bool(k.pop("fused", False))
+                _orig(self, *a, **k)
+                if not fused:
+                    return
+                for g in self.param_groups:
+                    g["foreach"] = True
+                step = self.step
+
+                def fused_step(*sa, **sk):
+                    tracer.fused_step += 1
+                    try:
+                        return step(*sa, **sk)
+                    finally:
+                        tracer.fused_step -= 1
+                self.step = fused_step
+            patch(cls, "__init__", fused_init)
     if own["version"] < (2, 0):
         # The foreach Adam/AdamW step of the job's version (its temporaries),
         # in place of the tracing 1.x's own.

@@ -390,6 +390,26 @@ class Autocast(unittest.TestCase):
                                               "promote", "banned")))
         self.assertEqual(table & names, registered)
 
+    def test_cross_entropy(self):
+        """cross_entropy under autocast: log_softmax in the logits' dtype
+        (cross_entropy passes it explicitly), nll_loss on their float32 copy;
+        the loss is float32."""
+        import torch
+        seen = {}
+
+        def fn():
+            lin = torch.nn.Linear(16, 10).cuda()
+            x = torch.randn(4, 16, device="cuda")
+            y = torch.randint(0, 10, (4,), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(lin(x), y)
+            seen["loss"] = loss.dtype
+        ev = plan.trace(fn, torch_version="2.11").events
+        sizes = [e[2] for e in ev if e[0] == "a"]
+        i = sizes.index(32 << 20)  # the logits follow cuBLAS's workspace
+        self.assertEqual(sizes[i + 1:i + 4], [4 * 10 * 2, 4 * 10 * 2, 4 * 10 * 4])
+        self.assertEqual(seen["loss"], torch.float32)
+
     def test_binary_cross_entropy_refused(self):
         import torch
 
@@ -474,6 +494,15 @@ class TorchVersion(unittest.TestCase):
         w, b = f32(256, 256), f32(256)
         self.assertEqual(step_allocs("2.11")[:2], [("a", w), ("a", b)])
         self.assertEqual(step_allocs("1.13")[:3], [("a", w), ("a", w), ("f", w)])
+
+        def fused():
+            lin = torch.nn.Linear(256, 256).cuda()
+            opt = torch.optim.AdamW(lin.parameters(), fused=True)
+            lin(torch.randn(4, 256, device="cuda")).sum().backward()
+            opt.step()
+        if torch.__version__ < "2":  # fused=True on a PyTorch without it for AdamW
+            fn = fused
+            self.assertEqual([e for e in step_allocs("2.11") if e[0] == "a"], [])
 
     def test_bad_version(self):
         for v in ("3.1", "1.12", "two", "2"):
