@@ -120,8 +120,8 @@ static const struct cli_command plan_cmd = {
     .prog = "vram plan",
     .synopsis = "--config FILE|DIR --batch N --seq N [OPTIONS]\n"
                 "--config FILE|DIR --generate --prompt N --new-tokens N [...]\n"
-                "--model PATH.py:FUNCTION [--json] [--trace FILE] [--torch-version X.Y]\n"
-                "--model torchvision:NAME|hf:DIR|hf:ORG/NAME --batch N [--image N|--seq N]",
+                "--model PATH.py:FUNCTION [--json] [--trace FILE] [...]\n"
+                "--model torchvision:NAME|hf:DIR|hf:ID --batch N [...]",
     .about = "Predict the peak GPU memory of a training step (PyTorch + transformers):\n"
              "weights, gradients, optimizer states, activations, temporary buffers and\n"
              "the CUDA context; the largest micro-batch that fits --gpu-memory and the\n"
