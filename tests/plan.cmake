@@ -47,4 +47,10 @@ add_test(NAME plan_tracing COMMAND ${_plan_py} ${CMAKE_CURRENT_SOURCE_DIR}/pytho
 set_tests_properties(plan_tracing PROPERTIES LABELS "cli" SKIP_RETURN_CODE 77 ENVIRONMENT
   "VRAM_BIN=$<TARGET_FILE:vram_cli>;PYTHONDONTWRITEBYTECODE=1")
 
+# Models named instead of programs: a sample of torchvision's zoo, Hugging
+# Face from a config (a stand-in transformers), quantized layers refused.
+add_test(NAME plan_named COMMAND ${_plan_py} ${CMAKE_CURRENT_SOURCE_DIR}/python/plan_named.py)
+set_tests_properties(plan_named PROPERTIES LABELS "cli;slow" SKIP_RETURN_CODE 77 ENVIRONMENT
+  "PYTHONDONTWRITEBYTECODE=1")
+
 # fuzz_plan, the fuzz test over config files and flags: tests/fuzz/fuzz.cmake.

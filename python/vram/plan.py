@@ -47,6 +47,9 @@ import sys
 import threading
 import time
 
+from . import plan_emulate as _emulate
+from . import torch_behaviour as _behaviour
+
 __all__ = ["trace", "Result", "TraceError", "MODELLED", "main"]
 
 ROUND = 512  # PyTorch's caching allocator rounds every block to 512 bytes
@@ -88,6 +91,8 @@ _MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", 
 _FLASH_BWD = {"_scaled_dot_product_flash_attention_backward", "_flash_attention_backward"}
 _EFFICIENT_BWD = {"_scaled_dot_product_efficient_attention_backward",
                   "_efficient_attention_backward"}
+# Whether the tracing PyTorch lacks meta kernels for the _foreach_ ops (1.x).
+_FOREACH_META_MISSING = True
 SHADOW_NUMEL = 1 << 14  # tensors up to this many elements also carry real values
 # Integer and boolean tensors (token ids, positions, padding masks: what a
 # program's control flow reads) carry them up to this many: a batch of 64
@@ -123,6 +128,7 @@ class Result:
         self.breakdown = {}
         self.mode = ""
         self.torch_version = ""
+        self.target_version = ""
         self.profile = ""
         self.ops = 0
         self.seconds = 0.0
@@ -153,6 +159,7 @@ class Result:
             "source": "trace",
             "mode": self.mode,
             "torch": self.torch_version,
+            "torch_target": self.target_version,
             "profile": self.profile,
             "tensor_peak_bytes": self.tensor_peak_bytes,
             "total_bytes": self.total_bytes,
@@ -174,10 +181,17 @@ def _safe_label(s):
 class _Tracer:
     """The state of one trace: live storages, events, tags, modelled terms."""
 
-    def __init__(self, torch, dev_type, profile):
+    def __init__(self, torch, dev_type, profile, beh=None):
         self.torch = torch
         self.dev_type = dev_type
         self.profile = PROFILES[profile]
+        # The job's PyTorch (torch_behaviour.behaviour()); its cuBLAS workspace.
+        self.beh = beh or {}
+        self.cublas_bytes = self.beh.get("cublas_workspace", self.profile["cublas_workspace"])
+        self.fake = None          # the FakeTensorMode of the trace
+        self.autocast = None      # plan_emulate.Autocast where vram applies autocast
+        self.transparent = None   # plan_emulate.Transparent, with it
+        self.fused_step = 0       # inside the step of an optimizer asked for fused=True
         self.result = Result()
         self.live = {}        # storage key -> [id, size, weakref]
         self.sizes = {}       # id -> requested size (live ones)
@@ -305,7 +319,7 @@ class _Tracer:
             who = "backward" if self.in_backward else threading.get_ident()
             if who not in self.workspaces:
                 self.workspaces.add(who)
-                self.alloc(self.profile["cublas_workspace"], "cublas_workspace")
+                self.alloc(self.cublas_bytes, "cublas_workspace")
             return ()
         if name in _FLASH_BWD or name in _EFFICIENT_BWD:
             return tuple(self.alloc(n, "attention_workspace")
@@ -424,14 +438,54 @@ def _make_modes(torch, tracer, meta):
                     return v.item()
             if meta and name == "convolution_backward":
                 out = _conv_backward_meta(torch, args, kwargs)
+            elif meta and name in ("nll_loss2d_forward", "nll_loss2d_backward"):
+                out = _nll_loss2d_meta(torch, name, args, kwargs)
+            elif meta and name == "_amp_foreach_non_finite_check_and_unscale_":
+                return None  # GradScaler's check: in place, allocates nothing
+            elif meta and name == "_amp_update_scale_":
+                out = args[0]  # in place on the scale
+            elif meta and name.startswith("_foreach_") and _FOREACH_META_MISSING:
+                # PyTorch 1.x has no meta kernels for the multi-tensor ops: in
+                # place they allocate nothing, otherwise one result per tensor.
+                if name.endswith("_"):
+                    return None
+                shape = (lambda t: ()) if name == "_foreach_norm" else (lambda t: t.shape)
+                out = [t.new_empty(shape(t)) for t in args[0]]
             elif name == "_fused_sdp_choice" and args[0].device.type in ("cuda", "meta"):
-                out = _sdp_choice_cuda(torch, args, kwargs)
+                out = _sdp_choice_cuda(torch, args, kwargs, tracer.beh)
             else:
                 out = None
+            if meta and tracer.fake is not None and any(
+                    isinstance(a, Tensor) and a.device.type == "meta" and not is_fake(a)
+                    for a in _flat((args, kwargs))):
+                # PyTorch 1.13 makes an index given as a list ([0, 2]) as a
+                # meta tensor outside the fake mode: made fake here.
+                from torch.utils._pytree import tree_map
+                conv = (lambda a: tracer.fake.from_tensor(a) if isinstance(a, Tensor) and
+                        a.device.type == "meta" and not is_fake(a) else a)
+                args, kwargs = tree_map(conv, args), tree_map(conv, kwargs)
             tracer.poll()
             extra = tracer.modelled_before(name, args)
+            if out is None and name in _DATA_DEPENDENT:
+                out = _data_dependent(torch, name, func, args, kwargs, shadow_of, no_dispatch)
             if out is None:
-                out = func(*args, **kwargs)
+                try:
+                    out = func(*args, **kwargs)
+                except NotImplementedError:
+                    # No meta kernel (PyTorch 1.x) for a backward operator:
+                    # an out= variant fills the tensor it was given (already
+                    # allocated, as large as the input); the others return a
+                    # gradient shaped as their input.
+                    if not meta:
+                        raise
+                    given = kwargs.get("grad_input", kwargs.get("out"))
+                    if isinstance(given, Tensor):
+                        out = given
+                    elif name.endswith("_backward") and len(args) > 1 and \
+                            isinstance(args[1], Tensor):
+                        out = torch.empty_like(args[1])
+                    else:
+                        raise
             for ident in extra:
                 tracer.free(ident)
             for t in _flat(out):
@@ -448,6 +502,12 @@ def _make_modes(torch, tracer, meta):
             if "device" in kwargs:
                 kwargs["device"] = _remap(torch, kwargs["device"])
             name = getattr(func, "__name__", "")
+            if name in ("tensor", "as_tensor") and str(kwargs.get("device")) == "meta" and \
+                    not (args and isinstance(args[0], Tensor)):
+                # PyTorch 1.13 makes these on meta outside the fake mode:
+                # made on the CPU (a constant with its values), then moved.
+                kwargs.pop("device")
+                return func(*args, **kwargs).to("meta")
             if name == "tolist" and args and isinstance(args[0], Tensor) and is_fake(args[0]):
                 # PyTorch 1.13's fake tensors refuse tolist(): the shadow
                 # value answers, as item() does.
@@ -459,6 +519,19 @@ def _make_modes(torch, tracer, meta):
             if name in ("to", "new_empty", "new_zeros", "new_ones", "new_full", "new_tensor"):
                 args = tuple(_remap(torch, a) if isinstance(a, (str, torch.device)) else a
                              for a in args)
+            ac = tracer.autocast
+            if ac is not None and ac.enabled():
+                # CUDA autocast, applied here, above autograd, as PyTorch
+                # applies it above autograd on the device. A torch function
+                # written in Python runs with this mode on, so that the
+                # operators it calls are cast as they would be.
+                op = _emulate.op_name(func)
+                done, out = ac.run(op, func, args, kwargs)
+                if done:
+                    return out
+                args, kwargs = ac.apply(op, args, kwargs)
+                if _emulate.is_python_function(func) and not tracer.transparent.active(func):
+                    return tracer.transparent.call(self, func, args, kwargs)
             return func(*args, **kwargs)
 
     return Recorder, Device
@@ -521,12 +594,118 @@ def _conv_backward_meta(torch, args, kwargs):
     mask = kwargs.get("output_mask", args[10] if len(args) > 10 else (True, True, True))
     gi = torch.empty_like(inp) if mask[0] else None
     gw = torch.empty_like(weight) if mask[1] else None
-    gb = (torch.empty((weight.shape[0],), dtype=grad_out.dtype, device=grad_out.device)
+    # (grad_output, input, weight, bias_sizes, stride, padding, dilation,
+    # transposed, output_padding, groups, output_mask): the bias's size is
+    # given (a transposed convolution's weight is in x out / groups x ...).
+    bias_sizes = args[3] if len(args) > 3 else kwargs.get("bias_sizes")
+    out_ch = int(bias_sizes[0]) if bias_sizes else int(weight.shape[0])
+    gb = (torch.empty((out_ch,), dtype=grad_out.dtype, device=grad_out.device)
           if mask[2] else None)
     return (gi, gw, gb)
 
 
-def _sdp_choice_cuda(torch, args, kwargs):
+# Operators whose output size depends on tensor values (or that have no
+# fake kernel: torchvision's box operators): sized by _data_dependent.
+_DATA_DEPENDENT = {"nonzero", "masked_select", "index", "_unique2", "unique_consecutive",
+                   "unique_dim", "nms", "roi_align", "_roi_align_backward"}
+
+
+def _data_dependent(torch, name, func, args, kwargs, shadow_of, no_dispatch):
+    """The output of an operator whose size depends on tensor values: from
+    the inputs' real values where vram knows them (small tensors), else the
+    largest the values allow (every element selected, every box kept), which
+    is what the program's own caps then bound (detection models keep at most
+    their configured number of proposals and sampled boxes). Returns None to
+    let the operator run as it is."""
+    def known(t):
+        return shadow_of(t)
+
+    def empty(shape, dtype, like):
+        return torch.empty(tuple(int(x) for x in shape), dtype=dtype, device=like.device)
+
+    long = torch.int64
+    if name == "nonzero":
+        x = args[0]
+        v = known(x)
+        with no_dispatch():
+            n = int((v != 0).sum()) if v is not None else x.numel()
+            real = v.nonzero() if v is not None else None
+        out = empty((n, x.dim()), long, x)
+        if real is not None:
+            out._vram_value = real
+        return out
+    if name == "masked_select":
+        x, mask = args[0], args[1]
+        v = known(mask)
+        with no_dispatch():
+            shape = torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape))
+            n = int(v.expand(shape).sum()) if v is not None else \
+                int(torch.Size(shape).numel())
+        return empty((n,), x.dtype, x)
+    if name == "index":
+        x, idx = args[0], list(args[1])
+        if not any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in idx):
+            return None
+        new = []
+        for i in idx:
+            if i is None or i.dtype not in (torch.bool, torch.uint8):
+                new.append(i)
+                continue
+            v = known(i)
+            with no_dispatch():
+                cols = v.nonzero().t() if v is not None else None
+            n = cols.shape[1] if cols is not None else i.numel()
+            for d in range(i.dim()):
+                c = empty((n,), long, i)
+                with no_dispatch():
+                    c._vram_value = (cols[d].clone() if cols is not None else
+                                     torch.zeros(n, dtype=long))
+                new.append(c)
+        return func(x, new)
+    if name in ("_unique2", "unique_consecutive", "unique_dim"):
+        x = args[0]
+        if name == "unique_dim":
+            return None
+        ret_inv = args[2] if len(args) > 2 else kwargs.get("return_inverse", False)
+        ret_cnt = args[3] if len(args) > 3 else kwargs.get("return_counts", False)
+        v = known(x)
+        with no_dispatch():
+            n = int(v.unique().numel()) if v is not None else x.numel()
+        return (empty((n,), x.dtype, x), empty(x.shape if ret_inv else (0,), long, x),
+                empty((n,) if ret_cnt else (0,), long, x))
+    if name == "nms":
+        boxes, scores = args[0], args[1]
+        vb, vs = known(boxes), known(scores)
+        if vb is not None and vs is not None:
+            with no_dispatch():
+                real = func(vb, vs, *args[2:])
+            out = empty((real.numel(),), long, boxes)
+            out._vram_value = real
+            return out
+        return empty((boxes.shape[0],), long, boxes)
+    if name == "roi_align":
+        x, rois, ph, pw = args[0], args[1], args[3], args[4]
+        return empty((rois.shape[0], x.shape[1], ph, pw), x.dtype, x)
+    if name == "_roi_align_backward":
+        g = args[0]
+        return empty(args[5:9], g.dtype, g)
+    return None
+
+
+def _nll_loss2d_meta(torch, name, args, kwargs):
+    """nll_loss2d's shapes (PyTorch 1.13 has no meta kernel for it): the
+    loss (per pixel without reduction, else a scalar) and the total weight;
+    backward: the gradient of the input."""
+    if name == "nll_loss2d_backward":
+        return torch.empty_like(args[1])
+    inp, target = args[0], args[1]
+    reduction = args[3] if len(args) > 3 else kwargs.get("reduction", 1)
+    shape = tuple(target.shape) if reduction == 0 else ()
+    return (torch.empty(shape, dtype=inp.dtype, device=inp.device),
+            torch.empty((), dtype=inp.dtype, device=inp.device))
+
+
+def _sdp_choice_cuda(torch, args, kwargs, beh=None):
     """Which fused attention CUDA would pick (fake and meta tensors have a
     choice of their own, which is not the device's): flash for 16-bit
     inputs without a mask and head dim <= 256, memory-efficient otherwise
@@ -536,19 +715,14 @@ def _sdp_choice_cuda(torch, args, kwargs):
     fp32 (14 query heads, 2 key heads) generating from 16 x 1024 tokens
     peaked at 4,722 MiB, the math path's S x S scores, where the fake
     choice of the efficient kernel traced 3,461 MiB.
+    BEH (torch_behaviour.behaviour()) is the job's PyTorch: flash's head
+    dimensions and whether it exists there.
     Returns the SDPBackend number (0 math, 1 flash, 2 efficient)."""
     q = args[0] if args else kwargs["query"]
     k = args[1] if len(args) > 1 else kwargs.get("key")
     mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
     gqa = args[7] if len(args) > 7 else kwargs.get("enable_gqa", False)
-    d = int(q.shape[-1])
-    grouped = bool(gqa) and k is not None and q.dim() >= 3 and k.dim() >= 3 and \
-        int(q.shape[-3]) != int(k.shape[-3])
-    if q.dtype in (torch.float16, torch.bfloat16) and mask is None and d <= 256 and d % 8 == 0:
-        return 1
-    if not grouped and (d % 8 == 0 or q.dtype == torch.float32):
-        return 2
-    return 0
+    return _emulate.sdp_choice(torch, q, k, mask, 0.0, gqa, beh or {})
 
 
 # ---------------------------------------------------------------------------
@@ -640,6 +814,7 @@ def _patched(torch, tracer, meta, gpu_memory):
     # a tensor that has one ("_apply(): Couldn't swap Linear.weight").
     # Modules are never swapped: their parameters are found through them.
     def param_new(cls, data=None, requires_grad=True):
+        _refuse_quantized(type(data), "weights")
         p = orig_param_new(cls, data, requires_grad)
         tracer.tag_tensor(p, "weights")
         return p
@@ -647,26 +822,102 @@ def _patched(torch, tracer, meta, gpu_memory):
     orig_module_init = torch.nn.Module.__init__
 
     def module_init(self, *a, **k):
+        _refuse_quantized(type(self), "layer")
         orig_module_init(self, *a, **k)
         tracer.modules.append(weakref.ref(self))
     patch(torch.nn.Module, "__init__", module_init)
     orig_opt_init = torch.optim.Optimizer.__init__
+    beh = tracer.beh
+    own = _behaviour.behaviour(_torch_version(torch))
+    # The job's optimizer defaults where the tracing PyTorch would choose
+    # otherwise: foreach on CUDA from 2.0 (1.13: the per-parameter loop);
+    # on the meta device PyTorch 2.x's own default would not pick foreach.
+    flip_foreach = meta or beh.get("foreach_default") != own["foreach_default"]
 
     def opt_init(self, *a, **k):
+        _refuse_quantized(type(self), "optimizer")
         orig_opt_init(self, *a, **k)
         tracer.optimizers.append(weakref.ref(self))
+        if flip_foreach:
+            for g in self.param_groups:
+                if "foreach" in g and g["foreach"] is None:
+                    g["foreach"] = beh["foreach_default"]
     patch(torch.optim.Optimizer, "__init__", opt_init)
+    if meta and own["version"] < (2, 0):
+        # Adam/AdamW(fused=True): a CUDA-only kernel (AdamW has none before
+        # 2.0) that updates in place, with no temporaries: the foreach step
+        # without them.
+        for cls in (torch.optim.Adam, torch.optim.AdamW):
+            def fused_init(self, *a, _orig=cls.__init__, **k):
+                fused = bool(k.pop("fused", False))
+                _orig(self, *a, **k)
+                if not fused:
+                    return
+                for g in self.param_groups:
+                    g["foreach"] = True
+                step = self.step
+
+                def fused_step(*sa, **sk):
+                    tracer.fused_step += 1
+                    try:
+                        return step(*sa, **sk)
+                    finally:
+                        tracer.fused_step -= 1
+                self.step = fused_step
+            patch(cls, "__init__", fused_init)
+    if own["version"] < (2, 0):
+        # The foreach Adam/AdamW step of the job's version (its temporaries),
+        # in place of the tracing 1.x's own.
+        for modname, fname, decoupled in (("torch.optim.adam", "_multi_tensor_adam", False),
+                                          ("torch.optim.adamw", "_multi_tensor_adamw", True)):
+            mod = sys.modules.get(modname)
+            if mod is not None and hasattr(mod, fname):
+                impl = {t: _emulate.make_foreach_adam(torch, t, decoupled) for t in (0, 1, 2)}
+
+                def foreach_step(*sa, _impl=impl, **sk):
+                    t = 0 if tracer.fused_step else beh.get("foreach_adam_temps", 1)
+                    return _impl[t](*sa, **sk)
+                patch(mod, fname, foreach_step)
+    F = torch.nn.functional
+    if beh.get("sdpa") and not hasattr(F, "scaled_dot_product_attention"):
+        # The job's PyTorch has F.scaled_dot_product_attention, the tracing one
+        # does not (before 2.0): vram's, with the fused kernels' allocations.
+        patch(F, "scaled_dot_product_attention", _emulate.make_sdpa(torch, tracer, beh))
+    if beh.get("mha_uses_sdpa") and own["version"] < (2, 0):
+        sdpa = getattr(F, "scaled_dot_product_attention", None) or \
+            _emulate.make_sdpa(torch, tracer, beh)
+        patch(F, "multi_head_attention_forward",
+              _emulate.make_mha_forward(torch, F.multi_head_attention_forward, sdpa))
     if meta:
+        # Tensors on the meta device stand for CUDA ones (GradScaler asserts it).
+        patch(torch.Tensor, "is_cuda", property(lambda t: t.device.type in ("cuda", "meta")))
+        # CUDA autocast, applied by vram (plan_emulate.Autocast): torch.autocast
+        # sets PyTorch's own flags (is_autocast_enabled, the dtype), which the
+        # emulation reads; the meta tensors never reach PyTorch's casts.
         amp = torch.autocast
-        orig_enter = amp.__enter__
+        orig_enter, orig_exit = amp.__enter__, amp.__exit__
+        tracer.autocast = _emulate.Autocast(torch, beh.get("version", own["version"]))
+        tracer.transparent = _emulate.Transparent()
+        tracer.transparent.install()
+        saved.append((tracer.transparent, "uninstall", None, False))
+
+        def on_cuda(self):
+            return str(getattr(self, "device", "cuda")) == "cuda"
 
         def enter(self):
-            if getattr(self, "device", "cuda") == "cuda" and getattr(self, "_enabled", True):
-                raise TraceError(
-                    "autocast on cuda needs a PyTorch built with CUDA to trace (no GPU is "
-                    "needed); this one (%s) is CPU-only" % torch.__version__)
-            return orig_enter(self)
+            r = orig_enter(self)
+            if on_cuda(self):
+                tracer.autocast.entered()
+            return r
+
+        def exit_(self, *exc):
+            try:
+                return orig_exit(self, *exc)
+            finally:
+                if on_cuda(self):
+                    tracer.autocast.exited()
         patch(amp, "__enter__", enter)
+        patch(amp, "__exit__", exit_)
     # Module.to()/.cuda()/.half() on fake parameters: each parameter is
     # replaced by a new Parameter (PyTorch 1.x's way, with the overwrite flag
     # set). PyTorch 2.x swaps a fake parameter's contents in place with
@@ -704,13 +955,30 @@ def _patched(torch, tracer, meta, gpu_memory):
     # The trace answers as the device would; transformers is usually
     # imported inside the traced function, so the Recorder asks at each
     # operator until it is there.
+    pending = {"transformers": True, "torchvision": meta}
+
     def late_patches():
         utils = sys.modules.get("transformers.utils.import_utils")
-        if utils is None:
-            return False
-        if callable(getattr(utils, "is_fake_tensor", None)):
-            patch(utils, "is_fake_tensor", lambda *a, **k: False)
-        return True
+        if pending["transformers"] and utils is not None:
+            pending["transformers"] = False
+            if callable(getattr(utils, "is_fake_tensor", None)):
+                patch(utils, "is_fake_tensor", lambda *a, **k: False)
+        boxes = sys.modules.get("torchvision.ops.boxes")
+        if pending["torchvision"] and boxes is not None:
+            # torchvision's nms has no autograd kernel for the meta device:
+            # called below autograd (it has no gradient), where the
+            # Recorder sizes it.
+            pending["torchvision"] = False
+            op = torch.ops.torchvision.nms
+
+            def nms(boxes, scores, iou_threshold):
+                guard = torch._C._AutoDispatchBelowAutograd()  # a guard while it lives
+                try:
+                    return op(boxes, scores, iou_threshold)
+                finally:
+                    del guard
+            patch(boxes, "nms", nms)
+        return not any(pending.values())
     tracer.late_patches = late_patches
     fut = torch.__future__
     overwrite = fut.get_overwrite_module_params_on_conversion()
@@ -720,7 +988,9 @@ def _patched(torch, tracer, meta, gpu_memory):
     finally:
         fut.set_overwrite_module_params_on_conversion(overwrite)
         for obj, attr, value, had in reversed(saved):
-            if had:
+            if isinstance(obj, _emulate.Transparent):
+                obj.uninstall()
+            elif had:
                 setattr(obj, attr, value)
             else:
                 delattr(obj, attr)
@@ -743,21 +1013,64 @@ def _fake_mode(torch, meta):
     return mode
 
 
-def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None):
-    """Run FN (no arguments) on a fake CUDA device and return its Result."""
+def _torch_version(torch):
+    """The tracing PyTorch's (major, minor), within the versions vram knows."""
+    try:
+        v = tuple(int(x) for x in torch.__version__.split(".")[:2])
+    except ValueError:
+        v = _behaviour.KNOWN_RANGE[1]
+    lo, hi = _behaviour.KNOWN_RANGE
+    return min(max(v, lo), hi)
+
+
+def _refuse_quantized(cls, what):
+    """Quantized weights, layers and optimizers of bitsandbytes and torchao:
+    their CUDA kernels have no meta or fake implementation, so a trace
+    cannot run them; refused by name, in one line."""
+    mod = getattr(cls, "__module__", "") or ""
+    top = mod.split(".")[0]
+    if top in ("bitsandbytes", "torchao"):
+        raise TraceError(
+            "%s.%s (%s %s) is not planned: its CUDA kernels have no fake implementation to "
+            "trace; plan the model with unquantized (fp16/bf16) weights for an upper bound" % (
+                mod, cls.__name__, "bitsandbytes" if top == "bitsandbytes" else "torchao",
+                "quantized " + what if what != "optimizer" else "8-bit optimizer"))
+
+
+def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None, torch_version=None):
+    """Run FN (no arguments) on a fake CUDA device and return its Result.
+    TORCH_VERSION ('2.11'; default: the tracing PyTorch's) is the PyTorch
+    the job will run on: what differs between versions and moves memory
+    follows it (torch_behaviour.py)."""
     torch = _import_torch()
     if mode is None:
         mode = "fake-cuda" if torch.backends.cuda.is_built() else "meta"
+    if mode not in ("fake-cuda", "meta"):
+        raise TraceError("unknown mode '%s' (fake-cuda, meta)" % mode)
+    if mode == "fake-cuda" and not torch.backends.cuda.is_built():
+        raise TraceError("mode fake-cuda needs a PyTorch built with CUDA; this one (%s) is "
+                         "CPU-only (use the meta mode)" % torch.__version__)
     if profile not in PROFILES:
         raise TraceError("unknown profile '%s' (%s)" % (profile, ", ".join(sorted(PROFILES))))
+    try:
+        target = (_behaviour.parse_version(torch_version) if torch_version
+                  else _torch_version(torch))
+    except _behaviour.VersionError as e:
+        raise TraceError(str(e))
+    capability = (9, 0) if profile == "sm90" else (8, 0)
+    beh = _behaviour.behaviour(target, capability)
     meta = mode == "meta"
-    tracer = _Tracer(torch, "meta" if meta else "cuda", profile)
+    global _FOREACH_META_MISSING
+    _FOREACH_META_MISSING = _torch_version(torch) < (2, 0)
+    tracer = _Tracer(torch, "meta" if meta else "cuda", profile, beh)
     tracer.result.mode = mode
     tracer.result.torch_version = torch.__version__
+    tracer.result.target_version = "%d.%d" % target
     tracer.result.profile = profile
     Recorder, Device = _make_modes(torch, tracer, meta)
     t0 = time.time()
     fake = _fake_mode(torch, meta)
+    tracer.fake = fake
     with contextlib.ExitStack() as stack:
         stack.enter_context(_patched(torch, tracer, meta, gpu_memory))
         stack.enter_context(fake)
@@ -765,7 +1078,16 @@ def trace(fn, profile="sm90", gpu_memory=80 << 30, mode=None):
         if meta:
             stack.enter_context(Device())
         tracer.mark("forward")
-        fn()
+        try:
+            fn()
+        except Exception as e:
+            if type(e).__name__ in ("DynamicOutputShapeException", "DataDependentOutputException"):
+                op = str(e.args[0] if e.args else e).split("(")[0]
+                raise TraceError(
+                    "the program sizes a tensor from tensor values (%s: box matching, "
+                    "sampling and non-maximum suppression in detection models), which a trace "
+                    "without data cannot know" % op)
+            raise
     tracer.finish()
     tracer.result.seconds = time.time() - t0
     return tracer.result
@@ -820,10 +1142,30 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _torch_version_arg(s):
+    try:
+        _behaviour.parse_version(s)
+    except _behaviour.VersionError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--torch-version ", "", 1))
+    return s
+
+
+def _positive(s):
+    try:
+        v = int(s, 10)
+    except ValueError:
+        v = 0
+    if v < 1 or v > (1 << 20):
+        raise argparse.ArgumentTypeError("'%s': expected a whole number from 1 to 1048576" % s)
+    return v
+
+
 def main(argv=None):
+    from . import plan_builtin as builtin
     p = _Parser(prog="vram plan --model",
                 description="Trace a PyTorch program's GPU memory without a GPU.")
-    p.add_argument("model", metavar="PATH.py:FUNCTION")
+    p.add_argument("model", metavar="PATH.py:FUNCTION|torchvision:NAME|hf:DIR|hf:ORG/NAME",
+                   nargs="?")
     p.add_argument("--json", action="store_true", help="one JSON object, sizes in bytes")
     p.add_argument("--trace", metavar="FILE", help="write the allocations as a vram trace")
     p.add_argument("--gpu-memory", metavar="SIZE", type=_parse_size,
@@ -832,17 +1174,46 @@ def main(argv=None):
                    help="modelled constants: sm90 (H100/H200, default) or default")
     p.add_argument("--mode", choices=("fake-cuda", "meta"),
                    help="how the device is faked (default: fake-cuda if PyTorch has CUDA)")
+    p.add_argument("--torch-version", metavar="X.Y", type=_torch_version_arg,
+                   help="the PyTorch the job runs on (default: the tracing one)")
+    g = p.add_argument_group("named models (torchvision:NAME, hf:DIR or hf:ORG/NAME)")
+    g.add_argument("--batch", type=_positive, help="images or sequences per step")
+    g.add_argument("--image", type=_positive, help="torchvision: image side in pixels (224)")
+    g.add_argument("--seq", type=_positive, help="hf: tokens per sequence (512)")
+    g.add_argument("--precision", default="fp32", choices=builtin.PRECISIONS)
+    g.add_argument("--optimizer", default="adamw", choices=builtin.OPTIMIZERS)
+    g.add_argument("--steps", type=_positive, default=2, help="training steps (2)")
+    p.add_argument("--list", choices=("torchvision",),
+                   help="list the named models this PyTorch can build, one a line")
     a = p.parse_args(argv)
+    if a.list:
+        try:
+            for kind, name in builtin.zoo():
+                print("torchvision:%s %s" % (name, kind))
+        except ImportError as e:
+            sys.stderr.write("vram: plan: torchvision is not importable (%s)\n" % e)
+            return 1
+        return 0
+    if not a.model:
+        p.error("give PATH.py:FUNCTION, torchvision:NAME or hf:DIR (or --list torchvision)")
+    named = builtin.is_builtin(a.model)
+    if not named and any(v is not None for v in (a.batch, a.image, a.seq)):
+        p.error("--batch, --image and --seq go with named models (torchvision:NAME, hf:...); "
+                "a program's sizes come from the program")
     try:
-        fn = load_function(a.model)
+        if named:
+            fn = builtin.builtin_step(a.model, a.batch, a.image, a.seq, a.precision,
+                                      a.optimizer, a.steps)
+        else:
+            fn = load_function(a.model)
         # The program's own prints go to stderr when stdout is the JSON.
         with contextlib.redirect_stdout(sys.stderr if a.json else sys.stdout):
             r = trace(fn, profile=a.profile, gpu_memory=a.gpu_memory or (80 << 30),
-                      mode=a.mode)
+                      mode=a.mode, torch_version=a.torch_version)
         if a.trace:
             r.write_trace(a.trace, meta="model=" + os.path.basename(a.model).replace(" ", "_"))
-    except TraceError as e:
-        sys.stderr.write("vram: plan: %s\n" % e)
+    except (TraceError, builtin.BuiltinError) as e:
+        sys.stderr.write("vram: plan: %s\n" % str(e).splitlines()[0])
         return 1
     except Exception as e:  # the user's program failed under the fake device
         line = ("%s: %s" % (type(e).__name__, e)).splitlines()[0][:300]
@@ -864,8 +1235,9 @@ def main(argv=None):
         print(json.dumps(d, separators=(",", ":")))
         return 0
     b = d["breakdown"]
-    print("%s, traced on %s (PyTorch %s), %d ops, %d allocations, %.1f s" % (
-        a.model, r.mode, r.torch_version, r.ops, d["allocations"], r.seconds))
+    print("%s, traced on %s (PyTorch %s) for PyTorch %s, %d ops, %d allocations, %.1f s" % (
+        a.model, r.mode, r.torch_version, r.target_version, r.ops, d["allocations"],
+        r.seconds))
     rows = [("weights", b["weights"]), ("gradients", b["gradients"]),
             ("optimizer states", b["optimizer_states"]),
             ("activations, other", b["activations"]),

@@ -230,6 +230,27 @@ expect_usage "generate bert" --config "$CONF/bert-base.json" --generate --batch 
 expect_usage "generate without prompt" --config "$CONF/gpt2.json" --generate --batch 1
 expect_usage "trace without model" --config "$CONF/gpt2.json" --batch 8 --seq 512 --trace x
 expect_usage "model with batch" --model x.py:f --batch 8
+expect_usage "program with --image" --model x.py:f --image 64
+expect_usage "torch-version without model" --config "$CONF/gpt2.json" --batch 8 --seq 512 \
+    --torch-version 2.11
+expect_usage "image without model" --config "$CONF/gpt2.json" --batch 8 --seq 512 --image 64
+# A named model: its job's flags reach the tracer (a python3 with PyTorch
+# and torchvision is needed; skipped without one).
+if "$VRAM" plan --model torchvision:resnet18 --batch 2 --image 32 --precision mixed-bf16 \
+    --optimizer sgd-momentum --torch-version 2.11 --json >"$TMP/named" 2>"$TMP/err"; then
+    if grep -q '"torch_target":"2.11"' "$TMP/named" && grep -q '"model":"torchvision:resnet18"' \
+        "$TMP/named" && [ "$(jget weights "$TMP/named")" -gt 0 ]; then ok; else
+        bad "named model: $(head -c 300 "$TMP/named")"; fi
+elif grep -q "needs python3 with PyTorch\|torchvision is not importable\|No module named" \
+    "$TMP/err"; then
+    ok
+else
+    bad "named model: $(cat "$TMP/err")"
+fi
+"$VRAM" plan --model torchvision:resnet18 --batch 2 --torch-version 0.4 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] || grep -q "needs python3" "$TMP/err"; then ok
+else bad "--torch-version 0.4: rc=$rc $(cat "$TMP/err")"; fi
 if "$VRAM" plan --config "$TMP/mistral-nowin.json" --batch 1 --seq 64 >/dev/null 2>&1; then ok
 else bad "mistral without sliding_window refused"; fi
 

@@ -56,6 +56,11 @@
 #     $OUT/corpus unless VRAM_GPU_CORPUS_COPY=0 (the device tool brings
 #     back 8 files at most: set it there). Runs only when named
 #     (VRAM_GPU_SECTIONS=corpus): it makes data, it checks nothing.
+# 13. planzoo: `vram plan --model` on every torchvision classification,
+#     detection and segmentation model and Hugging Face configs under bf16
+#     autocast (bench/gpu/plan_zoo.py, under 6 minutes): traced on the fake
+#     CUDA device and on the meta device (vram's autocast) against
+#     max_memory_allocated, median <= 2 %, worst <= 5 %; $OUT/plan_zoo.md.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -65,7 +70,7 @@
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
 # torchperf (8; hookcost: its hook-cost step alone; traces: its trace
 # rounds alone), record (9), policy (10),
-# tune (11), corpus (12: only when named, never part of all).
+# tune (11), corpus (12: only when named, never part of all), planzoo (13).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -411,6 +416,23 @@ if want plan; then
     STEP_OUT=$OUT/plan.txt run_step "plan: errors per kind" 30 \
         python3 bench/gpu/plan_compare.py "$OUT/plan_measure.jsonl" --table
     cat "$OUT/plan.txt" 2>/dev/null | tee -a "$LOG"
+fi
+
+# ---- 12. `vram plan` on the whole zoo, mixed precision ----
+# Every torchvision classification, detection and segmentation model and
+# four Hugging Face configs, bf16 autocast + AdamW, two steps: measured,
+# traced on the fake CUDA device (PyTorch's autocast) and on the meta
+# device as a CPU-only PyTorch traces (vram's autocast table), in 14 CPU
+# workers beside the measurements; PASS/MISS per predictor (median <= 2%,
+# worst <= 5%), the autocast table against this PyTorch's kernels,
+# quantized layers refused by name. $OUT/plan_zoo.txt, plan_zoo.md (the
+# table for BENCHMARKS.md), plan_zoo.jsonl. Split across runs with
+# VRAM_PLAN_ZOO_ARGS (e.g. "--kinds detection,segmentation,hf").
+if want planzoo; then
+    # shellcheck disable=SC2086
+    STEP_OUT=$OUT/plan_zoo.txt run_step "plan: the zoo, mixed precision" 400 \
+        python3 bench/gpu/plan_zoo.py --out "$OUT" --budget 330 ${VRAM_PLAN_ZOO_ARGS:-}
+    cat "$OUT/plan_zoo.txt" 2>/dev/null | tee -a "$LOG"
 fi
 
 # ---- 6. the table ----

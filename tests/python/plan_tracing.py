@@ -31,7 +31,7 @@ except ImportError:
 import plan_models as m  # noqa: E402
 import vram.plan as plan  # noqa: E402
 
-WS = 32 << 20  # cuBLAS workspace on sm90
+WS = 32 << 20  # cuBLAS workspace on sm90 (PyTorch 2.x: the figures below are for 2.11)
 
 
 def r(n):
@@ -48,7 +48,7 @@ def f32(*shape):
 class CNN(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.res = plan.trace(m.cnn)
+        cls.res = plan.trace(m.cnn, torch_version="2.11")
 
     def test_forward_allocations(self):
         """Forward, in order: the parameters as .cuda() copies them (conv
@@ -113,7 +113,7 @@ class CNN(unittest.TestCase):
 class Transformer(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.res = plan.trace(m.transformer)
+        cls.res = plan.trace(m.transformer, torch_version="2.11")
         V, h = m.T_VOCAB, m.T_HIDDEN
         cls.shapes = [(V, h), (h,), (h,), (3 * h, h), (3 * h,), (h, h), (h,), (h,), (h,),
                       (4 * h, h), (4 * h,), (h, 4 * h), (h,), (h,), (h,), (V, h)]
@@ -173,24 +173,24 @@ class Robustness(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
 
     def test_mixed_precision(self):
-        """autocast on cuda: traced on the fake CUDA device; refused with one
-        line where PyTorch has no CUDA (the meta device cannot emulate it)."""
-        if plan._import_torch().backends.cuda.is_built():
-            res = plan.trace(m.mixed_precision)
-            self.assertGreater(res.tensor_peak_bytes, 0)
-        else:
-            with self.assertRaises(plan.TraceError) as e:
-                plan.trace(m.mixed_precision)
-            self.assertIn("CUDA", str(e.exception))
+        """autocast on cuda traces with any PyTorch: on the fake CUDA device
+        by PyTorch's own autocast, on a CPU-only one by vram's."""
+        res = plan.trace(m.mixed_precision)
+        self.assertGreater(res.tensor_peak_bytes, 0)
 
     def test_patches_undone(self):
         import torch
-        before = (torch.cuda.is_available, torch.autograd.backward, torch.nn.Parameter.__new__,
-                  torch.nn.Module._apply)
+        import torch.nn.functional as F
+
+        def state():
+            return (torch.cuda.is_available, torch.autograd.backward, torch.nn.Parameter.__new__,
+                    torch.nn.Module._apply, torch.autocast.__enter__, torch.Tensor.is_cuda,
+                    F.multi_head_attention_forward, getattr(F, "scaled_dot_product_attention", 0),
+                    F.has_torch_function_unary, torch.optim.Optimizer.__init__)
+        before = state()
         plan.trace(m.cnn)
-        after = (torch.cuda.is_available, torch.autograd.backward, torch.nn.Parameter.__new__,
-                 torch.nn.Module._apply)
-        self.assertEqual(before, after)
+        plan.trace(m.mixed_precision, torch_version="2.11")
+        self.assertEqual(before, state())
 
     def test_constants_keep_their_values(self):
         """A constant made inside the trace (torch.tensor([...])) keeps its
@@ -259,6 +259,30 @@ class Robustness(unittest.TestCase):
         self.assertEqual(seen, {"tracing": False, "all": True})
         self.assertIs(utils.is_fake_tensor, is_fake_tensor)
 
+    def test_sizes_from_values(self):
+        """An operator whose output size depends on values: from the values
+        where vram knows them (a small tensor), else the largest they allow
+        (every element), as detection models' box selection needs; a size
+        with no bound is answered in one line."""
+        import torch
+        got = {}
+
+        def fn():
+            small = torch.tensor([0, 3, 0, 5], device="cuda")
+            got["small"] = tuple(small.nonzero().shape)
+            big = torch.randn(1000, 40, device="cuda")
+            got["big"] = tuple((big > 0).nonzero().shape)
+            got["masked"] = tuple(big[big > 0].shape)
+        plan.trace(fn)
+        self.assertEqual(got, {"small": (2, 1), "big": (40000, 2), "masked": (40000,)})
+
+        def unbounded():
+            counts = torch.randn(100000, device="cuda").long()
+            torch.repeat_interleave(counts)
+        with self.assertRaises(plan.TraceError) as e:
+            plan.trace(unbounded)
+        self.assertIn("tensor values", str(e.exception))
+
     def test_grouped_heads_trace_the_scores(self):
         """Traced, fp32 attention with grouped heads holds the math path's
         B x H x S x S scores, as on the device (PyTorch 2.11 on the H200: a
@@ -284,6 +308,206 @@ class Robustness(unittest.TestCase):
             return [e[2] for e in plan.trace(fn).events if e[0] == "a"]
         self.assertIn(f32(B, H, S, S), run(KV))
         self.assertNotIn(f32(B, H, S, S), run(H))
+
+
+
+class Autocast(unittest.TestCase):
+    """Mixed precision: the same allocations whether PyTorch's CUDA autocast
+    runs (a CUDA build) or vram applies its rules (a CPU-only build, meta
+    device). Figures derived by hand from autocast's policies."""
+
+    def trace_autocast(self, version="2.11"):
+        import torch
+        F = torch.nn.functional
+        seen = {}
+
+        def fn():
+            lin = torch.nn.Linear(48, 40).cuda()      # weight 40 x 48, bias 40
+            x = torch.randn(8, 48, device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                y = lin(x)                            # lower: x, weight, bias cast
+                y2 = lin(x * 2)                       # the weight's copy is cached
+                s = torch.softmax(y, -1)              # set_opt_dtype: float32
+                n = F.layer_norm(y, (40,))            # fp32
+                with torch.autocast("cuda", enabled=False):
+                    off = x @ x.t()                   # no autocast: float32
+                up = F.interpolate(y.view(1, 8, 5, 8), scale_factor=2.0, mode="bilinear")
+            seen.update(y=y.dtype, y2=y2.dtype, s=s.dtype, n=n.dtype, off=off.dtype,
+                        up=up.dtype)
+            (s.sum() + n.sum() + y2.float().sum() + up.float().sum()).backward()
+            seen.update(wgrad=lin.weight.grad.dtype, bgrad=lin.bias.grad.dtype)
+        res = plan.trace(fn, torch_version=version)
+        return res, seen
+
+    def test_casts_follow_the_policies(self):
+        import torch
+        res, seen = self.trace_autocast()
+        bf, f32_ = torch.bfloat16, torch.float32
+        self.assertEqual(seen, {"y": bf, "y2": bf, "s": f32_, "n": f32_, "off": f32_,
+                                "up": f32_, "wgrad": f32_, "bgrad": f32_})
+
+    def test_weight_copies_cached(self):
+        """The weight's bf16 copy (40 x 48 x 2 = 3,840 bytes) is made once for
+        both calls; the input is cast for each call (8 x 48 x 2 = 768 bytes)."""
+        res, _ = self.trace_autocast()
+        ev = res.events
+        end = next(i for i, e in enumerate(ev) if e[3] == "backward")
+        fwd = [e[2] for e in ev[:end] if e[0] == "a"]
+        self.assertEqual(fwd.count(40 * 48 * 2), 1)
+        self.assertEqual(fwd.count(8 * 48 * 2), 2)
+        # layer_norm's input cast to float32 (8 x 40 x 4) beside softmax's output
+        self.assertGreaterEqual(fwd.count(8 * 40 * 4), 3)
+
+    def test_lists_follow_the_version(self):
+        """F.interpolate (upsample_bilinear2d) runs in float32 under 2.x's
+        lists, in the autocast dtype under 1.13's."""
+        import torch
+        _, seen = self.trace_autocast("1.13")
+        self.assertEqual(seen["up"], torch.bfloat16)
+        self.assertEqual(seen["s"], torch.float32)
+
+    def test_table_matches_this_pytorch(self):
+        """The table's 1.13 lists are the operators Debian's 1.13 registers
+        CUDA autocast kernels for (overloads merged)."""
+        import torch
+        from vram import torch_behaviour as tb
+        if not torch.__version__.startswith("1.13"):
+            self.skipTest("the registrations checked are 1.13's")
+        names = {x.name[6:] for x in torch._C._jit_get_all_schemas()
+                 if x.name.startswith("aten::")}
+        registered = set()
+        for x in torch._C._jit_get_all_schemas():
+            if not x.name.startswith("aten::"):
+                continue
+            q = x.name + ("." + x.overload_name if x.overload_name else "")
+            try:
+                if "\nAutocastCUDA:" in torch._C._dispatch_dump(q):
+                    registered.add(x.name[6:])
+            except RuntimeError:
+                pass
+        e = tb.autocast_lists((1, 13))
+        table = set().union(*(e[k] for k in ("lower", "fp32", "set_opt_dtype", "append_dtype",
+                                              "promote", "banned")))
+        self.assertEqual(table & names, registered)
+
+    def test_cross_entropy(self):
+        """cross_entropy under autocast: log_softmax in the logits' dtype
+        (cross_entropy passes it explicitly), nll_loss on their float32 copy;
+        the loss is float32."""
+        import torch
+        seen = {}
+
+        def fn():
+            lin = torch.nn.Linear(16, 10).cuda()
+            x = torch.randn(4, 16, device="cuda")
+            y = torch.randint(0, 10, (4,), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(lin(x), y)
+            seen["loss"] = loss.dtype
+        ev = plan.trace(fn, torch_version="2.11").events
+        sizes = [e[2] for e in ev if e[0] == "a"]
+        i = sizes.index(32 << 20)  # the logits follow cuBLAS's workspace
+        self.assertEqual(sizes[i + 1:i + 4], [4 * 10 * 2, 4 * 10 * 2, 4 * 10 * 4])
+        self.assertEqual(seen["loss"], torch.float32)
+
+    def test_binary_cross_entropy_refused(self):
+        import torch
+
+        def fn():
+            x = torch.rand(4, device="cuda")
+            with torch.autocast("cuda", dtype=torch.float16):
+                torch.nn.functional.binary_cross_entropy(x, x)
+        with self.assertRaises(RuntimeError) as e:
+            plan.trace(fn)
+        self.assertIn("unsafe to autocast", str(e.exception))
+
+
+class TorchVersion(unittest.TestCase):
+    """--torch-version: what moves memory follows the job's PyTorch."""
+
+    B, S, E, H = 2, 64, 32, 4
+
+    def mha(self, version):
+        import torch
+        B, S, E, H = self.B, self.S, self.E, self.H
+
+        def fn():
+            a = torch.nn.MultiheadAttention(E, H, batch_first=True).cuda()
+            x = torch.randn(B, S, E, device="cuda", requires_grad=True)
+            out, _ = a(x, x, x, need_weights=False)
+            out.sum().backward()
+        return [e[2] for e in plan.trace(fn, torch_version=version).events if e[0] == "a"]
+
+    def test_attention_follows_the_version(self):
+        """nn.MultiheadAttention without weights: 1.x keeps the B*H x S x S
+        fp32 softmax; 2.x calls SDPA, here the memory-efficient kernel (fp32),
+        which keeps a logsumexp of B x H x S (rows padded to 32) and allocates
+        its fp32 delta (B x H x S) in backward, and no S x S matrix."""
+        B, S, E, H = self.B, self.S, self.E, self.H
+        old, new = self.mha("1.13"), self.mha("2.11")
+        self.assertIn(f32(B * H, S, S), old)
+        self.assertNotIn(f32(B * H, S, S), new)
+        self.assertGreaterEqual(new.count(f32(B, H, S)), 2)
+        # 2.x's packed projection is made contiguous: a second 3E x B x S
+        self.assertGreaterEqual(new.count(f32(B, S, 3 * E)), 2)
+
+    def test_sdpa_given_to_an_older_pytorch(self):
+        """A program for 2.x calling F.scaled_dot_product_attention traces on a
+        PyTorch without it when the job's is 2.x: flash for bf16 (its output
+        and a B x H x S fp32 logsumexp), no S x S scores."""
+        import torch
+        B, H, S, D = 2, 4, 96, 64
+
+        def fn():
+            q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            o = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            o.float().sum().backward()
+        sizes = [e[2] for e in plan.trace(fn, torch_version="2.11").events if e[0] == "a"]
+        self.assertIn(f32(B, H, S), sizes)
+        self.assertNotIn(2 * B * H * S * S, sizes)
+        self.assertNotIn(f32(B, H, S, S), sizes)
+
+    def test_cublas_workspace_follows_the_version(self):
+        old = plan.trace(m.cnn, torch_version="1.13").breakdown["cublas_workspace"]
+        new = plan.trace(m.cnn, torch_version="2.11").breakdown["cublas_workspace"]
+        self.assertEqual(old, 2 * (4096 * 1024 * 2 + 16 * 1024 * 8))
+        self.assertEqual(new, 2 * WS)
+
+    def test_optimizer_default_follows_the_version(self):
+        """AdamW with foreach left to the default: 2.x's multi-tensor step
+        holds sqrt(exp_avg_sq) of every parameter at once (256 x 256 and 256
+        floats); 1.13's loop makes the denominator of one parameter at a time
+        (sqrt, then its quotient)."""
+        import torch
+
+        def fn():
+            lin = torch.nn.Linear(256, 256).cuda()
+            opt = torch.optim.AdamW(lin.parameters())
+            lin(torch.randn(4, 256, device="cuda")).sum().backward()
+            opt.step()
+
+        def step_allocs(version):
+            ev = plan.trace(fn, torch_version=version).events
+            i = next(k for k, e in enumerate(ev) if e[3] == "optimizer step")
+            j = next(k for k in range(i + 1, len(ev)) if ev[k][0] == "m")
+            return [(e[0], e[2]) for e in ev[i + 1:j]][4:]  # after the 4 states
+        w, b = f32(256, 256), f32(256)
+        self.assertEqual(step_allocs("2.11")[:2], [("a", w), ("a", b)])
+        self.assertEqual(step_allocs("1.13")[:3], [("a", w), ("a", w), ("f", w)])
+
+        def fused():
+            lin = torch.nn.Linear(256, 256).cuda()
+            opt = torch.optim.AdamW(lin.parameters(), fused=True)
+            lin(torch.randn(4, 256, device="cuda")).sum().backward()
+            opt.step()
+        if torch.__version__ < "2":  # fused=True on a PyTorch without it for AdamW
+            fn = fused
+            self.assertEqual([e for e in step_allocs("2.11") if e[0] == "a"], [])
+
+    def test_bad_version(self):
+        for v in ("3.1", "1.12", "two", "2"):
+            with self.assertRaises(plan.TraceError):
+                plan.trace(m.cnn, torch_version=v)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,9 @@ struct plan_args {
     uint64_t layers, hidden, heads, kv_heads, intermediate, vocab, positions;
     bool untied, json, generate;
     const char *model_spec, *trace_path, *gpu_text;
+    const char *torch_version; /* --torch-version, for --model */
+    uint64_t image, steps;     /* --image, --steps: named models of --model */
+    bool precision_set, optimizer_set;
     uint64_t gpu_memory, prompt, new_tokens;
     uint64_t zero; /* --zero, given to job.zero after the walk */
     struct plan_job job; /* its batch and seq 0: not given */
@@ -53,8 +56,13 @@ struct plan_args {
      .max = COUNT_MAX}
 
 static const struct cli_opt opt_table[] = {
-    {0, "model", 0, "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model)",
+    {0, "model", 0, "PATH.py:FUNC", "trace FUNC of a PyTorch program instead (any model); "
+     "or torchvision:NAME, hf:DIR, hf:ORG/NAME with --batch",
      .store = CLIOPT_STRING, .field = AT(model_spec)},
+    {0, "torch-version", 0, "X.Y", "with --model: the PyTorch the job runs on (default: the "
+     "tracing one)", .store = CLIOPT_STRING, .field = AT(torch_version)},
+    COUNT_OPT("image", image, "with --model torchvision:NAME: image side in pixels (224)"),
+    COUNT_OPT("steps", steps, "with --model NAME: training steps traced (2)"),
     {0, "trace", 0, "FILE", "with --model: write the allocations as a vram trace",
      .store = CLIOPT_STRING, .field = AT(trace_path)},
     {0, "config", 0, "FILE|DIR", "Hugging Face config.json, or the model directory",
@@ -112,7 +120,8 @@ static const struct cli_command plan_cmd = {
     .prog = "vram plan",
     .synopsis = "--config FILE|DIR --batch N --seq N [OPTIONS]\n"
                 "--config FILE|DIR --generate --prompt N --new-tokens N [...]\n"
-                "--model PATH.py:FUNCTION [--json] [--trace FILE]",
+                "--model PATH.py:FUNCTION [--json] [--trace FILE] [...]\n"
+                "--model torchvision:NAME|hf:DIR|hf:ID --batch N [...]",
     .about = "Predict the peak GPU memory of a training step (PyTorch + transformers):\n"
              "weights, gradients, optimizer states, activations, temporary buffers and\n"
              "the CUDA context; the largest micro-batch that fits --gpu-memory and the\n"
@@ -122,7 +131,9 @@ static const struct cli_command plan_cmd = {
              "before tying frees it), prefill (cache, cuBLAS workspace and the last\n"
              "layer's MLP, attention or logits on the prompt) and the last decode step\n"
              "(cache, its concatenation, one token). --model: any PyTorch program, traced\n"
-             "on a fake CUDA device (no GPU; python3 with PyTorch). See docs/PLAN.md.\n",
+             "on a fake CUDA device (no GPU; python3 with PyTorch), or a named model of\n"
+             "torchvision's zoo or Hugging Face (built from its config) trained --steps\n"
+             "steps with --precision and --optimizer. See docs/PLAN.md.\n",
     CLIOPT_TABLE(opt_table),
     .notes = plan_notes,
     .exit_status = "0 ok, 1 failure, 2 bad usage or bad input.",
@@ -291,8 +302,10 @@ python_has_torch(const char *py)
 ** of $VRAM_PYTHON, python3 and /usr/bin/python3 that has PyTorch, and
 ** return its exit status (its output is ours). */
 static int
-plan_traced(const char *spec, const char *trace, bool json, const char *gpu_memory)
+plan_traced(const struct plan_args *pa)
 {
+    const char *spec = pa->model_spec, *trace = pa->trace_path, *gpu_memory = pa->gpu_text;
+    bool json = pa->json;
     struct env_run env;
     if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
         cli_error("plan: %s", vram_last_error());
@@ -323,7 +336,8 @@ plan_traced(const char *spec, const char *trace, bool json, const char *gpu_memo
         return 1;
     }
     snprintf(path, n, "%s%s%s", dir, old && old[0] ? ":" : "", old && old[0] ? old : "");
-    const char *args[12];
+    const char *args[32];
+    char nums[4][24];
     size_t a = 0;
     args[a++] = py;
     args[a++] = "-m";
@@ -337,6 +351,27 @@ plan_traced(const char *spec, const char *trace, bool json, const char *gpu_memo
     if (gpu_memory) {
         args[a++] = "--gpu-memory";
         args[a++] = gpu_memory;
+    }
+    if (pa->torch_version) {
+        args[a++] = "--torch-version";
+        args[a++] = pa->torch_version;
+    }
+    /* A named model's job: its sizes, precision and optimizer. */
+    const char *nflag[4] = {"--batch", "--seq", "--image", "--steps"};
+    uint64_t nval[4] = {pa->job.batch, pa->job.seq, pa->image, pa->steps};
+    for (size_t k = 0; k < 4; k++)
+        if (nval[k] != 0) {
+            snprintf(nums[k], sizeof nums[k], "%llu", (unsigned long long)nval[k]);
+            args[a++] = nflag[k];
+            args[a++] = nums[k];
+        }
+    if (pa->precision_set) {
+        args[a++] = "--precision";
+        args[a++] = plan_precision_name(pa->job.precision);
+    }
+    if (pa->optimizer_set) {
+        args[a++] = "--optimizer";
+        args[a++] = plan_optimizer_name(pa->job.optimizer);
     }
     args[a++] = "--";
     args[a++] = spec;
@@ -520,11 +555,13 @@ plan_option(void *ctx, const struct cli_opt *o, const char *value)
     struct plan_job *job = &pa->job;
     switch (o->id) {
     case OPT_PRECISION:
+        pa->precision_set = true;
         if (!plan_precision_parse(value, &job->precision))
             return cliopt_usage_error(&plan_cmd, "--precision '%.40s': unknown (fp32, "
                                       "mixed-fp16, mixed-bf16, fp16, bf16)", value);
         break;
     case OPT_OPTIMIZER:
+        pa->optimizer_set = true;
         if (!plan_optimizer_parse(value, &job->optimizer))
             return cliopt_usage_error(&plan_cmd, "--optimizer '%.40s': unknown (sgd, "
                                       "sgd-momentum, adam, adamw)", value);
@@ -555,13 +592,20 @@ cmd_plan(int argc, char **argv)
         return rc;
     pa.job.zero = (int)pa.zero;
     if (pa.model_spec != NULL) {
-        if (pa.config != NULL || pa.arch != NULL || pa.generate || pa.job.batch != 0 ||
-            pa.job.seq != 0) {
+        bool named = strncmp(pa.model_spec, "torchvision:", 12) == 0 ||
+                     strncmp(pa.model_spec, "hf:", 3) == 0;
+        if (pa.config != NULL || pa.arch != NULL || pa.generate ||
+            (!named && (pa.job.batch != 0 || pa.job.seq != 0 || pa.image != 0 ||
+                        pa.steps != 0 || pa.precision_set || pa.optimizer_set))) {
             cli_error("plan: --model traces the program as it is: its sizes come from it, "
                       "not from --config, --arch, --batch or --seq");
             return 2;
         }
-        return plan_traced(pa.model_spec, pa.trace_path, pa.json, pa.gpu_text);
+        return plan_traced(&pa);
+    }
+    if (pa.torch_version != NULL || pa.image != 0 || pa.steps != 0) {
+        cli_error("plan: --torch-version, --image and --steps go with --model");
+        return 2;
     }
     if (pa.trace_path != NULL) {
         cli_error("plan: --trace goes with --model (a traced program)");
