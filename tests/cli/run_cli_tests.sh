@@ -231,4 +231,22 @@ for args in "--limit 6X" "--limit 0" "--limit" "--device-memory -1" "--repeat 0"
     expect_error "bad option: $args" 2
 done
 
+# ---- contrib: the exporter's service listens on the exporter's own port ----
+# 9400 is NVIDIA dcgm-exporter's: vram's service must not take it, and no
+# file may name it but as dcgm-exporter's.
+port=$("$VRAM" exporter --help | sed -n 's/.*(default 127\.0\.0\.1:\([0-9]*\)).*/\1/p' | head -n 1)
+unit=$ROOT/contrib/systemd/vram-exporter.service
+if [ -n "$port" ] && grep -q "^ExecStart=.* exporter --listen 127\.0\.0\.1:$port " "$unit"; then
+    pass "the systemd unit listens on the exporter's default port ($port)"
+else
+    fail "the systemd unit listens on the exporter's default port (${port:-none})" \
+        "$(grep '^ExecStart' "$unit")"
+fi
+if grep -rn '9400' "$ROOT/contrib" "$ROOT/docs" "$ROOT/tools" "$ROOT/src" "$ROOT/README.md" |
+    grep -vi 'dcgm' >"$TMP/9400"; then
+    fail "9400 is named only as dcgm-exporter's port" "$(head -n 3 "$TMP/9400")"
+else
+    pass "9400 is named only as dcgm-exporter's port"
+fi
+
 test_end
