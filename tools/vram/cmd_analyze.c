@@ -88,8 +88,11 @@ int
 cli_load_trace(const char *path, struct trace **out)
 {
     vram_status s = trace_load(path, out);
-    if (s == VRAM_OK)
+    if (s == VRAM_OK) {
+        if ((*out)->cut != NULL)
+            cli_error("%s", (*out)->cut); /* read up to where it stops */
         return 0;
+    }
     /* "FILE:LINE: reason" for malformed input; names the file otherwise. */
     const char *why = vram_last_error();
     if (why[0] != '\0')
