@@ -58,6 +58,7 @@
 #include "base/clock.h"
 #include "base/hot.h"
 #include "base/size.h"
+#include "base/text.h"
 #include "base/uuid.h"
 #include "config/env.h"
 #include "driver/nvml_api.h"
@@ -91,15 +92,15 @@ _Thread_local int hook_depth __attribute__((tls_model("initial-exec")));
 /* ------------------------------------------------------------------ */
 
 /* Write LINE (without its newline) to stderr in one write, so that lines
-** of several processes never interleave. Never fails loudly. */
+** of several processes never interleave, made safe for a terminal first
+** (base/text.h: a line may name another process's command or a path).
+** Never fails loudly. */
 void
 say(const char *line)
 {
     char buf[1024];
-    size_t n = strlen(line);
-    if (n > sizeof buf - 2)
-        n = sizeof buf - 2;
-    memcpy(buf, line, n);
+    text_safe(line, strlen(line), buf, sizeof buf - 1);
+    size_t n = strlen(buf);
     buf[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, buf, n);
     (void)w; /* nothing to do if stderr is gone */

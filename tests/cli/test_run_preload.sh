@@ -178,4 +178,47 @@ else
     fail "vram run under HAMi's variables: they limit, nothing said" "exit $rc"
 fi
 
+# ---- names from other processes reach the terminal escaped ----
+# A member of the group whose command name is a clear-screen sequence, a
+# line end and a stray byte holds 8 MiB: the library's refusal line names
+# it; and `vram run --report` names a device by the ledger's UUID bytes.
+FILL=$(dirname "$3")/ledger_fill
+U0=GPU-facecda0-0001-4000-8000-000000000000
+BADNAME=$(printf 'x\033[2J\033]0;t\007\nz\377')
+cp "$FILL" "$TMP/$BADNAME"
+"$TMP/$BADNAME" "hn$$" "$U0" 8 16 >"$TMP/fill.bad" 2>&1 &
+hostile=$!
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.bad"; do sleep 0.1; i=$((i + 1)); done
+# clean FILE: valid UTF-8, no control character but the line end, no C1.
+clean() {
+    python3 -c '
+import sys
+t = open(sys.argv[1], "rb").read().decode("utf-8")
+sys.exit(1 if [c for c in t if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f] else 0)' "$1"
+}
+VRAM_GROUP="hn$$" VRAM_LIMIT=16M LD_PRELOAD=$PRELOAD "$PROBE" alloc 16 0 2 >"$TMP/out" 2>"$TMP/err"
+if clean "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
+    grep -qF "(pid $hostile x\\x1b[2J\\x1b]0;t\\x07\\x0az\\xff 8.00 MiB)" "$TMP/err"; then
+    pass "the refusal line names a hostile member escaped, on one line"
+else
+    fail "the refusal line names a hostile member escaped" "$(od -c "$TMP/err" | head -n 3)"
+fi
+kill "$hostile" 2>/dev/null
+wait "$hostile" 2>/dev/null
+BADUUID=$(printf 'GPU-\033[31mred\nx\377')
+"$FILL" "hr$$" "$BADUUID" 8 0 >"$TMP/fill.badu" 2>&1 &
+hostile=$!
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.badu"; do sleep 0.1; i=$((i + 1)); done
+"$VRAM" run --preload "$PRELOAD" --group "hr$$" --report -- sleep 0.3 >"$TMP/out" 2>"$TMP/err"
+if clean "$TMP/err" && grep -qF 'vram: run: GPU-\x1b[31mred\x0ax\xff: ' "$TMP/err"; then
+    pass "--report names a device by the ledger's bytes, escaped"
+else
+    fail "--report names a device by the ledger's bytes, escaped" "$(od -c "$TMP/err" | head -n 3)"
+fi
+kill "$hostile" 2>/dev/null
+wait "$hostile" 2>/dev/null
+rm -f "/dev/shm/vram-$(id -u)/hn$$" "/dev/shm/vram-$(id -u)/hr$$"
+
 test_end

@@ -761,7 +761,8 @@ report_sample(struct report *r, bool baseline)
     }
 }
 
-/* One line per device to standard error. */
+/* One line per device to standard error (the UUIDs are the ledger's
+** bytes: cli_error makes them safe). */
 static void
 report_print(const struct report *r)
 {
@@ -787,35 +788,32 @@ report_print(const struct report *r)
             ** quota from its first allocation (the ledger keeps the count
             ** of refusals, not their sizes; the preload library's own line
             ** above names the size). */
-            fprintf(stderr,
-                    "vram: run: %s: refused %llu allocation%s, none granted, quota %s\n",
+            cli_error("run: %s: refused %llu allocation%s, none granted, quota %s",
                     r->uuid[d], (unsigned long long)refused, refused == 1 ? "" : "s",
                     r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none");
             continue;
         }
         if (sum == 0 && r->max_used[d] == 0) {
             /* In the ledger, so reserved or refused, but never seen held. */
-            fprintf(stderr,
-                    "vram: run: %s: peak not seen (the processes that used it exited "
-                    "between two samples), quota %s, %llu allocation%s refused\n",
+            cli_error("run: %s: peak not seen (the processes that used it exited "
+                      "between two samples), quota %s, %llu allocation%s refused",
                     r->uuid[d],
                     r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
                     (unsigned long long)refused, refused == 1 ? "" : "s");
             continue;
         }
-        fprintf(stderr,
-                "vram: run: %s: peak %s (sum of the peaks of %d process%s; at most %s "
-                "in use at once when sampled), quota %s, %llu allocation%s refused\n",
+        cli_error("run: %s: peak %s (sum of the peaks of %d process%s; at most %s "
+                  "in use at once when sampled), quota %s, %llu allocation%s refused",
                 r->uuid[d], size_format(sum, a, sizeof a), procs, procs == 1 ? "" : "es",
                 size_format(r->max_used[d], b, sizeof b),
                 r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
                 (unsigned long long)refused, refused == 1 ? "" : "s");
     }
     if (r->failed)
-        fprintf(stderr, "vram: run: cannot read the ledger of group '%s': %s\n", r->group,
+        cli_error("run: cannot read the ledger of group '%s': %s", r->group,
                 r->error);
     else if (!any)
-        fprintf(stderr, "vram: run: no GPU memory used by group '%s'\n", r->group);
+        cli_error("run: no GPU memory used by group '%s'", r->group);
 }
 
 static void
