@@ -124,7 +124,7 @@ line_allowed(void)
 /* ------------------------------------------------------------------ */
 
 /* Fail closed: remember that CUDA is off here and say why, once. */
-static void
+void
 disable(const char *why)
 {
     char line[768];
@@ -512,44 +512,6 @@ room_left(const struct preload_device *d, const char *uuid, const uint64_t limit
     return room;
 }
 
-/*
-** A per-device entry of the quota that names no visible device (a
-** mistyped UUID, an ordinal past the last GPU) limits nothing: said once
-** per process, on the first device the driver describes (cuInit has run,
-** so the count and the UUIDs are final). The other devices are described
-** through device_get, which caches them; its own call back here returns
-** at once.
-*/
-static void
-report_unmatched_entries(void)
-{
-    static int done;
-    if (!P.quota.active || P.quota.n_entries == 0 ||
-        __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
-        return;
-    void *c = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetCount");
-    vcu_pfn_cuDeviceGetCount get_count;
-    memcpy(&get_count, &c, sizeof c);
-    int n = 0;
-    if (c == NULL || get_count(&n) != VCU_SUCCESS || n <= 0)
-        return;
-    if (n > PRELOAD_MAX_DEVICES)
-        n = PRELOAD_MAX_DEVICES;
-    static char uuids[PRELOAD_MAX_DEVICES][QUOTA_UUID_LEN];
-    for (int i = 0; i < n; i++) {
-        struct preload_device *d = NULL;
-        if (device_get(i, &d) != VCU_SUCCESS)
-            return; /* a device the driver will not describe: no claim */
-        snprintf(uuids[i], sizeof uuids[i], "%s", d->uuid);
-    }
-    int k = quota_unmatched(&P.quota, n, uuids);
-    if (k < 0)
-        return;
-    char line[1024] = "vram: ";
-    quota_unmatched_line(&P.quota, k, n, uuids, line + 6, sizeof line - 6);
-    say(line);
-}
-
 /* The facts of CUDA ordinal ORD, asked from the driver the first time
 ** (UUID and total memory: neither allocates). */
 VRAM_HOT vcu_result
@@ -562,6 +524,10 @@ device_get(int ord, struct preload_device **out)
         *out = d;
         return VCU_SUCCESS;
     }
+    /* No device's facts before every per-GPU key is known to name a GPU
+    ** (keys.c): one that names none disables CUDA here. */
+    if (!keys_check())
+        return VCU_ERROR_NOT_INITIALIZED;
     void *p = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetUuid_v2");
     if (p == NULL)
         p = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetUuid");
@@ -596,7 +562,6 @@ device_get(int ord, struct preload_device **out)
     }
     pthread_mutex_unlock(&P.dev_lock);
     *out = d;
-    report_unmatched_entries();
     return VCU_SUCCESS;
 }
 

@@ -260,28 +260,32 @@ say_unlimited(const char *group)
 ** library will read it. Returns -1 on success, else the exit status.
 */
 /*
-** A per-device entry that names no device this process can see (a
-** mistyped UUID, an ordinal past the last GPU) limits nothing: refused,
-** nothing run, when the driver can list the devices. The driver is asked
+** A per-device entry that names no GPU limits nothing: the library would
+** disable CUDA in every process of the command (docs/QUOTA.md, "A key that
+** names no GPU"), so it is refused here, nothing run, when the driver can
+** list the devices. Here more strictly than in the library: every key
+** must name a GPU this process sees (the command inherits its
+** CUDA_VISIBLE_DEVICES, so a UUID hidden here limits nothing the command
+** sees unless it changes the list for its children). The driver is asked
 ** only for a per-device list, and without a context (no device memory);
-** with no driver or no device there is nothing to check against.
+** with no driver or no device there is nothing to check against (the
+** library checks in each process).
 */
 static int
 check_entries_visible(const struct quota_env *q)
 {
     if (!q->active || q->n_entries == 0)
         return -1;
-    static char uuids[QUOTA_MAX_ORDINAL][QUOTA_UUID_LEN];
+    static struct quota_gpus g;
     int n = 0;
-    if (backend_cuda_uuids(NULL, uuids, QUOTA_MAX_ORDINAL, &n) != VRAM_OK)
+    if (backend_cuda_uuids(NULL, g.uuid, QUOTA_MAX_ORDINAL, &n) != VRAM_OK)
         return -1;
-    if (n > QUOTA_MAX_ORDINAL)
-        n = QUOTA_MAX_ORDINAL;
-    int k = quota_unmatched(q, n, uuids);
+    g.n = g.n_ordinals = n > QUOTA_MAX_ORDINAL ? QUOTA_MAX_ORDINAL : n;
+    int k = quota_unmatched(q, &g);
     if (k < 0)
         return -1;
-    char line[1024];
-    quota_unmatched_line(q, k, n, uuids, line, sizeof line);
+    char line[4096];
+    quota_unmatched_line(q, k, &g, line, sizeof line);
     cli_error("%s: %s; nothing was run", run_who, line);
     return RUN_USAGE;
 }
