@@ -326,6 +326,16 @@ if [ $rc -eq 0 ] && grep -q "^/etc/vram/policy.conf: ok: default 32M, 1 user, 1 
 else
     fail "admin check --user: the rules and each GPU's limit" "exit $rc"
 fi
+# The policy's ordinals are the host's, whatever the caller's
+# CUDA_VISIBLE_DEVICES: check lists the host's GPUs.
+env LD_LIBRARY_PATH="$LIBPATH" CUDA_VISIBLE_DEVICES=1 "$VRAM" admin check --user "$UA" \
+    >"$TMP/out" 2>"$TMP/err"
+if grep -q "^  GPU 0 $UUID0 (1.00 GiB): 64.00 MiB$" "$TMP/out" &&
+    grep -q "^  GPU 1 GPU-facecda0-0001-4000-8000-000000000001 (1.00 GiB): 16.00 MiB$" "$TMP/out"; then
+    pass "admin check --user under CUDA_VISIBLE_DEVICES=1: the host's GPUs by host ordinal"
+else
+    fail "admin check --user under CUDA_VISIBLE_DEVICES=1: the host's GPUs" "$(cat "$TMP/out")"
+fi
 "$VRAM" admin check --user "$UB" >"$TMP/out" 2>"$TMP/err"
 if grep -q "^  rule: default (line 1): 32M$" "$TMP/out"; then
     pass "admin check --user: the default for a user without a rule"

@@ -423,11 +423,10 @@ write_atomically(const char *path, const char *text)
 /* ------------------------------------------------------------------ */
 
 /*
-** The host's GPUs as CUDA numbers them with CUDA_VISIBLE_DEVICES unset,
+** The host's GPUs as CUDA numbers them with CUDA_VISIBLE_DEVICES unset
+** (cmd_admin drops it from this process before the driver is loaded),
 ** which is what the policy's ordinals mean, into *G (once; the driver is
-** asked without a context). False where no driver lists them. The
-** variable is dropped from this process only, before the driver is first
-** loaded, so that --user's limits are per host ordinal too.
+** asked without a context). False where no driver lists them.
 */
 static bool
 host_gpus(const struct quota_gpus **g)
@@ -435,7 +434,6 @@ host_gpus(const struct quota_gpus **g)
     static struct quota_gpus gpus;
     static int state; /* 0 not asked, 1 listed, 2 no driver */
     if (state == 0) {
-        unsetenv("CUDA_VISIBLE_DEVICES");
         int n = 0;
         state = backend_cuda_uuids(NULL, gpus.uuid, QUOTA_MAX_ORDINAL, &n) == VRAM_OK ? 1 : 2;
         gpus.n = gpus.n_ordinals = n < QUOTA_MAX_ORDINAL ? n : QUOTA_MAX_ORDINAL;
@@ -819,6 +817,10 @@ cmd_admin(int argc, char **argv)
     snprintf(a.preload_file, sizeof a.preload_file, "%s%s", root, LD_PRELOAD_FILE);
     snprintf(a.policy_file, sizeof a.policy_file, "%s%s", root, policy_path());
     snprintf(a.cgroup_dir, sizeof a.cgroup_dir, "%s%s", root, CGROUP_DIR);
+    /* The policy's ordinals are the host's: this process lists the GPUs
+    ** (its keys, --user's limits) as CUDA numbers them without the
+    ** caller's CUDA_VISIBLE_DEVICES. */
+    unsetenv("CUDA_VISIBLE_DEVICES");
     bool writes = strcmp(verb, "enable") == 0 || strcmp(verb, "disable") == 0;
     if (a.user != NULL && strcmp(verb, "check") != 0) {
         return cliopt_usage_error(&admin_cmd, "--user is for check only");
