@@ -4,10 +4,12 @@
 ** without writing over another user's file (see outfile.h).
 */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -16,13 +18,24 @@
 /* Tries of create-or-open: a file removed between the two is tried again. */
 #define OUTFILE_TRIES 4
 
+/* Whether ST is the null device (/dev/null, character device 1:3): a
+** place to throw output away, which no file could be written through. */
+static bool
+null_device(const struct stat *st)
+{
+    return S_ISCHR(st->st_mode) && major(st->st_rdev) == 1 && minor(st->st_rdev) == 3;
+}
+
 /* VRAM_OK when FD (SHOWN, not made by us) may be written; else why not. */
 static vram_status
-check_existing(int fd, const char *shown)
+check_existing(int fd, const char *shown, bool *is_null)
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
         return error_set(VRAM_E_IO, "%s: %s", shown, strerror(errno));
+    *is_null = null_device(&st);
+    if (*is_null)
+        return VRAM_OK;
     if (!S_ISREG(st.st_mode))
         return error_set(VRAM_E_IO, "%s: not a regular file: not written", shown);
     if (st.st_uid != geteuid())
@@ -67,11 +80,12 @@ outfile_open(const char *path, enum outfile_how how, int *fd)
             return error_set(VRAM_E_IO, "%s: not a regular file: not written", shown);
         if (f < 0)
             return error_set(VRAM_E_IO, "%s: %s", shown, strerror(errno));
-        vram_status st = check_existing(f, shown);
+        bool is_null = false;
+        vram_status st = check_existing(f, shown, &is_null);
         int flags = fcntl(f, F_GETFL);
         if (st == VRAM_OK && (flags < 0 || fcntl(f, F_SETFL, flags & ~O_NONBLOCK) != 0))
             st = error_set(VRAM_E_IO, "%s: %s", shown, strerror(errno));
-        if (st == VRAM_OK && how == OUTFILE_TRUNCATE && ftruncate(f, 0) != 0)
+        if (st == VRAM_OK && how == OUTFILE_TRUNCATE && !is_null && ftruncate(f, 0) != 0)
             st = error_set(VRAM_E_IO, "%s: %s", shown, strerror(errno));
         if (st != VRAM_OK) {
             close(f);

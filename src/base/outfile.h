@@ -20,8 +20,9 @@
 ** file of another user (root too is refused another user's file: a user
 ** may have made it to have root write over it), a file with other hard
 ** links (one of its names may be a file the caller must not change), and
-** anything that is not a regular file (a FIFO, a device). The directories
-** on the way are the caller's choice and are followed.
+** anything that is not a regular file (a FIFO, a device), but the null
+** device (/dev/null: output thrown away, as asked). The directories on
+** the way are the caller's choice and are followed.
 */
 #ifndef VRAM_BASE_OUTFILE_H
 #define VRAM_BASE_OUTFILE_H

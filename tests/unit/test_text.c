@@ -172,6 +172,13 @@ test_outfile(void **state)
     assert_int_equal(outfile_open(fifo, OUTFILE_TRUNCATE, &fd), VRAM_E_IO);
     assert_non_null(strstr(vram_last_error(), "fifo.csv: not a regular file"));
     assert_int_equal(outfile_open(dir, OUTFILE_TRUNCATE, &fd), VRAM_E_IO);
+    if (access("/dev/full", W_OK) == 0) {
+        assert_int_equal(outfile_open("/dev/full", OUTFILE_TRUNCATE, &fd), VRAM_E_IO);
+        assert_string_equal(vram_last_error(), "/dev/full: not a regular file: not written");
+    }
+    /* But the null device: output thrown away, as asked. */
+    assert_int_equal(outfile_open("/dev/null", OUTFILE_TRUNCATE, &fd), VRAM_OK);
+    write_text(fd, "gone\n");
 
     /* Another user's file (root can make one here; the CLI tests use a
     ** real user). */
