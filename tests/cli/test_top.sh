@@ -91,8 +91,16 @@ tmux -S "$SOCK" send-keys -t "$S" "r"
 check "sort reverses" "sort: pid \(reversed\)"
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
-sleep 1
-tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+# Gone at a sample after its death: looked for until then (at most 10 s:
+# a loaded machine delays top's samples).
+i=0
+while :; do
+    tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+    grep -qE "^ +- +$victim " "$TMP/screen" || break
+    i=$((i + 1))
+    [ $i -ge 50 ] && break
+    sleep 0.2
+done
 if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else pass "killed process disappears"; fi
 tmux -S "$SOCK" send-keys -t "$S" "q"
 check "q quits with status 0" "TOP-EXIT=0"
