@@ -38,11 +38,12 @@ input (not a pickle, truncated, not a snapshot, a foreign version) -- one
 line on standard error, "vram.import_torch: SNAPSHOT: why".
 """
 import argparse
-import gzip
 import io
 import os
 import pickle
 import sys
+
+from .outfile import open_trace
 
 PROG = "vram.import_torch"
 
@@ -187,8 +188,8 @@ def convert(snap):
 def write_trace(path, events, meta):
     sites = any(e[6] for e in events)
     frame_ids, site_ids = {}, {}
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", newline="", encoding="utf-8") as f:
+    # Never through a link, never over another user's file (vram.outfile).
+    with open_trace(path) as f:
         f.write("# %s\n" % meta)
         if sites:
             f.write("#@format 2\nt_us,op,id,size,stream,device,site\n")

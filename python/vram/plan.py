@@ -142,9 +142,8 @@ class Result:
     def write_trace(self, path, meta=""):
         """Write the events as a vram trace (docs/TRACE_FORMAT.md). Sizes
         are the bytes each allocation asked for."""
-        import gzip
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "wt") as f:
+        from .outfile import open_trace  # never through a link or over another's file
+        with open_trace(path) as f:
             f.write("# workload=vram-plan mode=%s torch=%s%s\n" % (
                 self.mode, self.torch_version, (" " + meta) if meta else ""))
             f.write("t_us,op,id,size,stream,device,label\n")
@@ -1211,7 +1210,11 @@ def main(argv=None):
             r = trace(fn, profile=a.profile, gpu_memory=a.gpu_memory or (80 << 30),
                       mode=a.mode, torch_version=a.torch_version)
         if a.trace:
-            r.write_trace(a.trace, meta="model=" + os.path.basename(a.model).replace(" ", "_"))
+            try:
+                r.write_trace(a.trace,
+                              meta="model=" + os.path.basename(a.model).replace(" ", "_"))
+            except OSError as e:
+                raise TraceError("--trace: %s: %s" % (a.trace, e.strerror or e)) from None
     except (TraceError, builtin.BuiltinError) as e:
         sys.stderr.write("vram: plan: %s\n" % str(e).splitlines()[0])
         return 1

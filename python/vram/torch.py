@@ -34,13 +34,17 @@ PyTorch is given is vram_torch_malloc_raising, from a small C++ shim
 allocator does. use() compiles it once against the PyTorch in use and
 libvram.so (a C++ compiler is needed; the result is cached next to
 libvram.so, else in ~/.cache/vram); without a compiler it warns and plugs
-vram_torch_malloc in as before.
+vram_torch_malloc in as before. A cached shim is code loaded into the
+process, so a cache directory or file that is a symbolic link, is not the
+user's or root's, or that its group or others may write, is not used (one
+warning says which and why).
 """
 
 import ctypes
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -88,6 +92,35 @@ def _shim_dirs(lib_path):
     return dirs
 
 
+def _unsafe(path, directory):
+    """Why PATH (a cache DIRECTORY, or a cached shim) must not be used, or
+    None. A shim is loaded into the process: whoever can write it, or
+    replace it in its directory, runs code as the user. So each must be
+    itself (not a symbolic link), the user's or root's, and writable by
+    neither its group nor others."""
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return "%s: %s" % (path, e.strerror)
+    kind = stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)
+    if not kind:
+        return "%s is not a %s" % (path, "directory" if directory else "regular file")
+    if st.st_uid not in (os.geteuid(), 0):
+        return "%s is owned by uid %d, not by you (uid %d) or root" % (
+            path, st.st_uid, os.geteuid())
+    if st.st_mode & 0o022:
+        return "%s is writable by %s (mode %04o)" % (
+            path, "others" if st.st_mode & 0o002 else "its group",
+            stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _refuse_cache(why):
+    """One line saying that a cache is not used, and why."""
+    warnings.warn("vram: the PyTorch OOM shim cache is not used: %s" % why, RuntimeWarning,
+                  stacklevel=3)
+
+
 def oom_shim(torch, lib_path, compiler=None):
     """The path of the OOM shim (oom_shim.cpp) built for TORCH and LIB_PATH
     (libvram.so), compiling it on first use. Raises VramError saying why
@@ -110,17 +143,39 @@ def oom_shim(torch, lib_path, compiler=None):
     key = hashlib.sha256(repr((source, torch.__version__, root, abi, lib_path, stamp,
                                cxx)).encode()).hexdigest()[:16]
     name = "libvram_torch_oom-%s.so" % key
+    unsafe = set()
     for d in _shim_dirs(lib_path):
-        if os.path.exists(os.path.join(d, name)):
-            return os.path.join(d, name)
+        if not os.path.lexists(d):
+            continue
+        why = _unsafe(d, True)
+        if why is not None:
+            _refuse_cache(why)
+            unsafe.add(d)
+        elif os.path.lexists(os.path.join(d, name)):
+            why = _unsafe(os.path.join(d, name), False)
+            if why is None:
+                return os.path.join(d, name)
+            _refuse_cache(why + "; it is built again")
     if os.path.isabs(lib_path):
         link = [lib_path, "-Wl,-rpath," + os.path.dirname(lib_path)]
     else:
         link = ["-l:" + lib_path]
     errors = []
     for d in _shim_dirs(lib_path):
+        if d in unsafe:
+            errors.append("%s: not safe (said above)" % d)
+            continue
         try:
-            os.makedirs(d, exist_ok=True)
+            try:
+                os.makedirs(d, mode=0o755)
+                os.chmod(d, 0o755)  # not group-writable, whatever the umask
+            except FileExistsError:
+                pass  # made by an earlier run, or a rank compiling at once
+            why = _unsafe(d, True)
+            if why is not None:
+                _refuse_cache(why)
+                errors.append("%s: not safe" % d)
+                continue
             fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=d)
             os.close(fd)
         except OSError as e:
@@ -147,6 +202,7 @@ def oom_shim(torch, lib_path, compiler=None):
             raise VramError("compiling %s failed: %s" % (
                 _SHIM_SOURCE, errors[0] if errors else "exit %d" % run.returncode))
         final = os.path.join(d, name)
+        os.chmod(tmp, 0o755)  # the linker made it by the umask: no group write
         os.replace(tmp, final)  # atomic: ranks compiling at once agree
         return final
     raise VramError("no writable directory for the shim: " + "; ".join(errors))

@@ -15,6 +15,7 @@
 #include "analyze/analyze.h"
 #include "analyze/analyze_internal.h"
 #include "base/error.h"
+#include "base/text.h"
 
 /* an_compare's rows follow it in one block. */
 _Static_assert(_Alignof(struct an_cmp_row) <= _Alignof(struct an_compare) &&
@@ -193,9 +194,10 @@ an_print_compare_text(FILE *out, const struct an_compare *c)
     if (out == NULL || c == NULL)
         return;
     const struct an_result *a = c->a, *b = c->b;
-    char name[80];
-    fprintf(out, "A  %s\nB  %s\n\n", a->trace != NULL ? a->trace->path : "?",
-            b->trace != NULL ? b->trace->path : "?");
+    char name[80], pa[TEXT_SAFE_LEN(1024)], pb[TEXT_SAFE_LEN(1024)];
+    fprintf(out, "A  %s\nB  %s\n\n", /* anybody's file names: made safe */
+            a->trace != NULL ? text_safe(a->trace->path, 1024, pa, sizeof pa) : "?",
+            b->trace != NULL ? text_safe(b->trace->path, 1024, pb, sizeof pb) : "?");
     fprintf(out, "  %-32s %14s %14s  %s\n", "", "A", "B", "change (B - A)");
     struct an_cmp_row peaks[AN_CMP_PEAK_ROWS];
     an_cmp_peak_rows(c, peaks, name, sizeof name);

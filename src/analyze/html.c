@@ -25,6 +25,7 @@
 #include "analyze/analyze.h"
 #include "base/error.h"
 #include "base/size.h"
+#include "base/text.h"
 
 /* Colours: distinguishable for the common colour-vision deficiencies
 ** (blue against orange), each with a contrast of 4.5:1 or more on white. */
@@ -89,21 +90,27 @@ putf(struct page *p, const char *fmt, ...)
 }
 
 /* LEN bytes of TEXT, escaped for HTML text and attribute values. Control
-** characters other than tab and newline are not allowed in HTML: shown as
-** '?'. */
+** characters other than tab and newline are not allowed in HTML, and the
+** page is UTF-8: those, bytes that are not UTF-8, C1 controls and the
+** format characters that reorder text (base/text.h) are shown as '?'. */
 static void
 put_esc_n(struct page *p, const char *text, size_t len)
 {
     static const char *const entity[256] = {
         ['&'] = "&amp;", ['<'] = "&lt;", ['>'] = "&gt;", ['"'] = "&quot;", ['\''] = "&#39;"};
-    for (size_t i = 0; i < len && text[i] != '\0'; i++) {
+    len = strnlen(text, len);
+    for (size_t i = 0; i < len;) {
         unsigned char c = (unsigned char)text[i];
+        size_t k = text_char_len(text + i, len - i);
         if (entity[c] != NULL)
             put(p, entity[c]);
-        else if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f)
+        else if (c == '\t' || c == '\n')
+            fputc(c, p->out);
+        else if (k == 0)
             fputc('?', p->out);
         else
-            fputc(c, p->out);
+            fwrite(text + i, 1, k, p->out);
+        i += k > 0 ? k : 1;
     }
 }
 

@@ -13,6 +13,7 @@
 #include "analyze/analyze.h"
 #include "analyze/analyze_internal.h"
 #include "base/error.h"
+#include "base/text.h"
 
 static const char *
 oom_cause_name(enum an_oom_cause c)
@@ -193,7 +194,10 @@ an_result_json(const struct an_result *r)
     if (o == NULL)
         return NULL;
     if (t != NULL) {
-        json_object_object_add(o, "trace", json_object_new_string(t->path));
+        char path[TEXT_SAFE_LEN(1024)]; /* valid UTF-8, as JSON must be */
+        json_object_object_add(o, "trace",
+                               json_object_new_string(text_safe(t->path, 1024, path,
+                                                                sizeof path)));
         json_object_object_add(o, "events", an_json_u64(t->n_events));
         json_object_object_add(o, "allocations", an_json_u64(t->n_slots));
         json_object_object_add(o, "marks", an_json_u64(t->n_marks));

@@ -13,6 +13,7 @@
 #include "analyze/analyze.h"
 #include "analyze/analyze_internal.h"
 #include "base/size.h"
+#include "base/text.h"
 
 /* Rows printed of long lists; the rest are summed up in one line. */
 #define TEXT_ROWS 8
@@ -322,9 +323,10 @@ an_print_text(FILE *out, const struct an_result *r)
     if (out == NULL || r == NULL)
         return;
     const struct trace *t = r->trace;
-    char a[32], b[32], c[32];
-    if (t != NULL)
-        fprintf(out, "trace      %s: %llu events, %u allocations, %d device%s\n", t->path,
+    char a[32], b[32], c[32], path[TEXT_SAFE_LEN(1024)];
+    if (t != NULL) /* the path may be anybody's file name: made safe */
+        fprintf(out, "trace      %s: %llu events, %u allocations, %d device%s\n",
+                text_safe(t->path, 1024, path, sizeof path),
                 (unsigned long long)t->n_events, t->n_slots, t->n_devices,
                 t->n_devices == 1 ? "" : "s");
     fprintf(out, "peak       %s live at %.3f s (event %llu",

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/outfile.h"
 
 int log_level_current = LOG_OFF;
 
@@ -26,11 +27,19 @@ log_configure(int level, const char *path)
         logger.file = NULL;
     }
     if (path != NULL && path[0] != '\0') {
-        logger.file = fopen(path, "a");
-        if (logger.file == NULL)
+        /* Appended to, never through a link or into another user's file
+        ** (outfile.h): the path comes from the environment of whatever
+        ** program loads libvram. */
+        int fd = -1;
+        if (outfile_open(path, OUTFILE_APPEND, &fd) == VRAM_OK)
+            logger.file = fdopen(fd, "a");
+        if (logger.file == NULL) {
+            if (fd >= 0)
+                close(fd);
             rc = -1;
-        else
+        } else {
             setvbuf(logger.file, NULL, _IOLBF, 0);
+        }
     }
     log_level_current = level;
     pthread_mutex_unlock(&logger.lock);

@@ -29,8 +29,11 @@ log_enabled(int level)
     return level <= log_level_current;
 }
 
-/* Set the level and destination (PATH NULL or "" = stderr). Returns 0, or
-** -1 if PATH cannot be opened (then stderr is used). Called by vram_open. */
+/* Set the level and destination (PATH NULL or "" = stderr; a file is
+** appended to, opened by outfile_open: never through a link, never
+** another user's). Returns 0, or -1 if PATH cannot or must not be opened
+** (then stderr is used, and the last error says why). Called by
+** vram_open. */
 int log_configure(int level, const char *path);
 
 /* Write one line "vram[pid]: ..." when LEVEL is enabled. Thread-safe. */

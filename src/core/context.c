@@ -214,8 +214,7 @@ vram_open(const vram_options *options, vram_context **out)
         if (opt.sim.memory_bytes == 0)
             opt.sim.memory_bytes = env.sim_memory;
         if (log_configure(env.log_level, env.log_file) != 0)
-            log_write(LOG_CONFIG, "VRAM_LOG_FILE=%s cannot be opened: logging to stderr",
-                      env.log_file);
+            log_write(LOG_CONFIG, "VRAM_LOG_FILE: %s: logging to stderr", vram_last_error());
     }
 
     vram_context *ctx = calloc(1, sizeof *ctx);

@@ -13,14 +13,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "monitor/monitor.h"
 #include "monitor/prom.h"
 
-/* Write TEXT as a label value: backslash, double quote and newline escaped
-** (runs without them in one write). */
+/*
+** Write TEXT as a label value. A value is UTF-8 in which backslash, double
+** quote and newline are escaped (\\, \", \n), the text format's rules;
+** Prometheus refuses a whole scrape for a value that is not UTF-8, and
+** `vram stat --prometheus` prints to a terminal. So the text (a command
+** name, a group name: another process's or a ledger's bytes) is made
+** safe first (base/text.h: control characters, C1 controls and bytes that
+** are not UTF-8 as the four characters \xNN), then escaped (runs without
+** those three characters in one write).
+*/
 static void
-put_label(FILE *out, const char *text)
+put_label(FILE *out, const char *raw)
 {
+    char safe[TEXT_SAFE_LEN(256)];
+    const char *text = text_safe(raw, 256, safe, sizeof safe);
     while (*text != '\0') {
         size_t run = strcspn(text, "\\\"\n");
         fwrite(text, 1, run, out);

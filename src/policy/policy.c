@@ -646,6 +646,52 @@ policy_limit(const struct policy_verdict *v, int host_ord, const char *uuid, uin
     return limit;
 }
 
+/* Rule R's keys against G: VRAM_OK, or the error naming the first key
+** that names no GPU (see policy_check_gpus). */
+static vram_status
+rule_check_gpus(const char *path, const struct policy_rule *r, const struct quota_gpus *g)
+{
+    int k = quota_unmatched(&r->limit, g);
+    if (k < 0)
+        return VRAM_OK;
+    char key[QUOTA_UUID_LEN], who[POLICY_NAME_LEN + 8],
+        list[QUOTA_MAX_ORDINAL * (QUOTA_UUID_LEN + 6)];
+    quota_key_text(&r->limit.entries[k], key, sizeof key);
+    quota_gpus_format(g, list, sizeof list);
+    if (r->kind == POLICY_DEFAULT)
+        snprintf(who, sizeof who, "default");
+    else
+        snprintf(who, sizeof who, "%s %s", kind_word(r->kind), r->name);
+    return error_set_at(VRAM_E_CONFIG, path, (unsigned long long)r->line,
+                        "%s: GPU key '%s' names no GPU of this host (%s): it would limit "
+                        "nothing",
+                        who, key, list);
+}
+
+vram_status
+policy_check_gpus(const struct policy *p, const struct policy_verdict *v,
+                  const struct quota_gpus *g)
+{
+    if (p == NULL || g == NULL)
+        return VRAM_OK;
+    vram_status st = VRAM_OK;
+    if (v == NULL) {
+        for (int k = 0; k < p->n_rules && st == VRAM_OK; k++)
+            if (p->rules[k].kind == POLICY_USER || p->rules[k].kind == POLICY_GROUP)
+                st = rule_check_gpus(p->path, &p->rules[k], g);
+        if (st == VRAM_OK && p->has_default)
+            st = rule_check_gpus(p->path, &p->def, g);
+        return st;
+    }
+    if (v->user_rule != NULL)
+        st = rule_check_gpus(p->path, v->user_rule, g);
+    for (int k = 0; k < v->n_group_rules && st == VRAM_OK; k++)
+        st = rule_check_gpus(p->path, v->group_rules[k], g);
+    if (st == VRAM_OK && v->def != NULL)
+        st = rule_check_gpus(p->path, v->def, g);
+    return st;
+}
+
 char *
 policy_rule_describe(const struct policy_rule *r, char *buf, size_t len)
 {

@@ -26,7 +26,8 @@
 **   4. else no policy limit (the process is still counted in its user's
 **      ledger, so that the admin sees it).
 ** A level whose rule does not name the GPU (a per-GPU list without it)
-** falls through to the next. Policy ordinals are the host's: the process's
+** falls through to the next. A per-GPU key that names no GPU of the host
+** is an error of the policy (policy_check_gpus, once the GPUs are known). Policy ordinals are the host's: the process's
 ** CUDA ordinal mapped through CUDA_VISIBLE_DEVICES (policy_host_ordinal);
 ** when that cannot be known, the smallest ordinal-keyed limit of the rule
 ** applies, so that renaming GPUs never raises a limit.
@@ -151,6 +152,20 @@ void policy_resolve(const struct policy *p, const struct policy_who *w,
 */
 uint64_t policy_limit(const struct policy_verdict *v, int host_ord, const char *uuid,
                       uint64_t total, const struct policy_rule **rule);
+
+/*
+** Whether every per-GPU key of the rules names a GPU of G (the host's:
+** ordinal keys below G->n_ordinals, UUID keys a prefix of one of G's
+** UUIDs): VRAM_OK, else VRAM_E_CONFIG with the last error
+**   PATH:LINE: user alice: GPU key '16' names no GPU of this host (0:
+**   GPU-..., 1: GPU-...): it would limit nothing
+** for the first that names none. The rules are V's (those that apply to
+** one user: its user rule, group rules and the default), or with V NULL
+** every rule of P and its default (vram admin). A G with no GPU passes:
+** where nothing can be allocated, nothing goes unlimited.
+*/
+vram_status policy_check_gpus(const struct policy *p, const struct policy_verdict *v,
+                              const struct quota_gpus *g);
 
 /* "user alice (line 4)", "group ml (line 7)", "default (line 2)" into BUF. */
 char *policy_rule_describe(const struct policy_rule *r, char *buf, size_t len);

@@ -58,6 +58,7 @@
 #include "base/clock.h"
 #include "base/hot.h"
 #include "base/size.h"
+#include "base/text.h"
 #include "base/uuid.h"
 #include "config/env.h"
 #include "driver/nvml_api.h"
@@ -91,15 +92,15 @@ _Thread_local int hook_depth __attribute__((tls_model("initial-exec")));
 /* ------------------------------------------------------------------ */
 
 /* Write LINE (without its newline) to stderr in one write, so that lines
-** of several processes never interleave. Never fails loudly. */
+** of several processes never interleave, made safe for a terminal first
+** (base/text.h: a line may name another process's command or a path).
+** Never fails loudly. */
 void
 say(const char *line)
 {
     char buf[1024];
-    size_t n = strlen(line);
-    if (n > sizeof buf - 2)
-        n = sizeof buf - 2;
-    memcpy(buf, line, n);
+    text_safe(line, strlen(line), buf, sizeof buf - 1);
+    size_t n = strlen(buf);
     buf[n++] = '\n';
     ssize_t w = write(STDERR_FILENO, buf, n);
     (void)w; /* nothing to do if stderr is gone */
@@ -123,7 +124,7 @@ line_allowed(void)
 /* ------------------------------------------------------------------ */
 
 /* Fail closed: remember that CUDA is off here and say why, once. */
-static void
+void
 disable(const char *why)
 {
     char line[768];
@@ -511,44 +512,6 @@ room_left(const struct preload_device *d, const char *uuid, const uint64_t limit
     return room;
 }
 
-/*
-** A per-device entry of the quota that names no visible device (a
-** mistyped UUID, an ordinal past the last GPU) limits nothing: said once
-** per process, on the first device the driver describes (cuInit has run,
-** so the count and the UUIDs are final). The other devices are described
-** through device_get, which caches them; its own call back here returns
-** at once.
-*/
-static void
-report_unmatched_entries(void)
-{
-    static int done;
-    if (!P.quota.active || P.quota.n_entries == 0 ||
-        __atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
-        return;
-    void *c = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetCount");
-    vcu_pfn_cuDeviceGetCount get_count;
-    memcpy(&get_count, &c, sizeof c);
-    int n = 0;
-    if (c == NULL || get_count(&n) != VCU_SUCCESS || n <= 0)
-        return;
-    if (n > PRELOAD_MAX_DEVICES)
-        n = PRELOAD_MAX_DEVICES;
-    static char uuids[PRELOAD_MAX_DEVICES][QUOTA_UUID_LEN];
-    for (int i = 0; i < n; i++) {
-        struct preload_device *d = NULL;
-        if (device_get(i, &d) != VCU_SUCCESS)
-            return; /* a device the driver will not describe: no claim */
-        snprintf(uuids[i], sizeof uuids[i], "%s", d->uuid);
-    }
-    int k = quota_unmatched(&P.quota, n, uuids);
-    if (k < 0)
-        return;
-    char line[1024] = "vram: ";
-    quota_unmatched_line(&P.quota, k, n, uuids, line + 6, sizeof line - 6);
-    say(line);
-}
-
 /* The facts of CUDA ordinal ORD, asked from the driver the first time
 ** (UUID and total memory: neither allocates). */
 VRAM_HOT vcu_result
@@ -561,6 +524,10 @@ device_get(int ord, struct preload_device **out)
         *out = d;
         return VCU_SUCCESS;
     }
+    /* No device's facts before every per-GPU key is known to name a GPU
+    ** (keys.c): one that names none disables CUDA here. */
+    if (!keys_check())
+        return VCU_ERROR_NOT_INITIALIZED;
     void *p = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetUuid_v2");
     if (p == NULL)
         p = interpose_lib_sym(HOOK_CUDA, "cuDeviceGetUuid");
@@ -595,7 +562,6 @@ device_get(int ord, struct preload_device **out)
     }
     pthread_mutex_unlock(&P.dev_lock);
     *out = d;
-    report_unmatched_entries();
     return VCU_SUCCESS;
 }
 

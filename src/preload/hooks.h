@@ -69,10 +69,10 @@
     X(cuGetProcAddress_v2, vcu_pfn_cuGetProcAddress, "cuGetProcAddress", 12000, 0,       \
       HOOK_ANY, HOOK_CUDA, , , , )
 
-/* hooks_info.c: memory as the quota shows it (cuInit only forwards) */
+/* hooks_info.c: memory as the quota shows it (cuInit checks the keys) */
 #define PRELOAD_HOOKS_INFO(X)                                                            \
     X(cuInit, vcu_pfn_cuInit, "cuInit", 2000, 0, HOOK_ANY, HOOK_CUDA,                    \
-      call_only, result_only, (unsigned int flags), (flags))                             \
+      call_only, init_checked, (unsigned int flags), (flags))                            \
     X(cuDeviceTotalMem_v2, vcu_pfn_cuDeviceTotalMem, "cuDeviceTotalMem", 3020, 0,        \
       HOOK_ANY, HOOK_CUDA, call_only, total_mem_view, (size_t *bytes, vcu_device dev),   \
       (bytes, dev))                                                                      \

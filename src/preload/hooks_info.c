@@ -3,7 +3,8 @@
 ** hooks_info.c -- the hooks that report memory: cuMemGetInfo_v2,
 ** cuDeviceTotalMem_v2 and NVML's nvmlDeviceGetMemoryInfo[_v2], each showing
 ** the device as the quota sees it (the after steps of their rows in
-** hooks.h; preload.h). cuInit only forwards.
+** hooks.h; preload.h). cuInit, once it has succeeded, checks that every
+** per-GPU key of the settings and the policy names a GPU (keys.c).
 */
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,6 +22,17 @@
 /* ------------------------------------------------------------------ */
 /* Hooks: initialization and reports                                    */
 /* ------------------------------------------------------------------ */
+
+/* After cuInit: the driver can list the GPUs now, so the keys are checked
+** (keys.c); one that names no GPU fails cuInit, and CUDA with it. */
+static vcu_result
+init_checked(struct hook_call *c, unsigned int flags)
+{
+    (void)flags;
+    if (c->r == VCU_SUCCESS && !keys_check())
+        c->r = VCU_ERROR_NOT_INITIALIZED;
+    return c->r;
+}
 
 /*
 ** Free and total memory as the quota sees them: total = min(quota,

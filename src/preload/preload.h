@@ -122,6 +122,15 @@ extern _Thread_local int hook_depth __attribute__((tls_model("initial-exec")));
 /* Write LINE (without its newline) to stderr in one write. */
 void say(const char *line);
 
+/* Fail closed: CUDA is off in this process from now on; WHY is said once
+** as "vram: WHY; CUDA is disabled in this process". */
+void disable(const char *why);
+
+/* Whether every per-GPU key of the settings and of the policy names a GPU
+** (keys.c): checked once the driver can list the GPUs; false after one
+** that names none has disabled CUDA. */
+bool keys_check(void);
+
 /* The facts of CUDA ordinal ORD, asked from the driver the first time. */
 vcu_result device_get(int ord, struct preload_device **out);
 

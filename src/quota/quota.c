@@ -13,9 +13,9 @@
 **
 ** Called from the preload library's hooks: no allocation, no lock, no
 ** driver call, no output. quota_unmatched finds the per-device entries
-** that name no visible device (a mistyped UUID would otherwise limit
-** nothing without a word); the preload library says so once and `vram run`
-** refuses them.
+** that name no GPU (a mistyped UUID would otherwise limit nothing without
+** a word): the preload library then disables CUDA in the process, `vram
+** run` refuses to start, `vram admin check` fails the policy.
 */
 #include <stddef.h>
 #include <stdio.h>
@@ -23,6 +23,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/strbuf.h"
 #include "quota/quota.h"
 
 /* UUID without its "GPU-" (any case), as the driver and the user may
@@ -98,15 +99,15 @@ quota_for_device(const struct quota_env *q, int ordinal, const char *uuid, uint6
 }
 
 int
-quota_unmatched(const struct quota_env *q, int n, char (*uuids)[QUOTA_UUID_LEN])
+quota_unmatched(const struct quota_env *q, const struct quota_gpus *g)
 {
-    if (q == NULL || !q->active || n <= 0)
+    if (q == NULL || g == NULL || !q->active || (g->n_ordinals <= 0 && g->n <= 0))
         return -1;
     for (int k = 0; k < q->n_entries && k < QUOTA_MAX_ENTRIES; k++) {
         const struct quota_entry *e = &q->entries[k];
-        bool found = !e->by_uuid && e->ordinal >= 0 && e->ordinal < n;
-        for (int i = 0; e->by_uuid && !found && i < n; i++)
-            found = uuid_matches(e->uuid, uuids[i]);
+        bool found = !e->by_uuid && e->ordinal >= 0 && e->ordinal < g->n_ordinals;
+        for (int i = 0; e->by_uuid && !found && i < g->n && i < QUOTA_MAX_ORDINAL; i++)
+            found = uuid_matches(e->uuid, g->uuid[i]);
         if (!found)
             return k;
     }
@@ -114,29 +115,47 @@ quota_unmatched(const struct quota_env *q, int n, char (*uuids)[QUOTA_UUID_LEN])
 }
 
 void
-quota_unmatched_line(const struct quota_env *q, int k, int n,
-                     char (*uuids)[QUOTA_UUID_LEN], char *buf, size_t len)
+quota_key_text(const struct quota_entry *e, char *buf, size_t len)
+{
+    if (e->by_uuid)
+        snprintf(buf, len, "%s", e->uuid);
+    else
+        snprintf(buf, len, "%d", e->ordinal);
+}
+
+void
+quota_gpus_format(const struct quota_gpus *g, char *buf, size_t len)
 {
     if (len == 0)
         return;
     buf[0] = '\0';
-    if (q == NULL || k < 0 || k >= q->n_entries || k >= QUOTA_MAX_ENTRIES)
+    if (g->n <= 0) {
+        snprintf(buf, len, "none");
+        return;
+    }
+    for (int i = 0; i < g->n && i < QUOTA_MAX_ORDINAL; i++)
+        strbuf_append(buf, len, "%s%d: %s", i > 0 ? ", " : "", i, g->uuid[i]);
+}
+
+void
+quota_unmatched_line(const struct quota_env *q, int k, const struct quota_gpus *g, char *buf,
+                     size_t len)
+{
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    if (q == NULL || g == NULL || k < 0 || k >= q->n_entries || k >= QUOTA_MAX_ENTRIES)
         return;
     const struct quota_entry *e = &q->entries[k];
     const char *source = q->source != NULL ? q->source : "VRAM_LIMIT";
-    int w;
+    char key[QUOTA_UUID_LEN];
+    quota_key_text(e, key, sizeof key);
     /* HAMi's entries are variables of their own: name the variable. */
     if (strcmp(source, "VRAM_LIMIT") != 0)
-        w = snprintf(buf, len, "%s_%d matches no visible device (", source, e->ordinal);
-    else if (e->by_uuid)
-        w = snprintf(buf, len, "%s entry '%s' matches no visible device (", source, e->uuid);
+        snprintf(buf, len, "%s_%d names no GPU (", source, e->ordinal);
     else
-        w = snprintf(buf, len, "%s entry '%d' matches no visible device (", source, e->ordinal);
-    size_t used = w > 0 && (size_t)w < len ? (size_t)w : strlen(buf);
-    for (int i = 0; i < n && used < len; i++) {
-        w = snprintf(buf + used, len - used, "%s%d: %s", i > 0 ? ", " : "", i, uuids[i]);
-        used = w > 0 && used + (size_t)w < len ? used + (size_t)w : strlen(buf);
-    }
-    if (used < len)
-        snprintf(buf + used, len - used, "): it limits nothing");
+        snprintf(buf, len, "%s entry '%s' names no GPU (", source, key);
+    char list[QUOTA_MAX_ORDINAL * (QUOTA_UUID_LEN + 6)];
+    quota_gpus_format(g, list, sizeof list);
+    strbuf_append(buf, len, "%s): it would limit nothing", list);
 }

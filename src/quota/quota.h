@@ -72,21 +72,43 @@ uint64_t quota_for_device(const struct quota_env *q, int ordinal, const char *uu
 #define QUOTA_UUID_LEN 48
 
 /*
-** The first of Q's per-device entries that names none of the N visible
-** devices (CUDA ordinals 0..N-1, UUIDS[i] the UUID of ordinal i): an
-** ordinal past N-1, or a UUID (prefix) no device has. -1 when every entry
-** names one, Q is inactive or N is 0 (no device: nothing to limit).
+** The GPUs a per-GPU key may name: an ordinal key names a GPU when it is
+** below N_ORDINALS; a UUID key when it is a prefix of one of the N UUIDS
+** (any case, "GPU-" optional). Which list that is depends on the reader:
+** for VRAM_LIMIT and HAMi's variables, ordinals are the process's CUDA
+** ordinals (after CUDA_VISIBLE_DEVICES) and UUIDs the host's GPUs; for the
+** host's policy both are the host's (docs/QUOTA.md, "A key that names no
+** GPU").
 */
-int quota_unmatched(const struct quota_env *q, int n, char (*uuids)[QUOTA_UUID_LEN]);
+struct quota_gpus {
+    int n_ordinals;
+    int n;
+    char uuid[QUOTA_MAX_ORDINAL][QUOTA_UUID_LEN];
+};
+
+/*
+** The first of Q's per-device entries that names none of G's GPUs. -1
+** when every entry names one, Q is inactive, or G holds no GPU at all (no
+** device: nothing can be allocated, so nothing goes unlimited).
+*/
+int quota_unmatched(const struct quota_env *q, const struct quota_gpus *g);
+
+/* Entry E's key as written ("GPU-8c6f1e2a", "3") into BUF (LEN bytes). */
+void quota_key_text(const struct quota_entry *e, char *buf, size_t len);
+
+/* G's UUIDs as a list, "0: GPU-..., 1: GPU-..." ("none" when empty), into
+** BUF (LEN bytes, cut to fit). */
+void quota_gpus_format(const struct quota_gpus *g, char *buf, size_t len);
 
 /*
 ** One line (no "vram: ", no newline) into BUF (LEN bytes) saying that
-** entry K of Q limits nothing, with the devices that exist, e.g.
-**   VRAM_LIMIT entry 'GPU-8c6f1e2a' matches no visible device (0: GPU-...,
-**   1: GPU-...): it limits nothing
+** entry K of Q names none of the GPUs of G, which it lists, e.g.
+**   VRAM_LIMIT entry 'GPU-8c6f1e2a' names no GPU (0: GPU-..., 1: GPU-...):
+**   it would limit nothing
+** (HAMi's entries name their variable: CUDA_DEVICE_MEMORY_LIMIT_7 ...).
 */
-void quota_unmatched_line(const struct quota_env *q, int k, int n,
-                          char (*uuids)[QUOTA_UUID_LEN], char *buf, size_t len);
+void quota_unmatched_line(const struct quota_env *q, int k, const struct quota_gpus *g,
+                          char *buf, size_t len);
 
 /*
 ** VRAM_LIMIT: one plain limit for every device ("6G", "50%", "0.5"), or a

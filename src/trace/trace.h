@@ -34,13 +34,26 @@ enum trace_op {
 /*
 ** Copy LABEL (at most LEN bytes; a NUL ends it sooner) into OUT (room for
 ** TRACE_LABEL_MAX bytes) as the format allows a label: commas, double
-** quotes and control characters become spaces, and it is cut at
-** TRACE_LABEL_MAX bytes, never inside a UTF-8 sequence. Returns the bytes
+** quotes and control characters become spaces, bytes a terminal must not
+** get (not UTF-8, C1 controls, format characters that reorder text:
+** base/text.h) become '?', and it is cut at TRACE_LABEL_MAX bytes, never
+** inside a UTF-8 sequence. Returns the bytes
 ** written (no NUL). The writer makes the labels it is given safe with it,
 ** and the reader those of a trace made by hand, so that no consumer ever
 ** prints a control character from a trace.
 */
 size_t trace_label_safe(const char *label, size_t len, char *out);
+
+/* The same for other text of a trace: TEXT (at most LEN bytes) cut at MAX
+** bytes, into OUT (room for MAX bytes): a frame's file, function or note
+** (MAX TRACE_FRAME_TEXT_MAX). */
+size_t trace_text_safe(const char *text, size_t len, size_t max, char *out);
+
+/* The metadata line's text (without "# ") as writers write it and readers
+** keep it: at most 4094 bytes, control characters as spaces and what a
+** terminal must not get as '?' (commas and quotes stay), into OUT (room
+** for 4094 bytes). Returns the bytes written. */
+size_t trace_meta_safe(const char *meta, size_t len, char *out);
 
 /* The slot of events that have none (marks and OOMs): never an index. */
 #define TRACE_NO_SLOT UINT32_MAX
@@ -123,6 +136,10 @@ struct trace {
     uint32_t *site_start;       /* site s's frames are site_frames[site_start[s-1]
                                    .. site_start[s]-1]: n_sites + 1 entries */
     uint32_t *site_frames;      /* indexes into frames, innermost first */
+    char *cut;                  /* NULL when the file is whole; else one line
+                                   (no "vram: ") saying where it was found cut
+                                   short and up to which line it was read, or
+                                   that its last line lacks a line end. Owned */
 };
 
 /* The frames of call site SITE of T (1..n_sites), innermost first, as
@@ -133,7 +150,10 @@ const uint32_t *trace_site_frames(const struct trace *t, uint32_t site, uint32_t
 /*
 ** Load PATH (.csv or .csv.gz). On malformed input: VRAM_E_PARSE and the
 ** thread's last error is "PATH:LINE: reason" (bad number, unknown op,
-** missing column, free of an unknown id, duplicate id, truncated gzip...).
+** missing column, free of an unknown id, duplicate id, corrupt gzip...).
+** A file cut short (a gzip stream that ends early, a last line without its
+** line end that does not read) is not malformed: it loads up to its last
+** whole line, and the trace's CUT says so, for the caller to show.
 ** VRAM_E_IO if the file cannot be read (last error says why),
 ** VRAM_E_HOST_MEMORY. OUT written only on success.
 */

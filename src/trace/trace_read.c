@@ -164,6 +164,8 @@ struct reader {
     uint32_t *site_start;    /* n_sites + 1 entries when n_sites > 0 */
     uint32_t *site_frames;
     uint32_t n_sites, cap_sites, n_site_frames, cap_site_frames;
+
+    char *cut; /* NULL, or where the file was found cut short (trace.cut) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -692,6 +694,18 @@ format_directive(struct reader *r, const char *p, size_t n)
 
 /* "#@frame ID,py,FILE,LINE,FUNC" / "ID,native,MODULE,0xOFFSET,SYMBOL" /
 ** "ID,note,TEXT" */
+/* Field F's text made safe as a writer writes a frame's (trace_text_safe),
+** in a new string; NULL when out of memory. */
+static char *
+safe_dup(const struct field *f)
+{
+    size_t max = f->n < TRACE_FRAME_TEXT_MAX ? f->n : TRACE_FRAME_TEXT_MAX;
+    char *s = malloc(max + 1);
+    if (s != NULL)
+        s[trace_text_safe(f->p, f->n, max, s)] = '\0';
+    return s;
+}
+
 static vram_status
 frame_directive(struct reader *r, const char *p, size_t n)
 {
@@ -755,12 +769,13 @@ frame_directive(struct reader *r, const char *p, size_t n)
         r->frames = grown;
         r->cap_frames = cap;
     }
+    /* The text made safe as a writer makes it: tools print it. */
     if (fr.kind == TRACE_FRAME_NOTE) {
         fr.file = strdup("");
-        fr.func = strndup(a[2].p, a[2].n);
+        fr.func = safe_dup(&a[2]);
     } else {
-        fr.file = strndup(a[2].p, a[2].n);
-        fr.func = strndup(a[4].p, a[4].n);
+        fr.file = safe_dup(&a[2]);
+        fr.func = safe_dup(&a[4]);
     }
     if (fr.file == NULL || fr.func == NULL) {
         free((char *)fr.file);
@@ -982,10 +997,12 @@ handle_line(struct reader *r, const char *line, size_t n)
     if (n > 0 && line[0] == '#') {
         /* Only the first line's comment is the trace's metadata. */
         if (r->line == 1) {
+            /* Kept as a writer writes it: safe to print (trace_meta_safe). */
             size_t skip = (n > 1 && line[1] == ' ') ? 2 : 1;
-            r->meta = strndup(line + skip, n - skip);
+            r->meta = malloc(n - skip + 1);
             if (r->meta == NULL)
                 return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+            r->meta[trace_meta_safe(line + skip, n - skip, r->meta)] = '\0';
         }
         return VRAM_OK;
     }
@@ -1219,7 +1236,9 @@ source_error(struct reader *r, const struct source *s, enum source_result res)
 ** A line that does not parse in a gzip file may be a damaged byte that
 ** inflate turned into plausible text: the gzip check (CRC-32) at the end
 ** of the member tells. Read the rest of S (into BUF, SIZE bytes); if it is
-** corrupt, report that instead of ST, which it explains.
+** corrupt, report that instead of ST, which it explains. (A stream that
+** merely ends early garbles nothing before its end: the line's own reason
+** stands.)
 */
 static vram_status
 blame_gzip(struct reader *r, struct source *s, char *buf, size_t size, vram_status st)
@@ -1231,18 +1250,75 @@ blame_gzip(struct reader *r, struct source *s, char *buf, size_t size, vram_stat
     for (;;) {
         size_t got = 0;
         enum source_result res = source_read(s, buf, size, &got);
-        if (res == SRC_CORRUPT || res == SRC_TRUNCATED) {
+        if (res == SRC_CORRUPT) {
             const char *colon = strstr(first, ": ");
             return error_set(VRAM_E_PARSE,
                              "%s:%" PRIu64 ": corrupt gzip stream (%s): the file is damaged, "
                              "so this line may be garbage (%s)",
-                             r->path, r->line,
-                             res == SRC_CORRUPT ? s->err_msg : "it ends inside a member",
-                             colon != NULL ? colon + 2 : first);
+                             r->path, r->line, s->err_msg, colon != NULL ? colon + 2 : first);
         }
         if (res != SRC_OK || got == 0)
             return error_set(st, "%s", first);
     }
+}
+
+/*
+** The file ends before its text does (a recording killed, or stopped by a
+** full disk): what came before line r->line + 1 is kept, and R->cut says
+** so. WHY: how it was found.
+*/
+static vram_status
+cut_short(struct reader *r, const char *why)
+{
+    char line[512];
+    snprintf(line, sizeof line,
+             "%s:%" PRIu64 ": the trace is cut short here (%s): it is read up to line %" PRIu64
+             ", its last whole line",
+             r->path, r->line + 1, why, r->line);
+    free(r->cut);
+    r->cut = strdup(line);
+    if (r->cut == NULL)
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    return VRAM_OK;
+}
+
+/*
+** The last line of the text, N bytes at LINE, has no line end: a file cut
+** short in its middle (a writer killed inside a write that crossed a page,
+** or one that buffered its lines), or one made by hand without a final
+** line end. It is read when it reads, and said either way: a line that
+** does not read is dropped as the half line of a cut file; one that does
+** may still be half an event (a number cut short is a number).
+*/
+static vram_status
+last_line(struct reader *r, const char *line, size_t n)
+{
+    /* Longer than any line can be: not half of one, but a bad file. */
+    if (n > TRACE_MAX_LINE + (line[n - 1] == '\r')) {
+        r->line++;
+        return parse_error(r, "line longer than %d bytes", TRACE_MAX_LINE);
+    }
+    r->line++;
+    vram_status st = handle_line(r, line, n);
+    char why[320];
+    if (st == VRAM_E_PARSE) {
+        const char *reason = strstr(vram_last_error(), ": ");
+        snprintf(why, sizeof why, "the last line has no line end and does not read: %s",
+                 reason != NULL ? reason + 2 : vram_last_error());
+        r->line--;
+        return cut_short(r, why);
+    }
+    if (st != VRAM_OK)
+        return st;
+    char text[512];
+    snprintf(text, sizeof text,
+             "%s:%" PRIu64 ": the last line has no line end: it is read as it stands, but if "
+             "the file was cut short there it may be half an event",
+             r->path, r->line);
+    free(r->cut);
+    r->cut = strdup(text);
+    return r->cut != NULL ? VRAM_OK
+                          : error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
 }
 
 /* Read every line of S through handle_line. */
@@ -1264,15 +1340,20 @@ read_lines(struct reader *r, struct source *s)
         char *p, *end, *nl;
 
         res = source_read(s, buf + have, size - have, &got);
+        if (res == SRC_TRUNCATED) {
+            /* Every byte before the cut inflated intact: the whole lines
+             * are read; the half line after them is not. */
+            st = cut_short(r, "the file ends inside its gzip stream, as a recording that "
+                              "was killed or ran out of disk leaves it");
+            break;
+        }
         if (res != SRC_OK) {
             st = source_error(r, s, res);
             break;
         }
         if (got == 0) {
-            if (have > 0) {
-                r->line++; /* a last line without "\n" */
-                st = handle_line(r, buf, have);
-            }
+            if (have > 0)
+                st = last_line(r, buf, have);
             break;
         }
 
@@ -1304,7 +1385,8 @@ out:
 static void
 reader_destroy(struct reader *r)
 {
-    void *owned[] = {r->roles, r->fields, r->meta, r->events, r->site_start, r->site_frames};
+    void *owned[] = {r->roles,      r->fields,      r->meta, r->events,
+                     r->site_start, r->site_frames, r->cut};
     for (size_t k = 0; k < sizeof owned / sizeof *owned; k++)
         free(owned[k]);
     ids_destroy(&r->ids);
@@ -1351,6 +1433,8 @@ reader_finish(struct reader *r, struct trace **out)
     t->n_sites = r->n_sites;
     t->site_start = r->site_start;
     t->site_frames = r->site_frames;
+    t->cut = r->cut;
+    r->cut = NULL;
     r->frames = NULL;
     r->n_frames = 0;
     r->site_start = NULL;
@@ -1424,6 +1508,7 @@ trace_free(struct trace *t)
     frames_free(t->frames, t->n_frames);
     free(t->site_start);
     free(t->site_frames);
+    free(t->cut);
     free(t);
 }
 

@@ -5,11 +5,26 @@
 **
 ** Writers run inside the host process (the preload library traces live
 ** allocations), so every event is formatted by hand into a small stack
-** buffer and written under one mutex: no allocation, no stdio locale
-** machinery per event, and lines from different threads never interleave.
-** After the first failed write the writer stays failed: later events are
-** refused and close reports the error, so a short trace is never mistaken
-** for a complete one.
+** buffer and written under one mutex: no stdio locale machinery per event,
+** and lines from different threads never interleave.
+**
+** Nothing recorded waits in a buffer of ours: each event (and each line of
+** the frames table with it) reaches the file in one write(2) at its line's
+** end, gzip-compressed up to a Z_SYNC_FLUSH point when the name ends in
+** ".gz". So a program killed at any moment, even by SIGKILL, leaves a file
+** that holds every event it recorded, whole: a plain trace ends at a line
+** end, a gzip one at a flush point, which a reader inflates up to its last
+** event (trace_read.c reads such a trace with a warning). What this costs
+** per event is measured in BENCHMARKS.md ("Trace writing").
+**
+** A write that fails (a full disk) or is cut short makes the writer cut
+** the file back to its last whole event (a gzip stream then ends at a
+** flush point, read as cut short), then stay failed: later events
+** are refused and close reports the error, so a short trace is never
+** mistaken for a complete one; the error says how many events it keeps.
+**
+** The file is opened by outfile_open (src/base/outfile.h): never through a
+** symbolic link, never over another user's file.
 **
 ** Mark labels are the only free text in a trace: they are made safe for
 ** the format here (no comma, quote or line end; at most TRACE_LABEL_MAX
@@ -20,9 +35,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "base/error.h"
+#include "base/outfile.h"
+#include "base/text.h"
 #include "trace/trace.h"
 
 /* The header every writer emits; readers find columns by these names. A
@@ -55,11 +74,21 @@ struct intern {
     uint32_t n; /* ids given: 1..n */
 };
 
+/* Bytes of deflate's output written at a time. */
+#define TRACE_ZBUF 16384
+
 struct trace_writer {
     pthread_mutex_t lock; /* guards everything below */
     char *path;           /* owned, for error messages */
-    gzFile gz;            /* set when writing gzip ... */
-    FILE *fp;             /* ... else this */
+    int fd;               /* the file; -1 once closed */
+    bool gzip;            /* deflate what is written (the name ends in .gz) */
+    bool z_ready;         /* Z is initialized */
+    z_stream z;           /* the gzip stream, when GZIP */
+    unsigned char *zbuf;  /* TRACE_ZBUF bytes of deflate's output, when GZIP */
+    char *pend;           /* the lines of the event being written (owned) */
+    size_t n_pend, cap_pend; /* bytes in PEND, and room */
+    off_t good;           /* bytes of the file that end at an event */
+    uint64_t n_events;    /* events written whole (marks included) */
     bool failed;          /* a write failed; the file is incomplete */
     bool finished;        /* the file is closed (trace_writer_finish) */
     bool sites;           /* format 2: the site column and the frames table */
@@ -75,7 +104,8 @@ ends_with(const char *s, const char *suffix)
 }
 
 /*
-** Write N bytes of BUF. The caller holds w->lock (or owns W alone, while
+** Add N bytes of BUF to the lines being written; they reach the file at
+** commit_locked. The caller holds w->lock (or owns W alone, while
 ** opening). On failure the writer is marked failed and the last error
 ** says why.
 */
@@ -86,19 +116,112 @@ write_bytes_locked(struct trace_writer *w, const char *buf, size_t n)
         return error_set(VRAM_E_IO, "%s: the trace is already closed", w->path);
     if (w->failed)
         return error_set(VRAM_E_IO, "%s: an earlier write failed", w->path);
-    if (w->gz != NULL) {
-        if (n > 0 && gzwrite(w->gz, buf, (unsigned)n) != (int)n) {
-            int errnum;
-            const char *msg = gzerror(w->gz, &errnum);
+    if (w->n_pend + n > w->cap_pend) {
+        size_t cap = w->cap_pend * 2 > w->n_pend + n ? w->cap_pend * 2 : w->n_pend + n;
+        char *bigger = realloc(w->pend, cap);
+        if (bigger == NULL) {
             w->failed = true;
-            return error_set(VRAM_E_IO, "%s: %s", w->path,
-                             errnum == Z_ERRNO ? strerror(errno) : msg);
+            return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", w->path);
         }
-    } else if (fwrite(buf, 1, n, w->fp) != n) {
-        w->failed = true;
-        return error_set(VRAM_E_IO, "%s: %s", w->path, strerror(errno));
+        w->pend = bigger;
+        w->cap_pend = cap;
     }
+    memcpy(w->pend + w->n_pend, buf, n);
+    w->n_pend += n;
     return VRAM_OK;
+}
+
+/* Write the N bytes at P to the file, whole; false with errno set. */
+static bool
+write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            if (k == 0)
+                errno = ENOSPC; /* a regular file that takes nothing is full */
+            return false;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/*
+** Deflate the N bytes at P with FLUSH and write what comes out; false
+** with errno set (0: zlib's own failure) when a write fails.
+*/
+static bool
+deflate_out(struct trace_writer *w, const void *p, size_t n, int flush, off_t *written)
+{
+    z_stream *z = &w->z;
+    z->next_in = (Bytef *)(uintptr_t)p;
+    z->avail_in = (uInt)n;
+    for (;;) {
+        z->next_out = w->zbuf;
+        z->avail_out = TRACE_ZBUF;
+        int rc = deflate(z, flush);
+        if (rc == Z_STREAM_ERROR) {
+            errno = 0;
+            return false;
+        }
+        size_t out = TRACE_ZBUF - z->avail_out;
+        if (!write_all(w->fd, w->zbuf, out))
+            return false;
+        *written += (off_t)out;
+        if (flush == Z_FINISH ? rc == Z_STREAM_END : z->avail_out > 0)
+            return true;
+    }
+}
+
+/*
+** After a failed write: cut the file back to its last whole event, so that
+** no half line is left (a gzip stream then ends at its last flush point,
+** which a reader inflates up to that event: the deflate state has taken
+** the failed event in, so the stream cannot be ended there). Best effort:
+** the error is said already.
+*/
+static void
+cut_back_locked(struct trace_writer *w)
+{
+    if (ftruncate(w->fd, w->good) != 0)
+        return; /* nothing better to do: the reader drops a half line */
+}
+
+/*
+** Send the lines gathered since the last event to the file: one write
+** (plain), or deflated up to a Z_SYNC_FLUSH point (gzip). The caller holds
+** w->lock. EVENTS: how many events they hold, for the count a failure
+** reports.
+*/
+static vram_status
+commit_locked(struct trace_writer *w, uint64_t events)
+{
+    if (w->failed || w->finished) {
+        w->n_pend = 0;
+        return error_set(VRAM_E_IO, "%s: %s", w->path,
+                         w->finished ? "the trace is already closed" : "an earlier write failed");
+    }
+    off_t written = 0;
+    bool ok = w->gzip ? deflate_out(w, w->pend, w->n_pend, Z_SYNC_FLUSH, &written)
+                      : write_all(w->fd, (const unsigned char *)w->pend, w->n_pend);
+    if (!w->gzip)
+        written = (off_t)w->n_pend;
+    int e = errno;
+    w->n_pend = 0;
+    if (ok) {
+        w->good += written;
+        w->n_events += events;
+        return VRAM_OK;
+    }
+    w->failed = true;
+    cut_back_locked(w);
+    return error_set(VRAM_E_IO, "%s: %s (the trace keeps the %llu events written before)",
+                     w->path, e != 0 ? strerror(e) : "cannot compress",
+                     (unsigned long long)w->n_events);
 }
 
 /* Append the decimal digits of V at P; return the end. */
@@ -136,32 +259,37 @@ writer_open(const char *path, const char *meta, bool sites, struct trace_writer 
         return error_set(VRAM_E_HOST_MEMORY, "%s: cannot create a mutex", path);
     }
 
-    /* 'e': close-on-exec, since the host process may fork and exec. */
-    errno = 0;
-    if (ends_with(path, ".gz")) {
-        w->gz = gzopen(path, "wb6e");
-        if (w->gz == NULL)
-            st = error_set(VRAM_E_IO, "%s: %s", path,
-                           errno != 0 ? strerror(errno) : "cannot open");
-    } else {
-        w->fp = fopen(path, "we");
-        if (w->fp == NULL)
-            st = error_set(VRAM_E_IO, "%s: %s", path, strerror(errno));
+    w->fd = -1;
+    w->gzip = ends_with(path, ".gz");
+    w->cap_pend = 4096;
+    w->pend = malloc(w->cap_pend);
+    if (w->pend == NULL)
+        st = error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", path);
+    if (st == VRAM_OK && w->gzip) {
+        w->zbuf = malloc(TRACE_ZBUF);
+        /* Level 6, the largest window, a gzip wrapper (15 + 16). */
+        if (w->zbuf == NULL ||
+            deflateInit2(&w->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+            st = error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", path);
+        else
+            w->z_ready = true;
     }
+    /* Close-on-exec, since the host process may fork and exec. */
+    if (st == VRAM_OK)
+        st = outfile_open(path, OUTFILE_TRUNCATE, &w->fd);
 
     if (st == VRAM_OK && meta != NULL) {
         /* The metadata must stay one line that readers accept: a line
          * end inside it would turn the rest into a (bad) header, and
          * readers refuse lines over 4096 bytes ("# " included). */
-        size_t i, n = strnlen(meta, TRACE_MAX_LINE - 2);
+        size_t n = strnlen(meta, TRACE_MAX_LINE - 2);
         char *line = malloc(n + 3);
         if (line == NULL) {
             st = error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", path);
         } else {
             line[0] = '#';
             line[1] = ' ';
-            for (i = 0; i < n; i++)
-                line[2 + i] = (meta[i] == '\n' || meta[i] == '\r') ? ' ' : meta[i];
+            n = trace_meta_safe(meta, n, line + 2); /* one line, no control */
             line[n + 2] = '\n';
             st = write_bytes_locked(w, line, n + 3);
             free(line);
@@ -172,13 +300,17 @@ writer_open(const char *path, const char *meta, bool sites, struct trace_writer 
         st = write_bytes_locked(w, trace_header_sites, sizeof trace_header_sites - 1);
     else if (st == VRAM_OK)
         st = write_bytes_locked(w, trace_header, sizeof trace_header - 1);
+    if (st == VRAM_OK)
+        st = commit_locked(w, 0);
 
     if (st != VRAM_OK) {
         /* The status already set says why; closing adds nothing. */
-        if (w->gz != NULL)
-            gzclose_w(w->gz);
-        if (w->fp != NULL)
-            fclose(w->fp);
+        if (w->fd >= 0)
+            close(w->fd);
+        if (w->z_ready)
+            deflateEnd(&w->z);
+        free(w->zbuf);
+        free(w->pend);
         pthread_mutex_destroy(&w->lock);
         free(w->path);
         free(w);
@@ -224,7 +356,7 @@ put_columns(char *p, uint64_t t_us, char op, uint64_t id, uint64_t size, uint64_
     return p;
 }
 
-/* Write the N bytes of LINE under the writer's lock. */
+/* Write the N bytes of LINE, one event, under the writer's lock. */
 static vram_status
 write_line(struct trace_writer *w, const char *line, size_t n)
 {
@@ -232,6 +364,8 @@ write_line(struct trace_writer *w, const char *line, size_t n)
 
     pthread_mutex_lock(&w->lock);
     st = write_bytes_locked(w, line, n);
+    if (st == VRAM_OK)
+        st = commit_locked(w, 1);
     pthread_mutex_unlock(&w->lock);
     return st;
 }
@@ -278,11 +412,15 @@ trace_writer_event(struct trace_writer *w, const struct trace_event *ev)
 /*
 ** Copy LABEL (at most LEN bytes; a NUL ends it sooner) into OUT as the
 ** format allows it (see the top of the file): at most MAX bytes, never
-** cutting a UTF-8 sequence in two. Returns the bytes written. Labels and
-** the text of frames both come this way.
+** cutting a UTF-8 sequence in two; commas, double quotes and control
+** characters become spaces, and bytes a terminal must not get (those that
+** are not UTF-8, C1 controls, format characters that reorder text:
+** base/text.h) become '?'. Returns the bytes written. Labels, the text of
+** frames and the metadata all come this way, on writing and on reading;
+** the metadata, a comment, keeps its commas and quotes (FIELD false).
 */
 static size_t
-sanitize_text_n(const char *label, size_t len, size_t max, char *out)
+sanitize_text_n_as(const char *label, size_t len, size_t max, bool field, char *out)
 {
     size_t n = strnlen(label, len < max + 1 ? len : max + 1), i;
 
@@ -297,11 +435,31 @@ sanitize_text_n(const char *label, size_t len, size_t max, char *out)
         if (((unsigned char)label[n] & 0xc0) == 0x80)
             n = max;
     }
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < n;) {
         unsigned char c = (unsigned char)label[i];
-        out[i] = (c < 0x20 || c == 0x7f || c == ',' || c == '"') ? ' ' : (char)c;
+        size_t k = text_char_len(label + i, n - i);
+        if (k == 0) {
+            out[i++] = c < 0x80 ? ' ' : '?';
+        } else if (field && (c == ',' || c == '"')) {
+            out[i++] = ' ';
+        } else {
+            memcpy(out + i, label + i, k);
+            i += k;
+        }
     }
     return n;
+}
+
+static size_t
+sanitize_text_n(const char *label, size_t len, size_t max, char *out)
+{
+    return sanitize_text_n_as(label, len, max, true, out);
+}
+
+size_t
+trace_meta_safe(const char *meta, size_t len, char *out)
+{
+    return sanitize_text_n_as(meta, len, TRACE_MAX_LINE - 2, false, out);
 }
 
 /* A C string, as the writer's callers give it. */
@@ -315,6 +473,12 @@ size_t
 trace_label_safe(const char *label, size_t len, char *out)
 {
     return sanitize_text_n(label, len, TRACE_LABEL_MAX, out);
+}
+
+size_t
+trace_text_safe(const char *text, size_t len, size_t max, char *out)
+{
+    return sanitize_text_n(text, len, max, out);
 }
 
 vram_status
@@ -513,6 +677,10 @@ trace_writer_site(struct trace_writer *w, const struct trace_frame *frames, int 
         st = error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", w->path);
     else if (st == VRAM_OK && added)
         st = write_table_line_locked(w, "site", id, ids, (size_t)(p - ids));
+    if (st == VRAM_OK && w->n_pend > 0)
+        st = commit_locked(w, 0); /* the new table lines, before the event */
+    else if (st != VRAM_OK)
+        w->n_pend = 0; /* nothing half made reaches the file */
     pthread_mutex_unlock(&w->lock);
     if (st == VRAM_OK)
         *site = id;
@@ -527,23 +695,31 @@ finish_locked(struct trace_writer *w)
 
     if (w->finished)
         return VRAM_OK;
-    w->finished = true;
     if (w->failed)
         st = error_set(VRAM_E_IO,
                        "%s: an earlier write failed; the trace "
                        "is incomplete",
                        w->path);
-    if (w->gz != NULL) {
-        int rc = gzclose_w(w->gz);
-        if (rc != Z_OK && st == VRAM_OK)
-            st = error_set(VRAM_E_IO, "%s: %s", w->path,
-                           rc == Z_ERRNO ? strerror(errno)
-                                         : "gzip stream could not be finished");
-        w->gz = NULL;
-    } else if (w->fp != NULL) {
-        if (fclose(w->fp) != 0 && st == VRAM_OK)
+    if (w->gzip && w->z_ready && !w->failed) {
+        off_t written = 0;
+        if (!deflate_out(w, "", 0, Z_FINISH, &written)) {
+            int e = errno;
+            cut_back_locked(w);
+            st = error_set(VRAM_E_IO, "%s: %s (the gzip stream could not be ended; the "
+                                      "trace keeps its %llu events)",
+                           w->path, e != 0 ? strerror(e) : "cannot compress",
+                           (unsigned long long)w->n_events);
+        }
+    }
+    if (w->z_ready) {
+        deflateEnd(&w->z);
+        w->z_ready = false;
+    }
+    w->finished = true;
+    if (w->fd >= 0) {
+        if (close(w->fd) != 0 && st == VRAM_OK)
             st = error_set(VRAM_E_IO, "%s: %s", w->path, strerror(errno));
-        w->fp = NULL;
+        w->fd = -1;
     }
     return st;
 }
@@ -566,13 +742,9 @@ trace_writer_fork_prepare(struct trace_writer *w)
 {
     if (w == NULL)
         return;
+    /* Every event is in the file already (commit_locked): holding the lock
+     * is all it takes for the child's copy to hold nothing of the parent's. */
     pthread_mutex_lock(&w->lock);
-    if (w->finished || w->failed)
-        return;
-    /* Z_SYNC_FLUSH: everything so far reaches the file, and the stream
-     * goes on afterwards. A failure here fails the writer as a write would. */
-    if (w->gz != NULL ? gzflush(w->gz, Z_SYNC_FLUSH) != Z_OK : fflush(w->fp) != 0)
-        w->failed = true;
 }
 
 void
@@ -590,6 +762,8 @@ trace_writer_close(struct trace_writer *w)
     if (w == NULL)
         return VRAM_OK;
     st = finish_locked(w); /* W is the caller's alone now */
+    free(w->pend);
+    free(w->zbuf);
     intern_destroy(&w->frames);
     intern_destroy(&w->site_ids);
     pthread_mutex_destroy(&w->lock);

@@ -118,5 +118,133 @@ else
     fail "every tensor an allocation" "$n_alloc 'a' events"
 fi
 
+# ---- killed: nothing recorded is lost, nothing runs on, no ledger stays ----
+# The probe runs under a name of its own, so that what is left running can
+# be found; a wrapper shell in between, as a training script's launcher.
+ME=$(id -u)
+ln -s "$PROBE" "$TMP/probe-rec$$"
+# (Anchored: vram record's own command line names it too.)
+leftover() { pgrep -f "^$TMP/probe-rec$$" >/dev/null; }
+# start_rec OUT ARGS...: vram record in the background, recording the
+# endless probe loop (train 0) into OUT; waits for 50 lines in OUT. (A
+# shell starts a background job with SIGINT ignored, which the command
+# would inherit: python3 gives it back its default first.)
+start_rec() {
+    out=$1
+    shift
+    env LD_LIBRARY_PATH="$FAKE" python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' "$VRAM" record --preload "$LIB" -o "$out" "$@" \
+        >"$TMP/out" 2>"$TMP/err" &
+    rec_pid=$!
+    i=0
+    while [ $i -lt 200 ] && [ "$(zcat -f "$out" 2>/dev/null | wc -l)" -lt 50 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+}
+# wait_rec: vram record's exit status into $rc (or 255 after 20 s).
+wait_rec() {
+    i=0
+    while [ $i -lt 400 ] && kill -0 "$rec_pid" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done
+    if kill -0 "$rec_pid" 2>/dev/null; then kill -KILL "$rec_pid"; rc=255; else wait "$rec_pid"; rc=$?; fi
+}
+# whole OUT NAME: OUT reads in vram analyze with many events, and no
+# ledger of vram record's group is left.
+whole() {
+    "$VRAM" analyze --json "$1" >"$TMP/a.json" 2>"$TMP/aerr"
+    if [ $? -eq 0 ] && python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["events"] > 50' "$TMP/a.json"; then
+        pass "$2: the trace reads, every event recorded"
+    else
+        fail "$2: the trace reads, every event recorded" "$(cat "$TMP/aerr")"
+    fi
+    if ls /dev/shm/vram-$ME/run-$rec_pid-* >/dev/null 2>&1; then
+        fail "$2: no ledger left in /dev/shm" "$(ls /dev/shm/vram-$ME/)"
+        rm -f /dev/shm/vram-$ME/run-$rec_pid-*
+    else
+        pass "$2: no ledger left in /dev/shm"
+    fi
+}
+for sig in TERM INT HUP; do
+    start_rec "$TMP/k$sig.csv" -- sh -c "\"$TMP/probe-rec$$\" --via gpa12000 train 0 0; exit 0"
+    kill -$sig "$rec_pid"
+    wait_rec
+    if [ "$rc" -ne 255 ] && [ "$rc" -ne 0 ] && ! leftover; then
+        pass "SIG$sig to vram record stops the command and what it started (exit $rc)"
+    else
+        fail "SIG$sig to vram record stops the command and what it started" "exit $rc"
+        pkill -KILL -f "^$TMP/probe-rec$$"
+    fi
+    whole "$TMP/k$sig.csv" "SIG$sig to vram record"
+done
+# A command that ignores SIGTERM: the second signal kills it.
+start_rec "$TMP/kig.csv" -- sh -c "trap '' TERM; exec \"$TMP/probe-rec$$\" --via gpa12000 train 0 0"
+kill -TERM "$rec_pid"
+sleep 0.5
+if leftover && kill -0 "$rec_pid"; then
+    pass "a command that ignores SIGTERM runs on after the first"
+else
+    fail "a command that ignores SIGTERM runs on after the first"
+fi
+kill -TERM "$rec_pid"
+wait_rec
+check "a second SIGTERM kills it (exit 137)" "[ $rc -eq 137 ] && ! leftover"
+whole "$TMP/kig.csv" "two SIGTERMs"
+# The command killed by SIGKILL, plain and gzip: the trace keeps every
+# event (a gzip one is cut at its last one and says so), no ledger stays.
+for ext in csv csv.gz; do
+    start_rec "$TMP/k9.$ext" -- "$TMP/probe-rec$$" --via gpa12000 train 0 0
+    pkill -KILL -f "^$TMP/probe-rec$$"
+    wait_rec
+    check "the command killed by SIGKILL ($ext): exit 137" "[ $rc -eq 137 ]"
+    whole "$TMP/k9.$ext" "the command killed ($ext)"
+    if [ "$ext" = csv.gz ]; then
+        check "the gzip trace of a killed command: one warning where it stops" \
+            "[ \$(wc -l <$TMP/aerr) -eq 1 ] && grep -q 'the trace is cut short here (the file ends inside its gzip stream' $TMP/aerr"
+    else
+        check "the plain trace of a killed command: no warning" "[ ! -s $TMP/aerr ]"
+    fi
+done
+# vram record itself killed by SIGKILL: the command dies with it (its
+# parent-death signal); the trace keeps every event; the ledger of the
+# group stays (nothing can remove it), with no live member in it.
+start_rec "$TMP/kv.csv" -- "$TMP/probe-rec$$" --via gpa12000 train 0 0
+kill -KILL "$rec_pid"
+wait_rec
+i=0
+while [ $i -lt 100 ] && leftover; do sleep 0.05; i=$((i + 1)); done
+check "SIGKILL of vram record: the command ends with it" "! leftover"
+"$VRAM" analyze "$TMP/kv.csv" >/dev/null 2>"$TMP/aerr"
+check "SIGKILL of vram record: the trace reads, no warning" "[ $? -eq 0 ] && [ ! -s $TMP/aerr ]"
+rm -f /dev/shm/vram-$ME/run-$rec_pid-*
+
+# ---- a full disk: one line, what was written is kept ----
+# A 64 KiB tmpfs in a private mount namespace (root only).
+if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null; then
+    for ext in csv csv.gz; do
+        unshare -m --propagation private sh -c "
+            mkdir -p '$TMP/full' && mount -t tmpfs -o size=64k vram-full$$ '$TMP/full' || exit 99
+            env LD_LIBRARY_PATH='$FAKE' '$VRAM' record --preload '$LIB' -o '$TMP/full/t.$ext' -- \
+                '$PROBE' --via gpa12000 train 3000 0 >'$TMP/out' 2>'$TMP/err'
+            echo \$? >'$TMP/rc'
+            cp '$TMP/full/t.$ext' '$TMP/full.$ext'" 
+        rc=$(cat "$TMP/rc" 2>/dev/null || echo none)
+        kept=$(sed -n 's/^vram: trace: .*: No space left on device (the trace keeps the \([0-9]*\) events written before); no further events are recorded$/\1/p' "$TMP/err")
+        if [ "$rc" = 0 ] && [ -n "$kept" ] && [ "$(grep -c 'No space left' "$TMP/err")" -eq 1 ]; then
+            pass "a full disk ($ext): the command runs on, one line says how many events the trace keeps ($kept)"
+        else
+            fail "a full disk ($ext): one line" "exit $rc: $(head -n 3 "$TMP/err")"
+        fi
+        "$VRAM" analyze --json "$TMP/full.$ext" >"$TMP/a.json" 2>"$TMP/aerr"
+        if [ -n "$kept" ] && python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["events"] == int(sys.argv[2])' "$TMP/a.json" "$kept"; then
+            pass "a full disk ($ext): the trace reads its $kept events"
+        else
+            fail "a full disk ($ext): the trace reads its events" "$(cat "$TMP/aerr")"
+        fi
+    done
+else
+    echo "skipped: the full disk (needs root and unshare)"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

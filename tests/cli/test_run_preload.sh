@@ -5,9 +5,9 @@
 # whose only allocation is refused (it counts the refusal, not "no GPU
 # memory used"), the trace a quota'd command records (limit= in its
 # metadata, which `vram analyze` and `vram doctor` judge the OOM against),
-# and per-device entries that name no device of the fake's two (UUIDs
-# GPU-facecda0-0001-4000-8000-00000000000N): one line from the library,
-# refused by `vram run`.
+# and per-device entries that name no GPU of the fake's two (UUIDs
+# GPU-facecda0-0001-4000-8000-00000000000N): the library disables CUDA
+# with one line, `vram run` refuses to start.
 # Usage: test_run_preload.sh VRAM LIBVRAM_PRELOAD.so PROBE_DIR FAKECUDA_DIR
 set -u
 
@@ -80,36 +80,53 @@ else
     fail "vram doctor on a refused allocation alone" "exit $rc: $(cat "$TMP/out")"
 fi
 
-# ---- a per-device entry that names no visible device ----
+# ---- a per-device entry that names no GPU fails closed ----
 U0=GPU-facecda0-0001-4000-8000-000000000000
 U1=GPU-facecda0-0001-4000-8000-000000000001
-# The library alone (no vram run to check first): one line, once, and the
-# program runs (the entry limits nothing, as the line says).
+# closed NAME LINE: the last probe stopped at cuInit (exit 1) and stderr
+# is exactly LINE.
+closed() {
+    if [ "$rc" -eq 1 ] && [ "$(cat "$TMP/err")" = "$2" ] && grep -q "FAIL cuInit returned 3" "$TMP/out"; then
+        pass "$1"
+    else
+        fail "$1" "exit $rc"
+    fi
+}
+# The library alone (no vram run to check first): one line, and CUDA is
+# disabled in the process (the entry would limit nothing).
 VRAM_LIMIT=GPU-deadbeef:1G LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
 rc=$?
-want="vram: VRAM_LIMIT entry 'GPU-deadbeef' matches no visible device (0: $U0, 1: $U1): it limits nothing"
-if [ $rc -eq 0 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && [ "$(cat "$TMP/err")" = "$want" ]; then
-    pass "the library says once that a UUID entry matches no device"
-else
-    fail "the library says once that a UUID entry matches no device" "exit $rc"
-fi
+closed "the library: a UUID entry that names no GPU disables CUDA, one line" \
+    "vram: VRAM_LIMIT entry 'GPU-deadbeef' names no GPU (0: $U0, 1: $U1): it would limit nothing; CUDA is disabled in this process"
 VRAM_LIMIT=0:1G,5:1G LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 1 0 >"$TMP/out" 2>"$TMP/err"
-if [ "$(grep -c "entry '5' matches no visible device" "$TMP/err")" -eq 1 ]; then
-    pass "the library says once that an ordinal past the last device matches none"
-else
-    fail "the library says once that an ordinal past the last device matches none" "$(cat "$TMP/err")"
-fi
+rc=$?
+closed "the library: an ordinal past the last GPU disables CUDA" \
+    "vram: VRAM_LIMIT entry '5' names no GPU (0: $U0, 1: $U1): it would limit nothing; CUDA is disabled in this process"
 CUDA_DEVICE_MEMORY_LIMIT_7=1g LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
-if [ "$(grep -c "^vram: CUDA_DEVICE_MEMORY_LIMIT_7 matches no visible device (0: $U0, 1: $U1): it limits nothing\$" "$TMP/err")" -eq 1 ]; then
-    pass "the library names HAMi's variable that matches no device"
-else
-    fail "the library names HAMi's variable that matches no device" "$(cat "$TMP/err")"
-fi
+rc=$?
+closed "the library: HAMi's variable for a GPU that does not exist disables CUDA" \
+    "vram: CUDA_DEVICE_MEMORY_LIMIT_7 names no GPU (0: $U0, 1: $U1): it would limit nothing; CUDA is disabled in this process"
+# Ordinals are the process's: CUDA_VISIBLE_DEVICES=1 leaves it one GPU.
+CUDA_VISIBLE_DEVICES=1 VRAM_LIMIT=1:1G LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+closed "the library: ordinal 1 where CUDA_VISIBLE_DEVICES leaves one GPU" \
+    "vram: VRAM_LIMIT entry '1' names no GPU (0: $U1): it would limit nothing; CUDA is disabled in this process"
 VRAM_LIMIT="$U1:1G,0:1G" LD_PRELOAD=$PRELOAD "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
-if ! grep -q "matches no visible device" "$TMP/err"; then
-    pass "entries that match are not reported"
+if [ $? -eq 0 ] && [ ! -s "$TMP/err" ]; then
+    pass "entries that name GPUs: nothing said, the program runs"
 else
-    fail "entries that match are not reported" "$(cat "$TMP/err")"
+    fail "entries that name GPUs: nothing said, the program runs" "$(cat "$TMP/err")"
+fi
+# A UUID of a GPU of the host that CUDA_VISIBLE_DEVICES hides from this
+# process names a GPU: a launcher may give each worker one GPU of a job's
+# list. The one it sees is limited (64M: 128 MiB refused).
+CUDA_VISIBLE_DEVICES=1 VRAM_LIMIT="$U0:1G,$U1:64M" LD_PRELOAD=$PRELOAD "$PROBE" alloc 128 0 2 \
+    >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && grep -q "refused by VRAM_LIMIT; quota 64.00 MiB" "$TMP/err" &&
+    ! grep -q "names no GPU" "$TMP/err"; then
+    pass "a UUID of the host hidden by CUDA_VISIBLE_DEVICES: the process runs, limited by its own"
+else
+    fail "a UUID of the host hidden by CUDA_VISIBLE_DEVICES" "$(cat "$TMP/err")"
 fi
 # vram run sees the devices through the driver: refused, nothing run.
 for spec in GPU-deadbeef:1G 2:1G "0:1G,GPU-facecda1:50%"; do
@@ -117,28 +134,30 @@ for spec in GPU-deadbeef:1G 2:1G "0:1G,GPU-facecda1:50%"; do
     "$VRAM" run --preload "$PRELOAD" --limit "$spec" -- touch "$TMP/ran" >"$TMP/out" 2>"$TMP/err"
     rc=$?
     if [ $rc -eq 2 ] && [ ! -e "$TMP/ran" ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
-        grep -q "^vram: run: VRAM_LIMIT entry '.*' matches no visible device (0: $U0, 1: $U1): it limits nothing; nothing was run\$" "$TMP/err"; then
+        grep -q "^vram: run: VRAM_LIMIT entry '.*' names no GPU (0: $U0, 1: $U1): it would limit nothing; nothing was run\$" "$TMP/err"; then
         pass "vram run --limit $spec: refused, one line, nothing run"
     else
         fail "vram run --limit $spec: refused" "exit $rc"
     fi
 done
-# Ordinals are counted after CUDA_VISIBLE_DEVICES, UUIDs among the visible.
+# vram run is stricter than the library: the command inherits its
+# CUDA_VISIBLE_DEVICES, so a UUID hidden from vram run limits nothing the
+# command sees.
 CUDA_VISIBLE_DEVICES=1 "$VRAM" run --preload "$PRELOAD" --limit "$U0:1G" -- true >"$TMP/out" 2>"$TMP/err"
 rc=$?
-if [ $rc -eq 2 ] && grep -q "matches no visible device (0: $U1)" "$TMP/err"; then
+if [ $rc -eq 2 ] && grep -q "names no GPU (0: $U1)" "$TMP/err"; then
     pass "vram run: a UUID hidden by CUDA_VISIBLE_DEVICES is refused"
 else
     fail "vram run: a UUID hidden by CUDA_VISIBLE_DEVICES is refused" "exit $rc"
 fi
 "$VRAM" run --preload "$PRELOAD" --limit "$U1:64M,0:64M" -- "$PROBE" alloc 128 1 2 >"$TMP/out" 2>"$TMP/err"
 rc=$?
-if [ $rc -eq 0 ] && ! grep -q "matches no visible device" "$TMP/err"; then
+if [ $rc -eq 0 ] && ! grep -q "names no GPU" "$TMP/err"; then
     pass "vram run: entries naming visible devices run and limit"
 else
     fail "vram run: entries naming visible devices run and limit" "exit $rc"
 fi
-# No driver to ask: the run goes on (the library still says it if it can).
+# No driver to ask: the run goes on (the library checks in each process).
 FAKECUDA_FAIL=cuInit "$VRAM" run --preload "$PRELOAD" --limit GPU-deadbeef:1G -- touch "$TMP/ran" \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
@@ -177,5 +196,48 @@ if [ $rc -eq 0 ] && ! grep -q "ignored" "$TMP/err"; then
 else
     fail "vram run under HAMi's variables: they limit, nothing said" "exit $rc"
 fi
+
+# ---- names from other processes reach the terminal escaped ----
+# A member of the group whose command name is a clear-screen sequence, a
+# line end and a stray byte holds 8 MiB: the library's refusal line names
+# it; and `vram run --report` names a device by the ledger's UUID bytes.
+FILL=$(dirname "$3")/ledger_fill
+U0=GPU-facecda0-0001-4000-8000-000000000000
+BADNAME=$(printf 'x\033[2J\033]0;t\007\nz\377')
+cp "$FILL" "$TMP/$BADNAME"
+"$TMP/$BADNAME" "hn$$" "$U0" 8 16 >"$TMP/fill.bad" 2>&1 &
+hostile=$!
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.bad"; do sleep 0.1; i=$((i + 1)); done
+# clean FILE: valid UTF-8, no control character but the line end, no C1.
+clean() {
+    python3 -c '
+import sys
+t = open(sys.argv[1], "rb").read().decode("utf-8")
+sys.exit(1 if [c for c in t if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f] else 0)' "$1"
+}
+VRAM_GROUP="hn$$" VRAM_LIMIT=16M LD_PRELOAD=$PRELOAD "$PROBE" alloc 16 0 2 >"$TMP/out" 2>"$TMP/err"
+if clean "$TMP/err" && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
+    grep -qF "(pid $hostile x\\x1b[2J\\x1b]0;t\\x07\\x0az\\xff 8.00 MiB)" "$TMP/err"; then
+    pass "the refusal line names a hostile member escaped, on one line"
+else
+    fail "the refusal line names a hostile member escaped" "$(od -c "$TMP/err" | head -n 3)"
+fi
+kill "$hostile" 2>/dev/null
+wait "$hostile" 2>/dev/null
+BADUUID=$(printf 'GPU-\033[31mred\nx\377')
+"$FILL" "hr$$" "$BADUUID" 8 0 >"$TMP/fill.badu" 2>&1 &
+hostile=$!
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.badu"; do sleep 0.1; i=$((i + 1)); done
+"$VRAM" run --preload "$PRELOAD" --group "hr$$" --report -- sleep 0.3 >"$TMP/out" 2>"$TMP/err"
+if clean "$TMP/err" && grep -qF 'vram: run: GPU-\x1b[31mred\x0ax\xff: ' "$TMP/err"; then
+    pass "--report names a device by the ledger's bytes, escaped"
+else
+    fail "--report names a device by the ledger's bytes, escaped" "$(od -c "$TMP/err" | head -n 3)"
+fi
+kill "$hostile" 2>/dev/null
+wait "$hostile" 2>/dev/null
+rm -f "/dev/shm/vram-$(id -u)/hn$$" "/dev/shm/vram-$(id -u)/hr$$"
 
 test_end

@@ -21,7 +21,8 @@ test_cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
     [ -n "${stopped:-}" ] && kill -9 "$stopped" 2>/dev/null
     wait 2>/dev/null
-    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}b" "/dev/shm/vram-$(id -u)/${G}s"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}b" "/dev/shm/vram-$(id -u)/${G}s" \
+        "/dev/shm/vram-$(id -u)/${G}e"
     rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 
@@ -127,5 +128,44 @@ wait "$p2" 2>/dev/null
 "$VRAM" stat --no-nvml >"$TMP/out2"
 check "killed process gone from stat" "! grep -Eq \"^ +- +$p2 \" $TMP/out2 && grep -Eq \"^ +- +$p1 \" $TMP/out2"
 check "group use drops by its 32 MiB" "grep -E \"^ +- +$G \" $TMP/out2 | grep -q '64.00 MiB  *1\$'"
+
+# ---- a hostile process: names no terminal, table, JSON or scrape may get raw ----
+# Its command name (the file it runs, 15 bytes: "x", a clear-screen
+# sequence, a window-title sequence ended by BEL, a line end, a byte that
+# is not UTF-8 and the C1 control U+009B, a CSI) and the GPU UUID it
+# writes into its ledger (a colour sequence, a line end, a stray byte).
+BADNAME=$(printf 'x\033[2J\033]0;t\007\n\377\302\233')
+BADUUID=$(printf 'GPU-\033[31mred\nx\377')
+cp "$FILL" "$TMP/$BADNAME"
+"$TMP/$BADNAME" "${G}e" "$BADUUID" 8 0 >"$TMP/fill.bad" 2>&1 &
+pids="$pids $!"
+pbad=$!
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.bad"; do sleep 0.1; i=$((i + 1)); done
+# clean FILE: valid UTF-8, no control character but the line end, no C1.
+clean() {
+    python3 - "$1" <<'PY'
+import sys
+t = open(sys.argv[1], "rb").read().decode("utf-8")
+bad = [c for c in t if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f]
+sys.exit(1 if bad else 0)
+PY
+}
+"$VRAM" stat --no-nvml >"$TMP/hout" 2>"$TMP/herr"
+check "stat with a hostile name: no escape, control or stray byte reaches the terminal" \
+    "clean $TMP/hout && clean $TMP/herr"
+check "stat: the process is one row, its name escaped as \\\\xNN" \
+    "[ \$(grep -c \" $pbad \" $TMP/hout) -eq 1 ] && grep -F \" $pbad \" $TMP/hout | grep -qF 'x\\x1b[2J\\x1b]'"
+check "stat: the ledger's UUID escaped" "grep -qF 'GPU-\\x1b[31m' $TMP/hout"
+"$VRAM" stat --json --no-nvml >"$TMP/hjson"
+check "stat --json with a hostile name: valid JSON, the name escaped" \
+    "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); p=[x for x in d[\"processes\"] if x[\"pid\"]==int(sys.argv[2])][0]; assert p[\"comm\"].startswith(\"x\\\\x1b[2J\\\\x1b]0;t\\\\x07\\\\x0a\\\\xff\\\\xc2\\\\x9b\"), p' $TMP/hjson $pbad"
+"$VRAM" stat --prometheus --no-nvml >"$TMP/hprom"
+check "stat --prometheus with a hostile name: UTF-8, no control character" "clean $TMP/hprom"
+check "stat --prometheus: the label value escaped by the format's rules" \
+    "grep -F \"pid=\\\"$pbad\\\"\" $TMP/hprom | grep -qF 'comm=\"x\\\\x1b[2J\\\\x1b]0;t\\\\x07\\\\x0a\\\\xff\\\\xc2\\\\x9b\"'"
+"$VRAM" analyze "$TMP/$BADNAME.csv" >"$TMP/hout" 2>"$TMP/herr"
+check "an error line naming a hostile path: escaped, one line" \
+    "clean $TMP/herr && [ \$(wc -l <$TMP/herr) -eq 1 ] && grep -qF 'x\\x1b[2J' $TMP/herr"
 
 test_end

@@ -4,7 +4,8 @@
 # against ledgers filled by ledger_fill: the processes, their group and
 # quota show; a growing process gets a positive trend; sort keys switch;
 # a killed process disappears; q quits and the terminal is restored (the
-# shell prompt is back, the alternate screen left). Exit 77 without tmux.
+# shell prompt is back, the alternate screen left); a command name made
+# of terminal escapes shows as text. Exit 77 without tmux.
 # Usage: test_top.sh VRAM LEDGER_FILL
 set -u
 VRAM=$1
@@ -57,6 +58,15 @@ start 16 512 1
 grower=$last
 start 24 512
 victim=$last
+# A process whose command name is a clear-screen and a window-title
+# sequence and a line end: shown as text, the screen left as it is.
+BADNAME=$(printf 'x\033[2J\033]0;t\007\nz')
+cp "$FILL" "$TMP/$BADNAME"
+"$TMP/$BADNAME" "$G" "$U" 8 512 >"$TMP/fill.bad" 2>&1 &
+pids="$pids $!"
+hostile=$!
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.bad"; do sleep 0.1; i=$((i + 1)); done
 
 tmux -S "$SOCK" new-session -d -s "$S" -x 80 -y 40 "sh" || { echo "skipped: tmux cannot start"; exit 77; }
 tmux -S "$SOCK" send-keys -t "$S" "PS1='READY> '; export TERM=xterm" Enter
@@ -68,6 +78,12 @@ check "top lists the still process" "^ +- +$still .* $G .* 48.0 .*512.0"
 check "top lists the victim" "^ +- +$victim "
 check "growing process gets a positive trend" "^ +- +$grower .* $G .* [1-9][0-9]*\.[0-9] +[^ ]*\$"
 check "top shows the GPU table by index and name" "^GPU NAME +TOTAL MiB +USED MiB +UUID"
+check "top shows a hostile command name as text, escaped" "^ +- +$hostile .* x.x1b\\[2J.x1b\\]0;"
+if grep -q "vram top -- " "$TMP/screen" && grep -qE "^ +- +$still " "$TMP/screen"; then
+    pass "the hostile name cleared nothing"
+else
+    bad "the hostile name cleared nothing"
+fi
 # In an 80-column terminal nothing is cut: no line reaches the last column.
 if awk 'length >= 80' "$TMP/screen" | grep -q .; then bad "top fits 80 columns"; else pass "top fits 80 columns"; fi
 tmux -S "$SOCK" send-keys -t "$S" "i"
@@ -76,8 +92,16 @@ tmux -S "$SOCK" send-keys -t "$S" "r"
 check "sort reverses" "sort: pid \(reversed\)"
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
-sleep 1
-tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+# Gone at a sample after its death: looked for until then (at most 10 s:
+# a loaded machine delays top's samples).
+i=0
+while :; do
+    tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+    grep -qE "^ +- +$victim " "$TMP/screen" || break
+    i=$((i + 1))
+    [ $i -ge 50 ] && break
+    sleep 0.2
+done
 if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else pass "killed process disappears"; fi
 tmux -S "$SOCK" send-keys -t "$S" "q"
 check "q quits with status 0" "TOP-EXIT=0"

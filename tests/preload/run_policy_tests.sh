@@ -326,6 +326,16 @@ if [ $rc -eq 0 ] && grep -q "^/etc/vram/policy.conf: ok: default 32M, 1 user, 1 
 else
     fail "admin check --user: the rules and each GPU's limit" "exit $rc"
 fi
+# The policy's ordinals are the host's, whatever the caller's
+# CUDA_VISIBLE_DEVICES: check lists the host's GPUs.
+env LD_LIBRARY_PATH="$LIBPATH" CUDA_VISIBLE_DEVICES=1 "$VRAM" admin check --user "$UA" \
+    >"$TMP/out" 2>"$TMP/err"
+if grep -q "^  GPU 0 $UUID0 (1.00 GiB): 64.00 MiB$" "$TMP/out" &&
+    grep -q "^  GPU 1 GPU-facecda0-0001-4000-8000-000000000001 (1.00 GiB): 16.00 MiB$" "$TMP/out"; then
+    pass "admin check --user under CUDA_VISIBLE_DEVICES=1: the host's GPUs by host ordinal"
+else
+    fail "admin check --user under CUDA_VISIBLE_DEVICES=1: the host's GPUs" "$(cat "$TMP/out")"
+fi
 "$VRAM" admin check --user "$UB" >"$TMP/out" 2>"$TMP/err"
 if grep -q "^  rule: default (line 1): 32M$" "$TMP/out"; then
     pass "admin check --user: the default for a user without a rule"
@@ -368,6 +378,76 @@ expect_closed() {
         fail "$1" "exit $rc"
     fi
 }
+
+# ---- a per-GPU key that names no GPU of the host fails closed ----
+UUID1=GPU-facecda0-0001-4000-8000-000000000001
+GPUS="0: $UUID0, 1: $UUID1"
+policy "default 16:4G"
+env LD_LIBRARY_PATH="$LIBPATH" "$VRAM" admin check >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(cat "$TMP/err")" = "vram: $PC:1: default: GPU key '16' names no GPU of this host ($GPUS): it would limit nothing" ] &&
+    ! grep -q ": ok:" "$TMP/out"; then
+    pass "admin check: a key that names no GPU is exit 2, one line naming it and the GPUs"
+else
+    fail "admin check: a key that names no GPU is exit 2, one line" "exit $rc"
+fi
+env LD_LIBRARY_PATH="$LIBPATH" "$VRAM" admin status >"$TMP/out" 2>"$TMP/err"
+if grep -q "^policy: *$PC:1: default: GPU key '16' names no GPU of this host" "$TMP/out"; then
+    pass "admin status: the policy's key that names no GPU"
+else
+    fail "admin status: the policy's key that names no GPU" "$(grep policy "$TMP/out")"
+fi
+"$VRAM" admin disable >/dev/null 2>&1
+env LD_LIBRARY_PATH="$LIBPATH" "$VRAM" admin enable --preload "$PRELOAD" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "^vram: $PC:1: default: GPU key '16' names no GPU" "$TMP/err" &&
+    ! grep -q "libvram-preload" /etc/ld.so.preload; then
+    pass "admin enable refuses a policy with a key that names no GPU, writes nothing"
+else
+    fail "admin enable refuses a policy with a key that names no GPU" "exit $rc"
+fi
+# Where no driver lists the GPUs (the fake's cuInit failing), the keys
+# cannot be checked: said by check; each process checks them.
+env LD_LIBRARY_PATH="$LIBPATH" FAKECUDA_FAIL=cuInit "$VRAM" admin enable --preload "$PRELOAD" \
+    >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && grep -q "libvram-preload" /etc/ld.so.preload; then
+    pass "admin enable without a driver to list the GPUs: enabled (each process checks)"
+else
+    fail "admin enable without a driver to list the GPUs" "$(cat "$TMP/err")"
+fi
+env LD_LIBRARY_PATH="$LIBPATH" FAKECUDA_FAIL=cuInit "$VRAM" admin check >"$TMP/out" 2>"$TMP/err"
+if [ $? -eq 0 ] && grep -q "^per-GPU keys not checked here: no CUDA driver" "$TMP/out"; then
+    pass "admin check without a driver: ok, and says the keys were not checked"
+else
+    fail "admin check without a driver: says the keys were not checked" "$(cat "$TMP/out")"
+fi
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_closed "a user's process under a default that names no GPU fails closed" \
+    "vram: $PC:1: default: GPU key '16' names no GPU of this host ($GPUS): it would limit nothing; CUDA is disabled in this process"
+as root -- "$PROBE" alloc 16 0 0
+expect_run "root, exempt, is limited by no rule: its process runs" ""
+# Only the processes of users a bad rule limits: bob's rule is not alice's.
+policy "default 32M" "user $UB GPU-deadbeef:16M"
+as "$UA" -- "$PROBE" alloc 16 0 0
+expect_run "$UA is not limited by $UB's rule: runs" ""
+as "$UB" -- "$PROBE" alloc 16 0 0
+expect_closed "$UB's rule names no GPU: $UB's process fails closed" \
+    "vram: $PC:2: user $UB: GPU key 'GPU-deadbeef' names no GPU of this host ($GPUS): it would limit nothing; CUDA is disabled in this process"
+# Host ordinals and UUIDs are the host's whatever CUDA_VISIBLE_DEVICES
+# hides: NVML lists them.
+policy "default 32M" "user $UA 0:64M,1:16M"
+as "$UA" CUDA_VISIBLE_DEVICES=0 -- "$PROBE" alloc 48 0 0
+expect_run "CUDA_VISIBLE_DEVICES=0: the policy's GPU 1 is still the host's (NVML)" ""
+policy "default 32M" "user $UA $UUID1:16M"
+as "$UA" CUDA_VISIBLE_DEVICES=0 -- "$PROBE" alloc 24 0 0
+expect_run "CUDA_VISIBLE_DEVICES=0: the policy's UUID of GPU 1 is still the host's" ""
+# Without NVML, a process that sees one GPU cannot show the host has a
+# second: the key fails closed rather than be trusted.
+policy "default 32M" "user $UA 0:64M,1:16M"
+as "$UA" CUDA_VISIBLE_DEVICES=0 LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 48 0 0
+expect_closed "without NVML, a host ordinal past what the process can know fails closed" \
+    "vram: $PC:2: user $UA: GPU key '1' names no GPU of this host (0: $UUID0): it would limit nothing; CUDA is disabled in this process"
+rm -f $PC
 policy "default 32M" "user $UA 64X"
 as "$UA" -- "$PROBE" alloc 16 0 0
 expect_closed "a malformed policy fails closed with PATH:LINE" \
@@ -520,11 +600,12 @@ else
     fail "hostile ledgers: root's stat" "exit $rc, $ms ms"
 fi
 python3 - "$TMP/out" "$UA" <<'PY' && pass "the crafted ledger shows bounded rows, no process" || fail "the crafted ledger" "see $TMP/out"
-import json, sys
+import json, re, sys
 v = json.load(open(sys.argv[1]))
 rows = [g for g in v["groups"] if g["group"] == sys.argv[2] + "/crafted"]
 assert len(rows) <= 16, len(rows)
-assert all(len(g["uuid"]) < 48 for g in rows)
+# A UUID's bytes are bounded; shown escaped (\xNN stands for one byte).
+assert all(len(re.sub(r"\\x[0-9a-f]{2}", "x", g["uuid"])) < 48 for g in rows)
 assert not [p for p in v["processes"] if p["group"] == sys.argv[2] + "/crafted"]
 PY
 touch "$STOP2"

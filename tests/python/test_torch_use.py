@@ -217,5 +217,103 @@ for size, dev in ((1 << 20, 0), (1 << 30, 0), (1 << 20, 0), (1 << 20, 7)):
         self.assertIn("CUDAPluggableAllocator", str(cm.exception))
 
 
+class ShimCacheTest(unittest.TestCase):
+    """The compiled shim is code loaded into the process: a cached one that
+    is not the user's (or root's), that others may write, or that is a
+    link is not used, and a cache directory like that neither; one warning
+    each. A stand-in compiler (a shell script that writes its -o file)
+    and a stand-in PyTorch with a headers directory make it run anywhere."""
+
+    def setUp(self):
+        import shutil
+        import tempfile
+
+        self.dir = tempfile.mkdtemp(prefix="vram-shim-cache.")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        os.chmod(self.dir, 0o755)
+        os.makedirs(os.path.join(self.dir, "torch", "include", "c10"))
+        self.torch, _ = fake_torch()
+        self.torch.__file__ = os.path.join(self.dir, "torch", "__init__.py")
+        self.lib = os.path.join(self.dir, "lib", "libvram.so")
+        os.makedirs(os.path.dirname(self.lib))
+        os.chmod(os.path.dirname(self.lib), 0o755)
+        open(self.lib, "w").close()
+        self.cxx = os.path.join(self.dir, "fake-c++")
+        with open(self.cxx, "w") as f:
+            f.write('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -o ] && echo shim >"$2"; '
+                    'shift; done\nexit 0\n')
+        os.chmod(self.cxx, 0o755)
+        saved = os.environ.get("HOME")
+        os.environ["HOME"] = os.path.join(self.dir, "home")
+        self.addCleanup(lambda: os.environ.__setitem__("HOME", saved) if saved is not None
+                        else os.environ.pop("HOME", None))
+
+    @staticmethod
+    def text(path):
+        with open(path) as f:
+            return f.read()
+
+    def shim(self):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            path = vtorch.oom_shim(self.torch, self.lib, compiler=self.cxx)
+        return path, [str(w.message) for w in seen if "shim cache" in str(w.message)]
+
+    def test_a_safe_cache_is_used_quietly(self):
+        first, said = self.shim()
+        self.assertEqual(os.path.dirname(first), os.path.join(self.dir, "lib", "vram-torch-shim"))
+        self.assertEqual(os.stat(first).st_mode & 0o777, 0o755)
+        self.assertEqual(said, [])
+        again, said = self.shim()
+        self.assertEqual((again, said), (first, []))
+
+    def test_a_shim_others_may_write_is_built_again(self):
+        first, _ = self.shim()
+        os.chmod(first, 0o777)
+        with open(first, "w") as f:
+            f.write("planted")
+        path, said = self.shim()
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("%s is writable by others (mode 0777)" % first, said[0])
+        self.assertEqual(self.text(path), "shim\n")  # not the planted one
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o755)
+
+    def test_a_linked_shim_is_not_used(self):
+        first, _ = self.shim()
+        planted = os.path.join(self.dir, "planted.so")
+        with open(planted, "w") as f:
+            f.write("planted")
+        os.unlink(first)
+        os.symlink(planted, first)
+        path, said = self.shim()
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("%s is not a regular file" % first, said[0])
+        self.assertEqual(self.text(path), "shim\n")
+
+    def test_a_directory_others_may_write_is_not_used(self):
+        first, _ = self.shim()
+        cache = os.path.dirname(first)
+        os.chmod(cache, 0o777)
+        path, said = self.shim()
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("%s is writable by others (mode 0777)" % cache, said[0])
+        self.assertEqual(os.path.dirname(path), os.path.join(self.dir, "home", ".cache", "vram"))
+
+    def test_a_shim_of_another_user_is_not_used(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to give a file to another user")
+        first, _ = self.shim()
+        os.chown(first, 65534, 65534)
+        path, said = self.shim()
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("%s is owned by uid 65534" % first, said[0])
+        self.assertEqual(os.stat(path).st_uid, 0)
+        os.chown(os.path.dirname(first), 65534, 65534)
+        path, said = self.shim()
+        self.assertEqual(len(said), 1, said)
+        self.assertIn("vram-torch-shim is owned by uid 65534", said[0])
+        self.assertEqual(os.path.dirname(path), os.path.join(self.dir, "home", ".cache", "vram"))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -190,6 +190,56 @@ test_largest_group(void **state)
     assert_true(limit_of("group ml 10%\ngroup staff 15G\n", &w, &line) == 15 * GiB);
 }
 
+/*
+** A per-GPU key that names no GPU of the host is an error of the policy,
+** with the file, the line, the rule and the GPUs that exist; all rules
+** for vram admin, those of one user's verdict for that user's processes.
+*/
+static void
+test_keys_name_gpus(void **state)
+{
+    (void)state;
+    struct quota_gpus g;
+    memset(&g, 0, sizeof g);
+    strcpy(g.uuid[0], UUID0);
+    strcpy(g.uuid[1], UUID1);
+    g.n = g.n_ordinals = 2;
+    struct policy p = parse_ok("default 16:4G\n");
+    assert_int_equal(policy_check_gpus(&p, NULL, &g), VRAM_E_CONFIG);
+    assert_string_equal(vram_last_error(),
+                        "policy.conf:1: default: GPU key '16' names no GPU of this host (0: "
+                        "GPU-8c6f1e2a-1234-5678-9abc-def012345678, 1: "
+                        "GPU-00112233-4455-6677-8899-aabbccddeeff): it would limit nothing");
+    policy_free(&p);
+    p = parse_ok("default 40G\nuser bob 0:8G,GPU-deadbeef:4G\ngroup ml GPU-00112233:10G\n");
+    assert_int_equal(policy_check_gpus(&p, NULL, &g), VRAM_E_CONFIG);
+    assert_string_equal(vram_last_error(),
+                        "policy.conf:2: user bob: GPU key 'GPU-deadbeef' names no GPU of this "
+                        "host (0: GPU-8c6f1e2a-1234-5678-9abc-def012345678, 1: "
+                        "GPU-00112233-4455-6677-8899-aabbccddeeff): it would limit nothing");
+    /* Alice's processes check alice's rules: bob's is not hers. */
+    struct policy_who w = alice();
+    struct policy_verdict v;
+    policy_resolve(&p, &w, &v);
+    assert_int_equal(policy_check_gpus(&p, &v, &g), VRAM_OK);
+    policy_free(&p);
+    p = parse_ok("group ml 2:10G\n");
+    policy_resolve(&p, &w, &v);
+    assert_int_equal(policy_check_gpus(&p, &v, &g), VRAM_E_CONFIG);
+    assert_non_null(strstr(vram_last_error(), "policy.conf:1: group ml: GPU key '2' names no GPU"));
+    /* Keys that name GPUs, and rules without keys, pass; so does a host
+    ** without a GPU. */
+    policy_free(&p);
+    p = parse_ok("default 1:4G\nuser alice gpu-8C6F1E2A:2G\ngroup staff 50%\n");
+    assert_int_equal(policy_check_gpus(&p, NULL, &g), VRAM_OK);
+    struct quota_gpus none;
+    memset(&none, 0, sizeof none);
+    assert_int_equal(policy_check_gpus(&p, NULL, &none), VRAM_OK);
+    g.n_ordinals = 1;
+    assert_int_equal(policy_check_gpus(&p, NULL, &g), VRAM_E_CONFIG);
+    policy_free(&p);
+}
+
 static void
 test_user_rule_not_naming_gpu_falls_through(void **state)
 {
@@ -578,6 +628,7 @@ main(void)
         cmocka_unit_test(test_context),
         cmocka_unit_test(test_user_beats_group_and_default),
         cmocka_unit_test(test_largest_group),
+        cmocka_unit_test(test_keys_name_gpus),
         cmocka_unit_test(test_user_rule_not_naming_gpu_falls_through),
         cmocka_unit_test(test_exempt),
         cmocka_unit_test(test_root),

@@ -197,39 +197,57 @@ test_precedence(void **state)
     assert_true(quota_for_device(&q, 1, UUID0, 8 * GiB) == 8 * GiB);
 }
 
-/* Per-device entries that name no visible device are found and said. */
+/* Per-device entries that name no GPU are found and said. */
 static void
 test_unmatched(void **state)
 {
     (void)state;
-    char uuids[2][QUOTA_UUID_LEN];
-    strcpy(uuids[0], UUID0);
-    strcpy(uuids[1], UUID1);
+    struct quota_gpus g;
+    memset(&g, 0, sizeof g);
+    strcpy(g.uuid[0], UUID0);
+    strcpy(g.uuid[1], UUID1);
+    g.n = g.n_ordinals = 2;
     struct quota_env q = limit("6G");
-    assert_int_equal(quota_unmatched(&q, 2, uuids), -1); /* no entries */
+    assert_int_equal(quota_unmatched(&q, &g), -1); /* no entries */
     q = limit("0:6G,1:4G");
-    assert_int_equal(quota_unmatched(&q, 2, uuids), -1);
-    assert_int_equal(quota_unmatched(&q, 1, uuids), 1); /* ordinal 1 of one device */
-    assert_int_equal(quota_unmatched(&q, 0, uuids), -1); /* no device: nothing to say */
-    q = limit("gpu-8C6F1E2A:6G,GPU-00112233:50%");       /* prefixes, any case */
-    assert_int_equal(quota_unmatched(&q, 2, uuids), -1);
+    assert_int_equal(quota_unmatched(&q, &g), -1);
+    g.n_ordinals = 1;
+    assert_int_equal(quota_unmatched(&q, &g), 1); /* ordinal 1 where only 0 is */
+    g.n_ordinals = 2;
+    q = limit("gpu-8C6F1E2A:6G,GPU-00112233:50%"); /* prefixes, any case */
+    assert_int_equal(quota_unmatched(&q, &g), -1);
+    g.n = 1; /* a UUID key needs its GPU in the UUID list, whatever the ordinals */
+    assert_int_equal(quota_unmatched(&q, &g), 1);
+    g.n = 2;
     q = limit("0:6G,GPU-deadbeef:6G");
-    assert_int_equal(quota_unmatched(&q, 2, uuids), 1);
+    assert_int_equal(quota_unmatched(&q, &g), 1);
     char line[512];
-    quota_unmatched_line(&q, 1, 2, uuids, line, sizeof line);
-    assert_string_equal(line, "VRAM_LIMIT entry 'GPU-deadbeef' matches no visible device "
+    quota_unmatched_line(&q, 1, &g, line, sizeof line);
+    assert_string_equal(line, "VRAM_LIMIT entry 'GPU-deadbeef' names no GPU "
                               "(0: GPU-8c6f1e2a-1234-5678-9abc-def012345678, 1: "
-                              "GPU-00112233-4455-6677-8899-aabbccddeeff): it limits nothing");
+                              "GPU-00112233-4455-6677-8899-aabbccddeeff): it would limit "
+                              "nothing");
     /* Cut to fit, never past the buffer. */
-    quota_unmatched_line(&q, 1, 2, uuids, line, 40);
+    quota_unmatched_line(&q, 1, &g, line, 40);
     assert_int_equal(strlen(line), 39);
+    /* No GPU at all: nothing can be allocated, so nothing is said. */
+    struct quota_gpus none;
+    memset(&none, 0, sizeof none);
+    assert_int_equal(quota_unmatched(&q, &none), -1);
+    quota_gpus_format(&none, line, sizeof line);
+    assert_string_equal(line, "none");
     /* HAMi's per-device variables are named as such. */
     const struct kv hami[] = {{"CUDA_DEVICE_MEMORY_LIMIT_3", "1g"}, {NULL, NULL}};
     assert_int_equal(env_quota_load(fake_get, (void *)hami, &q), VRAM_OK);
-    assert_int_equal(quota_unmatched(&q, 2, uuids), 0);
-    quota_unmatched_line(&q, 0, 1, uuids, line, sizeof line);
-    assert_string_equal(line, "CUDA_DEVICE_MEMORY_LIMIT_3 matches no visible device (0: "
-                              "GPU-8c6f1e2a-1234-5678-9abc-def012345678): it limits nothing");
+    assert_int_equal(quota_unmatched(&q, &g), 0);
+    g.n = g.n_ordinals = 1;
+    quota_unmatched_line(&q, 0, &g, line, sizeof line);
+    assert_string_equal(line, "CUDA_DEVICE_MEMORY_LIMIT_3 names no GPU (0: "
+                              "GPU-8c6f1e2a-1234-5678-9abc-def012345678): it would limit "
+                              "nothing");
+    char key[QUOTA_UUID_LEN];
+    quota_key_text(&q.entries[0], key, sizeof key);
+    assert_string_equal(key, "3");
 }
 
 /* HAMi's variables that a VRAM_GROUP without VRAM_LIMIT turns off. */

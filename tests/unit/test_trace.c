@@ -25,7 +25,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "trace/trace.h"
@@ -603,23 +606,71 @@ test_empty_file(void **state)
 
 /*
 ** A gzip stream cut short (tests/data/truncated.trace.csv.gz: the first
-** 4000 bytes of leak_mlp.trace.csv.gz). Its text holds 666 whole lines
-** and part of line 667; all 666 are parsed, and the error names 667.
+** 4000 bytes of leak_mlp.trace.csv.gz, as a recording killed or stopped by
+** a full disk leaves it). Its text holds 666 whole lines and part of line
+** 667: the whole lines are read (the metadata, the header and 664
+** events), the half line is not, and CUT says where it stops.
 */
 static void
 test_truncated_gzip(void **state)
 {
     const char *dir = getenv("VRAM_TEST_DATA");
-    char path[1024];
-    struct trace dummy, *t = &dummy;
+    char path[1024], want[1400];
+    struct trace *t = NULL;
     (void)state;
 
     if (dir == NULL || dir[0] == '\0')
         skip();
     snprintf(path, sizeof path, "%s/truncated.trace.csv.gz", dir);
-    assert_int_equal(trace_load(path, &t), VRAM_E_PARSE);
-    assert_ptr_equal(t, &dummy);
-    expect_error_at(path, 667, "truncated gzip stream");
+    assert_int_equal(trace_load(path, &t), VRAM_OK);
+    assert_int_equal(t->n_events, 664);
+    assert_non_null(t->cut);
+    snprintf(want, sizeof want,
+             "%s:667: the trace is cut short here (the file ends inside its gzip stream, as "
+             "a recording that was killed or ran out of disk leaves it): it is read up to "
+             "line 666, its last whole line",
+             path);
+    assert_string_equal(t->cut, want);
+    trace_free(t);
+}
+
+/*
+** A plain trace whose last line lacks its line end: dropped, and said,
+** when it does not read (half a line); read, and said all the same, when
+** it does (a number cut short is still a number). A whole file says
+** nothing.
+*/
+static void
+test_cut_plain(void **state)
+{
+    char path[] = "/tmp/vram_test_trace_XXXXXX";
+    const char *half = HEADER "1,a,0,512,0\n2,f,0,5";
+    struct trace *t = NULL;
+    (void)state;
+
+    write_temp(path, half, strlen(half));
+    assert_int_equal(trace_load(path, &t), VRAM_OK);
+    assert_int_equal(t->n_events, 1);
+    assert_non_null(t->cut);
+    assert_non_null(strstr(t->cut, ":3: the trace is cut short here (the last line has no "
+                                   "line end and does not read: expected 5 fields as in the "
+                                   "header, found 4): it is read up to line 2, its last "
+                                   "whole line"));
+    trace_free(t);
+    unlink(path);
+
+    t = load_text(HEADER "1,a,0,512,0\n2,a,1,512,1");
+    assert_int_equal(t->n_events, 2);
+    assert_int_equal(t->events[1].stream, 1); /* perhaps 12 or 100 once */
+    assert_non_null(t->cut);
+    assert_non_null(strstr(t->cut, ":3: the last line has no line end: it is read as it "
+                                   "stands, but if the file was cut short there it may be "
+                                   "half an event"));
+    trace_free(t);
+
+    t = load_text(HEADER "1,a,0,512,0\n");
+    assert_null(t->cut);
+    trace_free(t);
 }
 
 /* A gzip stream whose checksum is wrong: every line is intact (the
@@ -1068,9 +1119,15 @@ test_sites_errors(void **state)
                        "is not a hexadecimal");
     expect_parse_error(SHEADER "#@frame 1,note,a,b\n", 3, "a note frame has 3 fields");
     expect_parse_error(SHEADER "#@frame 1,note,\n", 3, "a note frame without its text");
-    /* A table cut short: the file ends inside a frame line. */
-    expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@frame 2,py,mod", 4,
-                       "a py frame has 5 fields (ID,py,FILE,LINE,FUNCTION), found 3");
+    /* A table cut short, the file ending inside a frame line: read up to
+    ** the line before, and said. */
+    struct trace *t = load_text(SHEADER "#@frame 1,py,a.py,1,f\n#@frame 2,py,mod");
+    assert_int_equal(t->n_frames, 1);
+    assert_non_null(t->cut);
+    assert_non_null(strstr(t->cut, ":4: the trace is cut short here (the last line has no "
+                                   "line end and does not read: a py frame has 5 fields "
+                                   "(ID,py,FILE,LINE,FUNCTION), found 3)"));
+    trace_free(t);
     /* Sites. */
     expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1\n", 4, "site 1 has no frames");
     expect_parse_error(SHEADER "#@frame 1,py,a.py,1,f\n#@site 1,2\n", 4,
@@ -1258,6 +1315,134 @@ test_writer_threads(void **state)
     unlink(path);
 }
 
+/*
+** A writer killed by SIGKILL (no exit handler, no close) leaves every event
+** it wrote: nothing waits in a buffer. Plain: a whole file; gzip: a stream
+** cut at its last flush point, read to its last event with CUT set.
+*/
+static void
+killed_writer(const char *suffix)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/vram_test_trace_XXXXXX%s", suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
+    assert_true(fd >= 0);
+    close(fd);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct trace_writer *w = NULL;
+        struct trace_event ev = {.op = TRACE_ALLOC, .size = 4096};
+        if (trace_writer_open(path, "k=v", &w) != VRAM_OK)
+            _exit(2);
+        for (ev.id = 0; ev.id < 1000; ev.id++)
+            if (trace_writer_event(w, &ev) != VRAM_OK)
+                _exit(3);
+        kill(getpid(), SIGKILL);
+        _exit(4);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    struct trace *t = NULL;
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_events, 1000);
+    assert_int_equal(t->events[999].id, 999);
+    if (suffix[0] == '\0')
+        assert_null(t->cut);
+    else
+        assert_non_null(strstr(t->cut, ":1003: the trace is cut short here (the file ends "
+                                       "inside its gzip stream"));
+    trace_free(t);
+    unlink(path);
+}
+
+static void
+test_writer_killed(void **state)
+{
+    (void)state;
+    killed_writer("");
+    killed_writer(".gz");
+}
+
+/*
+** A full disk (a file size limit here, RLIMIT_FSIZE: writes past it fail
+** with EFBIG, the first one short): the writer says how many events the
+** file keeps, and the file holds exactly those, whole: a plain one ends at
+** a line end, a gzip one at a flush point.
+*/
+static void
+full_writer(const char *suffix)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/vram_test_trace_XXXXXX%s", suffix);
+    int fd = mkstemps(path, (int)strlen(suffix));
+    assert_true(fd >= 0);
+    close(fd);
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = {5000, 5000};
+        struct trace_writer *w = NULL;
+        struct trace_event ev = {.op = TRACE_ALLOC, .size = 4096};
+        char line[600] = "";
+        signal(SIGXFSZ, SIG_IGN);
+        close(pipefd[0]);
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0 || trace_writer_open(path, "k=v", &w) != VRAM_OK)
+            _exit(2);
+        for (ev.id = 0; ev.id < 100000; ev.id++) {
+            if (trace_writer_event(w, &ev) != VRAM_OK) {
+                snprintf(line, sizeof line, "%s", vram_last_error());
+                break;
+            }
+        }
+        /* Every later event is refused; close says the trace is short. */
+        vram_status later = trace_writer_event(w, &ev);
+        vram_status closed = trace_writer_close(w);
+        dprintf(pipefd[1], "%d %d %s", (int)later, (int)closed, line);
+        _exit(0);
+    }
+    close(pipefd[1]);
+    char got[700] = "";
+    ssize_t n = read(pipefd[0], got, sizeof got - 1);
+    close(pipefd[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(n > 0);
+    got[n] = '\0';
+    int later = 0, closed = 0, kept = -1;
+    char rest[700] = "";
+    assert_int_equal(sscanf(got, "%d %d %699[^\n]", &later, &closed, rest), 3);
+    assert_int_equal(later, VRAM_E_IO);
+    assert_int_equal(closed, VRAM_E_IO);
+    const char *at = strstr(rest, ": File too large (the trace keeps the ");
+    if (at == NULL || sscanf(at, ": File too large (the trace keeps the %d events", &kept) != 1)
+        fail_msg("unexpected error '%s'", rest);
+    assert_true(kept > 10);
+    struct trace *t = NULL;
+    if (trace_load(path, &t) != VRAM_OK)
+        fail_msg("%s", vram_last_error());
+    assert_int_equal(t->n_events, (uint64_t)kept);
+    if (suffix[0] == '\0')
+        assert_null(t->cut); /* cut back to its last line end */
+    else
+        assert_non_null(t->cut);
+    trace_free(t);
+    unlink(path);
+}
+
+static void
+test_writer_full(void **state)
+{
+    (void)state;
+    full_writer("");
+    full_writer(".gz");
+}
+
 static void
 test_writer_errors(void **state)
 {
@@ -1332,23 +1517,9 @@ test_writer_errors(void **state)
         unlink(path2);
     }
 
-    /* A full device: the failure surfaces at the latest on close. */
-    if (access("/dev/full", W_OK) == 0) {
-        vram_status st = VRAM_OK;
-        int i;
-        ev.device = 0;
-        assert_int_equal(trace_writer_open("/dev/full", "m", &w), VRAM_OK);
-        for (i = 0; i < 100000 && st == VRAM_OK; i++) {
-            ev.id = (uint64_t)i;
-            st = trace_writer_event(w, &ev);
-        }
-        if (st == VRAM_OK)
-            st = trace_writer_close(w);
-        else
-            assert_int_equal(trace_writer_close(w), VRAM_E_IO);
-        assert_int_equal(st, VRAM_E_IO);
-        assert_true(strncmp(vram_last_error(), "/dev/full: ", 11) == 0);
-    }
+    /* A device is not a trace file (a full one: test_writer_full). */
+    assert_int_equal(trace_writer_open("/dev/full", "m", &w), VRAM_E_IO);
+    assert_string_equal(vram_last_error(), "/dev/full: not a regular file: not written");
 }
 
 int
@@ -1382,6 +1553,7 @@ main(void)
         cmocka_unit_test(test_line_too_long),
         cmocka_unit_test(test_empty_file),
         cmocka_unit_test(test_truncated_gzip),
+        cmocka_unit_test(test_cut_plain),
         cmocka_unit_test(test_corrupt_gzip),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_round_trip_plain),
@@ -1389,6 +1561,8 @@ main(void)
         cmocka_unit_test(test_round_trip_marks),
         cmocka_unit_test(test_mark_labels_sanitized),
         cmocka_unit_test(test_writer_threads),
+        cmocka_unit_test(test_writer_killed),
+        cmocka_unit_test(test_writer_full),
         cmocka_unit_test(test_writer_errors),
         cmocka_unit_test(test_round_trip_sites),
         cmocka_unit_test(test_sites_text),

@@ -16,6 +16,7 @@
 
 #include "cliopt.h"
 #include "base/size.h"
+#include "base/text.h"
 #include "vram.h"
 
 /* getopt_long's value of a long option with no one-letter alias: above
@@ -42,12 +43,16 @@ error_prefix(const struct cli_command *cmd)
 int
 cliopt_usage_error(const struct cli_command *cmd, const char *fmt, ...)
 {
+    /* The line quotes the command line, which may hold anything: made
+    ** safe for the terminal (base/text.h). */
+    char line[1024], safe[TEXT_SAFE_LEN(sizeof line)];
     va_list ap;
     error_prefix(cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, " (try '%s --help')\n", cmd->prog);
+    fprintf(stderr, "%s (try '%s --help')\n", text_safe(line, sizeof line, safe, sizeof safe),
+            cmd->prog);
     return CLI_EXIT_USAGE;
 }
 

@@ -142,7 +142,9 @@ struct an_options;
 struct an_result;
 
 /* Load the trace at PATH into *OUT. On failure one line is printed and
-** the exit code returned: 2 malformed or unreadable, 1 otherwise. */
+** the exit code returned: 2 malformed or unreadable, 1 otherwise. A trace
+** cut short (a killed recording) loads up to its last whole line, and one
+** line on standard error says where it stops. */
 int cli_load_trace(const char *path, struct trace **out);
 
 /* Analyze T (analyze_trace) into *OUT; on failure one line is printed

@@ -17,6 +17,10 @@
 **
 ** --root DIR reads and writes DIR/etc/ld.so.preload, DIR<policy path>
 ** and DIR/sys/fs/cgroup instead (tests, or preparing an image).
+**
+** Checking the policy includes its per-GPU keys, against the GPUs the
+** driver lists with CUDA_VISIBLE_DEVICES unset (the policy's ordinals are
+** the host's): a key that names none fails check and enable, exit 2.
 */
 #include <dlfcn.h>
 #include <errno.h>
@@ -30,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "cliopt.h"
 #include "cmd.h"
 #include "policy/policy.h"
@@ -417,16 +422,66 @@ write_atomically(const char *path, const char *text)
 /* The policy                                                           */
 /* ------------------------------------------------------------------ */
 
+/*
+** The host's GPUs as CUDA numbers them with CUDA_VISIBLE_DEVICES unset
+** (cmd_admin drops it from this process before the driver is loaded),
+** which is what the policy's ordinals mean, into *G (once; the driver is
+** asked without a context). False where no driver lists them.
+*/
+static bool
+host_gpus(const struct quota_gpus **g)
+{
+    static struct quota_gpus gpus;
+    static int state; /* 0 not asked, 1 listed, 2 no driver */
+    if (state == 0) {
+        int n = 0;
+        state = backend_cuda_uuids(NULL, gpus.uuid, QUOTA_MAX_ORDINAL, &n) == VRAM_OK ? 1 : 2;
+        gpus.n = gpus.n_ordinals = n < QUOTA_MAX_ORDINAL ? n : QUOTA_MAX_ORDINAL;
+    }
+    *g = &gpus;
+    return state == 1;
+}
+
+/* Whether a rule of P keys its limit by GPU. */
+static bool
+policy_has_keys(const struct policy *p)
+{
+    bool keys = p->has_default && p->def.limit.n_entries > 0;
+    for (int k = 0; !keys && k < p->n_rules; k++)
+        keys = p->rules[k].limit.n_entries > 0;
+    return keys;
+}
+
 /* Load the policy into P; 0 ok (*present says if there is one), else the
-** exit status after the line. */
+** exit status after the line. A per-GPU key that names none of the host's
+** GPUs (where a driver lists them) is an error of the policy as a
+** malformed line is: with it the library disables CUDA in the processes
+** of every user the rule limits (docs/POLICY.md). *KEYS_CHECKED (may be
+** NULL): whether there were keys to check and a driver to check them. */
 static int
-load_policy(const struct admin *a, struct policy *p, bool *present)
+load_policy_keys(const struct admin *a, struct policy *p, bool *present, bool *keys_checked)
 {
     vram_status st = policy_load(a->policy_file, p, present);
+    const struct quota_gpus *g;
+    if (keys_checked != NULL)
+        *keys_checked = false;
+    if (st == VRAM_OK && *present && policy_has_keys(p) && host_gpus(&g)) {
+        if (keys_checked != NULL)
+            *keys_checked = true;
+        st = policy_check_gpus(p, NULL, g);
+        if (st != VRAM_OK)
+            policy_free(p);
+    }
     if (st == VRAM_OK)
         return 0;
     cli_error("%s", vram_last_error());
     return st == VRAM_E_CONFIG ? 2 : 1;
+}
+
+static int
+load_policy(const struct admin *a, struct policy *p, bool *present)
+{
+    return load_policy_keys(a, p, present, NULL);
 }
 
 static void
@@ -495,8 +550,8 @@ static int
 do_check(const struct admin *a)
 {
     struct policy p;
-    bool present = false;
-    int rc = load_policy(a, &p, &present);
+    bool present = false, keys_checked = false;
+    int rc = load_policy_keys(a, &p, &present, &keys_checked);
     if (rc != 0)
         return rc;
     if (!present) {
@@ -515,6 +570,10 @@ do_check(const struct admin *a)
            p.has_default ? "default " : "no default", p.has_default ? p.def.text : "",
            c[POLICY_USER], c[POLICY_GROUP], c[POLICY_EXEMPT_USER] + c[POLICY_EXEMPT_GROUP],
            c[POLICY_READER_USER] + c[POLICY_READER_GROUP]);
+    if (policy_has_keys(&p) && !keys_checked)
+        printf("per-GPU keys not checked here: no CUDA driver lists this host's GPUs; each "
+               "process checks them (a key that names no GPU of its host disables CUDA "
+               "there)\n");
     if (a->user != NULL)
         rc = print_user(a, &p);
     policy_free(&p);
@@ -703,8 +762,13 @@ do_status(const struct admin *a)
     struct policy p;
     bool present = false;
     vram_status st = policy_load(a->policy_file, &p, &present);
+    const struct quota_gpus *g;
+    if (st == VRAM_OK && present && policy_has_keys(&p) && host_gpus(&g) &&
+        (st = policy_check_gpus(&p, NULL, g)) != VRAM_OK)
+        policy_free(&p);
     if (st != VRAM_OK)
-        printf("policy:        %s (CUDA is disabled in every process until fixed)\n",
+        printf("policy:        %s (CUDA is disabled in the processes it limits until "
+               "fixed)\n",
                vram_last_error());
     else if (!present)
         printf("policy:        %s: none (jobs' own settings only)\n", a->policy_file);
@@ -753,6 +817,10 @@ cmd_admin(int argc, char **argv)
     snprintf(a.preload_file, sizeof a.preload_file, "%s%s", root, LD_PRELOAD_FILE);
     snprintf(a.policy_file, sizeof a.policy_file, "%s%s", root, policy_path());
     snprintf(a.cgroup_dir, sizeof a.cgroup_dir, "%s%s", root, CGROUP_DIR);
+    /* The policy's ordinals are the host's: this process lists the GPUs
+    ** (its keys, --user's limits) as CUDA numbers them without the
+    ** caller's CUDA_VISIBLE_DEVICES. */
+    unsetenv("CUDA_VISIBLE_DEVICES");
     bool writes = strcmp(verb, "enable") == 0 || strcmp(verb, "disable") == 0;
     if (a.user != NULL && strcmp(verb, "check") != 0) {
         return cliopt_usage_error(&admin_cmd, "--user is for check only");

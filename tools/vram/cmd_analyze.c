@@ -17,11 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "analyze/analyze.h"
 #include "cliopt.h"
 #include "cmd.h"
 #include "trace/trace.h"
+#include "base/outfile.h"
 #include "base/size.h"
 #include "vram.h"
 
@@ -88,8 +90,11 @@ int
 cli_load_trace(const char *path, struct trace **out)
 {
     vram_status s = trace_load(path, out);
-    if (s == VRAM_OK)
+    if (s == VRAM_OK) {
+        if ((*out)->cut != NULL)
+            cli_error("%s", (*out)->cut); /* read up to where it stops */
         return 0;
+    }
     /* "FILE:LINE: reason" for malformed input; names the file otherwise. */
     const char *why = vram_last_error();
     if (why[0] != '\0')
@@ -154,10 +159,17 @@ static int
 write_html(const char *path, const struct an_result *r, const struct an_compare *c)
 {
     bool to_stdout = strcmp(path, "-") == 0;
-    /* The report, created or truncated; written in full or reported. */
-    FILE *f = to_stdout ? stdout : fopen(path, "w");
-    if (f == NULL) {
+    /* The report, created or emptied (never through a link, never over
+    ** another user's file); written in full or reported. */
+    FILE *f = stdout;
+    int fd = -1;
+    if (!to_stdout && outfile_open(path, OUTFILE_TRUNCATE, &fd) != VRAM_OK) {
+        cli_error("%s", vram_last_error());
+        return 1;
+    }
+    if (!to_stdout && (f = fdopen(fd, "w")) == NULL) {
         cli_error("%s: %s", path, strerror(errno));
+        close(fd);
         return 1;
     }
     vram_status s = c != NULL ? an_write_compare_html(f, c) : an_write_html(f, r);

@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/outfile.h"
 #include "base/size.h"
 #include "cliopt.h"
 #include "cmd.h"
@@ -90,6 +91,11 @@ record_notes(FILE *out)
             "XLA_PYTHON_CLIENT_PREALLOCATE=false; settings already made are kept. Each\n"
             "allocation names its call site (the innermost Python frames of a thread\n"
             "holding the GIL, and native return addresses) unless --no-sites.\n"
+            "Every event reaches the file as it is recorded: a command killed at any\n"
+            "moment leaves a trace of all it recorded. SIGINT, SIGTERM or SIGHUP sent to\n"
+            "vram record stops the command and what it started (a second one kills\n"
+            "them), then the summary is written and the group's ledger removed;\n"
+            "SIGKILL of vram record kills the command with it.\n"
             "docs/RECORD.md has more.\n");
 }
 
@@ -110,6 +116,8 @@ static const struct cli_command record_cmd = {
 ** OUTPUT made absolute into ABS, and created (emptied) now, so that a path
 ** that cannot be written is one line before anything runs rather than a
 ** line from the preload library in the middle of the command's output.
+** Opened as every output is (outfile_open): a link or another user's file
+** is refused. The preload library opens it again the same way.
 */
 static int
 prepare_output(const char *who, const char *output, char *abs, size_t len)
@@ -134,9 +142,15 @@ prepare_output(const char *who, const char *output, char *abs, size_t len)
         cli_error("%s: --output '%s': path too long", who, shown);
         return REC_USAGE;
     }
-    int fd = open(abs, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        cli_error("%s: --output '%s': %s", who, shown, strerror(errno));
+    /* Never through a link, never over another user's file: the default
+    ** name lands in whatever directory the command is run from. */
+    int fd = -1;
+    if (outfile_open(abs, OUTFILE_TRUNCATE, &fd) != VRAM_OK) {
+        const char *why = vram_last_error(); /* "ABS: reason" */
+        size_t n = strlen(abs);
+        if (strncmp(why, abs, n) == 0 && strncmp(why + n, ": ", 2) == 0)
+            why += n + 2;
+        cli_error("%s: --output '%s': %s", who, shown, why);
         return REC_USAGE;
     }
     close(fd);
@@ -207,9 +221,9 @@ summarize(const char *path)
     struct stat st;
     if (stat(path, &st) == 0 && st.st_size == 0) {
         /* The library opens the trace at the first CUDA call it sees. */
-        fprintf(stderr, "vram: record: %s: no GPU allocation was seen (the command made no "
-                        "CUDA call the preload library saw)\n",
-                path);
+        cli_error("record: %s: no GPU allocation was seen (the command made no CUDA call "
+                  "the preload library saw)",
+                  path);
         return true;
     }
     struct trace *t = NULL;
@@ -217,22 +231,21 @@ summarize(const char *path)
         cli_error("record: the trace cannot be read: %s", vram_last_error());
         return false;
     }
+    if (t->cut != NULL)
+        cli_error("record: %s", t->cut);
     uint64_t allocs = 0;
     for (uint64_t i = 0; i < t->n_events; i++)
         if (t->events[i].op == TRACE_ALLOC)
             allocs++;
     char peak[32];
     if (t->n_events == 0)
-        fprintf(stderr,
-                "vram: record: %s: no GPU allocation was seen (no CUDA use, or only "
-                "before the library was loaded)\n",
-                path);
+        cli_error("record: %s: no GPU allocation was seen (no CUDA use, or only before the "
+                  "library was loaded)",
+                  path);
     else
-        fprintf(stderr,
-                "vram: record: %s: %llu events, %llu allocations, peak %s live "
-                "(vram analyze %s)\n",
-                path, (unsigned long long)t->n_events, (unsigned long long)allocs,
-                size_format(t->peak_live_bytes, peak, sizeof peak), path);
+        cli_error("record: %s: %llu events, %llu allocations, peak %s live (vram analyze %s)",
+                  path, (unsigned long long)t->n_events, (unsigned long long)allocs,
+                  size_format(t->peak_live_bytes, peak, sizeof peak), path);
     trace_free(t);
     return true;
 }

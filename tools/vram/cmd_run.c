@@ -27,6 +27,7 @@
 ** malformed setting (nothing ran); 126 the command cannot be executed; 127
 ** it was not found; with --report 128+N when it was killed by signal N.
 */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -36,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -257,28 +260,32 @@ say_unlimited(const char *group)
 ** library will read it. Returns -1 on success, else the exit status.
 */
 /*
-** A per-device entry that names no device this process can see (a
-** mistyped UUID, an ordinal past the last GPU) limits nothing: refused,
-** nothing run, when the driver can list the devices. The driver is asked
+** A per-device entry that names no GPU limits nothing: the library would
+** disable CUDA in every process of the command (docs/QUOTA.md, "A key that
+** names no GPU"), so it is refused here, nothing run, when the driver can
+** list the devices. Here more strictly than in the library: every key
+** must name a GPU this process sees (the command inherits its
+** CUDA_VISIBLE_DEVICES, so a UUID hidden here limits nothing the command
+** sees unless it changes the list for its children). The driver is asked
 ** only for a per-device list, and without a context (no device memory);
-** with no driver or no device there is nothing to check against.
+** with no driver or no device there is nothing to check against (the
+** library checks in each process).
 */
 static int
 check_entries_visible(const struct quota_env *q)
 {
     if (!q->active || q->n_entries == 0)
         return -1;
-    static char uuids[QUOTA_MAX_ORDINAL][QUOTA_UUID_LEN];
+    static struct quota_gpus g;
     int n = 0;
-    if (backend_cuda_uuids(NULL, uuids, QUOTA_MAX_ORDINAL, &n) != VRAM_OK)
+    if (backend_cuda_uuids(NULL, g.uuid, QUOTA_MAX_ORDINAL, &n) != VRAM_OK)
         return -1;
-    if (n > QUOTA_MAX_ORDINAL)
-        n = QUOTA_MAX_ORDINAL;
-    int k = quota_unmatched(q, n, uuids);
+    g.n = g.n_ordinals = n > QUOTA_MAX_ORDINAL ? QUOTA_MAX_ORDINAL : n;
+    int k = quota_unmatched(q, &g);
     if (k < 0)
         return -1;
-    char line[1024];
-    quota_unmatched_line(q, k, n, uuids, line, sizeof line);
+    char line[4096];
+    quota_unmatched_line(q, k, &g, line, sizeof line);
     cli_error("%s: %s; nothing was run", run_who, line);
     return RUN_USAGE;
 }
@@ -458,32 +465,177 @@ child_status(int status)
 }
 
 /*
-** The child of --report, for the signal handler (a handler reaches no
-** struct). Signals sent to vram by another process (kill, a scheduler) are
-** passed on; those the terminal sends reach the command's process group
-** directly, so they are not sent twice.
+** Stopping the command run as a child (--report, vram record, vram tune).
+** A signal that asks vram to stop (SIGINT, SIGQUIT, SIGTERM, SIGHUP)
+** stops the command and every process it started: one sent to vram by
+** another process (kill, a scheduler) is passed on to them all (a wrapper
+** script alone would not pass it on); one the terminal sends reaches them
+** directly (they are in its foreground process group), so it is not sent
+** twice. A second such signal kills them all (SIGKILL) at once: the
+** command had its chance to end cleanly. What they leave behind when the
+** command ends is stopped the same way (stop_adopted), so that nothing of
+** a stopped run goes on unwatched and its group's ledger can go.
+**
+** The handler only notes the signal (and SIGKILLs the command itself on
+** the second, which kill() may do there); the waits below are not
+** restarted (no SA_RESTART), so the loop that waits passes it on
+** (stop_pending). RUN_STOPS counts the signals (at most 2), RUN_STOP_SIG
+** is the first, RUN_FORWARD is set while one sent by another process
+** waits to be passed on.
 */
 static volatile sig_atomic_t run_child_pid;
+static volatile sig_atomic_t run_stops;
+static volatile sig_atomic_t run_stop_sig;
+static volatile sig_atomic_t run_forward;
 
 static void
 forward_signal(int sig, siginfo_t *info, void *ctx)
 {
     (void)ctx;
-    if (info != NULL && info->si_code <= 0 && run_child_pid > 0)
-        kill((pid_t)run_child_pid, sig);
+    if (run_stops == 0)
+        run_stop_sig = sig;
+    if (run_stops < 2)
+        run_stops = run_stops + 1; /* the four signals are blocked here */
+    if (info == NULL || info->si_code <= 0)
+        run_forward = 1;
+    if (run_stops > 1 && run_child_pid > 0)
+        kill((pid_t)run_child_pid, SIGKILL);
 }
+
+static const int stop_sigs[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+#define N_STOP_SIGS (sizeof stop_sigs / sizeof stop_sigs[0])
+
+/* What the four were before install_forwarding, for the command to get
+** as vram got them (a signal ignored by whoever started vram stays
+** ignored in the command). */
+static struct sigaction stop_sigs_before[N_STOP_SIGS];
 
 static void
 install_forwarding(void)
 {
-    static const int sigs[] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = forward_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sa.sa_flags = SA_SIGINFO; /* no SA_RESTART: a wait ends, and passes it on */
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-        sigaction(sigs[i], &sa, NULL);
+    for (size_t i = 0; i < N_STOP_SIGS; i++)
+        sigaddset(&sa.sa_mask, stop_sigs[i]);
+    for (size_t i = 0; i < N_STOP_SIGS; i++)
+        sigaction(stop_sigs[i], &sa, &stop_sigs_before[i]);
+}
+
+/*
+** The processes below ROOT: its children, theirs, and so on, into PIDS
+** (at most MAX, ROOT not included); returns how many. From every
+** process's parent in /proc/PID/stat (a process that starts or ends
+** meanwhile may be missed or named: a signal to a gone pid does nothing,
+** and a pid is not reused while its parent, here, has not reaped it).
+*/
+#define TREE_MAX 4096
+static int
+descendants(pid_t root, pid_t *pids, int max)
+{
+    static pid_t pid_of[TREE_MAX], ppid_of[TREE_MAX];
+    int n_all = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d != NULL && n_all < TREE_MAX && (e = readdir(d)) != NULL) {
+        char path[300], buf[512];
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t got = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (got <= 0)
+            continue;
+        buf[got] = '\0';
+        const char *p = strrchr(buf, ')'); /* after the command name */
+        char state;
+        long ppid;
+        if (p == NULL || sscanf(p + 1, " %c %ld", &state, &ppid) != 2)
+            continue;
+        pid_of[n_all] = (pid_t)strtol(e->d_name, NULL, 10);
+        ppid_of[n_all] = (pid_t)ppid;
+        n_all++;
+    }
+    if (d != NULL)
+        closedir(d);
+    /* Breadth first: PIDS is its own queue. */
+    int n = 0;
+    for (int head = -1; head < n; head++) {
+        pid_t parent = head < 0 ? root : pids[head];
+        for (int i = 0; i < n_all && n < max; i++)
+            if (ppid_of[i] == parent && pid_of[i] != root)
+                pids[n++] = pid_of[i];
+    }
+    return n;
+}
+
+/* Send SIG to ROOT (when above 0) and every process below it. */
+static void
+signal_tree(pid_t root, int sig)
+{
+    static pid_t pids[TREE_MAX];
+    int n = descendants(root, pids, TREE_MAX);
+    if (root > 0)
+        kill(root, sig);
+    for (int i = 0; i < n; i++)
+        kill(pids[i], sig);
+}
+
+/* Pass on what the handler noted (see above): the first signal sent by
+** another process to the command's whole tree, the second's SIGKILL too. */
+static void
+stop_pending(pid_t child)
+{
+    static bool killed;
+    if (run_stops > 1 && !killed) {
+        killed = true;
+        run_forward = 0;
+        signal_tree(child, SIGKILL);
+    } else if (run_forward) {
+        run_forward = 0;
+        signal_tree(child, run_stop_sig);
+    }
+}
+
+static void nap_ms(unsigned ms);
+
+/*
+** After a stopped command: what it left running (vram is a child
+** subreaper while it runs a command, PR_SET_CHILD_SUBREAPER, so what the
+** command started and left behind became vram's child rather than
+** init's) is stopped too, with SIG; then SIGKILL after GRACE_MS (0: only
+** when a second stop signal comes), waiting until none is left.
+*/
+static void
+stop_adopted(int sig, unsigned grace_ms)
+{
+    static pid_t pids[TREE_MAX], sent[TREE_MAX];
+    int n_sent = 0;
+    unsigned waited = 0;
+    for (;;) {
+        int status;
+        while (waitpid(-1, &status, WNOHANG) > 0) {
+        } /* reap what ended */
+        int n = descendants(getpid(), pids, TREE_MAX);
+        if (n == 0)
+            return;
+        bool hard = run_stops > 1 || (grace_ms > 0 && waited >= grace_ms);
+        for (int i = 0; i < n; i++) {
+            bool before = false; /* SIG once each; SIGKILL every time */
+            for (int k = 0; k < n_sent && !before; k++)
+                before = sent[k] == pids[i];
+            if (hard || !before)
+                kill(pids[i], hard ? SIGKILL : sig);
+            if (!before && n_sent < TREE_MAX)
+                sent[n_sent++] = pids[i];
+        }
+        nap_ms(RUN_STOP_POLL_MS);
+        waited += RUN_STOP_POLL_MS;
+    }
 }
 
 /* ------------------------------------------------------------------ */
@@ -613,7 +765,8 @@ report_sample(struct report *r, bool baseline)
     }
 }
 
-/* One line per device to standard error. */
+/* One line per device to standard error (the UUIDs are the ledger's
+** bytes: cli_error makes them safe). */
 static void
 report_print(const struct report *r)
 {
@@ -639,35 +792,32 @@ report_print(const struct report *r)
             ** quota from its first allocation (the ledger keeps the count
             ** of refusals, not their sizes; the preload library's own line
             ** above names the size). */
-            fprintf(stderr,
-                    "vram: run: %s: refused %llu allocation%s, none granted, quota %s\n",
+            cli_error("run: %s: refused %llu allocation%s, none granted, quota %s",
                     r->uuid[d], (unsigned long long)refused, refused == 1 ? "" : "s",
                     r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none");
             continue;
         }
         if (sum == 0 && r->max_used[d] == 0) {
             /* In the ledger, so reserved or refused, but never seen held. */
-            fprintf(stderr,
-                    "vram: run: %s: peak not seen (the processes that used it exited "
-                    "between two samples), quota %s, %llu allocation%s refused\n",
+            cli_error("run: %s: peak not seen (the processes that used it exited "
+                      "between two samples), quota %s, %llu allocation%s refused",
                     r->uuid[d],
                     r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
                     (unsigned long long)refused, refused == 1 ? "" : "s");
             continue;
         }
-        fprintf(stderr,
-                "vram: run: %s: peak %s (sum of the peaks of %d process%s; at most %s "
-                "in use at once when sampled), quota %s, %llu allocation%s refused\n",
+        cli_error("run: %s: peak %s (sum of the peaks of %d process%s; at most %s "
+                  "in use at once when sampled), quota %s, %llu allocation%s refused",
                 r->uuid[d], size_format(sum, a, sizeof a), procs, procs == 1 ? "" : "es",
                 size_format(r->max_used[d], b, sizeof b),
                 r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
                 (unsigned long long)refused, refused == 1 ? "" : "s");
     }
     if (r->failed)
-        fprintf(stderr, "vram: run: cannot read the ledger of group '%s': %s\n", r->group,
+        cli_error("run: cannot read the ledger of group '%s': %s", r->group,
                 r->error);
     else if (!any)
-        fprintf(stderr, "vram: run: no GPU memory used by group '%s'\n", r->group);
+        cli_error("run: no GPU memory used by group '%s'", r->group);
 }
 
 static void
@@ -787,6 +937,11 @@ run_child(char **command, const char *group, bool report, const struct run_watch
     }
     struct timespec start = {0, 0};
     clock_gettime(CLOCK_MONOTONIC, &start);
+    /* What the command leaves behind becomes ours, not init's (adopted). */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    pid_t parent = getpid();
+    run_stops = 0;
+    install_forwarding();
     fflush(NULL);
     pid_t child = fork();
     if (child < 0) {
@@ -798,6 +953,13 @@ run_child(char **command, const char *group, bool report, const struct run_watch
     }
     if (child == 0) {
         close(pipefd[0]);
+        /* vram killed by SIGKILL (which it cannot pass on) kills the
+        ** command too: nothing recorded or reported runs on unwatched. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(RUN_FAIL); /* vram died before the line above */
+        for (size_t i = 0; i < N_STOP_SIGS; i++)
+            sigaction(stop_sigs[i], &stop_sigs_before[i], NULL);
         execvp(command[0], command);
         int err = errno;
         ssize_t w = write(pipefd[1], &err, sizeof err);
@@ -806,7 +968,10 @@ run_child(char **command, const char *group, bool report, const struct run_watch
     }
     close(pipefd[1]);
     run_child_pid = child;
-    install_forwarding();
+    if (run_stops > 0) { /* a stop asked before the command had a pid */
+        run_forward = 1;
+        stop_pending(child);
+    }
 
     int err = 0;
     ssize_t got;
@@ -825,6 +990,7 @@ run_child(char **command, const char *group, bool report, const struct run_watch
         return exec_failure(command[0], err);
     }
     for (;;) {
+        stop_pending(child);
         w = waitpid(child, &status, WNOHANG);
         if (w == child)
             break;
@@ -850,21 +1016,27 @@ run_child(char **command, const char *group, bool report, const struct run_watch
             report_sample(&r, false);
             nap(&start);
         } else {
-            do
-                w = waitpid(child, &status, 0);
-            while (w < 0 && errno == EINTR);
+            /* Not restarted after a signal: the loop passes it on. */
+            w = waitpid(child, &status, 0);
             if (w == child)
                 break;
         }
     }
     run_child_pid = 0;
+    /* A stopped command's leftovers are stopped too; those of a command
+    ** that ended by itself are left to run. */
+    if (run_stops > 0)
+        stop_adopted(run_stop_sig, 0);
+    else if (watch != NULL && *stopped)
+        stop_adopted(SIGTERM, watch->grace_ms);
     if (report) {
         report_sample(&r, false); /* members the command left running */
         report_print(&r);
     }
     report_free(&r);
-    if (WIFSIGNALED(status))
-        remove_group_if_unused(group);
+    /* A command a signal ended ran no exit handler: its group's ledger goes
+    ** here once no live process is in it (a no-op when one still is). */
+    remove_group_if_unused(group);
     return child_status(status);
 }
 

@@ -18,6 +18,7 @@
 #include "monitor/monitor.h"
 #include "monitor/prom.h"
 #include "base/size.h"
+#include "base/text.h"
 
 /* What the command line asks of `vram stat`. */
 enum { FMT_TABLE, FMT_JSON, FMT_PROM };
@@ -96,14 +97,26 @@ static char (*table_row(struct table *t))[CELL_LEN]
     return t->cells[t->n_rows++];
 }
 
+/*
+** Print T. Every cell is made safe for the terminal first, here, once for
+** every table (base/text.h: a command name, a group name or a UUID is
+** another process's or a ledger's bytes), then cut to its column's
+** width, never inside a UTF-8 character.
+*/
 static void
 table_print(struct table *t)
 {
     for (int r = 0; r < t->n_rows; r++)
         for (int c = 0; c < t->n_cols; c++) {
-            char *cell = t->cells[r][c];
-            if (t->max[c] > 0 && (int)strlen(cell) > t->max[c])
-                cell[t->max[c]] = '\0';
+            char *cell = t->cells[r][c], safe[TEXT_SAFE_LEN(CELL_LEN)];
+            text_safe(cell, CELL_LEN, safe, CELL_LEN);
+            memcpy(cell, safe, CELL_LEN);
+            if (t->max[c] > 0 && (int)strlen(cell) > t->max[c]) {
+                int cut = t->max[c];
+                while (cut > 0 && ((unsigned char)cell[cut] & 0xc0) == 0x80)
+                    cut--; /* not inside a character */
+                cell[cut] = '\0';
+            }
             if ((int)strlen(cell) > t->width[c])
                 t->width[c] = (int)strlen(cell);
         }
@@ -282,6 +295,16 @@ add_metrics(json_object *o, enum metric_scope scope, const void *row)
     }
 }
 
+/* TEXT as a JSON string: json-c escapes the control characters, but
+** passes bytes that are not UTF-8 (and C1 controls) through: made safe
+** first (base/text.h), as every text output of vram is. */
+static json_object *
+json_text(const char *text)
+{
+    char safe[TEXT_SAFE_LEN(128)];
+    return json_object_new_string(text_safe(text, 128, safe, sizeof safe));
+}
+
 static int
 print_json(const struct mon_view *v)
 {
@@ -295,15 +318,15 @@ print_json(const struct mon_view *v)
         json_object_object_add(o, "gpu", v->devices[i].index >= 0
                                              ? json_object_new_int(v->devices[i].index)
                                              : NULL);
-        json_object_object_add(o, "name", json_object_new_string(v->devices[i].name));
-        json_object_object_add(o, "uuid", json_object_new_string(v->devices[i].uuid));
+        json_object_object_add(o, "name", json_text(v->devices[i].name));
+        json_object_object_add(o, "uuid", json_text(v->devices[i].uuid));
         add_metrics(o, METRIC_DEVICE, &v->devices[i]);
         json_object_array_add(devs, o);
     }
     for (int i = 0; i < v->n_groups; i++) {
         json_object *o = json_object_new_object();
-        json_object_object_add(o, "group", json_object_new_string(v->groups[i].group));
-        json_object_object_add(o, "uuid", json_object_new_string(v->groups[i].uuid));
+        json_object_object_add(o, "group", json_text(v->groups[i].group));
+        json_object_object_add(o, "uuid", json_text(v->groups[i].uuid));
         add_metrics(o, METRIC_GROUP, &v->groups[i]);
         json_object_array_add(groups, o);
     }
@@ -313,9 +336,9 @@ print_json(const struct mon_view *v)
         json_object_object_add(o, "pid", json_object_new_int64(p->pid));
         json_object_object_add(o, "uid",
                                json_object_new_int64(p->uid == (uid_t)-1 ? -1 : (int64_t)p->uid));
-        json_object_object_add(o, "comm", json_object_new_string(p->comm));
-        json_object_object_add(o, "group", json_object_new_string(p->group));
-        json_object_object_add(o, "uuid", json_object_new_string(p->uuid));
+        json_object_object_add(o, "comm", json_text(p->comm));
+        json_object_object_add(o, "group", json_text(p->group));
+        json_object_object_add(o, "uuid", json_text(p->uuid));
         json_object_object_add(o, "quota_bytes", json_object_new_int64((int64_t)p->quota_bytes));
         add_metrics(o, METRIC_PROCESS, p);
         add_metrics(o, METRIC_HOST, p); /* the same on each of its GPU rows */

@@ -28,6 +28,7 @@
 #include "monitor/monitor.h"
 #include "base/clock.h"
 #include "base/size.h"
+#include "base/text.h"
 
 enum sort_key { SORT_USED, SORT_PEAK, SORT_TREND, SORT_PID, SORT_COUNT };
 static const char *const sort_names[SORT_COUNT] = {"used", "peak", "trend", "pid"};
@@ -227,8 +228,19 @@ put_row(struct frame *f, int row, int col, bool bold, const char *text,
     int room = COLS - 1 - col;
     if (bold)
         attron(A_BOLD);
+    /* The one place text reaches the terminal: made safe here (base/text.h:
+    ** a command name, a group name or a UUID is another process's or a
+    ** ledger's bytes), then cut to the room, never inside a character. */
+    char safe[TEXT_SAFE_LEN(512)];
+    text_safe(text, 512, safe, sizeof safe);
+    int cut = (int)strlen(safe);
+    if (cut > room && room > 0) {
+        cut = room;
+        while (cut > 0 && ((unsigned char)safe[cut] & 0xc0) == 0x80)
+            cut--;
+    }
     if (room > 0)
-        mvaddnstr(row, col, text, room);
+        mvaddnstr(row, col, safe, cut);
     if (bold)
         attroff(A_BOLD);
     if (f == NULL)

@@ -373,27 +373,6 @@ watch_poll(void *ctx)
     return w->reason != STOP_NONE;
 }
 
-/* Cut the trace at PATH after its last complete line: a command stopped by
-** a signal leaves its writer's last buffer half written. */
-static void
-cut_partial_line(const char *path)
-{
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
-        off_t end = st.st_size;
-        char c;
-        while (end > 0 && pread(fd, &c, 1, end - 1) == 1 && c != '\n')
-            end--;
-        if (end != st.st_size && ftruncate(fd, end) != 0)
-            cli_error("tune: %s: cannot cut its last, partial line: %s", path,
-                      strerror(errno));
-    }
-    close(fd);
-}
-
 /* ------------------------------------------------------------------ */
 /* The recommendation                                                   */
 /* ------------------------------------------------------------------ */
@@ -895,7 +874,6 @@ tune_command(const struct tune_args *a)
         rc = TUNE_FAIL;
     } else {
         struct stat st;
-        cut_partial_line(path);
         if (stat(path, &st) == 0 && st.st_size == 0) {
             /* The library creates the trace at the first CUDA call it sees. */
             cli_error("tune: no GPU allocation was recorded (the command made no CUDA call "

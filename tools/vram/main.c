@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "cliopt.h"
 #include "cmd.h"
 #include "vram.h"
@@ -41,12 +42,14 @@ static const struct command commands[] = {
 void
 cli_error(const char *fmt, ...)
 {
+    /* The line may quote what another process wrote (a trace, a ledger, a
+    ** file name): made safe for the terminal here, once for every line. */
+    char line[2048], safe[TEXT_SAFE_LEN(sizeof line)];
     va_list ap;
-    fputs("vram: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "vram: %s\n", text_safe(line, sizeof line, safe, sizeof safe));
 }
 
 static const struct command *
