@@ -301,17 +301,29 @@ as "$UA" FAKECUDA_CONTEXT_BYTES=16M -- "$PROBE" alloc 56 0 0
 expect_run "context off in the policy: 56 MiB granted" ""
 as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_CONTEXT=on -- "$PROBE" alloc 56 0 $OOM
 expect_run "VRAM_CONTEXT=on counts it where the policy does not" "with this process's context, 16.00 MiB"
+policy "default 32M" "user $UA 64M"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_CONTEXT=off -- "$PROBE" alloc 56 0 $OOM
+expect_run "VRAM_CONTEXT=off does not take the context out of the policy's account" \
+    "cuMemAlloc_v2 of 56.00 MiB \(with this process's context, 16.00 MiB\) refused by the policy $PC, user $UA \(line 2\)"
 rm -f $PC
-as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M -- "$PROBE" alloc 56 0 0
-expect_run "no policy: contexts are not counted unless asked" ""
-as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=on -- "$PROBE" alloc 56 0 $OOM
-expect_run "no policy, VRAM_CONTEXT=on: counted" "with this process's context, 16.00 MiB\) refused by VRAM_LIMIT"
-as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=on LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 0
-if [ "$rc" -eq 0 ] && grep -q "^vram: context accounting: NVML (libnvidia-ml.so.1) is not available here; contexts are not counted in the quota$" "$TMP/err"; then
-    pass "without NVML: one line, contexts not counted"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M -- "$PROBE" alloc 56 0 $OOM
+expect_run "no policy: a job's quota counts the context too (the one rule)" \
+    "with this process's context, 16.00 MiB\) refused by VRAM_LIMIT"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M -- "$VRAM" run --limit 64M -- "$PROBE" alloc 56 0 $OOM
+expect_run "vram run --limit counts the context" \
+    "with this process's context, 16.00 MiB\) refused by vram run --limit"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=off -- "$PROBE" alloc 56 0 0
+expect_run "no policy, VRAM_CONTEXT=off: the job's quota leaves it out" ""
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 $OOM
+if [ "$rc" -eq 0 ] && [ "$(wc -l <"$TMP/err")" -eq 2 ] &&
+    grep -q "^vram: context accounting: NVML (libnvidia-ml.so.1) is not available here; each limited GPU is charged 518.00 MiB for this process's context$" "$TMP/err" &&
+    grep -q "(with this process's context, 518.00 MiB) refused by VRAM_LIMIT" "$TMP/err"; then
+    pass "without NVML: one line, the context charged at 518 MiB (a context's measured size)"
 else
-    fail "without NVML: one line, contexts not counted" "exit $rc"
+    fail "without NVML: one line, the context charged at 518 MiB" "exit $rc"
 fi
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_GROUP=nolimit$$ LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 0
+expect_run "without NVML and without a limit: nothing guessed, no line" ""
 
 # ---- vram admin check and status ----
 policy "default 32M" "user $UA 0:64M,1:16M" "group $GROUP_ML 48M" "reader group $GROUP_ML"
