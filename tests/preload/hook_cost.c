@@ -11,9 +11,10 @@
 ** The two functions of each name:
 **   hooked  dlsym(libcuda, NAME), as XLA finds them: the preload's dlsym
 **           override answers with its hook;
-**   bare    the same lookup through glibc's own dlsym (found with dlvsym,
-**           which the preload does not override) on the same handle, whose
-**           scope is the driver and its dependencies: the driver's function.
+**   bare    the driver's own function of that name, read from the
+**           driver's dynamic symbol table (elf_symbol: the preload
+**           overrides dlsym and dlvsym, so no lookup through glibc
+**           reaches it around the hook).
 ** dladdr names the library of each, and the program refuses to measure
 ** when the two are the same function (not preloaded, or passive) unless
 ** --same asks for exactly that: both sides bare, an A/A run that must show
@@ -49,6 +50,7 @@
 ** allowed.
 */
 #include <dlfcn.h>
+#include <link.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -60,6 +62,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/elfsym.h"
 #include "driver/cuda_api.h"
 
 enum { INFO_CALLS = 50, PAIRS = 10, CTX_CALLS = 100, MAX_BATCHES = 1000000 };
@@ -88,25 +91,14 @@ spin(double ns)
     }
 }
 
-typedef void *(*dlsym_fn)(void *, const char *);
-
-/* glibc's dlsym, whatever overrides the exported name. */
-static dlsym_fn
-glibc_dlsym(void)
+/* The driver's own function NAME on LIB's handle, from its symbol table. */
+static void *
+bare_of(void *lib, const char *name)
 {
-    static const char *const where[][2] = {
-        {"libc.so.6", "GLIBC_2.34"}, {"libc.so.6", "GLIBC_2.2.5"}, {"libdl.so.2", "GLIBC_2.2.5"}};
-    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
-        void *h = dlopen(where[i][0], RTLD_LAZY | RTLD_NOLOAD);
-        void *p = h != NULL ? dlvsym(h, "dlsym", where[i][1]) : NULL;
-        if (p != NULL) {
-            dlsym_fn f;
-            memcpy(&f, &p, sizeof f);
-            return f;
-        }
-    }
-    fail("glibc's dlsym not found");
-    return NULL;
+    struct link_map *lm = NULL;
+    if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL)
+        return NULL;
+    return elf_symbol(lm, name);
 }
 
 static const char *
@@ -125,9 +117,9 @@ struct both {
 };
 
 static struct both
-lookup(void *lib, dlsym_fn real, const char *name, int same)
+lookup(void *lib, const char *name, int same)
 {
-    struct both b = {dlsym(lib, name), real(lib, name)};
+    struct both b = {dlsym(lib, name), bare_of(lib, name)};
     if (b.hooked == NULL || b.bare == NULL) {
         fprintf(stderr, "hook_cost: %s not found\n", name);
         exit(1);
@@ -333,7 +325,6 @@ main(int argc, char **argv)
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL)
         fail(dlerror());
-    dlsym_fn real = glibc_dlsym();
     pid_t kids[256];
     start_members(members, lib, kids);
     /* Set-up through the hooks, as a program under the preload does it. */
@@ -353,15 +344,15 @@ main(int argc, char **argv)
     if (p == NULL || AS(vcu_pfn_cuCtxPushCurrent, p)(ctx) != VCU_SUCCESS)
         fail("cuCtxPushCurrent_v2 failed");
 
-    struct both info = lookup(lib, real, "cuMemGetInfo_v2", same);
-    struct both alloc = lookup(lib, real, "cuMemAlloc_v2", same);
-    struct both release = lookup(lib, real, "cuMemFree_v2", same);
-    struct both alloc_async = lookup(lib, real, "cuMemAllocAsync", same);
-    struct both free_async = lookup(lib, real, "cuMemFreeAsync", same);
+    struct both info = lookup(lib, "cuMemGetInfo_v2", same);
+    struct both alloc = lookup(lib, "cuMemAlloc_v2", same);
+    struct both release = lookup(lib, "cuMemFree_v2", same);
+    struct both alloc_async = lookup(lib, "cuMemAllocAsync", same);
+    struct both free_async = lookup(lib, "cuMemFreeAsync", same);
     vcu_pfn_cuCtxGetCurrent get_current =
-        AS(vcu_pfn_cuCtxGetCurrent, (void *){real(lib, "cuCtxGetCurrent")});
+        AS(vcu_pfn_cuCtxGetCurrent, (void *){bare_of(lib, "cuCtxGetCurrent")});
     vcu_pfn_cuCtxGetDevice get_device =
-        AS(vcu_pfn_cuCtxGetDevice, (void *){real(lib, "cuCtxGetDevice")});
+        AS(vcu_pfn_cuCtxGetDevice, (void *){bare_of(lib, "cuCtxGetDevice")});
     if (get_current == NULL || get_device == NULL)
         fail("cuCtxGetCurrent or cuCtxGetDevice not found");
 

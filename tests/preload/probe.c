@@ -746,6 +746,81 @@ scenario_memory(const char *what)
 }
 
 /* ------------------------------------------------------------------ */
+/* Routes around the interposer                                         */
+/* ------------------------------------------------------------------ */
+
+/* Is P a function of libvram-preload.so? */
+static bool
+ours(const void *p)
+{
+    const char *sym;
+    return p != NULL && strcmp(origin(p, &sym), "libvram-preload.so") == 0;
+}
+
+/* Does the last dlerror() hold TEXT? */
+static bool
+dlerror_says(const char *text)
+{
+    const char *e = dlerror();
+    return e != NULL && strstr(e, text) != NULL;
+}
+
+/*
+** Quota 64 MiB (set by the script). The routes to the driver that pass
+** around the library's exported functions are closed in a process under
+** a quota:
+**   - glibc's own dlsym fetched with dlvsym (the two-line attack) or found
+**     on libc's handle is the library's; a hooked name asked through it
+**     is the hook;
+**   - glibc's private lookups (older glibcs) are withheld, dlerror says so;
+**   - a library linked to the driver, loaded with RTLD_DEEPBIND, is loaded
+**     without it: its direct cuMemAlloc_v2 is counted (HELPER: its path);
+**   - dlmopen into a new namespace is refused, dlerror says why.
+*/
+static void
+scenario_bypass(const char *helper)
+{
+    init_or_die();
+    ctx_push(0);
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    void *d = NULL;
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0] && d == NULL; i++)
+        d = dlvsym(RTLD_DEFAULT, "dlsym", versions[i]);
+    CHECK(ours(d), "dlvsym(RTLD_DEFAULT, \"dlsym\", GLIBC_x) gave glibc's own dlsym");
+    if (d != NULL) {
+        void *(*lookup)(void *, const char *);
+        memcpy(&lookup, &d, sizeof d);
+        CHECK(ours(lookup(api.lib, "cuMemAlloc_v2")),
+              "cuMemAlloc_v2 through the dlsym dlvsym gave is the driver's, not the hook");
+    }
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(libc != NULL && ours(dlsym(libc, "dlsym")), "dlsym on libc's handle gave glibc's");
+    CHECK(libc != NULL && ours(dlsym(libc, "dlvsym")), "dlvsym on libc's handle gave glibc's");
+    CHECK(dlsym(RTLD_DEFAULT, "__libc_dlsym") == NULL && dlerror_says("withheld by vram"),
+          "__libc_dlsym is not withheld with a reason");
+    /* RTLD_DEEPBIND: the helper's own cuMemAlloc_v2 must be the hook's. */
+    void *h = dlopen(helper, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    CHECK(h != NULL, "dlopen %s with RTLD_DEEPBIND failed: %s", helper, dlerror());
+    if (h != NULL) {
+        int (*alloc)(unsigned long long, unsigned long long *);
+        int (*release)(unsigned long long);
+        sym_into(&alloc, dlsym(h, "helper_alloc"), "helper_alloc");
+        sym_into(&release, dlsym(h, "helper_free"), "helper_free");
+        unsigned long long p = 0, q = 0;
+        CHECK_RC(alloc(48 * MIB, &p), VCU_SUCCESS);
+        CHECK_RC(alloc(32 * MIB, &q), VCU_ERROR_OUT_OF_MEMORY);
+        CHECK(api.fake_used(0) <= 64 * MIB, "the deep-bound helper passed the quota");
+        if (q != 0)
+            release(q);
+        CHECK_RC(release(p), VCU_SUCCESS);
+    }
+    void *other = dlmopen(LM_ID_NEWLM, helper, RTLD_NOW);
+    CHECK(other == NULL && dlerror_says("refused in a process under a GPU quota"),
+          "dlmopen into a new namespace was not refused");
+    ctx_pop(0);
+}
+
+/* ------------------------------------------------------------------ */
 /* Reports                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -1310,7 +1385,8 @@ usage(void)
     fprintf(
         stderr,
         "usage: probe [--via direct|dlsym|gpa11030|gpa12000] [--ptsz] SCENARIO...\n"
-        "  paths | vmm | memory CASE | routes [real] | versions [real] | malformed | fork\n"
+        "  paths | vmm | memory CASE | bypass HELPER.so | routes [real] | versions [real]\n"
+        "  malformed | fork\n"
         "  nvml\n"
         "  info DEV TOTAL FREE | alloc MIB DEV WANT [WITHIN_MS] | hold MIB DEV STOPFILE\n"
         "  race THREADS ITERATIONS | peak MAX_MIB | ledger-file active|passive\n"
@@ -1343,6 +1419,8 @@ main(int argc, char **argv)
         scenario_vmm();
     else if (strcmp(s, "memory") == 0 && n == 1)
         scenario_memory(a[0]);
+    else if (strcmp(s, "bypass") == 0 && n == 1)
+        scenario_bypass(a[0]);
     else if (strcmp(s, "routes") == 0)
         scenario_routes(n > 0 && strcmp(a[0], "real") == 0);
     else if (strcmp(s, "versions") == 0)

@@ -138,6 +138,11 @@ for case in capture pool_trim pool_destroy graph_upload export ipc getinfo; do
         "^vram: out of GPU memory quota on $UUID0: " 0 3
 done
 
+# ---- the routes around the interposer ----
+run $Q -- "$PROBE" --via dlsym bypass "$BIN/libvram_route_helper.so"
+expect_lines "glibc's dlsym by dlvsym or libc's handle, private lookups, RTLD_DEEPBIND, dlmopen: closed" \
+    "^vram: (dlopen of .* with RTLD_DEEPBIND: loaded without it|dlmopen of .* refused|out of GPU memory quota on $UUID0: cuMemAlloc_v2 of 32.00 MiB refused)" 3 3
+
 # ---- what each route hands out ----
 for via in "dlsym" "dlsym --ptsz" "gpa11030" "gpa12000" "gpa12000 --ptsz"; do
     # shellcheck disable=SC2086
