@@ -751,6 +751,43 @@ env_hami_ignored(env_getter get, void *user, char *buf, size_t len)
     return buf[0] != '\0';
 }
 
+const char *
+env_secure_get(const char *name, void *user)
+{
+    (void)user;
+    return name != NULL && strcmp(name, env_vars[ENV_CUDA_VISIBLE_DEVICES].name) == 0
+               ? getenv(name)
+               : NULL;
+}
+
+bool
+env_preload_set(char *buf, size_t len)
+{
+    if (len == 0)
+        return false;
+    buf[0] = '\0';
+    struct env_load L;
+    load_begin(&L, NULL, NULL);
+    for (int id = ENV_QUOTA_FIRST; id < ENV_RUN_FIRST; id++) {
+        if (id == ENV_CUDA_VISIBLE_DEVICES)
+            continue;
+        load_read(&L, id, id + 1);
+        bool indexed = env_vars[id].kind == KIND_SIZE_INDEXED;
+        for (int i = 0; i < (indexed ? ENV_INDEXED_COUNT : 1); i++) {
+            if ((indexed ? L.itext[i] : L.text[id]) == NULL)
+                continue;
+            char name[64];
+            strbuf_append(buf, len, "%s%s", buf[0] != '\0' ? ", " : "",
+                          var_name((enum env_id)id, indexed ? i : -1, name, sizeof name));
+        }
+    }
+    load_read(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE_SITES + 1);
+    for (int id = ENV_VRAM_TRACE; id <= ENV_VRAM_TRACE_SITES; id++)
+        if (L.text[id] != NULL)
+            strbuf_append(buf, len, "%s%s", buf[0] != '\0' ? ", " : "", env_vars[id].name);
+    return buf[0] != '\0';
+}
+
 vram_status
 env_quota_load(env_getter get, void *user, struct quota_env *out)
 {

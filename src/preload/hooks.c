@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -175,13 +176,14 @@ main_group(void)
     return P.ledger[ACCT_JOB] != NULL ? P.group[ACCT_JOB] : P.group[ACCT_USER];
 }
 
-/* Open VRAM_TRACE, if set, into P.trace. Run by preload_init only. */
+/* Open VRAM_TRACE, if GET (the environment's reader) has it, into
+** P.trace. Run by preload_init only. */
 static void
-trace_open(void)
+trace_open(env_getter get)
 {
     char path[512], meta[200], line[768];
     bool sites = false;
-    if (env_trace_load(NULL, NULL, path, sizeof path, &sites) != VRAM_OK) {
+    if (env_trace_load(get, NULL, path, sizeof path, &sites) != VRAM_OK) {
         snprintf(line, sizeof line, "vram: %s; no trace is recorded", vram_last_error());
         say(line);
         return;
@@ -324,10 +326,10 @@ policy_init(void)
 
 /* HAMi's variables that VRAM_GROUP turns off limit nothing: said once. */
 static void
-report_hami_ignored(void)
+report_hami_ignored(env_getter get)
 {
     char names[512], line[1024];
-    if (!env_hami_ignored(NULL, NULL, names, sizeof names))
+    if (!env_hami_ignored(get, NULL, names, sizeof names))
         return;
     snprintf(line, sizeof line,
              "vram: %s ignored: VRAM_GROUP is set and VRAM_LIMIT is not, and HAMi's "
@@ -336,17 +338,42 @@ report_hami_ignored(void)
     say(line);
 }
 
+/*
+** A process running with raised privileges (AT_SECURE: a setuid or setgid
+** program, file capabilities; the preload library is there through
+** /etc/ld.so.preload) ignores the settings of whoever started it: no job
+** limit or group, no trace file opened with its privileges, no
+** VRAM_CONTEXT=off; the host's policy alone applies. Said once when any
+** is set. The getter of its settings.
+*/
+static env_getter
+settings_reader(void)
+{
+    if (getauxval(AT_SECURE) == 0)
+        return NULL; /* getenv */
+    char names[512], line[768];
+    if (env_preload_set(names, sizeof names)) {
+        snprintf(line, sizeof line,
+                 "vram: %s ignored: this process runs with raised privileges (setuid, setgid "
+                 "or file capabilities); only the host's policy applies to it",
+                 names);
+        say(line);
+    }
+    return env_secure_get;
+}
+
 static void
 preload_init(void)
 {
     struct quota_env q;
     memset(&q, 0, sizeof q);
-    if (env_quota_load(NULL, NULL, &q) != VRAM_OK) {
+    env_getter get = settings_reader();
+    if (env_quota_load(get, NULL, &q) != VRAM_OK) {
         disable(vram_last_error());
         return;
     }
-    report_hami_ignored();
-    if (env_visible_load(NULL, NULL, P.visible, sizeof P.visible, &P.visible_set) !=
+    report_hami_ignored(get);
+    if (env_visible_load(get, NULL, P.visible, sizeof P.visible, &P.visible_set) !=
         VRAM_OK) {
         /* A list this long names GPUs that no host ordinal maps. */
         P.visible_set = true;
@@ -393,7 +420,7 @@ preload_init(void)
             return;
         }
     }
-    trace_open();
+    trace_open(get);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     __atomic_store_n(&P.mode, PRELOAD_ACTIVE, __ATOMIC_RELEASE);
 }

@@ -325,6 +325,38 @@ fi
 as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_GROUP=nolimit$$ LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 0
 expect_run "without NVML and without a limit: nothing guessed, no line" ""
 
+# ---- a process with raised privileges ignores the user's settings ----
+# A setuid copy of the probe, owned by $UB, run by $UA: AT_SECURE. The
+# dynamic loader then ignores LD_LIBRARY_PATH, so the fake driver's
+# directory goes into this namespace's own /etc/ld.so.cache (ldconfig -X:
+# the cache only, no link made anywhere).
+if findmnt -n -o OPTIONS --target "$TMP" | grep -q nosuid; then
+    echo "skip raised privileges: $TMP is mounted nosuid"
+else
+    printf "%s\n%s\n" "$FAKE" "$BIN" >/etc/ld.so.conf.d/zz-vram-fake.conf
+    ldconfig -X 2>/dev/null
+    cp "$PROBE" "$TMP/probe-suid"
+    chown "$UB" "$TMP/probe-suid"
+    chmod 4755 "$TMP/probe-suid"
+    policy "default 32M"
+    as "$UA" VRAM_LIMIT=16M VRAM_TRACE="$TMP/secure.csv" VRAM_CONTEXT=on -- "$TMP/probe-suid" alloc 24 0 0
+    expect_run "setuid: VRAM_LIMIT=16M is ignored (24 MiB granted under $UB's policy of 32M)" \
+        "^vram: VRAM_LIMIT, VRAM_CONTEXT, VRAM_TRACE ignored: this process runs with raised privileges \(setuid, setgid or file capabilities\); only the host's policy applies to it$"
+    if [ ! -e "$TMP/secure.csv" ]; then
+        pass "setuid: no trace file is opened with its privileges"
+    else
+        fail "setuid: no trace file is opened with its privileges" "$TMP/secure.csv exists"
+    fi
+    as "$UA" VRAM_LIMIT=1G -- "$TMP/probe-suid" alloc 48 0 $OOM
+    if [ "$rc" -eq 0 ] && grep -q "refused by the policy $PC, default (line 1); quota 32.00 MiB, user $UB" "$TMP/err"; then
+        pass "setuid: the policy of its owner applies"
+    else
+        fail "setuid: the policy of its owner applies" "exit $rc"
+    fi
+    rm -f /etc/ld.so.conf.d/zz-vram-fake.conf "$TMP/probe-suid"
+    ldconfig -X 2>/dev/null
+fi
+
 # ---- vram admin check and status ----
 policy "default 32M" "user $UA 0:64M,1:16M" "group $GROUP_ML 48M" "reader group $GROUP_ML"
 env LD_LIBRARY_PATH="$LIBPATH" "$VRAM" admin check --user "$UA" >"$TMP/out" 2>"$TMP/err"
