@@ -197,9 +197,11 @@ typedef char KIND_TEXT_type[4096];
       "VRAM_GROUP are not), the processes that share it share one quota, as in HAMi "   \
       "(group hami-<hash of the path>).")                                                \
     X(VRAM_CONTEXT, KIND_TRISTATE, quota.context, "", ENV_BOOL_WORDS,                       \
-      "Charge each process's CUDA context and the driver's own reservations (NVML's "   \
-      "per-process used memory beyond its allocations) to the job's quota. Under the "  \
-      "host's policy the policy decides (on by default), whatever this says.")          \
+      "Charge each process's CUDA context, modules and the driver's own "                \
+      "reservations (NVML's per-process used memory beyond what its calls counted) "     \
+      "to its quotas; unset: on. Off turns it off for the job's quota only: the "        \
+      "host's policy decides for the user's (on unless it says context off), and "       \
+      "on turns it on there too.")                                                       \
     X(VRAM_LIMIT_SOURCE, KIND_GROUP, quota.origin, "", "vram-run, slurm or hami",       \
       "Who set VRAM_LIMIT, named in the refusal line (vram run and the Slurm plug-in "   \
       "set it); a label only, never a limit.")                                           \
