@@ -23,11 +23,14 @@
 **
 ** Per batch and kind, KIND's calls run on one side then on the other (the
 ** order alternates batch by batch): cuMemGetInfo_v2, 50 calls (one hooked
-** call: the device, its quota, the forward); cuMemAlloc_v2 of 512 bytes +
-** cuMemFree_v2, 10 pairs (two hooked calls and the ledger); the same pair
-** stream-ordered, cuMemAllocAsync + cuMemFreeAsync on the default stream,
-** 10 pairs: the same hooks' work (reserve, track, take, release) over a
-** driver call that comes from the device's memory pool, so microseconds
+** call: the device, its quota, the forward); cuMemAlloc_v2 of 2 MiB +
+** cuMemFree_v2, 10 pairs (two hooked calls and the ledger: a block of 1
+** MiB or less is charged by the pages of the driver's sub-allocator, which
+** a pair that frees its block keeps charged, so it would measure no ledger
+** call); cuMemAllocAsync of 512 bytes + cuMemFreeAsync on the default
+** stream, 10 pairs: a pool's charge ahead, its settle every fourth
+** allocation and the release, over a driver call that comes from the
+** device's memory pool, so microseconds
 ** cheaper and steadier than cuMemAlloc_v2's, whose run-to-run noise a
 ** paired interval of a few hundred nanoseconds cannot get under on a
 ** real GPU in a minute. Also, bare:
@@ -154,6 +157,8 @@ run_info(void *fn, double plant)
     return (now_ns() - t0) / INFO_CALLS;
 }
 
+#define PAIR_BYTES (2 << 20) /* cuMemAlloc_v2's: above the sub-allocator's blocks */
+
 /* ns per allocation + free pair, each call after PLANT ns: cuMemAlloc_v2 +
 ** cuMemFree_v2, or (ASYNC) cuMemAllocAsync + cuMemFreeAsync on the default
 ** stream. Both sides of a kind run this same code. */
@@ -169,7 +174,7 @@ run_pairs(void *alloc_fn, void *free_fn, bool async, double plant)
     for (int i = 0; i < PAIRS; i++) {
         if (plant > 0)
             spin(plant);
-        if ((async ? alloc_async(&d, 512, NULL) : alloc(&d, 512)) != VCU_SUCCESS)
+        if ((async ? alloc_async(&d, 512, NULL) : alloc(&d, PAIR_BYTES)) != VCU_SUCCESS)
             fail(async ? "cuMemAllocAsync failed" : "cuMemAlloc_v2 failed");
         if (plant > 0)
             spin(plant);
