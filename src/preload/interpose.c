@@ -543,6 +543,33 @@ dlmopen(Lmid_t lmid, const char *file, int flags)
 ** substitution happens in DISABLED mode too, so that cuInit is ours and
 ** fails; only PASSIVE mode leaves the answer alone.
 */
+/*
+** Names for which cuGetProcAddress returns another row's function: cuda.h
+** 12 #defines cuGraphInstantiate as cuGraphInstantiateWithFlags, so from
+** 12000 "cuGraphInstantiate" is asked for that function. Where no row's
+** range covers the request, the answer is substituted only when it *is*
+** the real function of one of these rows (found by its exported name), so
+** the hook handed out always has the ABI of what the driver gave, whatever
+** the driver's table says.
+*/
+static const struct {
+    const char *asked;
+    enum hook_id id;
+} aliases[] = {
+    {"cuGraphInstantiate", HOOK_ID_cuGraphInstantiateWithFlags},
+    {"cuGraphInstantiate", HOOK_ID_cuGraphInstantiate_v2},
+};
+
+/* The row whose real function P is, among the aliases of ASKED, or -1. */
+static int
+hook_by_alias(const char *asked, void *p)
+{
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strcmp(asked, aliases[i].asked) == 0 && interpose_real(aliases[i].id) == p)
+            return (int)aliases[i].id;
+    return -1;
+}
+
 static void
 substitute(const char *symbol, void **pfn, int version, vcu_uint64 flags)
 {
@@ -550,6 +577,8 @@ substitute(const char *symbol, void **pfn, int version, vcu_uint64 flags)
         preload_mode() == PRELOAD_PASSIVE)
         return;
     int id = hook_by_request(symbol, version, flags);
+    if (id < 0)
+        id = hook_by_alias(symbol, *pfn);
     if (id < 0)
         return;
     remember_real(id, *pfn, NULL);

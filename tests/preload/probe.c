@@ -1282,6 +1282,19 @@ scenario_versions(bool want_real)
              VCU_SUCCESS);
     origin(p, &sym);
     CHECK(strcmp(sym, "cuMemFreeAsync_ptsz") == 0, "cuMemFreeAsync, flags 2: %s", sym);
+    /* "cuGraphInstantiate" is the CUDA 11 ABI below 12000, then cuda.h's
+    ** #define of cuGraphInstantiateWithFlags: each hooked as the function
+    ** the driver gave. */
+    CHECK_RC(gpa2("cuGraphInstantiate", &p, 11000, 0, &st), VCU_SUCCESS);
+    lib = origin(p, &sym);
+    CHECK(strcmp(sym, "cuGraphInstantiate_v2") == 0 &&
+              (strcmp(lib, "libvram-preload.so") == 0) != want_real,
+          "cuGraphInstantiate at 11000 gave %s in %s", sym, lib);
+    CHECK_RC(gpa2("cuGraphInstantiate", &p, 12000, 0, &st), VCU_SUCCESS);
+    lib = origin(p, &sym);
+    CHECK(strcmp(sym, "cuGraphInstantiateWithFlags") == 0 &&
+              (strcmp(lib, "libvram-preload.so") == 0) != want_real,
+          "cuGraphInstantiate at 12000 gave %s in %s", sym, lib);
 }
 
 /* Is there a ledger file of this process's private group in /dev/shm? */
