@@ -20,6 +20,17 @@ now_mono_ns(void)
     return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }
 
+/* CLOCK_MONOTONIC_COARSE in nanoseconds: the time of the last tick (a few
+** milliseconds old at most), read without the TSC, for intervals of tens
+** of milliseconds on a hot path. */
+static inline uint64_t
+now_coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
 /* CLOCK_MONOTONIC in seconds. */
 static inline double
 now_mono_s(void)

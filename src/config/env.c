@@ -197,9 +197,11 @@ typedef char KIND_TEXT_type[4096];
       "VRAM_GROUP are not), the processes that share it share one quota, as in HAMi "   \
       "(group hami-<hash of the path>).")                                                \
     X(VRAM_CONTEXT, KIND_TRISTATE, quota.context, "", ENV_BOOL_WORDS,                       \
-      "Charge each process's CUDA context and the driver's own reservations (NVML's "   \
-      "per-process used memory beyond its allocations) to the job's quota. Under the "  \
-      "host's policy the policy decides (on by default), whatever this says.")          \
+      "Charge each process's CUDA context, modules and the driver's own "                \
+      "reservations (NVML's per-process used memory beyond what its calls counted) "     \
+      "to its quotas; unset: on. Off turns it off for the job's quota only: the "        \
+      "host's policy decides for the user's (on unless it says context off), and "       \
+      "on turns it on there too.")                                                       \
     X(VRAM_LIMIT_SOURCE, KIND_GROUP, quota.origin, "", "vram-run, slurm or hami",       \
       "Who set VRAM_LIMIT, named in the refusal line (vram run and the Slurm plug-in "   \
       "set it); a label only, never a limit.")                                           \
@@ -748,6 +750,43 @@ env_hami_ignored(env_getter get, void *user, char *buf, size_t len)
                           var_name(hami[k], indexed ? i : -1, name, sizeof name));
         }
     }
+    return buf[0] != '\0';
+}
+
+const char *
+env_secure_get(const char *name, void *user)
+{
+    (void)user;
+    return name != NULL && strcmp(name, env_vars[ENV_CUDA_VISIBLE_DEVICES].name) == 0
+               ? getenv(name)
+               : NULL;
+}
+
+bool
+env_preload_set(char *buf, size_t len)
+{
+    if (len == 0)
+        return false;
+    buf[0] = '\0';
+    struct env_load L;
+    load_begin(&L, NULL, NULL);
+    for (int id = ENV_QUOTA_FIRST; id < ENV_RUN_FIRST; id++) {
+        if (id == ENV_CUDA_VISIBLE_DEVICES)
+            continue;
+        load_read(&L, id, id + 1);
+        bool indexed = env_vars[id].kind == KIND_SIZE_INDEXED;
+        for (int i = 0; i < (indexed ? ENV_INDEXED_COUNT : 1); i++) {
+            if ((indexed ? L.itext[i] : L.text[id]) == NULL)
+                continue;
+            char name[64];
+            strbuf_append(buf, len, "%s%s", buf[0] != '\0' ? ", " : "",
+                          var_name((enum env_id)id, indexed ? i : -1, name, sizeof name));
+        }
+    }
+    load_read(&L, ENV_VRAM_TRACE, ENV_VRAM_TRACE_SITES + 1);
+    for (int id = ENV_VRAM_TRACE; id <= ENV_VRAM_TRACE_SITES; id++)
+        if (L.text[id] != NULL)
+            strbuf_append(buf, len, "%s%s", buf[0] != '\0' ? ", " : "", env_vars[id].name);
     return buf[0] != '\0';
 }
 

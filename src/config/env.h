@@ -101,6 +101,22 @@ vram_status env_visible_load(env_getter get, void *user, char *out, size_t len, 
 */
 vram_status env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites);
 
+/*
+** The getter of a process that runs with raised privileges (AT_SECURE:
+** setuid, setgid, file capabilities), in which the preload library
+** ignores the user's settings: every variable unset, but
+** CUDA_VISIBLE_DEVICES, which the driver applies whoever set it.
+*/
+const char *env_secure_get(const char *name, void *user);
+
+/*
+** The preload library's own variables that are set in the process's
+** environment (its quota section but CUDA_VISIBLE_DEVICES, VRAM_TRACE
+** and VRAM_TRACE_SITES), ", "-separated, into BUF (LEN bytes): what a
+** process with raised privileges ignores. False (BUF "") when none is.
+*/
+bool env_preload_set(char *buf, size_t len);
+
 /* The settings `vram run` reads for itself. Plain data; copy freely. */
 struct env_run {
     char preload_library[512]; /* VRAM_PRELOAD_LIBRARY; "" = unset */

@@ -102,6 +102,7 @@ typedef enum vcu_mem_location_type {
 /* CUmemAllocationHandleType */
 typedef enum vcu_mem_handle_type {
     VCU_MEM_HANDLE_TYPE_NONE = 0x0,
+    VCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1,
     VCU_MEM_HANDLE_TYPE_MAX = 0x7FFFFFFF
 } vcu_mem_handle_type;
 
@@ -149,9 +150,99 @@ typedef struct vcu_mem_access_desc {
 /* CUmemAttach_flags: cuMemAllocManaged's flags. */
 #define VCU_MEM_ATTACH_GLOBAL 0x1u
 
-/* CUarray, CUmemoryPool: opaque handles. */
+/* cuuint64_t (cuGetProcAddress's flags, attribute values). */
+typedef uint64_t vcu_uint64;
+
+/* CUarray, CUmipmappedArray, CUmemoryPool, CUgraph, CUgraphExec,
+** CUgraphNode: opaque handles. */
 typedef struct vcu_array_st *vcu_array;
+typedef struct vcu_mipmapped_array_st *vcu_mipmapped_array;
 typedef struct vcu_mem_pool_st *vcu_mem_pool;
+typedef struct vcu_graph_st *vcu_graph;
+typedef struct vcu_graph_exec_st *vcu_graph_exec;
+typedef struct vcu_graph_node_st *vcu_graph_node;
+
+/* CUmemPoolProps: what a stream-ordered pool is made of (cuMemPoolCreate;
+** the pool of a graph's allocation node). */
+typedef struct vcu_mem_pool_props {
+    vcu_mem_allocation_type allocType;
+    vcu_mem_handle_type handleTypes;
+    vcu_mem_location location;
+    void *win32SecurityAttributes;
+    size_t maxSize; /* bytes; 0: the driver's default */
+    unsigned short usage;
+    unsigned char reserved[54];
+} vcu_mem_pool_props;
+
+/* CUmemPool_attribute: the values vram reads or sets (each a cuuint64_t). */
+typedef enum vcu_mempool_attribute {
+    VCU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    VCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    VCU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    VCU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+    VCU_MEMPOOL_ATTR_USED_MEM_HIGH = 8,
+    VCU_MEMPOOL_ATTR_MAX_ = 0x7FFFFFFF
+} vcu_mempool_attribute;
+
+/* CUgraphMem_attribute: the device's pool of graph allocations (each a
+** cuuint64_t). */
+typedef enum vcu_graph_mem_attribute {
+    VCU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+    VCU_GRAPH_MEM_ATTR_USED_MEM_HIGH = 1,
+    VCU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2,
+    VCU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH = 3,
+    VCU_GRAPH_MEM_ATTR_MAX_ = 0x7FFFFFFF
+} vcu_graph_mem_attribute;
+
+/* CUgraphNodeType: the kinds of node vram looks for in a graph. */
+typedef enum vcu_graph_node_type {
+    VCU_GRAPH_NODE_TYPE_KERNEL = 0,
+    VCU_GRAPH_NODE_TYPE_GRAPH = 4,
+    VCU_GRAPH_NODE_TYPE_EMPTY = 5,
+    VCU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    VCU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+    VCU_GRAPH_NODE_TYPE_CONDITIONAL = 13,
+    VCU_GRAPH_NODE_TYPE_MAX_ = 0x7FFFFFFF
+} vcu_graph_node_type;
+
+/* CUDA_MEM_ALLOC_NODE_PARAMS (v1): a graph's allocation node. */
+typedef struct vcu_mem_alloc_node_params {
+    vcu_mem_pool_props poolProps;
+    const vcu_mem_access_desc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;    /* bytes asked */
+    vcu_deviceptr dptr; /* out: the allocation's address */
+} vcu_mem_alloc_node_params;
+
+/* CUgraphInstantiateResult and CUDA_GRAPH_INSTANTIATE_PARAMS
+** (cuGraphInstantiateWithParams); the flag UPLOAD uploads the graph,
+** and so maps its allocations' memory, at instantiation. */
+typedef enum vcu_graph_instantiate_result {
+    VCU_GRAPH_INSTANTIATE_SUCCESS = 0,
+    VCU_GRAPH_INSTANTIATE_ERROR = 1,
+    VCU_GRAPH_INSTANTIATE_RESULT_MAX_ = 0x7FFFFFFF
+} vcu_graph_instantiate_result;
+typedef struct vcu_graph_instantiate_params {
+    vcu_uint64 flags;
+    vcu_stream hUploadStream;
+    vcu_graph_node hErrNode_out;
+    vcu_graph_instantiate_result result_out;
+} vcu_graph_instantiate_params;
+#define VCU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH 1u
+#define VCU_GRAPH_INSTANTIATE_FLAG_UPLOAD 2u
+
+/* CUDA_ARRAY_MEMORY_REQUIREMENTS: what the driver holds for an array. */
+typedef struct vcu_array_memory_requirements {
+    size_t size;      /* bytes */
+    size_t alignment; /* bytes */
+    unsigned int reserved[4];
+} vcu_array_memory_requirements;
+
+/* CUipcMemHandle: an allocation exported to another process. */
+typedef struct vcu_ipc_mem_handle {
+    char reserved[64];
+} vcu_ipc_mem_handle;
+#define VCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1u
 
 /* CUarray_format: the formats whose element size the preload library
 ** knows (src/preload/hooks.c counts an array's bytes from them). */
@@ -184,6 +275,12 @@ typedef struct vcu_array3d_descriptor {
     unsigned int NumChannels;
     unsigned int Flags;
 } vcu_array3d_descriptor;
+/* CUDA_ARRAY3D_* flags: a sparse array, or one created without memory
+** (mapped later through the virtual-memory API). */
+#define VCU_ARRAY3D_LAYERED 0x01u
+#define VCU_ARRAY3D_CUBEMAP 0x04u
+#define VCU_ARRAY3D_SPARSE 0x40u
+#define VCU_ARRAY3D_DEFERRED_MAPPING 0x80u
 
 /* CUdriverProcAddressQueryResult, and cuGetProcAddress's flags
 ** (CUdriverProcAddress_flags): PER_THREAD_DEFAULT_STREAM asks for the
@@ -197,8 +294,6 @@ typedef enum vcu_proc_address_result {
 #define VCU_GET_PROC_ADDRESS_LEGACY_STREAM 1u
 #define VCU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2u
 
-/* cuuint64_t (cuGetProcAddress's flags). */
-typedef uint64_t vcu_uint64;
 
 /* The T mapping that gives our own types: T(deviceptr) is vcu_deviceptr. */
 #define VCU_OWN_TYPE(t) vcu_##t
@@ -339,7 +434,104 @@ enum vcu_need {
     X(cuMemFreeHost, cuMemFreeHost, NULL, VCU_OPTIONAL, T(result), (void *p))            \
     X(cuMemHostRegister, cuMemHostRegister_v2, NULL, VCU_OPTIONAL, T(result),            \
       (void *p, size_t bytesize, unsigned int Flags))                                    \
-    X(cuMemHostUnregister, cuMemHostUnregister, NULL, VCU_OPTIONAL, T(result), (void *p))
+    X(cuMemHostUnregister, cuMemHostUnregister, NULL, VCU_OPTIONAL, T(result), (void *p)) \
+    X(cuMemExportToShareableHandle, cuMemExportToShareableHandle, NULL, VCU_OPTIONAL,    \
+      T(result),                                                                         \
+      (void *shareableHandle, T(mem_handle) handle, T(mem_handle_type) handleType,       \
+       unsigned long long flags))                                                        \
+    X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle, NULL, VCU_OPTIONAL,\
+      T(result),                                                                         \
+      (T(mem_handle) *handle, void *osHandle, T(mem_handle_type) shHandleType))          \
+    X(cuIpcGetMemHandle, cuIpcGetMemHandle, NULL, VCU_OPTIONAL, T(result),               \
+      (T(ipc_mem_handle) *pHandle, T(deviceptr) dptr))                                   \
+    X(cuIpcOpenMemHandle, cuIpcOpenMemHandle_v2, NULL, VCU_OPTIONAL, T(result),          \
+      (T(deviceptr) *pdptr, T(ipc_mem_handle) handle, unsigned int Flags))               \
+    X(cuIpcCloseMemHandle, cuIpcCloseMemHandle, NULL, VCU_OPTIONAL, T(result),           \
+      (T(deviceptr) dptr))                                                               \
+    X(cuDeviceGetMemPool, cuDeviceGetMemPool, NULL, VCU_OPTIONAL, T(result),             \
+      (T(mem_pool) *pool, T(device) dev))                                                \
+    X(cuDeviceSetMemPool, cuDeviceSetMemPool, NULL, VCU_OPTIONAL, T(result),             \
+      (T(device) dev, T(mem_pool) pool))                                                 \
+    X(cuMemPoolCreate, cuMemPoolCreate, NULL, VCU_OPTIONAL, T(result),                   \
+      (T(mem_pool) *pool, const T(mem_pool_props) *poolProps))                           \
+    X(cuMemPoolDestroy, cuMemPoolDestroy, NULL, VCU_OPTIONAL, T(result),                 \
+      (T(mem_pool) pool))                                                                \
+    X(cuMemPoolGetAttribute, cuMemPoolGetAttribute, NULL, VCU_OPTIONAL, T(result),       \
+      (T(mem_pool) pool, T(mempool_attribute) attr, void *value))                        \
+    X(cuMemPoolSetAttribute, cuMemPoolSetAttribute, NULL, VCU_OPTIONAL, T(result),       \
+      (T(mem_pool) pool, T(mempool_attribute) attr, void *value))                        \
+    X(cuMemPoolTrimTo, cuMemPoolTrimTo, NULL, VCU_OPTIONAL, T(result),                   \
+      (T(mem_pool) pool, size_t minBytesToKeep))                                         \
+    X(cuArrayGetMemoryRequirements, cuArrayGetMemoryRequirements, NULL, VCU_OPTIONAL,    \
+      T(result),                                                                         \
+      (T(array_memory_requirements) *memoryRequirements, T(array) array,                 \
+       T(device) device))                                                                \
+    X(cuMipmappedArrayCreate, cuMipmappedArrayCreate, NULL, VCU_OPTIONAL, T(result),     \
+      (T(mipmapped_array) *pHandle, const T(array3d_descriptor) *pMipmappedArrayDesc,    \
+       unsigned int numMipmapLevels))                                                    \
+    X(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy, NULL, VCU_OPTIONAL, T(result),   \
+      (T(mipmapped_array) hMipmappedArray))                                              \
+    X(cuMipmappedArrayGetMemoryRequirements, cuMipmappedArrayGetMemoryRequirements,      \
+      NULL, VCU_OPTIONAL, T(result),                                                     \
+      (T(array_memory_requirements) *memoryRequirements, T(mipmapped_array) mipmap,      \
+       T(device) device))                                                                \
+    X(cuGraphCreate, cuGraphCreate, NULL, VCU_OPTIONAL, T(result),                       \
+      (T(graph) *phGraph, unsigned int flags))                                           \
+    X(cuGraphDestroy, cuGraphDestroy, NULL, VCU_OPTIONAL, T(result), (T(graph) hGraph))  \
+    X(cuGraphAddMemAllocNode, cuGraphAddMemAllocNode, NULL, VCU_OPTIONAL, T(result),     \
+      (T(graph_node) *phGraphNode, T(graph) hGraph, const T(graph_node) *dependencies,   \
+       size_t numDependencies, T(mem_alloc_node_params) *nodeParams))                    \
+    X(cuGraphAddMemFreeNode, cuGraphAddMemFreeNode, NULL, VCU_OPTIONAL, T(result),       \
+      (T(graph_node) *phGraphNode, T(graph) hGraph, const T(graph_node) *dependencies,   \
+       size_t numDependencies, T(deviceptr) dptr))                                       \
+    X(cuGraphGetNodes, cuGraphGetNodes, NULL, VCU_OPTIONAL, T(result),                   \
+      (T(graph) hGraph, T(graph_node) *nodes, size_t *numNodes))                         \
+    X(cuGraphNodeGetType, cuGraphNodeGetType, NULL, VCU_OPTIONAL, T(result),             \
+      (T(graph_node) hNode, T(graph_node_type) *type))                                   \
+    X(cuGraphMemAllocNodeGetParams, cuGraphMemAllocNodeGetParams, NULL, VCU_OPTIONAL,    \
+      T(result), (T(graph_node) hNode, T(mem_alloc_node_params) *params_out))            \
+    X(cuGraphChildGraphNodeGetGraph, cuGraphChildGraphNodeGetGraph, NULL, VCU_OPTIONAL,  \
+      T(result), (T(graph_node) hNode, T(graph) *phGraph))                               \
+    X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags, NULL, VCU_OPTIONAL,      \
+      T(result), (T(graph_exec) *phGraphExec, T(graph) hGraph, unsigned long long flags))\
+    X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams, NULL, VCU_OPTIONAL,    \
+      T(result),                                                                         \
+      (T(graph_exec) *phGraphExec, T(graph) hGraph,                                      \
+       T(graph_instantiate_params) *instantiateParams))                                  \
+    X(cuGraphUpload, cuGraphUpload, NULL, VCU_OPTIONAL, T(result),                       \
+      (T(graph_exec) hGraphExec, T(stream) hStream))                                     \
+    X(cuGraphLaunch, cuGraphLaunch, NULL, VCU_OPTIONAL, T(result),                       \
+      (T(graph_exec) hGraphExec, T(stream) hStream))                                     \
+    X(cuGraphExecDestroy, cuGraphExecDestroy, NULL, VCU_OPTIONAL, T(result),             \
+      (T(graph_exec) hGraphExec))                                                        \
+    X(cuDeviceGraphMemTrim, cuDeviceGraphMemTrim, NULL, VCU_OPTIONAL, T(result),         \
+      (T(device) device))                                                                \
+    X(cuDeviceGetGraphMemAttribute, cuDeviceGetGraphMemAttribute, NULL, VCU_OPTIONAL,    \
+      T(result), (T(device) device, T(graph_mem_attribute) attr, void *value))
+/* clang-format on */
+
+/*
+** Entry points newer than the oldest SDK the declaration test is built
+** with (tests/gpu/test_cuda_decls.c checks them only against a cuda.h of
+** their version): CUDA 13's location-keyed current pool.
+*/
+/* clang-format off */
+#define VCU_CUDA13_ENTRY_POINTS(X, T)                                                    \
+    X(cuMemSetMemPool, cuMemSetMemPool, NULL, VCU_OPTIONAL, T(result),                   \
+      (T(mem_location) *location, T(mem_allocation_type) type, T(mem_pool) pool))
+/* clang-format on */
+
+/*
+** The CUDA 11 runtimes' cuGraphInstantiate (cudaTypedefs.h's
+** PFN_cuGraphInstantiate_v11000, returned for cudaVersion 11000 to
+** 11999), which cuda.h no longer declares: a list of its own, as the v1
+** cuGetProcAddress below.
+*/
+/* clang-format off */
+#define VCU_GRAPH_INSTANTIATE_V2(X, T)                                                   \
+    X(cuGraphInstantiate_v2, cuGraphInstantiate_v2, NULL, VCU_OPTIONAL, T(result),       \
+      (T(graph_exec) *phGraphExec, T(graph) hGraph, T(graph_node) *phErrorNode,          \
+       char *logBuffer, size_t bufferSize))
 /* clang-format on */
 
 /* vcu_pfn_cuMemAlloc, ...: the type of each entry point. */
@@ -347,6 +539,8 @@ enum vcu_need {
     typedef ret(*vcu_pfn_##field) params;
 VCU_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
 VCU_EXTRA_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
+VCU_CUDA13_ENTRY_POINTS(VCU_X_, VCU_OWN_TYPE)
+VCU_GRAPH_INSTANTIATE_V2(VCU_X_, VCU_OWN_TYPE)
 #undef VCU_X_
 
 /*

@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -176,13 +177,14 @@ main_group(void)
     return P.ledger[ACCT_JOB] != NULL ? P.group[ACCT_JOB] : P.group[ACCT_USER];
 }
 
-/* Open VRAM_TRACE, if set, into P.trace. Run by preload_init only. */
+/* Open VRAM_TRACE, if GET (the environment's reader) has it, into
+** P.trace. Run by preload_init only. */
 static void
-trace_open(void)
+trace_open(env_getter get)
 {
     char path[512], meta[200], line[768];
     bool sites = false;
-    if (env_trace_load(NULL, NULL, path, sizeof path, &sites) != VRAM_OK) {
+    if (env_trace_load(get, NULL, path, sizeof path, &sites) != VRAM_OK) {
         snprintf(line, sizeof line, "vram: %s; no trace is recorded", vram_last_error());
         say(line);
         return;
@@ -260,6 +262,18 @@ trace_write(char op, uint64_t id, uint64_t bytes, int ord, uint32_t site)
     }
 }
 
+/* A stream-ordered allocation at KEY of BYTES on ORD, kept in the table
+** only for its trace events (its pool's reserve is what is charged). */
+void
+trace_pooled(int ord, uint64_t key, uint64_t bytes)
+{
+    if (P.trace == NULL)
+        return;
+    uint64_t id = __atomic_fetch_add(&P.next_trace_id, 1, __ATOMIC_RELAXED);
+    if (track_put(TRACK_PTR, key, ord, bytes, id) && track_flag(TRACK_PTR, key, TRACK_POOLED))
+        trace_write(TRACE_ALLOC, id, bytes, ord, trace_site());
+}
+
 /* An id for a new allocation (0 when no trace is recorded). */
 VRAM_HOT static uint64_t
 trace_next_id(void)
@@ -270,7 +284,7 @@ trace_next_id(void)
 }
 
 /* After an allocation hook: an 'o' event when R says memory ran out. */
-VRAM_HOT static vcu_result
+VRAM_HOT vcu_result
 trace_if_refused(vcu_result r, int ord, uint64_t bytes)
 {
     if (r == VCU_ERROR_OUT_OF_MEMORY && bytes > 0)
@@ -313,10 +327,10 @@ policy_init(void)
 
 /* HAMi's variables that VRAM_GROUP turns off limit nothing: said once. */
 static void
-report_hami_ignored(void)
+report_hami_ignored(env_getter get)
 {
     char names[512], line[1024];
-    if (!env_hami_ignored(NULL, NULL, names, sizeof names))
+    if (!env_hami_ignored(get, NULL, names, sizeof names))
         return;
     snprintf(line, sizeof line,
              "vram: %s ignored: VRAM_GROUP is set and VRAM_LIMIT is not, and HAMi's "
@@ -325,17 +339,42 @@ report_hami_ignored(void)
     say(line);
 }
 
+/*
+** A process running with raised privileges (AT_SECURE: a setuid or setgid
+** program, file capabilities; the preload library is there through
+** /etc/ld.so.preload) ignores the settings of whoever started it: no job
+** limit or group, no trace file opened with its privileges, no
+** VRAM_CONTEXT=off; the host's policy alone applies. Said once when any
+** is set. The getter of its settings.
+*/
+static env_getter
+settings_reader(void)
+{
+    if (getauxval(AT_SECURE) == 0)
+        return NULL; /* getenv */
+    char names[512], line[768];
+    if (env_preload_set(names, sizeof names)) {
+        snprintf(line, sizeof line,
+                 "vram: %s ignored: this process runs with raised privileges (setuid, setgid "
+                 "or file capabilities); only the host's policy applies to it",
+                 names);
+        say(line);
+    }
+    return env_secure_get;
+}
+
 static void
 preload_init(void)
 {
     struct quota_env q;
     memset(&q, 0, sizeof q);
-    if (env_quota_load(NULL, NULL, &q) != VRAM_OK) {
+    env_getter get = settings_reader();
+    if (env_quota_load(get, NULL, &q) != VRAM_OK) {
         disable(vram_last_error());
         return;
     }
-    report_hami_ignored();
-    if (env_visible_load(NULL, NULL, P.visible, sizeof P.visible, &P.visible_set) !=
+    report_hami_ignored(get);
+    if (env_visible_load(get, NULL, P.visible, sizeof P.visible, &P.visible_set) !=
         VRAM_OK) {
         /* A list this long names GPUs that no host ordinal maps. */
         P.visible_set = true;
@@ -349,10 +388,14 @@ preload_init(void)
         return;
     }
     P.quota = q;
-    /* Stricter is always allowed: a job may ask for its context to be
-    ** counted where the policy does not. */
-    P.count_context =
-        user[0] != '\0' ? (P.policy.context || q.context == 1) : q.context == 1;
+    /* Contexts count in every account unless it says otherwise: the
+    ** policy's own for the user's account, VRAM_CONTEXT=off for the job's
+    ** (never for the user's: a user cannot use it to pass the policy).
+    ** Stricter is always allowed: VRAM_CONTEXT=on counts it in the user's
+    ** account where the policy does not. */
+    P.context_in[ACCT_USER] = user[0] != '\0' && (P.policy.context || q.context == 1);
+    P.context_in[ACCT_JOB] = q.context != 0;
+    P.count_context = P.context_in[ACCT_USER] || P.context_in[ACCT_JOB];
     if (q.group[0] != '\0') {
         snprintf(job, LEDGER_GROUP_LEN, "%s", q.group);
     } else if (q.active) {
@@ -378,7 +421,7 @@ preload_init(void)
             return;
         }
     }
-    trace_open();
+    trace_open(get);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     __atomic_store_n(&P.mode, PRELOAD_ACTIVE, __ATOMIC_RELEASE);
 }
@@ -452,9 +495,15 @@ fork_child(void)
     callsite_fork_child();
     pthread_mutex_init(&P.dev_lock, NULL);
     track_fork_child();
-    /* The child has no CUDA context of its own yet, and nothing counted. */
-    for (int i = 0; i < PRELOAD_MAX_DEVICES; i++)
+    /* The child has no CUDA context of its own yet, and nothing counted:
+    ** no context, no pages or pools charged ahead. */
+    for (int i = 0; i < PRELOAD_MAX_DEVICES; i++) {
         memset(&P.dev[i].use, 0, sizeof P.dev[i].use);
+        P.dev[i].spare = 0;
+        memset(&P.dev[i].graph, 0, sizeof P.dev[i].graph);
+        P.dev[i].graph.ord = i;
+    }
+    pools_fork_child();
     /* The ledgers' handles were made the child's by the ledger's own fork
     ** handler, which ran before this one. */
 }
@@ -556,6 +605,7 @@ device_get(int ord, struct preload_device **out)
         d->total = f.total;
         memcpy(d->limit, f.limit, sizeof d->limit);
         d->rule = f.rule;
+        d->graph.ord = ord;
         for (int a = 0; a < ACCT_COUNT; a++)
             __atomic_store_n(&d->index[a], -1, __ATOMIC_RELAXED);
         __atomic_store_n(&d->ready, 1, __ATOMIC_RELEASE);
@@ -786,12 +836,18 @@ biggest_users(struct ledger *l, const char *uuid, char *buf, size_t len)
 ** fit refuses the allocation that would pass the quota with it).
 **
 ** NVML is loaded for this (libnvidia-ml.so.1, RTLD_LOCAL) in processes
-** that allocate under context accounting and have not loaded it; where it
-** is missing, or lists no entry for this pid (another pid namespace), the
-** context is not charged and a line says so once.
+** that allocate under context accounting and have not loaded it. Where it
+** is missing, or lists no entry for this pid (another pid namespace), a
+** device that an account charging contexts limits gets CONTEXT_GUESS
+** charged for the context instead, and a line says so once: charging
+** nothing would let every process pass its quota by a context's size.
 */
 #define CONTEXT_INTERVAL_NS 100000000LL /* 100 ms, as the ledger's reclaim */
 #define CONTEXT_MAX_PROCS 128           /* NVML entries looked at per GPU */
+/* NVML's figure of a primary context alone (no allocation, no kernel
+** launched): 543,162,368 bytes on an H100 with driver 580 and CUDA 13, as
+** on an H200; a process's context only grows from there. */
+#define CONTEXT_GUESS (518ULL << 20)
 
 /* NVML's two functions, loading and initializing NVML once. */
 static bool
@@ -821,9 +877,6 @@ nvml_ready(void)
     if (ok) {
         __atomic_store_n(&P.nvml_processes, procs, __ATOMIC_RELEASE);
         __atomic_store_n(&P.nvml_by_uuid, by_uuid, __ATOMIC_RELEASE);
-    } else {
-        say("vram: context accounting: NVML (libnvidia-ml.so.1) is not available here; "
-            "contexts are not counted in the quota");
     }
     int expected = 0;
     __atomic_compare_exchange_n(&P.nvml_state, &expected, ok ? 1 : 2, false,
@@ -831,13 +884,19 @@ nvml_ready(void)
     return __atomic_load_n(&P.nvml_state, __ATOMIC_ACQUIRE) == 1;
 }
 
-/* This process's used memory on the GPU UUID as NVML sees it, into *OUT.
-** False when NVML cannot say. */
-static bool
+/* What NVML says of this process on a GPU. */
+enum nvml_seen {
+    NVML_SEEN,   /* its used memory there */
+    NVML_ABSENT, /* NVML cannot be loaded or started */
+    NVML_NO_ROW  /* NVML does not list this pid on the GPU */
+};
+
+/* This process's used memory on the GPU UUID as NVML sees it, into *OUT. */
+static enum nvml_seen
 nvml_process_used(const char *uuid, uint64_t *out)
 {
     if (!nvml_ready())
-        return false;
+        return NVML_ABSENT;
     typedef vnvml_return (*by_uuid_fn)(const char *uuid, vnvml_device *device);
     void *p = __atomic_load_n(&P.nvml_by_uuid, __ATOMIC_ACQUIRE);
     void *q = __atomic_load_n(&P.nvml_processes, __ATOMIC_ACQUIRE);
@@ -847,19 +906,54 @@ nvml_process_used(const char *uuid, uint64_t *out)
     memcpy(&procs, &q, sizeof q);
     vnvml_device dev;
     if (by_uuid(uuid, &dev) != VNVML_SUCCESS)
-        return false;
+        return NVML_ABSENT;
     struct vnvml_process_v2 info[CONTEXT_MAX_PROCS]; /* 3 KiB of stack */
     unsigned int n = CONTEXT_MAX_PROCS;
     if (procs(dev, &n, info) != VNVML_SUCCESS)
-        return false;
+        return NVML_NO_ROW;
     unsigned int me = (unsigned int)getpid();
     for (unsigned int i = 0; i < n && i < CONTEXT_MAX_PROCS; i++) {
         if (info[i].pid == me) {
             *out = info[i].used;
-            return true;
+            return NVML_SEEN;
         }
     }
+    return NVML_NO_ROW;
+}
+
+/* Does an account that charges contexts limit D? */
+static bool
+context_limited(const struct preload_device *d)
+{
+    for (int a = 0; a < ACCT_COUNT; a++)
+        if (P.context_in[a] && P.ledger[a] != NULL && d->limit[a] != 0)
+            return true;
     return false;
+}
+
+/* The context charge of D when NVML does not show it: CONTEXT_GUESS where
+** a limit needs it (said once), else nothing. */
+static uint64_t
+context_guess(const struct preload_device *d, enum nvml_seen why)
+{
+    if (!context_limited(d))
+        return 0;
+    if (!__atomic_exchange_n(&P.context_guessed, 1, __ATOMIC_RELAXED)) {
+        char line[512], guess[32];
+        size_format(CONTEXT_GUESS, guess, sizeof guess);
+        if (why == NVML_ABSENT)
+            snprintf(line, sizeof line,
+                     "vram: context accounting: NVML (libnvidia-ml.so.1) is not available "
+                     "here; each limited GPU is charged %s for this process's context",
+                     guess);
+        else
+            snprintf(line, sizeof line,
+                     "vram: context accounting: NVML does not list this process on %s "
+                     "(another pid namespace?); it is charged %s for its context",
+                     d->uuid, guess);
+        say(line);
+    }
+    return CONTEXT_GUESS;
 }
 
 /*
@@ -876,18 +970,19 @@ context_delta(const struct preload_device *d, uint64_t *grow, uint64_t *shrink)
     if (!P.count_context)
         return;
     struct preload_use *u = &P.dev[d - P.dev].use;
-    long long now = (long long)now_mono_ns();
+    long long now = (long long)now_coarse_ns();
     long long last = __atomic_load_n(&u->checked_ns, __ATOMIC_RELAXED);
     if (last != 0 && now - last < CONTEXT_INTERVAL_NS)
         return;
     if (!__atomic_compare_exchange_n(&u->checked_ns, &last, now, false, __ATOMIC_RELAXED,
                                      __ATOMIC_RELAXED))
         return; /* another thread measures now */
-    uint64_t seen;
-    if (!nvml_process_used(d->uuid, &seen))
-        return;
+    uint64_t seen = 0;
+    enum nvml_seen how = nvml_process_used(d->uuid, &seen);
     uint64_t counted = __atomic_load_n(&u->counted, __ATOMIC_ACQUIRE);
-    uint64_t want = seen > counted ? seen - counted : 0;
+    uint64_t want = how != NVML_SEEN ? context_guess(d, how)
+                    : seen > counted ? seen - counted
+                                     : 0;
     uint64_t have = __atomic_load_n(&u->context, __ATOMIC_ACQUIRE);
     if (want == have ||
         !__atomic_compare_exchange_n(&u->context, &have, want, false, __ATOMIC_ACQ_REL,
@@ -920,26 +1015,33 @@ limit_source(int a, const struct preload_device *d, char *buf, size_t len)
 }
 
 /* The refusal line (see the top of the file for its form): account A
-** refused. */
+** refused BYTES, the charge of a call that asked ASKED bytes (0: BYTES;
+** the driver holds more than asked: pages, rounding, a pool's chunk). */
 static void
 refusal_line(const char *what, const struct preload_device *d, int a, uint64_t bytes,
-             uint64_t group_used, uint64_t context)
+             uint64_t asked, uint64_t group_used, uint64_t context)
 {
     if (!line_allowed())
         return;
-    char req[32], quota[32], used[32], ctx[32], source[256], line[1024];
-    size_format(bytes, req, sizeof req);
+    char req[32], counted[32], quota[32], used[32], ctx[32], source[256], note[160] = "",
+                                                                          line[1024];
+    bool differs = asked != 0 && asked != bytes;
+    size_format(differs ? asked : bytes, req, sizeof req);
+    size_format(bytes, counted, sizeof counted);
     size_format(d->limit[a], quota, sizeof quota);
     size_format(group_used, used, sizeof used);
     size_format(context, ctx, sizeof ctx);
     limit_source(a, d, source, sizeof source);
+    if (differs || context > 0)
+        snprintf(note, sizeof note, " (%s%s%s%s%s)", differs ? "counted as " : "",
+                 differs ? counted : "", differs && context > 0 ? ", " : "",
+                 context > 0 ? "with this process's context, " : "",
+                 context > 0 ? ctx : "");
     snprintf(line, sizeof line,
-             "vram: out of GPU memory quota on %s: %s of %s%s%s%s refused by %s; quota %s, "
+             "vram: out of GPU memory quota on %s: %s of %s%s refused by %s; quota %s, "
              "%s %.63s uses %s",
-             d->uuid, what, req, context > 0 ? " (with this process's context, " : "",
-             context > 0 ? ctx : "", context > 0 ? ")" : "", source, quota,
-             a == ACCT_USER ? "user" : "group", a == ACCT_USER ? P.user : P.group[a],
-             used);
+             d->uuid, what, req, note, source, quota, a == ACCT_USER ? "user" : "group",
+             a == ACCT_USER ? P.user : P.group[a], used);
     biggest_users(P.ledger[a], d->uuid, line, sizeof line);
     say(line);
 }
@@ -965,15 +1067,25 @@ ledger_index(struct preload_device *d, int a, int *index)
     return VRAM_OK;
 }
 
-/* Give BYTES on D back to every account of accounts 0..N-1 (each holds
-** them: its index was found when they were reserved). */
+/* What account A gives back or takes for BYTES with CONTEXT bytes of
+** context charge: the context only where A charges contexts. */
+VRAM_HOT static uint64_t
+account_bytes(int a, uint64_t bytes, uint64_t context)
+{
+    uint64_t ctx = P.context_in[a] ? context : 0;
+    return bytes + ctx < bytes ? UINT64_MAX : bytes + ctx;
+}
+
+/* Give BYTES (and CONTEXT, where counted) on D back to every account of
+** accounts 0..N-1 (each holds them: its index was found when they were
+** reserved). */
 VRAM_HOT static void
-release_accounts(const struct preload_device *d, uint64_t bytes, int n)
+release_accounts(const struct preload_device *d, uint64_t bytes, uint64_t context, int n)
 {
     for (int a = 0; a < n; a++)
         if (P.ledger[a] != NULL)
             ledger_release_at(P.ledger[a], __atomic_load_n(&d->index[a], __ATOMIC_ACQUIRE),
-                              bytes);
+                              account_bytes(a, bytes, context));
 }
 
 /*
@@ -982,9 +1094,19 @@ release_accounts(const struct preload_device *d, uint64_t bytes, int n)
 ** is the device, to give back to. On refusal CUDA_ERROR_OUT_OF_MEMORY and
 ** a line naming the account that refused; the driver's own error when it
 ** cannot say which device (no context: the call would fail anyway).
+** Before refusing, what this process charged ahead and the device no
+** longer holds is given back (reclaim_stale) and the reservation tried
+** once more.
 */
 VRAM_HOT vcu_result
 reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out)
+{
+    return reserve_excused(id, ord, bytes, 0, out, NULL, NULL);
+}
+
+VRAM_HOT vcu_result
+reserve_excused(enum hook_id id, int ord, uint64_t bytes, uint64_t asked,
+                struct preload_device **out, bool (*excuse)(void *arg), void *arg)
 {
     vcu_result r = VCU_SUCCESS;
     if (ord < 0)
@@ -994,31 +1116,50 @@ reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out)
         r = device_get(ord, &d);
     if (r != VCU_SUCCESS)
         return r;
-    uint64_t grow, shrink;
-    context_delta(d, &grow, &shrink);
     struct preload_use *u = &d->use;
-    if (shrink > 0)
-        release_accounts(d, shrink, ACCT_COUNT);
-    uint64_t want = bytes + grow < bytes ? UINT64_MAX : bytes + grow;
-    for (int a = 0; a < ACCT_COUNT; a++) {
-        if (P.ledger[a] == NULL)
-            continue;
+    for (int attempt = 0;; attempt++) {
+        uint64_t grow, shrink;
+        context_delta(d, &grow, &shrink);
+        if (shrink > 0)
+            release_accounts(d, 0, shrink, ACCT_COUNT);
+        int a = 0;
         uint64_t group_used = 0;
-        int index = -1;
-        vram_status st = ledger_index(d, a, &index);
-        if (st == VRAM_OK)
-            st = ledger_reserve_at(P.ledger[a], index, want, d->limit[a], &group_used);
-        if (st == VRAM_OK)
-            continue;
-        release_accounts(d, want, a);
+        vram_status st = VRAM_OK;
+        for (; a < ACCT_COUNT; a++) {
+            if (P.ledger[a] == NULL)
+                continue;
+            int index = -1;
+            st = ledger_index(d, a, &index);
+            if (st == VRAM_OK)
+                st = ledger_reserve_at(P.ledger[a], index, account_bytes(a, bytes, grow),
+                                       d->limit[a], &group_used);
+            if (st != VRAM_OK)
+                break;
+        }
+        if (a == ACCT_COUNT) {
+            /* Only context accounting reads COUNTED: without it, no locked
+            ** instruction (each holds the loads after it until its line is
+            ** here). */
+            if (P.count_context)
+                __atomic_fetch_add(&u->counted, bytes, __ATOMIC_ACQ_REL);
+            *out = d;
+            return VCU_SUCCESS;
+        }
+        release_accounts(d, bytes, grow, a);
         /* The context's growth was not charged: measure it again next time. */
         if (grow > 0) {
             __atomic_fetch_sub(&u->context, grow, __ATOMIC_ACQ_REL);
             __atomic_store_n(&u->checked_ns, 0, __ATOMIC_RELAXED);
         }
+        if (st == VRAM_E_OOM && attempt == 0 && reclaim_stale(ord))
+            continue;
+        if (st == VRAM_E_OOM && excuse != NULL && excuse(arg)) {
+            *out = NULL; /* nothing reserved, and nothing needed */
+            return VCU_SUCCESS;
+        }
         if (st == VRAM_E_OOM) {
-            refusal_line(hook_name(id), d, a, bytes, group_used, grow + __atomic_load_n(
-                                                              &u->context, __ATOMIC_ACQUIRE));
+            refusal_line(hook_name(id), d, a, bytes, asked, group_used,
+                         grow + __atomic_load_n(&u->context, __ATOMIC_ACQUIRE));
         } else if (line_allowed()) {
             /* The ledger is unusable: refuse rather than let memory go uncounted. */
             char line[768];
@@ -1028,12 +1169,6 @@ reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out)
         }
         return VCU_ERROR_OUT_OF_MEMORY;
     }
-    /* Only context accounting reads COUNTED: without it, no locked
-    ** instruction (each holds the loads after it until its line is here). */
-    if (P.count_context)
-        __atomic_fetch_add(&u->counted, bytes, __ATOMIC_ACQ_REL);
-    *out = d;
-    return VCU_SUCCESS;
 }
 
 VRAM_HOT void
@@ -1041,9 +1176,26 @@ unreserve(const struct preload_device *d, uint64_t bytes)
 {
     if (bytes == 0)
         return;
-    release_accounts(d, bytes, ACCT_COUNT);
+    release_accounts(d, bytes, 0, ACCT_COUNT);
     if (P.count_context) /* as in reserve */
         __atomic_fetch_sub(&P.dev[d - P.dev].use.counted, bytes, __ATOMIC_ACQ_REL);
+}
+
+void
+force_charge(struct preload_device *d, uint64_t bytes)
+{
+    if (bytes == 0)
+        return;
+    for (int a = 0; a < ACCT_COUNT; a++) {
+        int index = -1;
+        uint64_t used;
+        /* A limit of 0: counted, never refused (the device holds it). A
+        ** ledger with no room for the device can count nothing more. */
+        if (P.ledger[a] != NULL && ledger_index(d, a, &index) == VRAM_OK)
+            (void)ledger_reserve_at(P.ledger[a], index, bytes, 0, &used);
+    }
+    if (P.count_context)
+        __atomic_fetch_add(&d->use.counted, bytes, __ATOMIC_ACQ_REL);
 }
 
 /* The real function of hook ID into *FP (a function pointer of SIZE bytes). */
@@ -1057,33 +1209,152 @@ real_of(enum hook_id id, void *fp, size_t size)
     return true;
 }
 
+/* ------------------------------------------------------------------ */
+/* What the driver holds for an allocation                              */
+/* ------------------------------------------------------------------ */
+
 /*
-** Record a new allocation (KIND, KEY) of BYTES on D's ordinal ORD, or undo
-** it when the table cannot hold it (out of host memory): an untracked
-** allocation could never be given back. Returns the hook's result.
+** Measured on an H100 (driver 580, CUDA 13; tests/gpu/probe_rounding.c):
+** cuMemAlloc_v2 (and pitched and managed memory) above 1 MiB holds its
+** size rounded up to 2 MiB; at or below 1 MiB, a block of the driver's
+** sub-allocator: a power of two of at least 512 bytes in a 2 MiB page
+** shared with blocks of its size, the page held while one of its blocks
+** lives (one allocation of 1 byte alone makes the process hold 2 MiB).
+** Where the driver puts a block is not known before the call, so a block
+** is charged ahead the two pages it may touch (the one it starts in and
+** the next) and settled once its address is known: the pages that hold
+** no other counted block (track.c's FRAME entries) are charged, the rest
+** stay charged ahead for the next block of the device, up to PAGES_KEPT
+** (the spare of struct preload_device), so that a block that lands in a
+** page already held costs no ledger call. A page whose last block is
+** freed becomes spare. An adversary freeing all but one block of each
+** page thus keeps each page charged, as the driver keeps it held.
+*/
+#define PAGE_BYTES (2ULL << 20)
+#define PAGES_AHEAD 2
+#define PAGES_KEPT 2
+
+VRAM_HOT static uint64_t
+round_up(uint64_t n, uint64_t unit)
+{
+    uint64_t r = (n + unit - 1) / unit * unit;
+    return r < n ? UINT64_MAX / unit * unit : r;
+}
+
+VRAM_HOT uint64_t
+ptr_charge(uint64_t bytes)
+{
+    return bytes > TRACK_SMALL_MAX ? round_up(bytes, PAGE_BYTES) : 0;
+}
+
+/* The sub-allocator's block of BYTES (at most TRACK_SMALL_MAX). */
+VRAM_HOT static uint64_t
+block_of(uint64_t bytes)
+{
+    uint64_t b = 512;
+    while (b < bytes)
+        b <<= 1;
+    return b;
+}
+
+/* Take up to WANT spare pages of D: how many were taken. */
+VRAM_HOT static int
+spare_take(struct preload_device *d, int want)
+{
+    int t = __atomic_load_n(&d->spare, __ATOMIC_RELAXED);
+    while (t > 0) {
+        int n = t < want ? t : want;
+        if (__atomic_compare_exchange_n(&d->spare, &t, t - n, true, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return n;
+    }
+    return 0;
+}
+
+/* N pages charged and not held go back to D's spare; what passes
+** PAGES_KEPT is given back to the accounts. */
+VRAM_HOT void
+spare_give(struct preload_device *d, int n)
+{
+    if (n <= 0)
+        return;
+    int t = __atomic_add_fetch(&d->spare, n, __ATOMIC_ACQ_REL);
+    while (t > PAGES_KEPT) {
+        if (__atomic_compare_exchange_n(&d->spare, &t, PAGES_KEPT, true, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            unreserve(d, (uint64_t)(t - PAGES_KEPT) * PAGE_BYTES);
+            return;
+        }
+    }
+}
+
+bool
+spare_reclaim(struct preload_device *d)
+{
+    int t = __atomic_exchange_n(&d->spare, 0, __ATOMIC_ACQ_REL);
+    if (t > 0)
+        unreserve(d, (uint64_t)t * PAGE_BYTES);
+    return t > 0;
+}
+
+/* The real function that gives back an allocation of KIND at KEY (an
+** allocation the table cannot hold is undone: it could never be given
+** back). */
+static void
+undo_allocation(int kind, uint64_t key)
+{
+    vcu_pfn_cuMemFree free_ptr;
+    vcu_pfn_cuMemRelease release;
+    vcu_pfn_cuArrayDestroy destroy;
+    vcu_pfn_cuMipmappedArrayDestroy destroy_mip;
+    if (kind == TRACK_PTR && real_of(HOOK_ID_cuMemFree_v2, &free_ptr, sizeof free_ptr))
+        free_ptr((vcu_deviceptr)key);
+    else if (kind == TRACK_HANDLE && real_of(HOOK_ID_cuMemRelease, &release, sizeof release))
+        release((vcu_mem_handle)key);
+    else if (kind == TRACK_ARRAY &&
+             real_of(HOOK_ID_cuArrayDestroy, &destroy, sizeof destroy))
+        destroy((vcu_array)(uintptr_t)key);
+    else if (kind == TRACK_MIPMAP &&
+             real_of(HOOK_ID_cuMipmappedArrayDestroy, &destroy_mip, sizeof destroy_mip))
+        destroy_mip((vcu_mipmapped_array)(uintptr_t)key);
+}
+
+/*
+** Record a new allocation (KIND, KEY) of BYTES asked on D's ordinal ORD,
+** CHARGED bytes reserved for it, or undo it when the table cannot hold it
+** (out of host memory). Returns the hook's result.
 */
 VRAM_HOT static vcu_result
-track_or_undo(int kind, uint64_t key, int ord, const struct preload_device *d,
-              uint64_t bytes)
+track_or_undo(int kind, uint64_t key, int ord, struct preload_device *d, uint64_t bytes,
+              uint64_t charged)
 {
     uint64_t id = trace_next_id();
     if (track_put(kind, key, ord, bytes, id)) {
         trace_write(TRACE_ALLOC, id, bytes, ord, ord >= 0 ? trace_site() : TRACE_NO_SITE);
         return VCU_SUCCESS;
     }
-    vcu_pfn_cuMemFree free_ptr;
-    vcu_pfn_cuMemRelease release;
-    vcu_pfn_cuArrayDestroy destroy;
-    if (kind == TRACK_PTR && real_of(HOOK_ID_cuMemFree_v2, &free_ptr, sizeof free_ptr))
-        free_ptr((vcu_deviceptr)key);
-    else if (kind == TRACK_HANDLE &&
-             real_of(HOOK_ID_cuMemRelease, &release, sizeof release))
-        release((vcu_mem_handle)key);
-    else if (kind == TRACK_ARRAY &&
-             real_of(HOOK_ID_cuArrayDestroy, &destroy, sizeof destroy))
-        destroy((vcu_array)(uintptr_t)key);
-    unreserve(d, bytes);
+    undo_allocation(kind, key);
+    unreserve(d, charged);
     return VCU_ERROR_OUT_OF_MEMORY;
+}
+
+/* A sub-allocated block at KEY of BYTES asked: its pages counted, those
+** it made charged from the C->pages charged ahead, the rest spare. */
+VRAM_HOT static vcu_result
+track_block(struct hook_call *c, uint64_t key, uint64_t bytes)
+{
+    uint64_t id = trace_next_id();
+    int made = 0;
+    if (!track_put_block(key, c->ord, bytes, block_of(bytes), id, &made)) {
+        undo_allocation(TRACK_PTR, key);
+        spare_give(c->d, c->pages);
+        return VCU_ERROR_OUT_OF_MEMORY;
+    }
+    if (made > c->pages) /* a block the driver put across more pages than any should */
+        force_charge(c->d, (uint64_t)(made - c->pages) * PAGE_BYTES);
+    spare_give(c->d, c->pages - made);
+    trace_write(TRACE_ALLOC, id, bytes, c->ord, trace_site());
+    return VCU_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1099,12 +1370,39 @@ hook_reserve(struct hook_call *c, int ord, uint64_t bytes)
     c->r = ord >= 0 ? VCU_SUCCESS : current_device(&ord);
     c->ord = ord;
     if (c->r == VCU_SUCCESS)
-        c->r = reserve(c->id, ord, bytes, &c->d);
+        c->r = reserve_excused(c->id, ord, bytes, c->asked, &c->d, NULL, NULL);
     if (c->r == VCU_SUCCESS)
         return true;
     c->d = NULL;
-    (void)trace_if_refused(c->r, c->ord, bytes);
+    (void)trace_if_refused(c->r, c->ord, c->asked != 0 ? c->asked : bytes);
     return false;
+}
+
+VRAM_HOT bool
+hook_reserve_block(struct hook_call *c)
+{
+    int ord = -1;
+    struct preload_device *d = NULL;
+    c->r = current_device(&ord);
+    if (c->r == VCU_SUCCESS)
+        c->r = device_get(ord, &d);
+    c->ord = ord;
+    if (c->r != VCU_SUCCESS)
+        return false;
+    int have = spare_take(d, PAGES_AHEAD);
+    if (have < PAGES_AHEAD) {
+        struct preload_device *d2;
+        c->r = reserve_excused(c->id, ord, (uint64_t)(PAGES_AHEAD - have) * PAGE_BYTES,
+                               c->asked, &d2, NULL, NULL);
+        if (c->r != VCU_SUCCESS) {
+            spare_give(d, have);
+            (void)trace_if_refused(c->r, ord, c->asked);
+            return false;
+        }
+    }
+    c->d = d;
+    c->pages = PAGES_AHEAD;
+    return true;
 }
 
 VRAM_HOT vcu_result
@@ -1114,8 +1412,11 @@ hook_granted(struct hook_call *c, int kind, const void *out)
     if (c->d == NULL)
         return r; /* not reserved: refused (and traced), or not counted */
     if (r != VCU_SUCCESS) {
-        unreserve(c->d, c->bytes);
-        return trace_if_refused(r, c->ord, c->bytes);
+        if (c->pages > 0)
+            spare_give(c->d, c->pages);
+        else
+            unreserve(c->d, c->bytes);
+        return trace_if_refused(r, c->ord, c->asked != 0 ? c->asked : c->bytes);
     }
     uint64_t key;
     if (kind == TRACK_PTR)
@@ -1123,11 +1424,27 @@ hook_granted(struct hook_call *c, int kind, const void *out)
     else if (kind == TRACK_HANDLE)
         key = *(const vcu_mem_handle *)out;
     else {
-        vcu_array a = *(const vcu_array *)out;
+        void *a;
+        memcpy(&a, out, sizeof a); /* a vcu_array or a vcu_mipmapped_array */
         key = (uint64_t)(uintptr_t)a;
     }
-    return trace_if_refused(track_or_undo(kind, key, c->ord, c->d, c->bytes), c->ord,
-                            c->bytes);
+    if (kind == TRACK_PTR && c->asked <= TRACK_SMALL_MAX)
+        return track_block(c, key, c->asked);
+    return track_or_undo(kind, key, c->ord, c->d, kind == TRACK_PTR ? c->asked : c->bytes,
+                         c->bytes);
+}
+
+/* What a free of entry E gives back to D, once the driver has freed it. */
+VRAM_HOT static void
+give_back(struct preload_device *d, const struct track *e)
+{
+    if (e->kind != TRACK_PTR) {
+        unreserve(d, e->bytes);
+    } else if (e->bytes <= TRACK_SMALL_MAX) {
+        spare_give(d, track_frames_unref(e->key, block_of(e->bytes)));
+    } else {
+        unreserve(d, ptr_charge(e->bytes));
+    }
 }
 
 VRAM_HOT vcu_result
@@ -1137,13 +1454,17 @@ taken_freed(struct hook_call *c, ...)
     if (c->unref != TRACK_LAST)
         return c->r;
     if (c->r != VCU_SUCCESS) {
-        (void)track_put(e->kind, e->key, e->dev, e->bytes, e->trace_id); /* still live */
+        (void)track_restore(e); /* still live */
     } else if (e->kind == TRACK_HOST || e->kind == TRACK_HOST_REGISTERED) {
         host_uncount(e->bytes);
     } else {
         struct preload_device *d = NULL;
-        if (device_get(e->dev, &d) == VCU_SUCCESS)
-            unreserve(d, e->bytes);
+        /* Shared with another process, the memory may live on there: its
+        ** charge stays until this process ends. Pooled: its pool's reserve
+        ** is what is charged. */
+        if ((e->refs & (TRACK_EXPORTED | TRACK_POOLED)) == 0 &&
+            device_get(e->dev, &d) == VCU_SUCCESS)
+            give_back(d, e);
         trace_write(TRACE_FREE, e->trace_id, e->bytes, e->dev, TRACE_NO_SITE);
     }
     return c->r;

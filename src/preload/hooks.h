@@ -59,8 +59,8 @@
 /* clang-format off */
 #define PRELOAD_HOOKS(X)                                                                 \
     PRELOAD_HOOKS_OWN(X) PRELOAD_HOOKS_INFO(X) PRELOAD_HOOKS_CTX(X)                      \
-    PRELOAD_HOOKS_PTR(X) PRELOAD_HOOKS_VMM(X) PRELOAD_HOOKS_ARRAY(X)                     \
-    PRELOAD_HOOKS_HOST(X)
+    PRELOAD_HOOKS_PTR(X) PRELOAD_HOOKS_POOL(X) PRELOAD_HOOKS_GRAPH(X)                    \
+    PRELOAD_HOOKS_VMM(X) PRELOAD_HOOKS_ARRAY(X) PRELOAD_HOOKS_HOST(X)
 
 /* Written out in interpose.c: they hand out hooks rather than count. */
 #define PRELOAD_HOOKS_OWN(X)                                                             \
@@ -114,30 +114,94 @@
       HOOK_ANY, HOOK_CUDA, ptr_reserve, ptr_granted,                                     \
       (vcu_deviceptr *dptr, size_t bytesize, unsigned int flags),                        \
       (dptr, bytesize, flags))                                                           \
-    X(cuMemAllocAsync, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,             \
-      HOOK_LEGACY, HOOK_CUDA, ptr_reserve, ptr_granted,                                  \
-      (vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream),                         \
-      (dptr, bytesize, stream))                                                          \
-    X(cuMemAllocAsync_ptsz, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,        \
-      HOOK_PTSZ, HOOK_CUDA, ptr_reserve, ptr_granted,                                    \
-      (vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream),                         \
-      (dptr, bytesize, stream))                                                          \
-    X(cuMemAllocFromPoolAsync, vcu_pfn_cuMemAllocFromPoolAsync,                          \
-      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_LEGACY, HOOK_CUDA, ptr_reserve,          \
-      ptr_granted,                                                                       \
-      (vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool, vcu_stream stream),      \
-      (dptr, bytesize, pool, stream))                                                    \
-    X(cuMemAllocFromPoolAsync_ptsz, vcu_pfn_cuMemAllocFromPoolAsync,                     \
-      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_PTSZ, HOOK_CUDA, ptr_reserve,            \
-      ptr_granted,                                                                       \
-      (vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool, vcu_stream stream),      \
-      (dptr, bytesize, pool, stream))                                                    \
     X(cuMemFreeAsync, vcu_pfn_cuMemFreeAsync, "cuMemFreeAsync", 11020, 0, HOOK_LEGACY,   \
       HOOK_CUDA, ptr_take, taken_freed, (vcu_deviceptr dptr, vcu_stream stream),         \
       (dptr, stream))                                                                    \
     X(cuMemFreeAsync_ptsz, vcu_pfn_cuMemFreeAsync, "cuMemFreeAsync", 11020, 0,           \
       HOOK_PTSZ, HOOK_CUDA, ptr_take, taken_freed,                                       \
-      (vcu_deviceptr dptr, vcu_stream stream), (dptr, stream))
+      (vcu_deviceptr dptr, vcu_stream stream), (dptr, stream))                           \
+    X(cuIpcGetMemHandle, vcu_pfn_cuIpcGetMemHandle, "cuIpcGetMemHandle", 4010, 0,        \
+      HOOK_ANY, HOOK_CUDA, call_only, ptr_exported,                                      \
+      (vcu_ipc_mem_handle *pHandle, vcu_deviceptr dptr), (pHandle, dptr))
+
+/* hooks_pool.c: stream-ordered allocation and its pools */
+#define PRELOAD_HOOKS_POOL(X)                                                            \
+    X(cuMemAllocAsync, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,             \
+      HOOK_LEGACY, HOOK_CUDA, async_reserve, pooled_granted,                             \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream),                         \
+      (dptr, bytesize, stream))                                                          \
+    X(cuMemAllocAsync_ptsz, vcu_pfn_cuMemAllocAsync, "cuMemAllocAsync", 11020, 0,        \
+      HOOK_PTSZ, HOOK_CUDA, async_reserve, pooled_granted,                               \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream),                         \
+      (dptr, bytesize, stream))                                                          \
+    X(cuMemAllocFromPoolAsync, vcu_pfn_cuMemAllocFromPoolAsync,                          \
+      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_LEGACY, HOOK_CUDA, from_pool_reserve,    \
+      pooled_granted,                                                                    \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool, vcu_stream stream),      \
+      (dptr, bytesize, pool, stream))                                                    \
+    X(cuMemAllocFromPoolAsync_ptsz, vcu_pfn_cuMemAllocFromPoolAsync,                     \
+      "cuMemAllocFromPoolAsync", 11020, 0, HOOK_PTSZ, HOOK_CUDA, from_pool_reserve,      \
+      pooled_granted,                                                                    \
+      (vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool, vcu_stream stream),      \
+      (dptr, bytesize, pool, stream))                                                    \
+    X(cuMemPoolCreate, vcu_pfn_cuMemPoolCreate, "cuMemPoolCreate", 11020, 0, HOOK_ANY,   \
+      HOOK_CUDA, call_only, pool_created,                                                \
+      (vcu_mem_pool *pool, const vcu_mem_pool_props *poolProps), (pool, poolProps))      \
+    X(cuMemPoolDestroy, vcu_pfn_cuMemPoolDestroy, "cuMemPoolDestroy", 11020, 0,          \
+      HOOK_ANY, HOOK_CUDA, pool_destroying, pool_destroyed, (vcu_mem_pool pool), (pool)) \
+    X(cuMemPoolTrimTo, vcu_pfn_cuMemPoolTrimTo, "cuMemPoolTrimTo", 11020, 0, HOOK_ANY,   \
+      HOOK_CUDA, call_only, pool_trimmed, (vcu_mem_pool pool, size_t minBytesToKeep),    \
+      (pool, minBytesToKeep))                                                            \
+    X(cuDeviceSetMemPool, vcu_pfn_cuDeviceSetMemPool, "cuDeviceSetMemPool", 11020, 0,    \
+      HOOK_ANY, HOOK_CUDA, call_only, device_pool_set,                                   \
+      (vcu_device dev, vcu_mem_pool pool), (dev, pool))                                  \
+    X(cuMemSetMemPool, vcu_pfn_cuMemSetMemPool, "cuMemSetMemPool", 13000, 0, HOOK_ANY,   \
+      HOOK_CUDA, call_only, location_pool_set,                                           \
+      (vcu_mem_location *location, vcu_mem_allocation_type type, vcu_mem_pool pool),     \
+      (location, type, pool))
+
+/* hooks_graph.c: the memory of graphs' allocation nodes */
+#define PRELOAD_HOOKS_GRAPH(X)                                                           \
+    X(cuGraphInstantiate_v2, vcu_pfn_cuGraphInstantiate_v2, "cuGraphInstantiate", 11000, \
+      12000, HOOK_ANY, HOOK_CUDA, instantiate_v2_reserve, instantiate_granted,           \
+      (vcu_graph_exec *phGraphExec, vcu_graph hGraph, vcu_graph_node *phErrorNode,       \
+       char *logBuffer, size_t bufferSize),                                              \
+      (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize))                         \
+    X(cuGraphInstantiateWithFlags, vcu_pfn_cuGraphInstantiateWithFlags,                  \
+      "cuGraphInstantiateWithFlags", 11040, 0, HOOK_ANY, HOOK_CUDA,                      \
+      instantiate_flags_reserve, instantiate_granted,                                    \
+      (vcu_graph_exec *phGraphExec, vcu_graph hGraph, unsigned long long flags),         \
+      (phGraphExec, hGraph, flags))                                                      \
+    X(cuGraphInstantiateWithParams, vcu_pfn_cuGraphInstantiateWithParams,                \
+      "cuGraphInstantiateWithParams", 12000, 0, HOOK_LEGACY, HOOK_CUDA,                  \
+      instantiate_params_reserve, instantiate_granted,                                   \
+      (vcu_graph_exec *phGraphExec, vcu_graph hGraph,                                    \
+       vcu_graph_instantiate_params *instantiateParams),                                 \
+      (phGraphExec, hGraph, instantiateParams))                                          \
+    X(cuGraphInstantiateWithParams_ptsz, vcu_pfn_cuGraphInstantiateWithParams,           \
+      "cuGraphInstantiateWithParams", 12000, 0, HOOK_PTSZ, HOOK_CUDA,                    \
+      instantiate_params_reserve, instantiate_granted,                                   \
+      (vcu_graph_exec *phGraphExec, vcu_graph hGraph,                                    \
+       vcu_graph_instantiate_params *instantiateParams),                                 \
+      (phGraphExec, hGraph, instantiateParams))                                          \
+    X(cuGraphLaunch, vcu_pfn_cuGraphLaunch, "cuGraphLaunch", 10000, 0, HOOK_LEGACY,      \
+      HOOK_CUDA, launch_reserve, launch_granted,                                         \
+      (vcu_graph_exec hGraphExec, vcu_stream hStream), (hGraphExec, hStream))            \
+    X(cuGraphLaunch_ptsz, vcu_pfn_cuGraphLaunch, "cuGraphLaunch", 10000, 0, HOOK_PTSZ,   \
+      HOOK_CUDA, launch_reserve, launch_granted,                                         \
+      (vcu_graph_exec hGraphExec, vcu_stream hStream), (hGraphExec, hStream))            \
+    X(cuGraphUpload, vcu_pfn_cuGraphUpload, "cuGraphUpload", 11010, 0, HOOK_LEGACY,      \
+      HOOK_CUDA, launch_reserve, launch_granted,                                         \
+      (vcu_graph_exec hGraphExec, vcu_stream hStream), (hGraphExec, hStream))            \
+    X(cuGraphUpload_ptsz, vcu_pfn_cuGraphUpload, "cuGraphUpload", 11010, 0, HOOK_PTSZ,   \
+      HOOK_CUDA, launch_reserve, launch_granted,                                         \
+      (vcu_graph_exec hGraphExec, vcu_stream hStream), (hGraphExec, hStream))            \
+    X(cuGraphExecDestroy, vcu_pfn_cuGraphExecDestroy, "cuGraphExecDestroy", 10000, 0,    \
+      HOOK_ANY, HOOK_CUDA, exec_take, exec_destroyed, (vcu_graph_exec hGraphExec),       \
+      (hGraphExec))                                                                      \
+    X(cuDeviceGraphMemTrim, vcu_pfn_cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim", 11040, \
+      0, HOOK_ANY, HOOK_CUDA, graph_trimming, graph_trimmed, (vcu_device device),        \
+      (device))
 
 /* hooks_vmm.c: virtual memory */
 #define PRELOAD_HOOKS_VMM(X)                                                             \
@@ -150,7 +214,20 @@
       handle_unref, handle_released, (vcu_mem_handle handle), (handle))                  \
     X(cuMemRetainAllocationHandle, vcu_pfn_cuMemRetainAllocationHandle,                  \
       "cuMemRetainAllocationHandle", 11000, 0, HOOK_ANY, HOOK_CUDA, call_only,           \
-      handle_retained, (vcu_mem_handle *handle, void *addr), (handle, addr))
+      handle_retained, (vcu_mem_handle *handle, void *addr), (handle, addr))             \
+    X(cuMemMap, vcu_pfn_cuMemMap, "cuMemMap", 10020, 0, HOOK_ANY, HOOK_CUDA, map_reserve, \
+      map_granted,                                                                       \
+      (vcu_deviceptr ptr, size_t size, size_t offset, vcu_mem_handle handle,             \
+       unsigned long long flags),                                                        \
+      (ptr, size, offset, handle, flags))                                                \
+    X(cuMemUnmap, vcu_pfn_cuMemUnmap, "cuMemUnmap", 10020, 0, HOOK_ANY, HOOK_CUDA,       \
+      unmap_take, unmap_done, (vcu_deviceptr ptr, size_t size), (ptr, size))             \
+    X(cuMemExportToShareableHandle, vcu_pfn_cuMemExportToShareableHandle,                \
+      "cuMemExportToShareableHandle", 10020, 0, HOOK_ANY, HOOK_CUDA, call_only,          \
+      handle_exported,                                                                   \
+      (void *shareableHandle, vcu_mem_handle handle, vcu_mem_handle_type handleType,     \
+       unsigned long long flags),                                                        \
+      (shareableHandle, handle, handleType, flags))
 
 /* hooks_array.c: arrays */
 #define PRELOAD_HOOKS_ARRAY(X)                                                           \
@@ -161,7 +238,15 @@
       HOOK_ANY, HOOK_CUDA, array3d_reserve, array_granted,                               \
       (vcu_array *array, const vcu_array3d_descriptor *desc), (array, desc))             \
     X(cuArrayDestroy, vcu_pfn_cuArrayDestroy, "cuArrayDestroy", 2000, 0, HOOK_ANY,       \
-      HOOK_CUDA, array_take, taken_freed, (vcu_array array), (array))
+      HOOK_CUDA, array_take, taken_freed, (vcu_array array), (array))                    \
+    X(cuMipmappedArrayCreate, vcu_pfn_cuMipmappedArrayCreate, "cuMipmappedArrayCreate",  \
+      5000, 0, HOOK_ANY, HOOK_CUDA, mipmap_reserve, mipmap_granted,                      \
+      (vcu_mipmapped_array *pHandle, const vcu_array3d_descriptor *pMipmappedArrayDesc,  \
+       unsigned int numMipmapLevels),                                                    \
+      (pHandle, pMipmappedArrayDesc, numMipmapLevels))                                   \
+    X(cuMipmappedArrayDestroy, vcu_pfn_cuMipmappedArrayDestroy,                          \
+      "cuMipmappedArrayDestroy", 5000, 0, HOOK_ANY, HOOK_CUDA, mipmap_take, taken_freed, \
+      (vcu_mipmapped_array hMipmappedArray), (hMipmappedArray))
 
 /* hooks_host.c: pinned host memory */
 #define PRELOAD_HOOKS_HOST(X)                                                            \

@@ -47,6 +47,7 @@ mem_info_view(struct hook_call *c, size_t *free_bytes, size_t *total_bytes)
     if (c->r == VCU_SUCCESS && free_bytes != NULL && total_bytes != NULL &&
         current_device(&ord) == VCU_SUCCESS && device_get(ord, &d) == VCU_SUCCESS &&
         effective_limit(d->limit) != 0) {
+        pools_refresh(ord); /* what pools hold now, not their charges ahead */
         uint64_t total = min_u64(effective_limit(d->limit), *total_bytes);
         uint64_t room = room_left(d, d->uuid, d->limit);
         *total_bytes = (size_t)total;

@@ -7,9 +7,12 @@
 ** families, each writing the hooks of its list in hooks.h with its own
 ** steps, are hooks_info.c (cuInit and the memory reports, CUDA's and
 ** NVML's), hooks_ptr.c (device pointers), hooks_vmm.c (virtual memory),
-** hooks_array.c (arrays) and hooks_host.c (pinned host memory, counted
-** for display only); the table of live allocations is track.c;
-** interpose.c hands out the real functions.
+** hooks_array.c (arrays), hooks_pool.c (stream-ordered pools, and the
+** charge of any pool the driver reports the reserve of), hooks_graph.c
+** (graphs' memory) and hooks_host.c (pinned host memory, counted for
+** display only); the table of live allocations is track.c; interpose.c
+** hands out the real functions; memcalls.h classifies every driver entry
+** point that can make the device hold memory.
 */
 #ifndef VRAM_PRELOAD_PRELOAD_H
 #define VRAM_PRELOAD_PRELOAD_H
@@ -53,12 +56,37 @@ enum { ACCT_USER = 0, ACCT_JOB = 1, ACCT_COUNT = 2 };
 **   context     bytes charged for its context and the driver's own
 **               reservations: NVML's per-process used memory minus COUNTED
 **               when last measured (see context_delta in hooks.c);
-**   checked_ns  CLOCK_MONOTONIC of that measurement; 0: never.
+**   checked_ns  CLOCK_MONOTONIC_COARSE of that measurement; 0: never.
 */
 struct preload_use {
     uint64_t counted;
     uint64_t context;
     long long checked_ns;
+};
+
+/*
+** Memory that a pool of the driver holds and reports the size of (a
+** stream-ordered pool's CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, a device's
+** graph pool's CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT), charged in its
+** device's accounts as the sum of three (bytes):
+**   settled    its reserve when last read;
+**   unsettled  the pre-charges of the calls completed since;
+**   inflight   the pre-charges of the calls in flight.
+** Each pre-charge is at least what its call can add to the reserve and
+** is charged before the call, so the reserve never passes the charge; a
+** settle (hooks_pool.c) reads the reserve and charges exactly that,
+** unless a call completed between its read and its update (that call's
+** growth may be in the reserve and no longer in flight: the next settle
+** decides). LOCK, a spin word, guards the fields and is never held across
+** a driver or ledger call. All fields but ORD under LOCK.
+*/
+struct charged_pool {
+    int lock;
+    int ord;             /* its CUDA ordinal; -1: not device memory (not charged) */
+    uint64_t settled;    /* bytes */
+    uint64_t unsettled;  /* bytes */
+    uint64_t inflight;   /* bytes */
+    uint64_t gen;        /* calls completed */
 };
 
 /*
@@ -77,6 +105,10 @@ struct preload_device {
     uint64_t total;             /* bytes, the driver's cuDeviceTotalMem */
     const struct policy_rule *rule; /* the policy rule behind limit[ACCT_USER] */
     char uuid[LEDGER_UUID_LEN]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    int spare;                  /* 2 MiB pages charged ahead for the driver's
+                                   sub-allocator, none of its blocks in
+                                   them yet (hooks_ptr.c; atomic) */
+    struct charged_pool graph;  /* the device's pool of graph allocations */
 };
 
 /* The process's state (hooks.c). What every counted call reads comes
@@ -86,7 +118,10 @@ struct preload {
     int n_visible;              /* 1: one visible device (current_device answers
                                    0 without asking); -1: several or unknown;
                                    0: not counted yet. Atomic */
-    bool count_context;           /* charge contexts (policy 'context', VRAM_CONTEXT) */
+    bool count_context;           /* some account charges contexts */
+    bool context_in[ACCT_COUNT];  /* each account's: the policy's 'context' for
+                                     the user's, VRAM_CONTEXT (on unless off)
+                                     for the job's */
     bool trace_sites;           /* VRAM_TRACE_SITES: each event names its call
                                    site; set with trace */
     /* Each account's ledger (ACTIVE: at least one); NULL: no such account. */
@@ -102,6 +137,8 @@ struct preload {
     bool visible_set;
     pthread_mutex_t dev_lock;     /* publishes dev[] */
     struct preload_device dev[PRELOAD_MAX_DEVICES];
+    int context_guessed;          /* the line about a context NVML does not show
+                                     was said (atomic) */
     void *nvml_processes;         /* nvmlDeviceGetComputeRunningProcesses_v3 (atomic) */
     void *nvml_by_uuid;           /* nvmlDeviceGetHandleByUUID (atomic) */
     int nvml_state;               /* 0 not tried, 1 ready, 2 not there (atomic) */
@@ -155,13 +192,73 @@ uint64_t effective_limit(const uint64_t limit[ACCT_COUNT]);
 uint64_t room_left(const struct preload_device *d, const char *uuid,
                    const uint64_t limit[ACCT_COUNT]);
 
+struct hook_call;
+
 /* Reserve BYTES on CUDA ordinal ORD (-1: the current context's device)
 ** for a call of hook ID; on refusal CUDA_ERROR_OUT_OF_MEMORY and a line
 ** naming the call. */
 vcu_result reserve(enum hook_id id, int ord, uint64_t bytes, struct preload_device **out);
 
+/* reserve, for a call that asked ASKED bytes (0: BYTES), which its
+** refusal line names beside BYTES; and a refusal that EXCUSE(ARG) excuses
+** (a call that will make the device hold nothing) is a success that
+** reserved nothing: *OUT NULL, no line, no trace event. */
+vcu_result reserve_excused(enum hook_id id, int ord, uint64_t bytes, uint64_t asked,
+                           struct preload_device **out, bool (*excuse)(void *arg), void *arg);
+
 /* Give BYTES reserved on D back. */
 void unreserve(const struct preload_device *d, uint64_t bytes);
+
+/* BYTES charged ahead in CP (its ordinal's accounts) for the
+** call of C, which may add at most that to the pool's reserve (C->d, ->ord,
+** ->bytes and ->pool then say so). A refusal that EXCUSE(ARG) excuses
+** charges nothing and is not one (C->pool stays NULL). False, with the
+** refusal in C->r, when refused (hooks_pool.c). */
+bool cpool_ahead(struct hook_call *c, struct charged_pool *cp, uint64_t bytes,
+                 bool (*excuse)(void *arg), void *arg);
+
+/* The call that charged BYTES ahead in CP (on D) has returned: DONE, the
+** charge is the pool's until the next settle; else it is given back. */
+void cpool_done(struct charged_pool *cp, struct preload_device *d, uint64_t bytes, bool done);
+
+/* Read CP's reserve (READ(WHAT, &bytes)) and charge exactly that: true if
+** bytes went back. Nothing when a call completed meanwhile. */
+bool cpool_settle(struct charged_pool *cp, bool (*read)(const void *what, uint64_t *reserve),
+                  const void *what);
+
+/* Settle ordinal ORD's graph pool (hooks_graph.c): true if bytes went back. */
+bool graph_pool_settle(int ord);
+
+/* Settle the pools of ORD that charge anything (cuMemGetInfo shows what
+** the device holds, not what was charged ahead). */
+void pools_refresh(int ord);
+
+/* A fork child follows no pool yet (hooks_pool.c). */
+void pools_fork_child(void);
+
+/* R, after an 'o' trace event of BYTES on ORD when R says memory ran out. */
+vcu_result trace_if_refused(vcu_result r, int ord, uint64_t bytes);
+
+/* A stream-ordered allocation at KEY of BYTES on ORD, tracked for the
+** trace only (nothing when no trace is written). */
+void trace_pooled(int ord, uint64_t key, uint64_t bytes);
+
+/* Count BYTES on D in every account without a limit check: memory the
+** device already holds (a driver's reserve that grew past what was
+** charged ahead). */
+void force_charge(struct preload_device *d, uint64_t bytes);
+
+/* Give back what this process charged ahead on ordinal ORD and the
+** device no longer holds (pools' stale reserves, pages charged ahead):
+** true if anything went back. Run before a refusal (hooks_pool.c). */
+bool reclaim_stale(int ord);
+
+/* The CUDA ordinal's device facts by D, and D's ordinal. */
+static inline int
+device_ordinal(const struct preload_device *d)
+{
+    return (int)(d - P.dev);
+}
 
 /* The real function of hook ID into *FP (a function pointer of SIZE
 ** bytes). False if there is none. */
@@ -192,6 +289,13 @@ struct hook_call {
     struct track e;           /* a free's entry, taken out of the table */
     enum track_unref unref;   /* a free's: what taking it out did; TRACK_UNKNOWN:
                                  the call frees nothing we count */
+    uint64_t asked;           /* an allocation's bytes as the program asked
+                                 (BYTES may be more); 0: BYTES */
+    int pages;                /* a sub-allocated block: the 2 MiB pages
+                                 charged ahead for it; 0: not one */
+    struct charged_pool *pool; /* the pool BYTES are charged ahead in, or NULL */
+    void *scratch;            /* a step's own, from BEFORE to AFTER (hooks_vmm.c) */
+    uint64_t mask;            /* a graph's: the ordinals charged ahead on */
 };
 
 enum route {
@@ -226,6 +330,11 @@ hook_enter(struct hook_call *c, enum hook_id id, enum hook_lib lib)
     c->bytes = 0;
     c->d = NULL;
     c->unref = TRACK_UNKNOWN;
+    c->asked = 0;
+    c->pages = 0;
+    c->pool = NULL;
+    c->scratch = NULL;
+    c->mask = 0;
     hook_depth++;
     return ROUTE_COUNT;
 }
@@ -235,10 +344,30 @@ hook_enter(struct hook_call *c, enum hook_id id, enum hook_lib lib)
 ** 0 (a call the driver will refuse itself): nothing is reserved. */
 bool hook_reserve(struct hook_call *c, int ord, uint64_t bytes);
 
+/* What cuMemAlloc_v2 of BYTES makes the device hold (hooks.c, "What the
+** driver holds for an allocation"): above TRACK_SMALL_MAX, BYTES rounded
+** up to 2 MiB; at or below, 0 (a block of the driver's sub-allocator,
+** charged by its pages). */
+uint64_t ptr_charge(uint64_t bytes);
+
+/* BEFORE of an allocation of C->asked bytes (at most TRACK_SMALL_MAX) on
+** the current device, which the driver sub-allocates: the pages it may
+** take are charged ahead (C->pages). False, with the refusal in C->r,
+** when refused. hook_granted settles it. */
+bool hook_reserve_block(struct hook_call *c);
+
+/* Give back the pages charged ahead on D for blocks to come: true if
+** there were any. */
+bool spare_reclaim(struct preload_device *d);
+
+/* N pages charged ahead on D and not held go back to its spare. */
+void spare_give(struct preload_device *d, int n);
+
 /* AFTER of an allocation: when the call succeeded, the allocation of KIND
-** whose key the driver wrote to *OUT (a vcu_deviceptr, vcu_mem_handle or
-** vcu_array) is tracked; when it failed, the reservation is given back;
-** a refusal is traced. */
+** whose key the driver wrote to *OUT (a vcu_deviceptr, vcu_mem_handle,
+** vcu_array or vcu_mipmapped_array) is tracked (a pointer with its bytes
+** asked, C->asked; anything else with the bytes charged); when it failed,
+** the reservation is given back; a refusal is traced. */
 vcu_result hook_granted(struct hook_call *c, int kind, const void *out);
 
 /* BEFORE of a free: take the entry (KIND, KEY) out of the table first, so

@@ -257,6 +257,20 @@ track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t trace_id)
     return e != NULL;
 }
 
+bool
+track_restore(const struct track *e)
+{
+    table_lock();
+    struct track *slot = table_put_locked(e->kind, e->key);
+    if (slot != NULL) {
+        uint8_t spilled = slot->spilled;
+        *slot = *e;
+        slot->spilled = spilled;
+    }
+    table_unlock();
+    return slot != NULL;
+}
+
 VRAM_HOT bool
 track_take(int kind, uint64_t key, struct track *out)
 {
@@ -270,13 +284,130 @@ track_take(int kind, uint64_t key, struct track *out)
     return e != NULL;
 }
 
+bool
+track_find(int kind, uint64_t key, struct track *out)
+{
+    table_lock();
+    struct track *e = table_find_locked((unsigned)kind, key);
+    if (e != NULL)
+        *out = *e;
+    table_unlock();
+    return e != NULL;
+}
+
+bool
+track_flag(int kind, uint64_t key, uint32_t flags)
+{
+    table_lock();
+    struct track *e = table_find_locked((unsigned)kind, key);
+    if (e != NULL)
+        e->refs |= flags;
+    table_unlock();
+    return e != NULL;
+}
+
+bool
+track_set_refs(int kind, uint64_t key, uint32_t refs)
+{
+    table_lock();
+    struct track *e = table_find_locked((unsigned)kind, key);
+    if (e != NULL)
+        e->refs = refs;
+    table_unlock();
+    return e != NULL;
+}
+
+/* One more block in FRAME (DEV's), made with one block if it is not
+** there: true if it was made. False in *OK when the table cannot grow.
+** Caller holds the lock. */
+static bool
+frame_ref_locked(uint64_t frame, int dev, bool *ok)
+{
+    struct track *e = table_find_locked(TRACK_FRAME, frame);
+    if (e != NULL) {
+        e->refs++;
+        return false;
+    }
+    e = table_put_locked(TRACK_FRAME, frame);
+    if (e == NULL) {
+        *ok = false;
+        return false;
+    }
+    *e = (struct track){.key = frame,
+                        .refs = 1,
+                        .dev = (int16_t)dev,
+                        .kind = TRACK_FRAME,
+                        .spilled = e->spilled};
+    return true;
+}
+
+/* One block fewer in FRAME: true if that emptied it (it is removed).
+** Caller holds the lock. */
+static bool
+frame_unref_locked(uint64_t frame)
+{
+    struct track *e = table_find_locked(TRACK_FRAME, frame);
+    if (e == NULL)
+        return false;
+    if (--e->refs > 0)
+        return false;
+    table_remove_locked(e);
+    return true;
+}
+
+bool
+track_put_block(uint64_t key, int dev, uint64_t bytes, uint64_t block, uint64_t trace_id,
+                int *new_frames)
+{
+    if (dev != (int16_t)dev || block == 0)
+        return false;
+    uint64_t first = key >> TRACK_FRAME_SHIFT, last = (key + block - 1) >> TRACK_FRAME_SHIFT;
+    bool ok = true;
+    int made = 0;
+    table_lock();
+    uint64_t f = first;
+    for (; f <= last && ok; f++)
+        made += frame_ref_locked(f, dev, &ok);
+    struct track *e = ok ? table_put_locked(TRACK_PTR, key) : NULL;
+    if (e != NULL) {
+        *e = (struct track){.key = key,
+                            .bytes = bytes,
+                            .trace_id = trace_id,
+                            .dev = (int16_t)dev,
+                            .kind = TRACK_PTR,
+                            .spilled = e->spilled};
+    } else {
+        /* Undo the frames counted so far (the one that failed was not). */
+        uint64_t end = ok ? f : f - 1;
+        for (uint64_t g = first; g < end; g++)
+            (void)frame_unref_locked(g);
+    }
+    table_unlock();
+    *new_frames = e != NULL ? made : 0;
+    return e != NULL;
+}
+
+int
+track_frames_unref(uint64_t addr, uint64_t block)
+{
+    if (block == 0)
+        return 0;
+    uint64_t first = addr >> TRACK_FRAME_SHIFT, last = (addr + block - 1) >> TRACK_FRAME_SHIFT;
+    int emptied = 0;
+    table_lock();
+    for (uint64_t f = first; f <= last; f++)
+        emptied += frame_unref_locked(f);
+    table_unlock();
+    return emptied;
+}
+
 VRAM_HOT enum track_unref
 track_unref(uint64_t handle, struct track *out)
 {
     enum track_unref u = TRACK_UNKNOWN;
     table_lock();
     struct track *e = table_find_locked(TRACK_HANDLE, handle);
-    if (e != NULL && e->refs > 1) {
+    if (e != NULL && (e->refs & TRACK_COUNT_MASK) > 1) {
         e->refs--;
         u = TRACK_STILL_HELD;
     } else if (e != NULL) {

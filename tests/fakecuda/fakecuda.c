@@ -30,18 +30,35 @@
 **     the current one; popping an empty stack fails; primary contexts
 **     only (cuCtxDestroy refuses them, a misuse); cuCtxGetDevice calls are
 **     counted (fakecuda_ctx_get_device_calls);
-**   - allocations (cuMemAlloc_v2, Pitch, Managed, Async and FromPoolAsync
-**     with their _ptsz twins, arrays, cuMemCreate) with accounting in 2 MiB
-**     granules, charged to the physical device (OOM when full). The
-**     counts -- bytes in use and the high-water mark per physical device --
-**     live in the MAP_SHARED file FAKECUDA_SHARED names, so that several
-**     processes share one device (else in the process); fakecuda_used and
-**     fakecuda_peak read them;
+**   - what the device holds as the real driver holds it (measured on an
+**     H100, driver 580), charged to the physical device (OOM when full):
+**     cuMemAlloc_v2, Pitch and Managed above 1 MiB in whole 2 MiB
+**     granules, at or below 1 MiB as a power-of-two block (512 B at
+**     least) of a 2 MiB page shared with blocks of its size, the page held
+**     while one of its blocks lives; the stream-ordered calls (and their
+**     _ptsz twins) from pools (the default pool of each device, or
+**     cuMemPoolCreate's; cuDeviceSetMemPool, cuMemSetMemPool) whose
+**     reserve grows in 32 MiB chunks, stays after the frees, and is given
+**     back above the release threshold at cuCtxSynchronize or by
+**     cuMemPoolTrimTo; nothing reserved for an allocation while its
+**     stream captures (fakecuda_capture); arrays and mipmapped arrays
+**     with rows padded to 512 bytes and heights to 8, held in whole
+**     granules, none with CUDA_ARRAY3D_DEFERRED_MAPPING (whose
+**     requirements cuArrayGetMemoryRequirements gives); graphs with
+**     allocation nodes, whose memory the device's graph pool maps at the
+**     first upload or launch and keeps until cuDeviceGraphMemTrim; IPC
+**     handles opened in the same process keep an allocation alive after
+**     its owner frees it. The counts -- bytes in use and the high-water
+**     mark per physical device -- live in the MAP_SHARED file
+**     FAKECUDA_SHARED names, so that several processes share one device
+**     (else in the process); fakecuda_used and fakecuda_peak read them,
+**     and fakecuda_process_used what this process holds (NVML's figure);
 **   - virtual memory with real bookkeeping: reservations, handles, maps that
 **     must lie inside a reservation, be granule-aligned and not overlap;
 **     access set only on fully mapped ranges; memory returned when a
-**     handle's last reference (cuMemCreate, cuMemRetainAllocationHandle)
-**     is released and its last mapping goes;
+**     handle's last reference (cuMemCreate, cuMemRetainAllocationHandle,
+**     an import of its exported descriptor) is released and its last
+**     mapping goes;
 **   - page-locked host memory (cuMemAllocHost_v2, cuMemHostAlloc,
 **     cuMemHostRegister_v2 and their frees), real memory of the process,
 **     never charged to a device;
@@ -90,12 +107,17 @@
 #define X(field, symbol, fallback, need, ret, params) FAKE_API ret symbol params;
 VCU_ENTRY_POINTS(X, VCU_OWN_TYPE)
 VCU_EXTRA_ENTRY_POINTS(X, VCU_OWN_TYPE)
+VCU_CUDA13_ENTRY_POINTS(X, VCU_OWN_TYPE)
+VCU_GRAPH_INSTANTIATE_V2(X, VCU_OWN_TYPE)
 VCU_GET_PROC_ADDRESS_V1(X, VCU_OWN_TYPE)
 #undef X
 FAKE_API vcu_result cuDeviceGetUuid(vcu_uuid *uuid, vcu_device dev); /* the v1 name */
 /* For the fake NVML (tests/preload/fakenvml.c): this process's use of
 ** physical device P, bytes, as NVML's per-process figure would show it. */
 FAKE_API unsigned long long fakecuda_process_used(unsigned int p);
+/* Whether NVML lists this process on physical device P: it holds a
+** context there, or memory. */
+FAKE_API int fakecuda_process_listed(unsigned int p);
 /* The v1 cuMemAlloc (32-bit CUdeviceptr and size, before CUDA 3.2). */
 FAKE_API vcu_result cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
 /* The per-thread-default-stream twins: the same types as their base. */
@@ -104,6 +126,10 @@ FAKE_API vcu_result cuMemAllocAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize,
 FAKE_API vcu_result cuMemAllocFromPoolAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize,
                                                  vcu_mem_pool pool, vcu_stream stream);
 FAKE_API vcu_result cuMemFreeAsync_ptsz(vcu_deviceptr dptr, vcu_stream stream);
+FAKE_API vcu_result cuGraphLaunch_ptsz(vcu_graph_exec exec, vcu_stream stream);
+FAKE_API vcu_result cuGraphUpload_ptsz(vcu_graph_exec exec, vcu_stream stream);
+FAKE_API vcu_result cuGraphInstantiateWithParams_ptsz(vcu_graph_exec *exec, vcu_graph graph,
+                                                      vcu_graph_instantiate_params *params);
 
 /* Test helpers, found with dlsym. */
 FAKE_API int fakecuda_ctx_depth(void);
@@ -120,7 +146,25 @@ FAKE_API void fakecuda_capture(void *stream);
 #define FAKE_VERSION 13000        /* what cuDriverGetVersion says */
 #define FAKE_PITCH 512            /* cuMemAllocPitch's row alignment */
 #define FAKE_GRANULE (2ULL << 20) /* allocation and VM granularity */
-#define FAKE_MAX_OBJECTS 1024     /* per kind */
+#define FAKE_MAX_OBJECTS 4096     /* per kind, but allocations */
+#define FAKE_MAX_ALLOCS (1 << 17) /* allocations and arrays */
+/* cuMemAlloc's sub-allocator, as measured on an H100 (driver 580): an
+** allocation of at most FAKE_SUBALLOC_MAX bytes takes a block of the next
+** power of two (at least FAKE_MIN_BLOCK) in a page of FAKE_GRANULE bytes
+** shared with blocks of its size; the page is held while one of its
+** blocks lives. Above FAKE_SUBALLOC_MAX: whole granules. */
+#define FAKE_SUBALLOC_MAX (1ULL << 20)
+#define FAKE_MIN_BLOCK 512u
+#define FAKE_MAX_PAGES 1024
+/* Stream-ordered pools reserve in chunks of FAKE_POOL_CHUNK (32 MiB, as
+** measured), and so does the graph pool. */
+#define FAKE_POOL_CHUNK (32ULL << 20)
+#define FAKE_MAX_POOLS (FAKE_MAX_DEVICES + 32)
+#define FAKE_MAX_GRAPHS 64
+#define FAKE_GRAPH_NODES 16
+/* Arrays: rows padded to FAKE_PITCH bytes, heights (above 1) to a
+** multiple of FAKE_ARRAY_ROWS, then held in whole granules. */
+#define FAKE_ARRAY_ROWS 8u
 #define FAKE_STACK 16             /* contexts per thread */
 #define FAKE_ALLOC_BASE 0x200000000000ULL
 #define FAKE_ALLOC_WINDOW (1ULL << 40)
@@ -130,14 +174,39 @@ struct fake_ctx {
     int device;
 };
 
-/* The kinds of fake_alloc: device memory, or an array (its handle). */
-enum { FAKE_MEM = 0, FAKE_ARRAY = 1 };
+/* The kinds of fake_alloc: device memory (its own granules, a block of a
+** shared page, a block of a stream-ordered pool, or an address handed out
+** while its stream captures a graph, which holds nothing), an array or a
+** mipmapped array (their handles). */
+enum {
+    FAKE_MEM = 0,
+    FAKE_ARRAY = 1,
+    FAKE_BLOCK = 2,
+    FAKE_POOLED = 3,
+    FAKE_CAPTURED = 4,
+    FAKE_MIPMAP = 5
+};
 
 struct fake_alloc {
     bool live;
-    int kind;               /* FAKE_MEM or FAKE_ARRAY */
-    int device;             /* visible ordinal */
-    uint64_t addr, charged; /* bytes */
+    int kind;         /* see above */
+    int device;       /* visible ordinal */
+    uint64_t addr;    /* device address, or the array's handle */
+    uint64_t charged; /* bytes charged for it alone (0: in a page or a pool) */
+    uint64_t size;    /* BLOCK, POOLED: the block's bytes; arrays: their layout */
+    int owner;        /* BLOCK: its page; POOLED: its pool */
+    int ipc_opens;    /* cuIpcOpenMemHandle opens not closed yet */
+    bool freed;       /* freed while opened: goes at the last close */
+};
+
+/* A page of cuMemAlloc's sub-allocator: FAKE_GRANULE bytes at ADDR
+** (granule-aligned), blocks of BLOCK bytes, a bit per block in use. */
+struct fake_page {
+    bool live;
+    int device;
+    uint32_t block, n_live;
+    uint64_t addr;
+    uint64_t bits[FAKE_GRANULE / FAKE_MIN_BLOCK / 64];
 };
 
 struct fake_range {
@@ -147,17 +216,27 @@ struct fake_range {
 
 struct fake_phys {
     bool live;  /* created and memory still held */
-    int refs;   /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease;
-                   freed when this and maps reach 0 */
+    int refs;   /* cuMemCreate + cuMemRetainAllocationHandle + imports -
+                   cuMemRelease; freed when this and maps reach 0 */
     int device; /* visible ordinal */
     uint64_t handle, size;
     int maps;
+    bool exportable; /* created with a POSIX file descriptor handle type */
+};
+
+/* A second handle of a physical allocation (cuMemImportFromShareableHandle
+** of its exported descriptor): one more reference to PHYS. */
+struct fake_alias {
+    bool live;
+    uint64_t handle;
+    int phys;
 };
 
 struct fake_map {
     bool live;
     bool access; /* cuMemSetAccess done */
     uint64_t addr, size, handle;
+    int phys; /* the allocation mapped, an index of fake.phys */
 };
 
 /* Page-locked host memory: allocated here (cuMemAllocHost_v2,
@@ -185,9 +264,41 @@ struct fake_counts {
 
 static struct fake_counts fake_local_counts;
 
-/* The stream-ordered pools, one per visible device (opaque handles). */
+/*
+** The stream-ordered pools (opaque handles): the default pool of each
+** visible device (the first FAKE_MAX_DEVICES), then cuMemPoolCreate's. A
+** pool reserves RESERVE bytes in chunks of FAKE_POOL_CHUNK, charged to its
+** device; USED of them are in blocks. A free keeps the memory in the
+** pool; cuCtxSynchronize gives back what is above the release threshold,
+** cuMemPoolTrimTo what is above its argument. A pool destroyed while
+** blocks live keeps its memory until the last one is freed.
+*/
 struct fake_pool {
+    bool live;
+    bool destroyed;
     int device;
+    uint64_t reserve, used, threshold; /* bytes */
+    uint64_t reserve_high, used_high;  /* bytes */
+};
+
+/* A graph: its allocation nodes (each freed in the graph or not). */
+struct fake_gnode {
+    bool alloc;  /* an allocation node, else a free node */
+    int device;
+    uint64_t size, dptr;
+};
+struct fake_graph {
+    bool live;
+    int n;
+    struct fake_gnode nodes[FAKE_GRAPH_NODES];
+};
+/* An executable graph: what its allocations need on each device (the
+** sum of their granules, rounded up to a chunk), mapped into the
+** device's graph pool at its first upload or launch. */
+struct fake_exec {
+    bool live;
+    bool uploaded;
+    uint64_t footprint[FAKE_MAX_DEVICES];
 };
 
 static struct {
@@ -197,13 +308,23 @@ static struct {
     int phys_of[FAKE_MAX_DEVICES]; /* visible ordinal -> physical index */
     uint64_t memory;               /* bytes per device */
     struct fake_counts *counts;    /* &fake_local_counts or the shared file */
-    struct fake_pool pools[FAKE_MAX_DEVICES];
+    struct fake_pool pools[FAKE_MAX_POOLS];
+    int current_pool[FAKE_MAX_DEVICES]; /* cuDeviceSetMemPool's, an index */
+    uint64_t graph_reserve[FAKE_MAX_DEVICES]; /* the graph pool, bytes */
+    struct fake_graph graphs[FAKE_MAX_GRAPHS];
+    struct fake_exec execs[FAKE_MAX_GRAPHS];
+    struct fake_page pages[FAKE_MAX_PAGES];
+    struct fake_alias aliases[FAKE_MAX_OBJECTS];
     int primary_refs[FAKE_MAX_DEVICES];
     struct fake_ctx ctx[FAKE_MAX_DEVICES];
     uint64_t next_addr[FAKE_MAX_DEVICES];
     uint64_t next_va, next_handle;
     uint64_t misuses;
-    struct fake_alloc allocs[FAKE_MAX_OBJECTS];
+    struct fake_alloc allocs[FAKE_MAX_ALLOCS];
+    int alloc_free[FAKE_MAX_ALLOCS]; /* the free entries of allocs, a stack */
+    int n_alloc_free;
+    bool allocs_ready;               /* alloc_free filled */
+    int alloc_hash[2 * FAKE_MAX_ALLOCS]; /* live entries by address: index + 1, 0 empty */
     struct fake_range ranges[FAKE_MAX_OBJECTS];
     struct fake_phys phys[FAKE_MAX_OBJECTS];
     struct fake_map maps[FAKE_MAX_OBJECTS];
@@ -402,6 +523,25 @@ phys(int dev)
     return fake.phys_of[dev];
 }
 
+/* What this process holds on each physical device: NVML's per-process
+** figure (fakecuda_process_used). Atomic. A fork child starts from 0 (its
+** parent's memory is not the child's): PROCESS_PID says whose they are. */
+static uint64_t process_used[FAKE_MAX_DEVICES];
+static pid_t process_pid;
+
+/* PROCESS_USED, as this process's (a fork child's start at 0). */
+static uint64_t *
+process_counts(void)
+{
+    pid_t me = getpid();
+    if (__atomic_load_n(&process_pid, __ATOMIC_ACQUIRE) != me) {
+        for (int i = 0; i < FAKE_MAX_DEVICES; i++)
+            __atomic_store_n(&process_used[i], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&process_pid, me, __ATOMIC_RELEASE);
+    }
+    return process_used;
+}
+
 /* Charge BYTES to visible device DEV, atomically with the check, since
 ** other processes may charge the same counts. */
 static vcu_result
@@ -421,6 +561,7 @@ charge(int dev, uint64_t bytes)
     while (now > peak && !__atomic_compare_exchange_n(&c->peak[p], &peak, now, true,
                                                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
         ;
+    __atomic_fetch_add(&process_counts()[p], bytes, __ATOMIC_SEQ_CST);
     return VCU_SUCCESS;
 }
 
@@ -428,6 +569,12 @@ static void
 uncharge(int dev, uint64_t bytes)
 {
     __atomic_fetch_sub(&counts()->used[phys(dev)], bytes, __ATOMIC_SEQ_CST);
+    /* A child may free its parent's memory: never below 0. */
+    uint64_t *mine = &process_counts()[phys(dev)];
+    uint64_t cur = __atomic_load_n(mine, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(mine, &cur, cur > bytes ? cur - bytes : 0, true,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+        ;
 }
 
 /* ------------------------------------------------------------------ */
@@ -560,7 +707,9 @@ cuInit(unsigned int flags)
         fake.memory = memory;
         for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
             fake.ctx[i].device = i;
+            fake.pools[i].live = i < n;
             fake.pools[i].device = i;
+            fake.current_pool[i] = i;
             fake.phys_of[i] = i < n ? map[i] : i;
             fake.next_addr[i] = FAKE_ALLOC_BASE + (uint64_t)i * FAKE_ALLOC_WINDOW;
         }
@@ -727,25 +876,29 @@ context_bytes(void)
     return *end == '\0' ? n : 0;
 }
 
+/* Everything this process holds on physical device P: its context, its
+** allocations' granules and pages, its pools' and graphs' reserves, its
+** physical handles -- what NVML shows per process (fakenvml.c). */
 unsigned long long
 fakecuda_process_used(unsigned int p)
 {
-    unsigned long long used = 0;
+    if (p >= FAKE_MAX_DEVICES)
+        return 0;
+    return __atomic_load_n(&process_counts()[p], __ATOMIC_SEQ_CST);
+}
+
+int
+fakecuda_process_listed(unsigned int p)
+{
+    if (fakecuda_process_used(p) > 0)
+        return 1;
+    int listed = 0;
     lock();
-    for (int dev = 0; dev < fake.n_devices; dev++) {
-        if (phys(dev) != (int)p)
-            continue;
-        if (fake.primary_refs[dev] > 0)
-            used += context_bytes();
-        for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
-            if (fake.allocs[i].live && fake.allocs[i].device == dev)
-                used += fake.allocs[i].charged;
-            if (fake.phys[i].live && fake.phys[i].device == dev)
-                used += fake.phys[i].size;
-        }
-    }
+    for (int dev = 0; dev < fake.n_devices; dev++)
+        if (phys(dev) == (int)p && fake.primary_refs[dev] > 0)
+            listed = 1;
     unlock();
-    return used;
+    return listed;
 }
 
 vcu_result
@@ -770,19 +923,24 @@ cuDevicePrimaryCtxRetain(vcu_context *ctx, vcu_device dev)
     return VCU_SUCCESS;
 }
 
-/* The context of DEV is destroyed: its cuMemAlloc memory and events go
-** with it, as on the real driver. */
+/* The context of DEV is destroyed: its allocations, arrays, pools'
+** and graphs' memory and events go with it, as on the real driver. */
+static void alloc_release_locked(struct fake_alloc *a);
+static void pool_trim_locked(int i, uint64_t keep);
 static void
 ctx_contents_drop_locked(int dev)
 {
-    for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
-        if (fake.allocs[i].live && fake.allocs[i].device == dev) {
-            uncharge(dev, fake.allocs[i].charged);
-            fake.allocs[i].live = false;
-        }
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        if (fake.allocs[i].live && fake.allocs[i].device == dev)
+            alloc_release_locked(&fake.allocs[i]);
+    for (int i = 0; i < FAKE_MAX_OBJECTS; i++)
         if (fake.events[i].live && fake.events[i].device == dev)
             fake.events[i].live = false;
-    }
+    for (int i = 0; i < FAKE_MAX_POOLS; i++)
+        if (fake.pools[i].live && fake.pools[i].device == dev)
+            pool_trim_locked(i, 0);
+    uncharge(dev, fake.graph_reserve[dev]);
+    fake.graph_reserve[dev] = 0;
 }
 
 vcu_result
@@ -887,13 +1045,23 @@ cuCtxPopCurrent_v2(vcu_context *ctx)
     return VCU_SUCCESS;
 }
 
+/* The work is done: each pool of the context's device gives back what it
+** holds above its release threshold. */
 vcu_result
 cuCtxSynchronize(void)
 {
     vcu_result r = enter("cuCtxSynchronize");
     if (r != VCU_SUCCESS)
         return r;
-    return ctx_depth > 0 ? VCU_SUCCESS : VCU_ERROR_INVALID_CONTEXT;
+    if (ctx_depth == 0)
+        return VCU_ERROR_INVALID_CONTEXT;
+    int dev = ctx_stack[ctx_depth - 1]->device;
+    lock();
+    for (int i = 0; i < FAKE_MAX_POOLS; i++)
+        if (fake.pools[i].live && fake.pools[i].device == dev)
+            pool_trim_locked(i, fake.pools[i].threshold);
+    unlock();
+    return VCU_SUCCESS;
 }
 
 vcu_result
@@ -929,53 +1097,257 @@ cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
     return VCU_SUCCESS;
 }
 
+static uint64_t
+round_up(uint64_t n, uint64_t unit)
+{
+    return (n + unit - 1) / unit * unit;
+}
+
+/* A free entry of fake.allocs, cleared, or NULL. Caller holds the lock;
+** the entry becomes findable by its address with alloc_commit_locked. */
+static struct fake_alloc *
+alloc_slot_locked(void)
+{
+    if (!fake.allocs_ready) {
+        for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+            fake.alloc_free[i] = FAKE_MAX_ALLOCS - 1 - i;
+        fake.n_alloc_free = FAKE_MAX_ALLOCS;
+        fake.allocs_ready = true;
+    }
+    if (fake.n_alloc_free == 0)
+        return NULL;
+    struct fake_alloc *a = &fake.allocs[fake.alloc_free[--fake.n_alloc_free]];
+    memset(a, 0, sizeof *a);
+    return a;
+}
+
+/* Give back entry A, taken by alloc_slot_locked but not made live. */
+static void
+alloc_unslot_locked(struct fake_alloc *a)
+{
+    if (a != NULL)
+        fake.alloc_free[fake.n_alloc_free++] = (int)(a - fake.allocs);
+}
+
+/* The home slot of ADDR in fake.alloc_hash. */
+static uint32_t
+alloc_home(uint64_t addr)
+{
+    return (uint32_t)((addr * 0x9e3779b97f4a7c15ULL) >> 40) & (2 * FAKE_MAX_ALLOCS - 1);
+}
+
+/* Entry A, live with its address set, goes into the index. Caller holds
+** the lock. */
+static void
+alloc_commit_locked(struct fake_alloc *a)
+{
+    uint32_t mask = 2 * FAKE_MAX_ALLOCS - 1, i = alloc_home(a->addr);
+    while (fake.alloc_hash[i] != 0)
+        i = (i + 1) & mask;
+    fake.alloc_hash[i] = (int)(a - fake.allocs) + 1;
+}
+
+/* Entry A leaves the index (shifting the later ones of its run back) and
+** the table. Caller holds the lock. */
+static void
+alloc_drop_locked(struct fake_alloc *a)
+{
+    uint32_t mask = 2 * FAKE_MAX_ALLOCS - 1, i = alloc_home(a->addr);
+    int me = (int)(a - fake.allocs) + 1;
+    while (fake.alloc_hash[i] != me) {
+        if (fake.alloc_hash[i] == 0)
+            return; /* not indexed: never committed */
+        i = (i + 1) & mask;
+    }
+    uint32_t hole = i;
+    for (uint32_t j = (i + 1) & mask; fake.alloc_hash[j] != 0; j = (j + 1) & mask) {
+        uint32_t home = alloc_home(fake.allocs[fake.alloc_hash[j] - 1].addr);
+        if (((hole - home) & mask) < ((j - home) & mask)) {
+            fake.alloc_hash[hole] = fake.alloc_hash[j];
+            hole = j;
+        }
+    }
+    fake.alloc_hash[hole] = 0;
+    a->live = false;
+    fake.alloc_free[fake.n_alloc_free++] = me - 1;
+}
+
+/* Is KIND one of the device pointers cuMemFree and cuMemFreeAsync free? */
+static bool
+pointer_kind(int kind)
+{
+    return kind == FAKE_MEM || kind == FAKE_BLOCK || kind == FAKE_POOLED ||
+           kind == FAKE_CAPTURED;
+}
+
+/* The live entry at ADDR of KIND (FAKE_MEM: any device pointer), freed
+** by its owner too if FREED, or NULL. Caller holds the lock. */
+static struct fake_alloc *
+alloc_lookup_locked(uint64_t addr, int kind, bool freed)
+{
+    uint32_t mask = 2 * FAKE_MAX_ALLOCS - 1;
+    for (uint32_t i = alloc_home(addr); fake.alloc_hash[i] != 0; i = (i + 1) & mask) {
+        struct fake_alloc *a = &fake.allocs[fake.alloc_hash[i] - 1];
+        if (a->live && (freed || !a->freed) && a->addr == addr &&
+            (kind == FAKE_MEM ? pointer_kind(a->kind) : a->kind == kind))
+            return a;
+    }
+    return NULL;
+}
+
+/* The live entry at ADDR of KIND that its owner has not freed. */
+static struct fake_alloc *
+alloc_find_locked(uint64_t addr, int kind)
+{
+    return alloc_lookup_locked(addr, kind, false);
+}
+
+/* Pool I of fake.pools: give back what its reserve holds above KEEP bytes
+** (never below its blocks), in whole chunks. Caller holds the lock. */
+static void
+pool_trim_locked(int i, uint64_t keep)
+{
+    struct fake_pool *p = &fake.pools[i];
+    uint64_t target = round_up(keep > p->used ? keep : p->used, FAKE_POOL_CHUNK);
+    if (keep > UINT64_MAX - FAKE_POOL_CHUNK)
+        target = p->reserve; /* a threshold of "everything" keeps it all */
+    if (target < p->reserve) {
+        uncharge(p->device, p->reserve - target);
+        p->reserve = target;
+    }
+}
+
+/* Give back what entry A holds, and end it. Caller holds the lock. */
+static void
+alloc_release_locked(struct fake_alloc *a)
+{
+    if (a->kind == FAKE_BLOCK) {
+        struct fake_page *pg = &fake.pages[a->owner];
+        uint64_t k = (a->addr - pg->addr) / pg->block;
+        pg->bits[k / 64] &= ~(1ULL << (k % 64));
+        if (--pg->n_live == 0) {
+            uncharge(pg->device, FAKE_GRANULE);
+            pg->live = false;
+        }
+    } else if (a->kind == FAKE_POOLED) {
+        struct fake_pool *p = &fake.pools[a->owner];
+        p->used -= a->size;
+        if (p->destroyed && p->used == 0) {
+            uncharge(p->device, p->reserve);
+            memset(p, 0, sizeof *p);
+        }
+    } else if (a->charged > 0) {
+        uncharge(a->device, a->charged);
+    }
+    alloc_drop_locked(a);
+}
+
+/* The block size of a sub-allocated BYTES: the next power of two, at
+** least FAKE_MIN_BLOCK. */
+static uint64_t
+block_of(uint64_t bytes)
+{
+    uint64_t b = FAKE_MIN_BLOCK;
+    while (b < bytes)
+        b <<= 1;
+    return b;
+}
+
+/* A block of BLOCK bytes on DEV in a page of its size, a new page charged
+** if none has room: its entry A is filled. Caller holds the lock. */
+static vcu_result
+block_take_locked(int dev, uint64_t block, struct fake_alloc *a)
+{
+    uint32_t per_page = (uint32_t)(FAKE_GRANULE / block);
+    int pi = -1, free_pi = -1;
+    for (int i = 0; i < FAKE_MAX_PAGES && pi < 0; i++) {
+        const struct fake_page *pg = &fake.pages[i];
+        if (pg->live && pg->device == dev && pg->block == block && pg->n_live < per_page)
+            pi = i;
+        else if (!pg->live && free_pi < 0)
+            free_pi = i;
+    }
+    if (pi < 0) {
+        if (free_pi < 0 || charge(dev, FAKE_GRANULE) != VCU_SUCCESS)
+            return VCU_ERROR_OUT_OF_MEMORY;
+        pi = free_pi;
+        struct fake_page *pg = &fake.pages[pi];
+        memset(pg, 0, sizeof *pg);
+        pg->live = true;
+        pg->device = dev;
+        pg->block = (uint32_t)block;
+        pg->addr = fake.next_addr[dev];
+        fake.next_addr[dev] += FAKE_GRANULE;
+    }
+    struct fake_page *pg = &fake.pages[pi];
+    uint32_t k = 0;
+    while (pg->bits[k / 64] & (1ULL << (k % 64)))
+        k++;
+    pg->bits[k / 64] |= 1ULL << (k % 64);
+    pg->n_live++;
+    a->kind = FAKE_BLOCK;
+    a->addr = pg->addr + (uint64_t)k * block;
+    a->size = block;
+    a->owner = pi;
+    return VCU_SUCCESS;
+}
+
 /*
-** Allocate BYTES (charged in whole granules) of KIND on visible device DEV:
-** the address (or array handle) into *ADDR. Addresses are never reused,
-** so that stale frees show.
+** cuMemAlloc's memory of BYTES on visible device DEV (also pitched and
+** managed memory): above FAKE_SUBALLOC_MAX whole granules of its own,
+** else a block of a shared page. The address into *ADDR; addresses are
+** never reused, so that stale frees show.
 */
 static vcu_result
-alloc_on(int dev, uint64_t bytes, int kind, vcu_deviceptr *addr)
+mem_alloc(int dev, uint64_t bytes, vcu_deviceptr *addr)
 {
     if (bytes > fake.memory)
         return VCU_ERROR_OUT_OF_MEMORY;
-    uint64_t charged = (bytes + FAKE_GRANULE - 1) / FAKE_GRANULE * FAKE_GRANULE;
+    if (oom_forced())
+        return VCU_ERROR_OUT_OF_MEMORY;
     lock();
-    int slot = -1;
-    for (int i = 0; i < FAKE_MAX_OBJECTS && slot < 0; i++)
-        if (!fake.allocs[i].live)
-            slot = i;
-    vcu_result r = slot < 0 ? VCU_ERROR_OUT_OF_MEMORY : charge(dev, charged);
+    struct fake_alloc *a = alloc_slot_locked();
+    vcu_result r = VCU_ERROR_OUT_OF_MEMORY;
+    if (a != NULL && bytes > FAKE_SUBALLOC_MAX) {
+        uint64_t charged = round_up(bytes, FAKE_GRANULE);
+        r = charge(dev, charged);
+        if (r == VCU_SUCCESS) {
+            a->kind = FAKE_MEM;
+            a->addr = fake.next_addr[dev];
+            a->charged = charged;
+            a->size = bytes;
+            fake.next_addr[dev] += charged;
+        }
+    } else if (a != NULL) {
+        r = block_take_locked(dev, block_of(bytes), a);
+    }
     if (r == VCU_SUCCESS) {
-        struct fake_alloc *a = &fake.allocs[slot];
         a->live = true;
-        a->kind = kind;
         a->device = dev;
-        a->addr = fake.next_addr[dev];
-        a->charged = charged;
-        fake.next_addr[dev] += charged;
+        alloc_commit_locked(a);
         *addr = a->addr;
+    } else {
+        alloc_unslot_locked(a);
     }
     unlock();
     return r;
 }
 
-/* Free the live allocation of KIND at ADDR. */
+/* Free the live allocation of KIND (FAKE_MEM: any device pointer) at
+** ADDR. One still opened through IPC keeps its memory until the last
+** cuIpcCloseMemHandle. */
 static vcu_result
 free_at(uint64_t addr, int kind)
 {
     lock();
-    vcu_result r =
-        kind == FAKE_ARRAY ? VCU_ERROR_INVALID_HANDLE : VCU_ERROR_INVALID_VALUE;
-    for (int i = 0; i < FAKE_MAX_OBJECTS; i++) {
-        struct fake_alloc *a = &fake.allocs[i];
-        if (a->live && a->kind == kind && a->addr == addr) {
-            uncharge(a->device, a->charged);
-            a->live = false;
-            r = VCU_SUCCESS;
-            break;
-        }
-    }
+    struct fake_alloc *a = alloc_find_locked(addr, kind);
+    vcu_result r = a != NULL                                    ? VCU_SUCCESS
+                   : kind == FAKE_ARRAY || kind == FAKE_MIPMAP ? VCU_ERROR_INVALID_HANDLE
+                                                                : VCU_ERROR_INVALID_VALUE;
+    if (a != NULL && a->ipc_opens > 0)
+        a->freed = true;
+    else if (a != NULL)
+        alloc_release_locked(a);
     unlock();
     return r;
 }
@@ -1001,7 +1373,7 @@ cuMemAlloc_v2(vcu_deviceptr *dptr, size_t bytesize)
 {
     int dev;
     vcu_result r = alloc_enter("cuMemAlloc_v2", dptr, bytesize, &dev);
-    return r != VCU_SUCCESS ? r : alloc_on(dev, bytesize, FAKE_MEM, dptr);
+    return r != VCU_SUCCESS ? r : mem_alloc(dev, bytesize, dptr);
 }
 #endif
 
@@ -1042,7 +1414,7 @@ cuMemAllocPitch_v2(vcu_deviceptr *dptr, size_t *pitch, size_t widthInBytes, size
     uint64_t row = (widthInBytes + FAKE_PITCH - 1) / FAKE_PITCH * FAKE_PITCH;
     if (row > fake.memory / height)
         return VCU_ERROR_OUT_OF_MEMORY;
-    r = alloc_on(dev, row * height, FAKE_MEM, dptr);
+    r = mem_alloc(dev, row * height, dptr);
     if (r == VCU_SUCCESS)
         *pitch = row;
     return r;
@@ -1066,31 +1438,108 @@ cuMemAllocManaged(vcu_deviceptr *dptr, size_t bytesize, unsigned int flags)
         memcpy(&inner, &p, sizeof p);
         return inner(dptr, bytesize);
     }
-    return alloc_on(dev, bytesize, FAKE_MEM, dptr);
+    return mem_alloc(dev, bytesize, dptr);
 }
 
-/* The stream-ordered calls: the fake has no work to order, so they act at
-** once (on the current device; the stream is not looked at). */
+/* ------------------------------------------------------------------ */
+/* Stream-ordered pools                                                 */
+/* ------------------------------------------------------------------ */
+
+/* POOL as an index of fake.pools (a live pool not destroyed), or -1. */
+static int
+pool_index(vcu_mem_pool pool)
+{
+    uintptr_t p = (uintptr_t)(void *)pool, base = (uintptr_t)fake.pools;
+    if (p < base || p >= base + sizeof fake.pools || (p - base) % sizeof fake.pools[0] != 0)
+        return -1;
+    int i = (int)((p - base) / sizeof fake.pools[0]);
+    lock();
+    bool ok = fake.pools[i].live && !fake.pools[i].destroyed;
+    unlock();
+    return ok ? i : -1;
+}
+
+static vcu_mem_pool
+pool_handle(int i)
+{
+    return (vcu_mem_pool)(void *)&fake.pools[i];
+}
+
+/*
+** A block of BYTES (rounded up to 512) from pool I, into *ADDR: from the
+** reserve, which grows by whole chunks when the block does not fit. While
+** STREAM captures a graph (fakecuda_capture), nothing is reserved: the
+** address is the graph's, and holds nothing.
+*/
 static vcu_result
-alloc_async(const char *symbol, vcu_deviceptr *dptr, size_t bytesize)
+pool_alloc(int i, uint64_t bytes, vcu_stream stream, vcu_deviceptr *addr)
+{
+    if (oom_forced())
+        return VCU_ERROR_OUT_OF_MEMORY;
+    uint64_t block = round_up(bytes, 512);
+    if (block > fake.memory)
+        return VCU_ERROR_OUT_OF_MEMORY;
+    lock();
+    struct fake_pool *p = &fake.pools[i];
+    struct fake_alloc *a = alloc_slot_locked();
+    vcu_result r = a != NULL ? VCU_SUCCESS : VCU_ERROR_OUT_OF_MEMORY;
+    bool captured = capture_stream != NULL && (void *)stream == capture_stream;
+    if (r == VCU_SUCCESS && !captured && p->used + block > p->reserve) {
+        uint64_t grow = round_up(p->used + block - p->reserve, FAKE_POOL_CHUNK);
+        r = charge(p->device, grow);
+        if (r == VCU_SUCCESS) {
+            p->reserve += grow;
+            if (p->reserve > p->reserve_high)
+                p->reserve_high = p->reserve;
+        }
+    }
+    if (r == VCU_SUCCESS) {
+        a->live = true;
+        a->kind = captured ? FAKE_CAPTURED : FAKE_POOLED;
+        a->device = p->device;
+        a->addr = fake.next_addr[p->device];
+        a->size = block;
+        a->owner = i;
+        fake.next_addr[p->device] += round_up(block, FAKE_GRANULE);
+        if (!captured) {
+            p->used += block;
+            if (p->used > p->used_high)
+                p->used_high = p->used;
+        }
+        alloc_commit_locked(a);
+        *addr = a->addr;
+    } else {
+        alloc_unslot_locked(a);
+    }
+    unlock();
+    return r;
+}
+
+/* The stream-ordered calls act at once (the fake has no work to order),
+** on the current device's current pool. */
+static vcu_result
+alloc_async(const char *symbol, vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream)
 {
     int dev;
     vcu_result r = alloc_enter(symbol, dptr, bytesize, &dev);
-    return r != VCU_SUCCESS ? r : alloc_on(dev, bytesize, FAKE_MEM, dptr);
+    if (r != VCU_SUCCESS)
+        return r;
+    lock();
+    int i = fake.current_pool[dev];
+    unlock();
+    return pool_alloc(i, bytesize, stream, dptr);
 }
 
 vcu_result
 cuMemAllocAsync(vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream)
 {
-    (void)stream;
-    return alloc_async("cuMemAllocAsync", dptr, bytesize);
+    return alloc_async("cuMemAllocAsync", dptr, bytesize, stream);
 }
 
 vcu_result
 cuMemAllocAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize, vcu_stream stream)
 {
-    (void)stream;
-    return alloc_async("cuMemAllocAsync_ptsz", dptr, bytesize);
+    return alloc_async("cuMemAllocAsync_ptsz", dptr, bytesize, stream);
 }
 
 vcu_result
@@ -1103,46 +1552,209 @@ cuDeviceGetDefaultMemPool(vcu_mem_pool *pool, vcu_device dev)
         return VCU_ERROR_INVALID_VALUE;
     if (!valid_device(dev))
         return VCU_ERROR_INVALID_DEVICE;
-    *pool = (vcu_mem_pool)(void *)&fake.pools[dev];
+    *pool = pool_handle(dev);
     return VCU_SUCCESS;
 }
 
-/* From a default pool: that pool's device; from any other non-NULL pool
-** (the fake has no cuMemPoolCreate): the current device. */
+vcu_result
+cuDeviceGetMemPool(vcu_mem_pool *pool, vcu_device dev)
+{
+    vcu_result r = enter("cuDeviceGetMemPool");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pool == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    if (!valid_device(dev))
+        return VCU_ERROR_INVALID_DEVICE;
+    lock();
+    *pool = pool_handle(fake.current_pool[dev]);
+    unlock();
+    return VCU_SUCCESS;
+}
+
+/* POOL becomes DEV's current pool (cuMemAllocAsync's). */
+static vcu_result
+set_current_pool(const char *symbol, vcu_device dev, vcu_mem_pool pool)
+{
+    vcu_result r = enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    if (!valid_device(dev))
+        return VCU_ERROR_INVALID_DEVICE;
+    int i = pool_index(pool);
+    if (i < 0)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    r = fake.pools[i].device == dev ? VCU_SUCCESS : VCU_ERROR_INVALID_DEVICE;
+    if (r == VCU_SUCCESS)
+        fake.current_pool[dev] = i;
+    unlock();
+    return r;
+}
+
+vcu_result
+cuDeviceSetMemPool(vcu_device dev, vcu_mem_pool pool)
+{
+    return set_current_pool("cuDeviceSetMemPool", dev, pool);
+}
+
+vcu_result
+cuMemSetMemPool(vcu_mem_location *location, vcu_mem_allocation_type type, vcu_mem_pool pool)
+{
+    if (location == NULL || location->type != VCU_MEM_LOCATION_TYPE_DEVICE ||
+        type != VCU_MEM_ALLOCATION_TYPE_PINNED)
+        return VCU_ERROR_INVALID_VALUE;
+    return set_current_pool("cuMemSetMemPool", location->id, pool);
+}
+
+vcu_result
+cuMemPoolCreate(vcu_mem_pool *pool, const vcu_mem_pool_props *props)
+{
+    vcu_result r = enter("cuMemPoolCreate");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pool == NULL || props == NULL || props->allocType != VCU_MEM_ALLOCATION_TYPE_PINNED ||
+        props->location.type != VCU_MEM_LOCATION_TYPE_DEVICE ||
+        !valid_device(props->location.id))
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    r = VCU_ERROR_OUT_OF_MEMORY;
+    for (int i = FAKE_MAX_DEVICES; i < FAKE_MAX_POOLS; i++) {
+        struct fake_pool *p = &fake.pools[i];
+        if (p->live)
+            continue;
+        memset(p, 0, sizeof *p);
+        p->live = true;
+        p->device = props->location.id;
+        *pool = pool_handle(i);
+        r = VCU_SUCCESS;
+        break;
+    }
+    unlock();
+    return r;
+}
+
+/* A default pool cannot be destroyed; a pool that is a device's current
+** one stops being it. With blocks alive, its memory stays until the last
+** is freed. */
+vcu_result
+cuMemPoolDestroy(vcu_mem_pool pool)
+{
+    vcu_result r = enter("cuMemPoolDestroy");
+    if (r != VCU_SUCCESS)
+        return r;
+    int i = pool_index(pool);
+    if (i < FAKE_MAX_DEVICES)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    struct fake_pool *p = &fake.pools[i];
+    if (fake.current_pool[p->device] == i)
+        fake.current_pool[p->device] = p->device;
+    if (p->used > 0) {
+        p->destroyed = true;
+    } else {
+        uncharge(p->device, p->reserve);
+        memset(p, 0, sizeof *p);
+    }
+    unlock();
+    return VCU_SUCCESS;
+}
+
+vcu_result
+cuMemPoolGetAttribute(vcu_mem_pool pool, vcu_mempool_attribute attr, void *value)
+{
+    vcu_result r = enter("cuMemPoolGetAttribute");
+    if (r != VCU_SUCCESS)
+        return r;
+    int i = pool_index(pool);
+    if (i < 0 || value == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    const struct fake_pool *p = &fake.pools[i];
+    uint64_t v = 0;
+    r = VCU_SUCCESS;
+    switch (attr) {
+    case VCU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = p->threshold; break;
+    case VCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = p->reserve; break;
+    case VCU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = p->reserve_high; break;
+    case VCU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = p->used; break;
+    case VCU_MEMPOOL_ATTR_USED_MEM_HIGH: v = p->used_high; break;
+    default: r = VCU_ERROR_INVALID_VALUE; break;
+    }
+    unlock();
+    if (r == VCU_SUCCESS)
+        memcpy(value, &v, sizeof v);
+    return r;
+}
+
+/* The release threshold; the high marks may only be reset to 0. */
+vcu_result
+cuMemPoolSetAttribute(vcu_mem_pool pool, vcu_mempool_attribute attr, void *value)
+{
+    vcu_result r = enter("cuMemPoolSetAttribute");
+    if (r != VCU_SUCCESS)
+        return r;
+    int i = pool_index(pool);
+    if (i < 0 || value == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    uint64_t v;
+    memcpy(&v, value, sizeof v);
+    lock();
+    struct fake_pool *p = &fake.pools[i];
+    if (attr == VCU_MEMPOOL_ATTR_RELEASE_THRESHOLD)
+        p->threshold = v;
+    else if (attr == VCU_MEMPOOL_ATTR_RESERVED_MEM_HIGH && v == 0)
+        p->reserve_high = p->reserve;
+    else if (attr == VCU_MEMPOOL_ATTR_USED_MEM_HIGH && v == 0)
+        p->used_high = p->used;
+    else
+        r = VCU_ERROR_INVALID_VALUE;
+    unlock();
+    return r;
+}
+
+vcu_result
+cuMemPoolTrimTo(vcu_mem_pool pool, size_t minBytesToKeep)
+{
+    vcu_result r = enter("cuMemPoolTrimTo");
+    if (r != VCU_SUCCESS)
+        return r;
+    int i = pool_index(pool);
+    if (i < 0)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    pool_trim_locked(i, minBytesToKeep);
+    unlock();
+    return VCU_SUCCESS;
+}
+
+/* From any live pool: that pool's device. */
 static vcu_result
 alloc_from_pool(const char *symbol, vcu_deviceptr *dptr, size_t bytesize,
-                vcu_mem_pool pool)
+                vcu_mem_pool pool, vcu_stream stream)
 {
     int dev;
     vcu_result r = alloc_enter(symbol, dptr, bytesize, &dev);
     if (r != VCU_SUCCESS)
         return r;
-    if (pool == NULL)
+    int i = pool_index(pool);
+    if (i < 0)
         return VCU_ERROR_INVALID_VALUE;
-    uintptr_t p = (uintptr_t)(void *)pool, base = (uintptr_t)fake.pools;
-    if (p >= base && p < base + sizeof fake.pools &&
-        (p - base) % sizeof fake.pools[0] == 0) {
-        dev = fake.pools[(p - base) / sizeof fake.pools[0]].device;
-        if (!valid_device(dev))
-            return VCU_ERROR_INVALID_VALUE;
-    }
-    return alloc_on(dev, bytesize, FAKE_MEM, dptr);
+    return pool_alloc(i, bytesize, stream, dptr);
 }
 
 vcu_result
 cuMemAllocFromPoolAsync(vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool,
                         vcu_stream stream)
 {
-    (void)stream;
-    return alloc_from_pool("cuMemAllocFromPoolAsync", dptr, bytesize, pool);
+    return alloc_from_pool("cuMemAllocFromPoolAsync", dptr, bytesize, pool, stream);
 }
 
 vcu_result
 cuMemAllocFromPoolAsync_ptsz(vcu_deviceptr *dptr, size_t bytesize, vcu_mem_pool pool,
                              vcu_stream stream)
 {
-    (void)stream;
-    return alloc_from_pool("cuMemAllocFromPoolAsync_ptsz", dptr, bytesize, pool);
+    return alloc_from_pool("cuMemAllocFromPoolAsync_ptsz", dptr, bytesize, pool, stream);
 }
 
 static vcu_result
@@ -1214,10 +1826,35 @@ format_size(vcu_array_format f)
     }
 }
 
-/* An array of W x H x D elements (H, D: 0 means 1) of CHANNELS x F. */
+/*
+** The layout of an array level of W x H x D elements (H, D: 0 means 1)
+** of CHANNELS x F: rows padded to FAKE_PITCH bytes, heights above 1 to a
+** multiple of FAKE_ARRAY_ROWS; 0 when it is invalid or larger than the
+** device.
+*/
+static uint64_t
+array_layout(size_t w, size_t h, size_t d, vcu_array_format f, unsigned channels)
+{
+    uint64_t size = format_size(f);
+    if (w == 0 || size == 0 || (channels != 1 && channels != 2 && channels != 4))
+        return 0;
+    uint64_t hh = h > 1 ? round_up(h, FAKE_ARRAY_ROWS) : 1, dd = d > 0 ? d : 1;
+    if (w > fake.memory / channels / size)
+        return 0;
+    uint64_t row = round_up(w * channels * size, FAKE_PITCH);
+    if (row > fake.memory / hh / dd)
+        return 0;
+    return row * hh * dd;
+}
+
+/*
+** A new array handle of KIND (FAKE_ARRAY or FAKE_MIPMAP) with a LAYOUT of
+** bytes, on the current device: held in whole granules of its own, or
+** nothing with CUDA_ARRAY3D_DEFERRED_MAPPING or SPARSE in FLAGS (the
+** memory is mapped later through the virtual-memory API).
+*/
 static vcu_result
-array_create(const char *symbol, vcu_array *array, size_t w, size_t h, size_t d,
-             vcu_array_format f, unsigned channels)
+array_new(const char *symbol, int kind, uint64_t layout, unsigned flags, uint64_t *handle)
 {
     vcu_result r = enter(symbol);
     if (r != VCU_SUCCESS)
@@ -1225,36 +1862,60 @@ array_create(const char *symbol, vcu_array *array, size_t w, size_t h, size_t d,
     int dev = current_device();
     if (dev < 0)
         return VCU_ERROR_INVALID_CONTEXT;
-    uint64_t size = format_size(f);
-    if (array == NULL || w == 0 || size == 0 ||
-        (channels != 1 && channels != 2 && channels != 4))
+    if (layout == 0)
         return VCU_ERROR_INVALID_VALUE;
-    uint64_t hh = h > 0 ? h : 1, dd = d > 0 ? d : 1;
-    if (w > fake.memory / hh / dd / channels / size)
+    if (oom_forced())
         return VCU_ERROR_OUT_OF_MEMORY;
-    vcu_deviceptr handle;
-    r = alloc_on(dev, w * hh * dd * channels * size, FAKE_ARRAY, &handle);
-    if (r == VCU_SUCCESS)
-        *array = (vcu_array)(uintptr_t)handle;
+    bool backed = (flags & (VCU_ARRAY3D_DEFERRED_MAPPING | VCU_ARRAY3D_SPARSE)) == 0;
+    uint64_t charged = backed ? round_up(layout, FAKE_GRANULE) : 0;
+    lock();
+    struct fake_alloc *a = alloc_slot_locked();
+    r = a == NULL ? VCU_ERROR_OUT_OF_MEMORY : charged > 0 ? charge(dev, charged) : VCU_SUCCESS;
+    if (r == VCU_SUCCESS) {
+        a->live = true;
+        a->kind = kind;
+        a->device = dev;
+        a->addr = fake.next_addr[dev];
+        a->charged = charged;
+        a->size = layout;
+        a->owner = backed ? 0 : 1; /* 1: deferred, its requirements may be asked */
+        fake.next_addr[dev] += FAKE_GRANULE;
+        alloc_commit_locked(a);
+        *handle = a->addr;
+    } else {
+        alloc_unslot_locked(a);
+    }
+    unlock();
     return r;
 }
 
 vcu_result
 cuArrayCreate_v2(vcu_array *array, const vcu_array_descriptor *desc)
 {
-    if (desc == NULL)
+    if (desc == NULL || array == NULL)
         return VCU_ERROR_INVALID_VALUE;
-    return array_create("cuArrayCreate_v2", array, desc->Width, desc->Height, 0,
-                        desc->Format, desc->NumChannels);
+    uint64_t h;
+    vcu_result r = array_new(
+        "cuArrayCreate_v2", FAKE_ARRAY,
+        array_layout(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels), 0, &h);
+    if (r == VCU_SUCCESS)
+        *array = (vcu_array)(uintptr_t)h;
+    return r;
 }
 
 vcu_result
 cuArray3DCreate_v2(vcu_array *array, const vcu_array3d_descriptor *desc)
 {
-    if (desc == NULL)
+    if (desc == NULL || array == NULL)
         return VCU_ERROR_INVALID_VALUE;
-    return array_create("cuArray3DCreate_v2", array, desc->Width, desc->Height,
-                        desc->Depth, desc->Format, desc->NumChannels);
+    uint64_t h;
+    vcu_result r = array_new("cuArray3DCreate_v2", FAKE_ARRAY,
+                             array_layout(desc->Width, desc->Height, desc->Depth,
+                                          desc->Format, desc->NumChannels),
+                             desc->Flags, &h);
+    if (r == VCU_SUCCESS)
+        *array = (vcu_array)(uintptr_t)h;
+    return r;
 }
 
 vcu_result
@@ -1264,6 +1925,576 @@ cuArrayDestroy(vcu_array array)
     if (r != VCU_SUCCESS)
         return r;
     return free_at((uint64_t)(uintptr_t)array, FAKE_ARRAY);
+}
+
+/* Levels 0..LEVELS-1, each half the last in every dimension (at least 1). */
+vcu_result
+cuMipmappedArrayCreate(vcu_mipmapped_array *pHandle, const vcu_array3d_descriptor *desc,
+                       unsigned int numMipmapLevels)
+{
+    if (desc == NULL || pHandle == NULL || numMipmapLevels == 0 || numMipmapLevels > 32)
+        return VCU_ERROR_INVALID_VALUE;
+    uint64_t total = 0;
+    for (unsigned l = 0; l < numMipmapLevels; l++) {
+        size_t w = desc->Width >> l, h = desc->Height >> l, d = desc->Depth >> l;
+        uint64_t level = array_layout(w > 0 ? w : 1, desc->Height == 0 ? 0 : h > 0 ? h : 1,
+                                      desc->Depth == 0 ? 0 : d > 0 ? d : 1, desc->Format,
+                                      desc->NumChannels);
+        if (level == 0 || total > UINT64_MAX - level)
+            return VCU_ERROR_INVALID_VALUE;
+        total += level;
+    }
+    uint64_t h;
+    vcu_result r =
+        array_new("cuMipmappedArrayCreate", FAKE_MIPMAP, total, desc->Flags, &h);
+    if (r == VCU_SUCCESS)
+        *pHandle = (vcu_mipmapped_array)(uintptr_t)h;
+    return r;
+}
+
+vcu_result
+cuMipmappedArrayDestroy(vcu_mipmapped_array hMipmappedArray)
+{
+    vcu_result r = enter("cuMipmappedArrayDestroy");
+    if (r != VCU_SUCCESS)
+        return r;
+    return free_at((uint64_t)(uintptr_t)hMipmappedArray, FAKE_MIPMAP);
+}
+
+/* As the real driver: only for an array made with
+** CUDA_ARRAY3D_DEFERRED_MAPPING; the size is its layout in 64 KiB units. */
+static vcu_result
+requirements(const char *symbol, vcu_array_memory_requirements *req, uint64_t handle,
+             int kind, vcu_device device)
+{
+    vcu_result r = enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    if (req == NULL || !valid_device(device))
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    const struct fake_alloc *a = alloc_find_locked(handle, kind);
+    r = a != NULL && a->owner == 1 ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+    if (r == VCU_SUCCESS) {
+        memset(req, 0, sizeof *req);
+        req->size = round_up(a->size, 64 << 10);
+        req->alignment = 64 << 10;
+    }
+    unlock();
+    return r;
+}
+
+vcu_result
+cuArrayGetMemoryRequirements(vcu_array_memory_requirements *memoryRequirements,
+                             vcu_array array, vcu_device device)
+{
+    return requirements("cuArrayGetMemoryRequirements", memoryRequirements,
+                        (uint64_t)(uintptr_t)array, FAKE_ARRAY, device);
+}
+
+vcu_result
+cuMipmappedArrayGetMemoryRequirements(vcu_array_memory_requirements *memoryRequirements,
+                                      vcu_mipmapped_array mipmap, vcu_device device)
+{
+    return requirements("cuMipmappedArrayGetMemoryRequirements", memoryRequirements,
+                        (uint64_t)(uintptr_t)mipmap, FAKE_MIPMAP, device);
+}
+
+/* ------------------------------------------------------------------ */
+/* IPC                                                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+** The handle carries the allocation's address. The fake has one process's
+** state, so the "other process" that opens it is this one: opening gives
+** the same address and keeps the memory alive until it is closed, even
+** after its owner frees it (what the driver does for an importer).
+*/
+vcu_result
+cuIpcGetMemHandle(vcu_ipc_mem_handle *pHandle, vcu_deviceptr dptr)
+{
+    vcu_result r = enter("cuIpcGetMemHandle");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pHandle == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    const struct fake_alloc *a = alloc_find_locked(dptr, FAKE_MEM);
+    r = a != NULL && (a->kind == FAKE_MEM || a->kind == FAKE_BLOCK) ? VCU_SUCCESS
+                                                                      : VCU_ERROR_INVALID_VALUE;
+    unlock();
+    if (r == VCU_SUCCESS) {
+        memset(pHandle, 0, sizeof *pHandle);
+        memcpy(pHandle->reserved, &dptr, sizeof dptr);
+    }
+    return r;
+}
+
+vcu_result
+cuIpcOpenMemHandle_v2(vcu_deviceptr *pdptr, vcu_ipc_mem_handle handle, unsigned int Flags)
+{
+    (void)Flags;
+    vcu_result r = enter("cuIpcOpenMemHandle_v2");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (pdptr == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    vcu_deviceptr p;
+    memcpy(&p, handle.reserved, sizeof p);
+    lock();
+    struct fake_alloc *a = alloc_find_locked(p, FAKE_MEM);
+    if (a != NULL)
+        a->ipc_opens++;
+    unlock();
+    if (a == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    *pdptr = p;
+    return VCU_SUCCESS;
+}
+
+vcu_result
+cuIpcCloseMemHandle(vcu_deviceptr dptr)
+{
+    vcu_result r = enter("cuIpcCloseMemHandle");
+    if (r != VCU_SUCCESS)
+        return r;
+    lock();
+    struct fake_alloc *a = alloc_lookup_locked(dptr, FAKE_MEM, true);
+    r = a != NULL && a->ipc_opens > 0 ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+    if (r == VCU_SUCCESS && --a->ipc_opens == 0 && a->freed)
+        alloc_release_locked(a);
+    unlock();
+    return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* Graphs and their memory                                              */
+/* ------------------------------------------------------------------ */
+
+/* GRAPH as an index of fake.graphs, or -1. */
+static int
+graph_index(vcu_graph graph)
+{
+    uintptr_t p = (uintptr_t)(void *)graph, base = (uintptr_t)fake.graphs;
+    if (p < base || p >= base + sizeof fake.graphs || (p - base) % sizeof fake.graphs[0] != 0)
+        return -1;
+    int i = (int)((p - base) / sizeof fake.graphs[0]);
+    lock();
+    bool live = fake.graphs[i].live;
+    unlock();
+    return live ? i : -1;
+}
+
+/* NODE as (graph, node) indexes; false if it is none of ours. */
+static bool
+node_index(vcu_graph_node node, int *g, int *k)
+{
+    uintptr_t p = (uintptr_t)(void *)node, base = (uintptr_t)fake.graphs;
+    if (p < base || p >= base + sizeof fake.graphs)
+        return false;
+    size_t off = (size_t)(p - base);
+    *g = (int)(off / sizeof fake.graphs[0]);
+    size_t in = off % sizeof fake.graphs[0];
+    size_t first = offsetof(struct fake_graph, nodes);
+    if (in < first || (in - first) % sizeof(struct fake_gnode) != 0)
+        return false;
+    *k = (int)((in - first) / sizeof(struct fake_gnode));
+    lock();
+    bool ok = fake.graphs[*g].live && *k < fake.graphs[*g].n;
+    unlock();
+    return ok;
+}
+
+vcu_result
+cuGraphCreate(vcu_graph *phGraph, unsigned int flags)
+{
+    vcu_result r = enter("cuGraphCreate");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (phGraph == NULL || flags != 0)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    r = VCU_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < FAKE_MAX_GRAPHS; i++) {
+        if (fake.graphs[i].live)
+            continue;
+        memset(&fake.graphs[i], 0, sizeof fake.graphs[i]);
+        fake.graphs[i].live = true;
+        *phGraph = (vcu_graph)(void *)&fake.graphs[i];
+        r = VCU_SUCCESS;
+        break;
+    }
+    unlock();
+    return r;
+}
+
+vcu_result
+cuGraphDestroy(vcu_graph hGraph)
+{
+    vcu_result r = enter("cuGraphDestroy");
+    if (r != VCU_SUCCESS)
+        return r;
+    int g = graph_index(hGraph);
+    if (g < 0)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    fake.graphs[g].live = false;
+    unlock();
+    return VCU_SUCCESS;
+}
+
+/* Dependencies are not modelled: the fake runs nothing. */
+vcu_result
+cuGraphAddMemAllocNode(vcu_graph_node *phGraphNode, vcu_graph hGraph,
+                       const vcu_graph_node *dependencies, size_t numDependencies,
+                       vcu_mem_alloc_node_params *nodeParams)
+{
+    (void)dependencies;
+    (void)numDependencies;
+    vcu_result r = enter("cuGraphAddMemAllocNode");
+    if (r != VCU_SUCCESS)
+        return r;
+    int g = graph_index(hGraph);
+    if (g < 0 || phGraphNode == NULL || nodeParams == NULL || nodeParams->bytesize == 0 ||
+        nodeParams->poolProps.location.type != VCU_MEM_LOCATION_TYPE_DEVICE ||
+        !valid_device(nodeParams->poolProps.location.id))
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    struct fake_graph *gr = &fake.graphs[g];
+    r = gr->n < FAKE_GRAPH_NODES ? VCU_SUCCESS : VCU_ERROR_OUT_OF_MEMORY;
+    if (r == VCU_SUCCESS) {
+        int dev = nodeParams->poolProps.location.id;
+        struct fake_gnode *n = &gr->nodes[gr->n];
+        n->alloc = true;
+        n->device = dev;
+        n->size = nodeParams->bytesize;
+        n->dptr = fake.next_addr[dev];
+        fake.next_addr[dev] += round_up(n->size, FAKE_GRANULE);
+        nodeParams->dptr = n->dptr;
+        *phGraphNode = (vcu_graph_node)(void *)n;
+        gr->n++;
+    }
+    unlock();
+    return r;
+}
+
+vcu_result
+cuGraphAddMemFreeNode(vcu_graph_node *phGraphNode, vcu_graph hGraph,
+                      const vcu_graph_node *dependencies, size_t numDependencies,
+                      vcu_deviceptr dptr)
+{
+    (void)dependencies;
+    (void)numDependencies;
+    vcu_result r = enter("cuGraphAddMemFreeNode");
+    if (r != VCU_SUCCESS)
+        return r;
+    int g = graph_index(hGraph);
+    if (g < 0 || phGraphNode == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    struct fake_graph *gr = &fake.graphs[g];
+    r = gr->n < FAKE_GRAPH_NODES ? VCU_SUCCESS : VCU_ERROR_OUT_OF_MEMORY;
+    if (r == VCU_SUCCESS) {
+        struct fake_gnode *n = &gr->nodes[gr->n];
+        memset(n, 0, sizeof *n);
+        n->dptr = dptr;
+        *phGraphNode = (vcu_graph_node)(void *)n;
+        gr->n++;
+    }
+    unlock();
+    return r;
+}
+
+vcu_result
+cuGraphGetNodes(vcu_graph hGraph, vcu_graph_node *nodes, size_t *numNodes)
+{
+    vcu_result r = enter("cuGraphGetNodes");
+    if (r != VCU_SUCCESS)
+        return r;
+    int g = graph_index(hGraph);
+    if (g < 0 || numNodes == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    struct fake_graph *gr = &fake.graphs[g];
+    if (nodes != NULL) {
+        size_t n = *numNodes < (size_t)gr->n ? *numNodes : (size_t)gr->n;
+        for (size_t k = 0; k < n; k++)
+            nodes[k] = (vcu_graph_node)(void *)&gr->nodes[k];
+        *numNodes = n;
+    } else {
+        *numNodes = (size_t)gr->n;
+    }
+    unlock();
+    return VCU_SUCCESS;
+}
+
+vcu_result
+cuGraphNodeGetType(vcu_graph_node hNode, vcu_graph_node_type *type)
+{
+    vcu_result r = enter("cuGraphNodeGetType");
+    if (r != VCU_SUCCESS)
+        return r;
+    int g, k;
+    if (type == NULL || !node_index(hNode, &g, &k))
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    *type = fake.graphs[g].nodes[k].alloc ? VCU_GRAPH_NODE_TYPE_MEM_ALLOC
+                                          : VCU_GRAPH_NODE_TYPE_MEM_FREE;
+    unlock();
+    return VCU_SUCCESS;
+}
+
+vcu_result
+cuGraphMemAllocNodeGetParams(vcu_graph_node hNode, vcu_mem_alloc_node_params *params_out)
+{
+    vcu_result r = enter("cuGraphMemAllocNodeGetParams");
+    if (r != VCU_SUCCESS)
+        return r;
+    int g, k;
+    if (params_out == NULL || !node_index(hNode, &g, &k))
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    const struct fake_gnode *n = &fake.graphs[g].nodes[k];
+    r = n->alloc ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+    if (r == VCU_SUCCESS) {
+        memset(params_out, 0, sizeof *params_out);
+        params_out->poolProps.allocType = VCU_MEM_ALLOCATION_TYPE_PINNED;
+        params_out->poolProps.location.type = VCU_MEM_LOCATION_TYPE_DEVICE;
+        params_out->poolProps.location.id = n->device;
+        params_out->bytesize = n->size;
+        params_out->dptr = n->dptr;
+    }
+    unlock();
+    return r;
+}
+
+/* The fake's graphs have no child graph nodes. */
+vcu_result
+cuGraphChildGraphNodeGetGraph(vcu_graph_node hNode, vcu_graph *phGraph)
+{
+    (void)hNode;
+    (void)phGraph;
+    vcu_result r = enter("cuGraphChildGraphNodeGetGraph");
+    return r != VCU_SUCCESS ? r : VCU_ERROR_INVALID_VALUE;
+}
+
+/* An executable graph of GRAPH, uploaded at once with UPLOAD. */
+static vcu_result exec_upload(const char *symbol, vcu_graph_exec exec);
+static vcu_result
+instantiate(const char *symbol, vcu_graph_exec *phGraphExec, vcu_graph hGraph, bool upload)
+{
+    vcu_result r = enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    int g = graph_index(hGraph);
+    if (g < 0 || phGraphExec == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    r = VCU_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < FAKE_MAX_GRAPHS; i++) {
+        struct fake_exec *e = &fake.execs[i];
+        if (e->live)
+            continue;
+        memset(e, 0, sizeof *e);
+        e->live = true;
+        const struct fake_graph *gr = &fake.graphs[g];
+        for (int k = 0; k < gr->n; k++)
+            if (gr->nodes[k].alloc)
+                e->footprint[gr->nodes[k].device] += round_up(gr->nodes[k].size, FAKE_GRANULE);
+        for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+            e->footprint[d] = round_up(e->footprint[d], FAKE_POOL_CHUNK);
+        *phGraphExec = (vcu_graph_exec)(void *)e;
+        r = VCU_SUCCESS;
+        break;
+    }
+    unlock();
+    if (r == VCU_SUCCESS && upload) {
+        r = exec_upload(symbol, *phGraphExec);
+        if (r != VCU_SUCCESS) {
+            lock();
+            ((struct fake_exec *)(void *)*phGraphExec)->live = false;
+            unlock();
+        }
+    }
+    return r;
+}
+
+vcu_result
+cuGraphInstantiateWithFlags(vcu_graph_exec *phGraphExec, vcu_graph hGraph,
+                            unsigned long long flags)
+{
+    return instantiate("cuGraphInstantiateWithFlags", phGraphExec, hGraph,
+                       (flags & VCU_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0);
+}
+
+static vcu_result
+instantiate_params(const char *symbol, vcu_graph_exec *phGraphExec, vcu_graph hGraph,
+                   vcu_graph_instantiate_params *params)
+{
+    if (params == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    vcu_result r = instantiate(symbol, phGraphExec, hGraph,
+                               (params->flags & VCU_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0);
+    params->result_out =
+        r == VCU_SUCCESS ? VCU_GRAPH_INSTANTIATE_SUCCESS : VCU_GRAPH_INSTANTIATE_ERROR;
+    return r;
+}
+
+vcu_result
+cuGraphInstantiateWithParams(vcu_graph_exec *phGraphExec, vcu_graph hGraph,
+                             vcu_graph_instantiate_params *instantiateParams)
+{
+    return instantiate_params("cuGraphInstantiateWithParams", phGraphExec, hGraph,
+                              instantiateParams);
+}
+
+vcu_result
+cuGraphInstantiateWithParams_ptsz(vcu_graph_exec *phGraphExec, vcu_graph hGraph,
+                                  vcu_graph_instantiate_params *instantiateParams)
+{
+    return instantiate_params("cuGraphInstantiateWithParams_ptsz", phGraphExec, hGraph,
+                              instantiateParams);
+}
+
+vcu_result
+cuGraphInstantiate_v2(vcu_graph_exec *phGraphExec, vcu_graph hGraph,
+                      vcu_graph_node *phErrorNode, char *logBuffer, size_t bufferSize)
+{
+    (void)phErrorNode;
+    if (logBuffer != NULL && bufferSize > 0)
+        logBuffer[0] = '\0';
+    return instantiate("cuGraphInstantiate_v2", phGraphExec, hGraph, false);
+}
+
+/* EXEC as one of ours, live, or NULL. Caller holds the lock. */
+static struct fake_exec *
+exec_locked(vcu_graph_exec exec)
+{
+    uintptr_t p = (uintptr_t)(void *)exec, base = (uintptr_t)fake.execs;
+    if (p < base || p >= base + sizeof fake.execs || (p - base) % sizeof fake.execs[0] != 0)
+        return NULL;
+    struct fake_exec *e = &fake.execs[(p - base) / sizeof fake.execs[0]];
+    return e->live ? e : NULL;
+}
+
+/* The first upload or launch maps the graph's allocations into each
+** device's graph pool, which keeps them until cuDeviceGraphMemTrim. */
+static vcu_result
+exec_upload(const char *symbol, vcu_graph_exec exec)
+{
+    vcu_result r = enter(symbol);
+    if (r != VCU_SUCCESS)
+        return r;
+    lock();
+    struct fake_exec *e = exec_locked(exec);
+    r = e != NULL ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+    for (int d = 0; r == VCU_SUCCESS && !e->uploaded && d < fake.n_devices; d++) {
+        if (e->footprint[d] == 0)
+            continue;
+        r = charge(d, e->footprint[d]);
+        if (r == VCU_SUCCESS) {
+            fake.graph_reserve[d] += e->footprint[d];
+        } else {
+            for (int k = 0; k < d; k++) {
+                uncharge(k, e->footprint[k]);
+                fake.graph_reserve[k] -= e->footprint[k];
+            }
+        }
+    }
+    if (r == VCU_SUCCESS)
+        e->uploaded = true;
+    unlock();
+    return r;
+}
+
+vcu_result
+cuGraphUpload(vcu_graph_exec hGraphExec, vcu_stream hStream)
+{
+    (void)hStream;
+    return exec_upload("cuGraphUpload", hGraphExec);
+}
+
+vcu_result
+cuGraphUpload_ptsz(vcu_graph_exec hGraphExec, vcu_stream hStream)
+{
+    (void)hStream;
+    return exec_upload("cuGraphUpload_ptsz", hGraphExec);
+}
+
+vcu_result
+cuGraphLaunch(vcu_graph_exec hGraphExec, vcu_stream hStream)
+{
+    (void)hStream;
+    return exec_upload("cuGraphLaunch", hGraphExec);
+}
+
+vcu_result
+cuGraphLaunch_ptsz(vcu_graph_exec hGraphExec, vcu_stream hStream)
+{
+    (void)hStream;
+    return exec_upload("cuGraphLaunch_ptsz", hGraphExec);
+}
+
+/* The memory stays in the graph pool (until cuDeviceGraphMemTrim). */
+vcu_result
+cuGraphExecDestroy(vcu_graph_exec hGraphExec)
+{
+    vcu_result r = enter("cuGraphExecDestroy");
+    if (r != VCU_SUCCESS)
+        return r;
+    lock();
+    struct fake_exec *e = exec_locked(hGraphExec);
+    if (e != NULL)
+        e->live = false;
+    unlock();
+    return e != NULL ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+}
+
+/* The graph pool keeps only what live uploaded graphs use. */
+static uint64_t
+graph_used_locked(int dev)
+{
+    uint64_t used = 0;
+    for (int i = 0; i < FAKE_MAX_GRAPHS; i++)
+        if (fake.execs[i].live && fake.execs[i].uploaded)
+            used += fake.execs[i].footprint[dev];
+    return used;
+}
+
+vcu_result
+cuDeviceGraphMemTrim(vcu_device device)
+{
+    vcu_result r = enter("cuDeviceGraphMemTrim");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (!valid_device(device))
+        return VCU_ERROR_INVALID_DEVICE;
+    lock();
+    uint64_t keep = graph_used_locked(device);
+    if (fake.graph_reserve[device] > keep) {
+        uncharge(device, fake.graph_reserve[device] - keep);
+        fake.graph_reserve[device] = keep;
+    }
+    unlock();
+    return VCU_SUCCESS;
+}
+
+vcu_result
+cuDeviceGetGraphMemAttribute(vcu_device device, vcu_graph_mem_attribute attr, void *value)
+{
+    vcu_result r = enter("cuDeviceGetGraphMemAttribute");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (!valid_device(device) || value == NULL)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    uint64_t v = attr == VCU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT ||
+                         attr == VCU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH
+                     ? fake.graph_reserve[device]
+                     : graph_used_locked(device);
+    unlock();
+    memcpy(value, &v, sizeof v);
+    return VCU_SUCCESS;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1500,7 +2731,8 @@ cuMemCreate(vcu_mem_handle *handle, size_t size, const vcu_mem_allocation_prop *
     if (r != VCU_SUCCESS)
         return r;
     if (handle == NULL || !granular(size) || !valid_prop(prop) || flags != 0 ||
-        prop->requestedHandleTypes != VCU_MEM_HANDLE_TYPE_NONE)
+        (prop->requestedHandleTypes != VCU_MEM_HANDLE_TYPE_NONE &&
+         prop->requestedHandleTypes != VCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         return VCU_ERROR_INVALID_VALUE;
     if (size > fake.memory)
         return VCU_ERROR_OUT_OF_MEMORY;
@@ -1518,21 +2750,38 @@ cuMemCreate(vcu_mem_handle *handle, size_t size, const vcu_mem_allocation_prop *
         p->device = prop->location.id;
         p->size = size;
         p->handle = ++fake.next_handle;
+        p->exportable =
+            prop->requestedHandleTypes == VCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         *handle = p->handle;
     }
     unlock();
     return r;
 }
 
-/* The live handle H with references left, or NULL. Caller holds the
-** lock. */
+/* The live handle H with references left, or NULL (an imported handle
+** gives the allocation it names; *ALIAS, when not NULL, its entry, else
+** NULL). Caller holds the lock. */
 static struct fake_phys *
-phys_locked(vcu_mem_handle h)
+phys_alias_locked(vcu_mem_handle h, struct fake_alias **alias)
 {
+    if (alias != NULL)
+        *alias = NULL;
     for (int i = 0; i < FAKE_MAX_OBJECTS; i++)
         if (fake.phys[i].live && fake.phys[i].refs > 0 && fake.phys[i].handle == h)
             return &fake.phys[i];
+    for (int i = 0; i < FAKE_MAX_OBJECTS; i++)
+        if (fake.aliases[i].live && fake.aliases[i].handle == h) {
+            if (alias != NULL)
+                *alias = &fake.aliases[i];
+            return &fake.phys[fake.aliases[i].phys];
+        }
     return NULL;
+}
+
+static struct fake_phys *
+phys_locked(vcu_mem_handle h)
+{
+    return phys_alias_locked(h, NULL);
 }
 
 /* Drop P's memory once every reference is released and it is mapped
@@ -1553,13 +2802,77 @@ cuMemRelease(vcu_mem_handle handle)
     if (r != VCU_SUCCESS)
         return r;
     lock();
-    struct fake_phys *p = phys_locked(handle);
+    struct fake_alias *alias;
+    struct fake_phys *p = phys_alias_locked(handle, &alias);
     if (p != NULL) {
+        if (alias != NULL)
+            alias->live = false;
         p->refs--;
         phys_settle_locked(p);
     }
     unlock();
     return p != NULL ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+}
+
+/* The "descriptor" is the handle's number: this process's state is the
+** only one, so the importer is this process (what matters is that an
+** imported handle is another reference to the same memory). */
+vcu_result
+cuMemExportToShareableHandle(void *shareableHandle, vcu_mem_handle handle,
+                             vcu_mem_handle_type handleType, unsigned long long flags)
+{
+    vcu_result r = enter("cuMemExportToShareableHandle");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (shareableHandle == NULL || flags != 0 ||
+        handleType != VCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return VCU_ERROR_INVALID_VALUE;
+    lock();
+    struct fake_alias *alias;
+    const struct fake_phys *p = phys_alias_locked(handle, &alias);
+    r = p != NULL && alias == NULL && p->exportable ? VCU_SUCCESS : VCU_ERROR_INVALID_VALUE;
+    if (r == VCU_SUCCESS) {
+        int fd = (int)p->handle;
+        memcpy(shareableHandle, &fd, sizeof fd);
+    }
+    unlock();
+    return r;
+}
+
+vcu_result
+cuMemImportFromShareableHandle(vcu_mem_handle *handle, void *osHandle,
+                               vcu_mem_handle_type shHandleType)
+{
+    vcu_result r = enter("cuMemImportFromShareableHandle");
+    if (r != VCU_SUCCESS)
+        return r;
+    if (handle == NULL || shHandleType != VCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return VCU_ERROR_INVALID_VALUE;
+    uint64_t fd = (uint64_t)(uintptr_t)osHandle;
+    lock();
+    r = VCU_ERROR_INVALID_VALUE;
+    for (int i = 0; i < FAKE_MAX_OBJECTS && r != VCU_SUCCESS; i++) {
+        struct fake_phys *p = &fake.phys[i];
+        if (!p->live || p->handle != fd || !p->exportable)
+            continue;
+        for (int k = 0; k < FAKE_MAX_OBJECTS; k++) {
+            struct fake_alias *a = &fake.aliases[k];
+            if (a->live)
+                continue;
+            a->live = true;
+            a->handle = ++fake.next_handle;
+            a->phys = i;
+            p->refs++;
+            *handle = a->handle;
+            r = VCU_SUCCESS;
+            break;
+        }
+        if (r != VCU_SUCCESS)
+            r = VCU_ERROR_OUT_OF_MEMORY;
+        break;
+    }
+    unlock();
+    return r;
 }
 
 /* The handle mapped at ADDR, with one more reference to release. */
@@ -1627,6 +2940,7 @@ cuMemMap(vcu_deviceptr ptr, size_t size, size_t offset, vcu_mem_handle handle,
     m->addr = ptr;
     m->size = size;
     m->handle = handle;
+    m->phys = (int)(p - fake.phys);
     p->maps++;
     unlock();
     return VCU_SUCCESS;
@@ -1694,12 +3008,10 @@ cuMemUnmap(vcu_deviceptr ptr, size_t size)
         if (!m->live || m->addr < ptr || m->addr >= ptr + size)
             continue;
         m->live = false;
-        for (int k = 0; k < FAKE_MAX_OBJECTS; k++) {
-            struct fake_phys *p = &fake.phys[k];
-            if (p->live && p->handle == m->handle) {
-                p->maps--;
-                phys_settle_locked(p);
-            }
+        struct fake_phys *p = &fake.phys[m->phys];
+        if (p->live) {
+            p->maps--;
+            phys_settle_locked(p);
         }
     }
     unlock();
@@ -1949,6 +3261,42 @@ static const struct fake_proc {
     {"cuArrayCreate", 3020, (fake_fn)cuArrayCreate_v2, NULL},
     {"cuArray3DCreate", 3020, (fake_fn)cuArray3DCreate_v2, NULL},
     {"cuArrayDestroy", 2000, (fake_fn)cuArrayDestroy, NULL},
+    {"cuArrayGetMemoryRequirements", 11060, (fake_fn)cuArrayGetMemoryRequirements, NULL},
+    {"cuMipmappedArrayCreate", 5000, (fake_fn)cuMipmappedArrayCreate, NULL},
+    {"cuMipmappedArrayDestroy", 5000, (fake_fn)cuMipmappedArrayDestroy, NULL},
+    {"cuMipmappedArrayGetMemoryRequirements", 11060,
+     (fake_fn)cuMipmappedArrayGetMemoryRequirements, NULL},
+    {"cuIpcGetMemHandle", 4010, (fake_fn)cuIpcGetMemHandle, NULL},
+    {"cuIpcOpenMemHandle", 11000, (fake_fn)cuIpcOpenMemHandle_v2, NULL},
+    {"cuIpcCloseMemHandle", 4010, (fake_fn)cuIpcCloseMemHandle, NULL},
+    {"cuDeviceGetMemPool", 11020, (fake_fn)cuDeviceGetMemPool, NULL},
+    {"cuDeviceSetMemPool", 11020, (fake_fn)cuDeviceSetMemPool, NULL},
+    {"cuMemSetMemPool", 13000, (fake_fn)cuMemSetMemPool, NULL},
+    {"cuMemPoolCreate", 11020, (fake_fn)cuMemPoolCreate, NULL},
+    {"cuMemPoolDestroy", 11020, (fake_fn)cuMemPoolDestroy, NULL},
+    {"cuMemPoolGetAttribute", 11020, (fake_fn)cuMemPoolGetAttribute, NULL},
+    {"cuMemPoolSetAttribute", 11020, (fake_fn)cuMemPoolSetAttribute, NULL},
+    {"cuMemPoolTrimTo", 11020, (fake_fn)cuMemPoolTrimTo, NULL},
+    {"cuGraphCreate", 10000, (fake_fn)cuGraphCreate, NULL},
+    {"cuGraphDestroy", 10000, (fake_fn)cuGraphDestroy, NULL},
+    {"cuGraphAddMemAllocNode", 11040, (fake_fn)cuGraphAddMemAllocNode, NULL},
+    {"cuGraphAddMemFreeNode", 11040, (fake_fn)cuGraphAddMemFreeNode, NULL},
+    {"cuGraphGetNodes", 10000, (fake_fn)cuGraphGetNodes, NULL},
+    {"cuGraphNodeGetType", 10000, (fake_fn)cuGraphNodeGetType, NULL},
+    {"cuGraphMemAllocNodeGetParams", 11040, (fake_fn)cuGraphMemAllocNodeGetParams, NULL},
+    {"cuGraphChildGraphNodeGetGraph", 10000, (fake_fn)cuGraphChildGraphNodeGetGraph, NULL},
+    /* "cuGraphInstantiate" is the CUDA 11 ABI until 12000, then an alias of
+    ** cuGraphInstantiateWithFlags (cuda.h 12's #define). */
+    {"cuGraphInstantiate", 11000, (fake_fn)cuGraphInstantiate_v2, NULL},
+    {"cuGraphInstantiate", 12000, (fake_fn)cuGraphInstantiateWithFlags, NULL},
+    {"cuGraphInstantiateWithFlags", 11040, (fake_fn)cuGraphInstantiateWithFlags, NULL},
+    {"cuGraphInstantiateWithParams", 12000, (fake_fn)cuGraphInstantiateWithParams,
+     (fake_fn)cuGraphInstantiateWithParams_ptsz},
+    {"cuGraphUpload", 11010, (fake_fn)cuGraphUpload, (fake_fn)cuGraphUpload_ptsz},
+    {"cuGraphLaunch", 10000, (fake_fn)cuGraphLaunch, (fake_fn)cuGraphLaunch_ptsz},
+    {"cuGraphExecDestroy", 10000, (fake_fn)cuGraphExecDestroy, NULL},
+    {"cuDeviceGraphMemTrim", 11040, (fake_fn)cuDeviceGraphMemTrim, NULL},
+    {"cuDeviceGetGraphMemAttribute", 11040, (fake_fn)cuDeviceGetGraphMemAttribute, NULL},
     {"cuMemAllocHost", 3020, (fake_fn)cuMemAllocHost_v2, NULL},
     {"cuMemHostAlloc", 2020, (fake_fn)cuMemHostAlloc, NULL},
     {"cuMemFreeHost", 2000, (fake_fn)cuMemFreeHost, NULL},
@@ -1965,6 +3313,9 @@ static const struct fake_proc {
     {"cuMemGetAllocationGranularity", 10020, (fake_fn)cuMemGetAllocationGranularity,
      NULL},
     {"cuMemRetainAllocationHandle", 11000, (fake_fn)cuMemRetainAllocationHandle, NULL},
+    {"cuMemExportToShareableHandle", 10020, (fake_fn)cuMemExportToShareableHandle, NULL},
+    {"cuMemImportFromShareableHandle", 10020, (fake_fn)cuMemImportFromShareableHandle,
+     NULL},
     {"cuGetErrorName", 6000, (fake_fn)cuGetErrorName, NULL},
     {"cuGetErrorString", 6000, (fake_fn)cuGetErrorString, NULL},
 #endif
@@ -2064,9 +3415,16 @@ fakecuda_live_objects(void)
 {
     uint64_t n = 0;
     lock();
+    for (int i = 0; i < FAKE_MAX_ALLOCS; i++)
+        n += (uint64_t)fake.allocs[i].live;
     for (int i = 0; i < FAKE_MAX_OBJECTS; i++)
-        n += (uint64_t)fake.allocs[i].live + fake.ranges[i].live + fake.phys[i].live +
-             fake.maps[i].live + fake.events[i].live + fake.hosts[i].live;
+        n += (uint64_t)fake.ranges[i].live + fake.phys[i].live +
+             fake.maps[i].live + fake.events[i].live + fake.hosts[i].live +
+             fake.aliases[i].live;
+    for (int i = FAKE_MAX_DEVICES; i < FAKE_MAX_POOLS; i++)
+        n += (uint64_t)fake.pools[i].live;
+    for (int i = 0; i < FAKE_MAX_GRAPHS; i++)
+        n += (uint64_t)fake.graphs[i].live + fake.execs[i].live;
     unlock();
     return n;
 }

@@ -11,8 +11,11 @@
 ** figure) and the device's used memory (total - free of cuMemGetInfo).
 ** Each case prints one JSON line: the bytes asked per allocation, the bytes
 ** held per allocation by each judge, and what is still held after the
-** frees. Built and run by tests/gpu/run.sh (section rounding) with the
-** CUDA SDK; it is a measurement, never part of `make test`.
+** frees; and an exported VMM handle imported by another process (case
+** vmm_import): which process NVML charges. Built with the CUDA SDK:
+**   cc -O2 -I/usr/local/cuda/include tests/gpu/probe_rounding.c \
+**      -L/usr/local/cuda/lib64/stubs -lcuda -lnvidia-ml -o probe_rounding
+** it is a measurement, never part of `make test`.
 **
 ** Usage: probe_rounding [CASE-SUBSTRING]
 */
@@ -22,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -500,11 +505,161 @@ ipc_child(const char *hex)
     return 0;
 }
 
+/*
+** VMM export and import: the parent creates 256 MiB with a POSIX file
+** descriptor handle type and exports it; a child process (exec'ed, handed
+** the descriptor over a socket) imports it and maps it. Each says what
+** NVML charges it, then the parent releases its handle (it never mapped
+** it) and the child says again: is an importer charged, and is the memory
+** it keeps alive charged to it once the exporter let go?
+*/
+static int
+sock_send_fd(int sock, int fd)
+{
+    char byte = 'f';
+    struct iovec io = {&byte, 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {0};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof u.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    return sendmsg(sock, &m, 0) == 1 ? 0 : -1;
+}
+
+static int
+sock_recv_fd(int sock)
+{
+    char byte;
+    struct iovec io = {&byte, 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr m = {0};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = u.buf;
+    m.msg_controllen = sizeof u.buf;
+    if (recvmsg(sock, &m, 0) != 1)
+        return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    int fd = -1;
+    if (c != NULL && c->cmsg_type == SCM_RIGHTS)
+        memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+static int
+case_vmm_import(const char *self)
+{
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+        return -1;
+    struct sample b = take();
+    CUmemGenericAllocationHandle h;
+    CK(cuMemCreate(&h, 256 * MiB, &prop, 0));
+    int fd = -1;
+    CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    struct sample created = take();
+    char arg[16];
+    snprintf(arg, sizeof arg, "%d", sv[1]);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        close(sv[0]);
+        execl(self, self, "--vmm-import-child", arg, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    char byte = 0;
+    if (child < 0 || sock_send_fd(sv[0], fd) != 0 || read(sv[0], &byte, 1) != 1)
+        return -1;
+    struct sample mapped = take(); /* the child holds it mapped */
+    CK(cuMemRelease(h));
+    close(fd);
+    struct sample released = take();
+    byte = 'r';
+    if (write(sv[0], &byte, 1) != 1)
+        return -1;
+    int status = 0;
+    waitpid(child, &status, 0);
+    close(sv[0]);
+    struct sample f = take();
+    char extra[256];
+    snprintf(extra, sizeof extra,
+             "\"nvml_after_child_mapped\":%lld,\"nvml_after_release\":%lld,"
+             "\"used_after_release_delta\":%lld",
+             mapped.proc, released.proc, released.used - b.used);
+    report("cuMemExportToShareableHandle", "exporter_256MiB", 256 * MiB, 1, b, created, f,
+           extra);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
+
+static int
+vmm_import_child(const char *sockarg)
+{
+    int sock = atoi(sockarg);
+    int fd = sock_recv_fd(sock);
+    if (fd < 0 || nvmlInit() != NVML_SUCCESS ||
+        nvmlDeviceGetHandleByIndex(0, &nv) != NVML_SUCCESS)
+        return 1;
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CUdeviceptr p0;
+    CK(cuMemAlloc(&p0, 1));
+    CK(cuMemFree(p0));
+    struct sample b = take();
+    CUmemGenericAllocationHandle h;
+    CK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    CUdeviceptr va;
+    CK(cuMemAddressReserve(&va, 256 * MiB, 0, 0, 0));
+    CK(cuMemMap(va, 256 * MiB, 0, h, 0));
+    CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, dev},
+                           CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CK(cuMemSetAccess(va, 256 * MiB, &acc, 1));
+    struct sample a = take();
+    char byte = 'm';
+    if (write(sock, &byte, 1) != 1 || read(sock, &byte, 1) != 1)
+        return 1;
+    struct sample alone = take(); /* the exporter let go: only this mapping holds it */
+    CK(cuMemUnmap(va, 256 * MiB));
+    CK(cuMemRelease(h));
+    CK(cuMemAddressFree(va, 256 * MiB));
+    struct sample f = take();
+    char extra[128];
+    snprintf(extra, sizeof extra, "\"nvml_after_exporter_released\":%lld,"
+                                  "\"used_after_exporter_released_delta\":%lld",
+             alone.proc, alone.used - b.used);
+    report("cuMemImportFromShareableHandle", "importer_maps_256MiB", 256 * MiB, 1, b, a, f,
+           extra);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "--ipc-child") == 0)
         return ipc_child(argv[2]);
+    if (argc > 2 && strcmp(argv[1], "--vmm-import-child") == 0)
+        return vmm_import_child(argv[2]);
     only = argc > 1 ? argv[1] : NULL;
     if (nvmlInit() != NVML_SUCCESS || nvmlDeviceGetHandleByIndex(0, &nv) != NVML_SUCCESS) {
         fprintf(stderr, "probe: NVML did not start\n");
@@ -616,5 +771,7 @@ main(int argc, char **argv)
         rc |= case_contexts();
     if (wanted("ipc"))
         rc |= case_ipc(argv[0]);
+    if (wanted("vmm_import"))
+        rc |= case_vmm_import(argv[0]);
     return rc ? 1 : 0;
 }

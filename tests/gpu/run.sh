@@ -61,6 +61,15 @@
 #     autocast (bench/gpu/plan_zoo.py, under 6 minutes): traced on the fake
 #     CUDA device and on the meta device (vram's autocast) against
 #     max_memory_allocated, median <= 2 %, worst <= 5 %; $OUT/plan_zoo.md.
+# 14. quota_truth: every way of getting device memory (tiny, odd, 2 MiB +/- 1
+#     and huge allocations, a fragmenting pattern, pitch, arrays, mipmapped
+#     arrays, VMM, release after map, pools with a high release threshold,
+#     a created pool, graphs, the dlvsym route) pushed against a 1 GiB quota
+#     under `vram run --limit 1G` and under a 1 GiB host policy
+#     (bench/gpu/quota_truth.py over tests/gpu/quota_truth.c, about 2
+#     minutes): NVML's per-process used memory, sampled inside and by
+#     nvidia-smi outside, never above the quota, the refusal
+#     CUDA_ERROR_OUT_OF_MEMORY within 96 MiB of it. $WORK/quota_truth.jsonl.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -70,7 +79,8 @@
 # replay (2), train (3), quota (4), python (5, 5b), streams (5c), plan (7),
 # torchperf (8; hookcost: its hook-cost step alone; traces: its trace
 # rounds alone), record (9), policy (10),
-# tune (11), corpus (12: only when named, never part of all), planzoo (13).
+# tune (11), corpus (12: only when named, never part of all), planzoo (13),
+# quota_truth (14).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -408,6 +418,16 @@ case ",${VRAM_GPU_SECTIONS:-all}," in
     fi
     ;;
 esac
+
+# ---- 14. quota_truth: the ground truth of the quota is the GPU ----
+# Needs root and unshare for the policy route (else that route is skipped
+# and said so in the table).
+if want quota_truth && [ -f "$BUILD/lib/libvram-preload.so" ] &&
+    [ -x "$BUILD/tests/preload/quota_truth" ]; then
+    run_step "quota_truth: every path against a 1 GiB quota, NVML the judge" 360 \
+        python3 bench/gpu/quota_truth.py --vram "$VRAM" --preload "$BUILD/lib/libvram-preload.so" \
+        --truth "$BUILD/tests/preload/quota_truth" --out "$WORK/quota_truth.jsonl"
+fi
 
 # ---- 7. `vram plan` against measured peaks ----
 if want plan; then
@@ -907,6 +927,35 @@ if tun is not None:
     for what, ok in sorted((tun.get("checks") or {}).items()):
         targets.append(("tune " + what, verdict(ok)))
     lines.append("")
+truth = []
+try:
+    with open(os.path.join(work, "quota_truth.jsonl")) as f:
+        truth = [json.loads(l) for l in f if l.strip().startswith("{")]
+except (OSError, ValueError):
+    truth = []
+truth_rows = [r for r in truth if r.get("case") and r.get("route")]
+truth_skips = [r for r in truth if r.get("skipped") or r.get("error")]
+if truth_rows or truth_skips:
+    q = next((r.get("quota") for r in truth_rows if r.get("quota")), 1 << 30)
+    lines.append("quota_truth: each way of getting memory against a %d MiB quota (NVML's "
+                 "per-process figure, the context counted)" % (q >> 20))
+    lines.append("  %-18s %-6s %10s %10s %12s %10s %-26s %s" % (
+        "path", "route", "NVML peak", "smi peak", "at refusal", "quota", "refusal", "verdict"))
+    mib = lambda v: "-" if v is None or v < 0 else "%d MiB" % (v >> 20)
+    for r in truth_rows:
+        v = verdict(r.get("pass"))
+        targets.append(("quota_truth %s %s: NVML within the quota, OOM at it" % (
+            r["case"], r["route"]), v))
+        lines.append("  %-18s %-6s %10s %10s %12s %10s %-26s %s" % (
+            r["case"], r["route"], mib(r.get("nvml_peak")),
+            "-" if r.get("smi_peak_mib") is None else "%d MiB" % r["smi_peak_mib"],
+            mib(r.get("nvml_at_refusal")), mib(r.get("quota")), r.get("refusal"), v))
+        for x in (r.get("vram_lines") or [])[:1]:
+            if not r.get("pass"):
+                lines.append("      %s" % x[:200])
+    for r in truth_skips:
+        lines.append("  %s: %s" % (r.get("route"), r.get("skipped") or r.get("error")))
+    lines.append("")
 pol_path = os.path.join(work, "policy.json")
 if os.path.exists(pol_path):
     try:
@@ -973,6 +1022,7 @@ results = {"gpu": gpu, "steps": steps, "replay_vram": replay, "replay_peers": pe
            "plugin_oom": poom, "streams": streams, "torchperf": tperf,
            "torchperf_cold": tp_cold, "torchperf_warm": tp_warm, "record": rec, "tune": tun,
            "corpus": corpus,
+           "quota_truth": truth_rows,
            "targets": [{"target": w, "result": v} for w, v in targets]}
 with open(os.path.join(out, "results.json"), "w") as f:  # every figure
     json.dump(results, f, indent=1)

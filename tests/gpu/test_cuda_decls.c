@@ -63,6 +63,7 @@ SAME_VALUE(VCU_MEM_LOCATION_TYPE_INVALID, CU_MEM_LOCATION_TYPE_INVALID);
 SAME_VALUE(VCU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_LOCATION_TYPE_DEVICE);
 SAME_VALUE(VCU_MEM_LOCATION_TYPE_MAX, CU_MEM_LOCATION_TYPE_MAX);
 SAME_VALUE(VCU_MEM_HANDLE_TYPE_NONE, CU_MEM_HANDLE_TYPE_NONE);
+SAME_VALUE(VCU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 SAME_VALUE(VCU_MEM_HANDLE_TYPE_MAX, CU_MEM_HANDLE_TYPE_MAX);
 SAME_VALUE(VCU_MEM_ACCESS_FLAGS_PROT_NONE, CU_MEM_ACCESS_FLAGS_PROT_NONE);
 SAME_VALUE(VCU_MEM_ACCESS_FLAGS_PROT_READ, CU_MEM_ACCESS_FLAGS_PROT_READ);
@@ -81,6 +82,31 @@ SAME_VALUE(VCU_AD_FORMAT_SIGNED_INT32, CU_AD_FORMAT_SIGNED_INT32);
 SAME_VALUE(VCU_AD_FORMAT_HALF, CU_AD_FORMAT_HALF);
 SAME_VALUE(VCU_AD_FORMAT_FLOAT, CU_AD_FORMAT_FLOAT);
 SAME_VALUE(VCU_AD_FORMAT_MAX, CU_AD_FORMAT_MAX);
+SAME_VALUE(VCU_MEMPOOL_ATTR_RELEASE_THRESHOLD, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
+SAME_VALUE(VCU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+SAME_VALUE(VCU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
+SAME_VALUE(VCU_MEMPOOL_ATTR_USED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+SAME_VALUE(VCU_MEMPOOL_ATTR_USED_MEM_HIGH, CU_MEMPOOL_ATTR_USED_MEM_HIGH);
+SAME_VALUE(VCU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+SAME_VALUE(VCU_GRAPH_MEM_ATTR_USED_MEM_HIGH, CU_GRAPH_MEM_ATTR_USED_MEM_HIGH);
+SAME_VALUE(VCU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+SAME_VALUE(VCU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH, CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
+SAME_VALUE(VCU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_KERNEL);
+SAME_VALUE(VCU_GRAPH_NODE_TYPE_GRAPH, CU_GRAPH_NODE_TYPE_GRAPH);
+SAME_VALUE(VCU_GRAPH_NODE_TYPE_EMPTY, CU_GRAPH_NODE_TYPE_EMPTY);
+SAME_VALUE(VCU_GRAPH_NODE_TYPE_MEM_ALLOC, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+SAME_VALUE(VCU_GRAPH_NODE_TYPE_MEM_FREE, CU_GRAPH_NODE_TYPE_MEM_FREE);
+SAME_VALUE(VCU_GRAPH_NODE_TYPE_CONDITIONAL, CU_GRAPH_NODE_TYPE_CONDITIONAL);
+SAME_VALUE(VCU_GRAPH_INSTANTIATE_SUCCESS, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+SAME_VALUE(VCU_GRAPH_INSTANTIATE_ERROR, CUDA_GRAPH_INSTANTIATE_ERROR);
+SAME_VALUE(VCU_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+           CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+SAME_VALUE(VCU_GRAPH_INSTANTIATE_FLAG_UPLOAD, CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
+SAME_VALUE(VCU_ARRAY3D_LAYERED, CUDA_ARRAY3D_LAYERED);
+SAME_VALUE(VCU_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_CUBEMAP);
+SAME_VALUE(VCU_ARRAY3D_SPARSE, CUDA_ARRAY3D_SPARSE);
+SAME_VALUE(VCU_ARRAY3D_DEFERRED_MAPPING, CUDA_ARRAY3D_DEFERRED_MAPPING);
+SAME_VALUE(VCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 SAME_VALUE(VCU_GET_PROC_ADDRESS_SUCCESS, CU_GET_PROC_ADDRESS_SUCCESS);
 SAME_VALUE(VCU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
 SAME_VALUE(VCU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
@@ -129,6 +155,45 @@ SAME_LAYOUT(vcu_mem_access_desc, CUmemAccessDesc);
 SAME_FIELD(vcu_mem_access_desc, CUmemAccessDesc, location);
 SAME_FIELD(vcu_mem_access_desc, CUmemAccessDesc, flags);
 
+SAME_LAYOUT(vcu_mempool_attribute, CUmemPool_attribute);
+SAME_LAYOUT(vcu_graph_mem_attribute, CUgraphMem_attribute);
+SAME_LAYOUT(vcu_graph_node_type, CUgraphNodeType);
+SAME_LAYOUT(vcu_graph_instantiate_result, CUgraphInstantiateResult);
+SAME_LAYOUT(vcu_mipmapped_array, CUmipmappedArray);
+SAME_LAYOUT(vcu_graph, CUgraph);
+SAME_LAYOUT(vcu_graph_exec, CUgraphExec);
+SAME_LAYOUT(vcu_graph_node, CUgraphNode);
+
+SAME_LAYOUT(vcu_mem_pool_props, CUmemPoolProps);
+SAME_FIELD(vcu_mem_pool_props, CUmemPoolProps, allocType);
+SAME_FIELD(vcu_mem_pool_props, CUmemPoolProps, handleTypes);
+SAME_FIELD(vcu_mem_pool_props, CUmemPoolProps, location);
+SAME_FIELD(vcu_mem_pool_props, CUmemPoolProps, win32SecurityAttributes);
+SAME_FIELD(vcu_mem_pool_props, CUmemPoolProps, maxSize);
+SAME_FIELD(vcu_mem_pool_props, CUmemPoolProps, usage);
+SAME_FIELD(vcu_mem_pool_props, CUmemPoolProps, reserved);
+
+SAME_LAYOUT(vcu_mem_alloc_node_params, CUDA_MEM_ALLOC_NODE_PARAMS);
+SAME_FIELD(vcu_mem_alloc_node_params, CUDA_MEM_ALLOC_NODE_PARAMS, poolProps);
+SAME_FIELD(vcu_mem_alloc_node_params, CUDA_MEM_ALLOC_NODE_PARAMS, accessDescs);
+SAME_FIELD(vcu_mem_alloc_node_params, CUDA_MEM_ALLOC_NODE_PARAMS, accessDescCount);
+SAME_FIELD(vcu_mem_alloc_node_params, CUDA_MEM_ALLOC_NODE_PARAMS, bytesize);
+SAME_FIELD(vcu_mem_alloc_node_params, CUDA_MEM_ALLOC_NODE_PARAMS, dptr);
+
+SAME_LAYOUT(vcu_graph_instantiate_params, CUDA_GRAPH_INSTANTIATE_PARAMS);
+SAME_FIELD(vcu_graph_instantiate_params, CUDA_GRAPH_INSTANTIATE_PARAMS, flags);
+SAME_FIELD(vcu_graph_instantiate_params, CUDA_GRAPH_INSTANTIATE_PARAMS, hUploadStream);
+SAME_FIELD(vcu_graph_instantiate_params, CUDA_GRAPH_INSTANTIATE_PARAMS, hErrNode_out);
+SAME_FIELD(vcu_graph_instantiate_params, CUDA_GRAPH_INSTANTIATE_PARAMS, result_out);
+
+SAME_LAYOUT(vcu_array_memory_requirements, CUDA_ARRAY_MEMORY_REQUIREMENTS);
+SAME_FIELD(vcu_array_memory_requirements, CUDA_ARRAY_MEMORY_REQUIREMENTS, size);
+SAME_FIELD(vcu_array_memory_requirements, CUDA_ARRAY_MEMORY_REQUIREMENTS, alignment);
+SAME_FIELD(vcu_array_memory_requirements, CUDA_ARRAY_MEMORY_REQUIREMENTS, reserved);
+
+SAME_LAYOUT(vcu_ipc_mem_handle, CUipcMemHandle);
+SAME_FIELD(vcu_ipc_mem_handle, CUipcMemHandle, reserved);
+
 SAME_TYPE(vcu_uint64, cuuint64_t);
 SAME_LAYOUT(vcu_array, CUarray);
 SAME_LAYOUT(vcu_mem_pool, CUmemoryPool);
@@ -176,6 +241,21 @@ SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, Flags);
 #define SDK_array3d_descriptor CUDA_ARRAY3D_DESCRIPTOR
 #define SDK_stream_capture_status CUstreamCaptureStatus
 #define SDK_stream_capture_mode CUstreamCaptureMode
+#define SDK_mem_handle_type CUmemAllocationHandleType
+#define SDK_mem_location CUmemLocation
+#define SDK_mem_allocation_type CUmemAllocationType
+#define SDK_ipc_mem_handle CUipcMemHandle
+#define SDK_mem_pool_props CUmemPoolProps
+#define SDK_mempool_attribute CUmemPool_attribute
+#define SDK_array_memory_requirements CUDA_ARRAY_MEMORY_REQUIREMENTS
+#define SDK_mipmapped_array CUmipmappedArray
+#define SDK_graph CUgraph
+#define SDK_graph_exec CUgraphExec
+#define SDK_graph_node CUgraphNode
+#define SDK_graph_node_type CUgraphNodeType
+#define SDK_mem_alloc_node_params CUDA_MEM_ALLOC_NODE_PARAMS
+#define SDK_graph_instantiate_params CUDA_GRAPH_INSTANTIATE_PARAMS
+#define SDK_graph_mem_attribute CUgraphMem_attribute
 #define SDK_TYPE(t) SDK_##t
 
 #define CHECK_ENTRY(field, symbol, fallback, need, ret, params)                          \
@@ -183,6 +263,9 @@ SAME_FIELD(vcu_array3d_descriptor, CUDA_ARRAY3D_DESCRIPTOR, Flags);
                    #symbol " has the SDK's signature");
 VCU_ENTRY_POINTS(CHECK_ENTRY, SDK_TYPE)
 VCU_EXTRA_ENTRY_POINTS(CHECK_ENTRY, SDK_TYPE)
+#if CUDA_VERSION >= 13000
+VCU_CUDA13_ENTRY_POINTS(CHECK_ENTRY, SDK_TYPE)
+#endif
 
 /*
 ** cuda.h declares the v1 cuGetProcAddress only inside the driver's own
@@ -194,10 +277,21 @@ VCU_EXTRA_ENTRY_POINTS(CHECK_ENTRY, SDK_TYPE)
     typedef ret(*sdk_pfn_##field) params;
 VCU_EXTRA_ENTRY_POINTS(SDK_PFN, SDK_TYPE)
 VCU_GET_PROC_ADDRESS_V1(SDK_PFN, SDK_TYPE)
+VCU_GRAPH_INSTANTIATE_V2(SDK_PFN, SDK_TYPE)
 SAME_TYPE(sdk_pfn_cuGetProcAddress_v1, PFN_cuGetProcAddress_v11030);
+/* cudaTypedefs.h declares PFN_cuGraphInstantiate_v11000 only inside the
+** driver's own build (with types it defines there alone); its text is
+** "(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
+** char *logBuffer, size_t bufferSize)", spelled here. */
+typedef CUresult(CUDAAPI *sdk_graph_instantiate_v11000)(CUgraphExec *, CUgraph, CUgraphNode *,
+                                                        char *, size_t);
+SAME_TYPE(sdk_pfn_cuGraphInstantiate_v2, sdk_graph_instantiate_v11000);
 SAME_TYPE(sdk_pfn_cuMemAllocAsync, PFN_cuMemAllocAsync_v11020_ptsz);
 SAME_TYPE(sdk_pfn_cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020_ptsz);
 SAME_TYPE(sdk_pfn_cuMemFreeAsync, PFN_cuMemFreeAsync_v11020_ptsz);
+SAME_TYPE(sdk_pfn_cuGraphLaunch, PFN_cuGraphLaunch_v10000_ptsz);
+SAME_TYPE(sdk_pfn_cuGraphUpload, PFN_cuGraphUpload_v11010_ptsz);
+SAME_TYPE(sdk_pfn_cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000_ptsz);
 
 /* And our own types give the same pointer sizes and scalar types: */
 #define CHECK_OWN(field, symbol, fallback, need, ret, params)                            \

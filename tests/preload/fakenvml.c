@@ -13,8 +13,9 @@
 ** nvmlDeviceGetMemoryInfo_v2 and nvmlDeviceGetComputeRunningProcesses_v3
 ** (nvml.h's layouts). The processes are the calling process alone, with
 ** what the fake CUDA driver loaded in it says it holds on the device
-** (fakecuda_process_used: its context and its allocations), when that is
-** more than 0. Every call returns 0 (NVML_SUCCESS) or 2
+** (fakecuda_process_used: its context and everything it holds), when it
+** holds a context or memory there (fakecuda_process_listed), as NVML
+** lists a process with a CUDA context. Every call returns 0 (NVML_SUCCESS) or 2
 ** (NVML_ERROR_INVALID_ARGUMENT).
 */
 #include <dlfcn.h>
@@ -165,16 +166,21 @@ nvmlDeviceGetComputeRunningProcesses_v3(struct fake_device *device, unsigned *co
     if (!valid(device) || count == NULL)
         return NVML_INVALID;
     typedef unsigned long long (*used_fn)(unsigned int);
+    typedef int (*listed_fn)(unsigned int);
     void *p = dlsym(RTLD_DEFAULT, "fakecuda_process_used");
+    void *q = dlsym(RTLD_DEFAULT, "fakecuda_process_listed");
     void *cuda = p == NULL ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
     if (cuda != NULL) {
         p = dlsym(cuda, "fakecuda_process_used");
+        q = dlsym(cuda, "fakecuda_process_listed");
         dlclose(cuda); /* only drops the reference NOLOAD took */
     }
     used_fn used_of;
+    listed_fn listed_of;
     memcpy(&used_of, &p, sizeof p);
+    memcpy(&listed_of, &q, sizeof q);
     unsigned long long used = p != NULL ? used_of((unsigned)device->index) : 0;
-    unsigned n = used > 0 ? 1 : 0;
+    unsigned n = q != NULL ? (listed_of((unsigned)device->index) ? 1 : 0) : used > 0 ? 1 : 0;
     if (*count < n) {
         *count = n;
         return NVML_INSUFFICIENT_SIZE;

@@ -11,9 +11,10 @@
 ** The two functions of each name:
 **   hooked  dlsym(libcuda, NAME), as XLA finds them: the preload's dlsym
 **           override answers with its hook;
-**   bare    the same lookup through glibc's own dlsym (found with dlvsym,
-**           which the preload does not override) on the same handle, whose
-**           scope is the driver and its dependencies: the driver's function.
+**   bare    the driver's own function of that name, read from the
+**           driver's dynamic symbol table (elf_symbol: the preload
+**           overrides dlsym and dlvsym, so no lookup through glibc
+**           reaches it around the hook).
 ** dladdr names the library of each, and the program refuses to measure
 ** when the two are the same function (not preloaded, or passive) unless
 ** --same asks for exactly that: both sides bare, an A/A run that must show
@@ -22,11 +23,14 @@
 **
 ** Per batch and kind, KIND's calls run on one side then on the other (the
 ** order alternates batch by batch): cuMemGetInfo_v2, 50 calls (one hooked
-** call: the device, its quota, the forward); cuMemAlloc_v2 of 512 bytes +
-** cuMemFree_v2, 10 pairs (two hooked calls and the ledger); the same pair
-** stream-ordered, cuMemAllocAsync + cuMemFreeAsync on the default stream,
-** 10 pairs: the same hooks' work (reserve, track, take, release) over a
-** driver call that comes from the device's memory pool, so microseconds
+** call: the device, its quota, the forward); cuMemAlloc_v2 of 2 MiB +
+** cuMemFree_v2, 10 pairs (two hooked calls and the ledger: a block of 1
+** MiB or less is charged by the pages of the driver's sub-allocator, which
+** a pair that frees its block keeps charged, so it would measure no ledger
+** call); cuMemAllocAsync of 512 bytes + cuMemFreeAsync on the default
+** stream, 10 pairs: a pool's charge ahead, its settle every fourth
+** allocation and the release, over a driver call that comes from the
+** device's memory pool, so microseconds
 ** cheaper and steadier than cuMemAlloc_v2's, whose run-to-run noise a
 ** paired interval of a few hundred nanoseconds cannot get under on a
 ** real GPU in a minute. Also, bare:
@@ -49,6 +53,7 @@
 ** allowed.
 */
 #include <dlfcn.h>
+#include <link.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -60,6 +65,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/elfsym.h"
 #include "driver/cuda_api.h"
 
 enum { INFO_CALLS = 50, PAIRS = 10, CTX_CALLS = 100, MAX_BATCHES = 1000000 };
@@ -88,25 +94,14 @@ spin(double ns)
     }
 }
 
-typedef void *(*dlsym_fn)(void *, const char *);
-
-/* glibc's dlsym, whatever overrides the exported name. */
-static dlsym_fn
-glibc_dlsym(void)
+/* The driver's own function NAME on LIB's handle, from its symbol table. */
+static void *
+bare_of(void *lib, const char *name)
 {
-    static const char *const where[][2] = {
-        {"libc.so.6", "GLIBC_2.34"}, {"libc.so.6", "GLIBC_2.2.5"}, {"libdl.so.2", "GLIBC_2.2.5"}};
-    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
-        void *h = dlopen(where[i][0], RTLD_LAZY | RTLD_NOLOAD);
-        void *p = h != NULL ? dlvsym(h, "dlsym", where[i][1]) : NULL;
-        if (p != NULL) {
-            dlsym_fn f;
-            memcpy(&f, &p, sizeof f);
-            return f;
-        }
-    }
-    fail("glibc's dlsym not found");
-    return NULL;
+    struct link_map *lm = NULL;
+    if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL)
+        return NULL;
+    return elf_symbol(lm, name);
 }
 
 static const char *
@@ -125,9 +120,9 @@ struct both {
 };
 
 static struct both
-lookup(void *lib, dlsym_fn real, const char *name, int same)
+lookup(void *lib, const char *name, int same)
 {
-    struct both b = {dlsym(lib, name), real(lib, name)};
+    struct both b = {dlsym(lib, name), bare_of(lib, name)};
     if (b.hooked == NULL || b.bare == NULL) {
         fprintf(stderr, "hook_cost: %s not found\n", name);
         exit(1);
@@ -162,6 +157,8 @@ run_info(void *fn, double plant)
     return (now_ns() - t0) / INFO_CALLS;
 }
 
+#define PAIR_BYTES (2 << 20) /* cuMemAlloc_v2's: above the sub-allocator's blocks */
+
 /* ns per allocation + free pair, each call after PLANT ns: cuMemAlloc_v2 +
 ** cuMemFree_v2, or (ASYNC) cuMemAllocAsync + cuMemFreeAsync on the default
 ** stream. Both sides of a kind run this same code. */
@@ -177,7 +174,7 @@ run_pairs(void *alloc_fn, void *free_fn, bool async, double plant)
     for (int i = 0; i < PAIRS; i++) {
         if (plant > 0)
             spin(plant);
-        if ((async ? alloc_async(&d, 512, NULL) : alloc(&d, 512)) != VCU_SUCCESS)
+        if ((async ? alloc_async(&d, 512, NULL) : alloc(&d, PAIR_BYTES)) != VCU_SUCCESS)
             fail(async ? "cuMemAllocAsync failed" : "cuMemAlloc_v2 failed");
         if (plant > 0)
             spin(plant);
@@ -333,7 +330,6 @@ main(int argc, char **argv)
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL)
         fail(dlerror());
-    dlsym_fn real = glibc_dlsym();
     pid_t kids[256];
     start_members(members, lib, kids);
     /* Set-up through the hooks, as a program under the preload does it. */
@@ -353,15 +349,15 @@ main(int argc, char **argv)
     if (p == NULL || AS(vcu_pfn_cuCtxPushCurrent, p)(ctx) != VCU_SUCCESS)
         fail("cuCtxPushCurrent_v2 failed");
 
-    struct both info = lookup(lib, real, "cuMemGetInfo_v2", same);
-    struct both alloc = lookup(lib, real, "cuMemAlloc_v2", same);
-    struct both release = lookup(lib, real, "cuMemFree_v2", same);
-    struct both alloc_async = lookup(lib, real, "cuMemAllocAsync", same);
-    struct both free_async = lookup(lib, real, "cuMemFreeAsync", same);
+    struct both info = lookup(lib, "cuMemGetInfo_v2", same);
+    struct both alloc = lookup(lib, "cuMemAlloc_v2", same);
+    struct both release = lookup(lib, "cuMemFree_v2", same);
+    struct both alloc_async = lookup(lib, "cuMemAllocAsync", same);
+    struct both free_async = lookup(lib, "cuMemFreeAsync", same);
     vcu_pfn_cuCtxGetCurrent get_current =
-        AS(vcu_pfn_cuCtxGetCurrent, (void *){real(lib, "cuCtxGetCurrent")});
+        AS(vcu_pfn_cuCtxGetCurrent, (void *){bare_of(lib, "cuCtxGetCurrent")});
     vcu_pfn_cuCtxGetDevice get_device =
-        AS(vcu_pfn_cuCtxGetDevice, (void *){real(lib, "cuCtxGetDevice")});
+        AS(vcu_pfn_cuCtxGetDevice, (void *){bare_of(lib, "cuCtxGetDevice")});
     if (get_current == NULL || get_device == NULL)
         fail("cuCtxGetCurrent or cuCtxGetDevice not found");
 

@@ -301,16 +301,60 @@ as "$UA" FAKECUDA_CONTEXT_BYTES=16M -- "$PROBE" alloc 56 0 0
 expect_run "context off in the policy: 56 MiB granted" ""
 as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_CONTEXT=on -- "$PROBE" alloc 56 0 $OOM
 expect_run "VRAM_CONTEXT=on counts it where the policy does not" "with this process's context, 16.00 MiB"
+policy "default 32M" "user $UA 64M"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_CONTEXT=off -- "$PROBE" alloc 56 0 $OOM
+expect_run "VRAM_CONTEXT=off does not take the context out of the policy's account" \
+    "cuMemAlloc_v2 of 56.00 MiB \(with this process's context, 16.00 MiB\) refused by the policy $PC, user $UA \(line 2\)"
 rm -f $PC
-as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M -- "$PROBE" alloc 56 0 0
-expect_run "no policy: contexts are not counted unless asked" ""
-as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=on -- "$PROBE" alloc 56 0 $OOM
-expect_run "no policy, VRAM_CONTEXT=on: counted" "with this process's context, 16.00 MiB\) refused by VRAM_LIMIT"
-as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=on LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 0
-if [ "$rc" -eq 0 ] && grep -q "^vram: context accounting: NVML (libnvidia-ml.so.1) is not available here; contexts are not counted in the quota$" "$TMP/err"; then
-    pass "without NVML: one line, contexts not counted"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M -- "$PROBE" alloc 56 0 $OOM
+expect_run "no policy: a job's quota counts the context too (the one rule)" \
+    "with this process's context, 16.00 MiB\) refused by VRAM_LIMIT"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M -- "$VRAM" run --limit 64M -- "$PROBE" alloc 56 0 $OOM
+expect_run "vram run --limit counts the context" \
+    "with this process's context, 16.00 MiB\) refused by vram run --limit"
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M VRAM_CONTEXT=off -- "$PROBE" alloc 56 0 0
+expect_run "no policy, VRAM_CONTEXT=off: the job's quota leaves it out" ""
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_LIMIT=64M LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 $OOM
+if [ "$rc" -eq 0 ] && [ "$(wc -l <"$TMP/err")" -eq 2 ] &&
+    grep -q "^vram: context accounting: NVML (libnvidia-ml.so.1) is not available here; each limited GPU is charged 518.00 MiB for this process's context$" "$TMP/err" &&
+    grep -q "(with this process's context, 518.00 MiB) refused by VRAM_LIMIT" "$TMP/err"; then
+    pass "without NVML: one line, the context charged at 518 MiB (a context's measured size)"
 else
-    fail "without NVML: one line, contexts not counted" "exit $rc"
+    fail "without NVML: one line, the context charged at 518 MiB" "exit $rc"
+fi
+as "$UA" FAKECUDA_CONTEXT_BYTES=16M VRAM_GROUP=nolimit$$ LD_LIBRARY_PATH="$FAKE" -- "$PROBE" alloc 56 0 0
+expect_run "without NVML and without a limit: nothing guessed, no line" ""
+
+# ---- a process with raised privileges ignores the user's settings ----
+# A setuid copy of the probe, owned by $UB, run by $UA: AT_SECURE. The
+# dynamic loader then ignores LD_LIBRARY_PATH, so the fake driver's
+# directory goes into this namespace's own /etc/ld.so.cache (ldconfig -X:
+# the cache only, no link made anywhere).
+if findmnt -n -o OPTIONS --target "$TMP" | grep -q nosuid; then
+    echo "skip raised privileges: $TMP is mounted nosuid"
+else
+    printf "%s\n%s\n" "$FAKE" "$BIN" >/etc/ld.so.conf.d/zz-vram-fake.conf
+    ldconfig -X 2>/dev/null
+    cp "$PROBE" "$TMP/probe-suid"
+    chown "$UB" "$TMP/probe-suid"
+    chmod 4755 "$TMP/probe-suid"
+    policy "default 32M"
+    as "$UA" VRAM_LIMIT=16M VRAM_TRACE="$TMP/secure.csv" VRAM_CONTEXT=on -- "$TMP/probe-suid" alloc 24 0 0
+    expect_run "setuid: VRAM_LIMIT=16M is ignored (24 MiB granted under $UB's policy of 32M)" \
+        "^vram: VRAM_LIMIT, VRAM_CONTEXT, VRAM_TRACE ignored: this process runs with raised privileges \(setuid, setgid or file capabilities\); only the host's policy applies to it$"
+    if [ ! -e "$TMP/secure.csv" ]; then
+        pass "setuid: no trace file is opened with its privileges"
+    else
+        fail "setuid: no trace file is opened with its privileges" "$TMP/secure.csv exists"
+    fi
+    as "$UA" VRAM_LIMIT=1G -- "$TMP/probe-suid" alloc 48 0 $OOM
+    if [ "$rc" -eq 0 ] && grep -q "refused by the policy $PC, default (line 1); quota 32.00 MiB, user $UB" "$TMP/err"; then
+        pass "setuid: the policy of its owner applies"
+    else
+        fail "setuid: the policy of its owner applies" "exit $rc"
+    fi
+    rm -f /etc/ld.so.conf.d/zz-vram-fake.conf "$TMP/probe-suid"
+    ldconfig -X 2>/dev/null
 fi
 
 # ---- vram admin check and status ----

@@ -5,7 +5,9 @@
 # link, dlopen + dlsym, and cuGetProcAddress the way the CUDA runtime uses
 # it (versions 11030 and 12000, with and without the per-thread-stream
 # flag). It covers: refusal with CUDA_ERROR_OUT_OF_MEMORY on every path and
-# frees giving the quota back; the refusal line; reported totals and free
+# frees giving the quota back; what the device really holds (rounding,
+# pages, pools' reserves, graphs' memory, mappings, exports: quota_truth
+# and the memory scenarios); the refusal line; reported totals and free
 # memory (never negative); 4 processes x 4 threads racing in one group
 # (the fake's own shared count never passes the quota); kill -9 of a
 # member; CUDA_VISIBLE_DEVICES reordered or given as UUIDs; fork; malformed
@@ -113,6 +115,33 @@ for via in dlsym gpa12000; do
     run $Q -- "$PROBE" --via $via vmm
     expect_lines "virtual memory via $via: counted to the last cuMemRelease" "$REFUSED" 1 1
 done
+
+# ---- what the device holds, as the driver holds it ----
+# quota_truth (tests/gpu/quota_truth.c, the GPU battery's program): each
+# way of getting memory pushed against a 64 MiB quota with a 16 MiB
+# context; the fake NVML's per-process figure (what the fake driver holds
+# for the process, context included) must never pass the quota, and the
+# refusal must be the driver's out-of-memory error.
+TRUTH=$BIN/quota_truth
+for case in tiny odd mib_plus1 2mib_minus1 2mib_plus1 huge fragment pitch array array_tiny \
+    array3d mipmap vmm release_after_map pool pool_threshold pool_created graph dlvsym; do
+    run $Q FAKECUDA_CONTEXT_BYTES=16M -- "$TRUTH" "$case" --quota 67108864
+    if [ "$rc" -eq 0 ] && grep -q '"pass": true' "$TMP/out"; then
+        pass "quota_truth $case: NVML's figure within the quota, refused at it"
+    else
+        fail "quota_truth $case: NVML's figure within the quota, refused at it" "exit $rc"
+    fi
+done
+for case in capture pool_trim pool_destroy graph_upload export ipc getinfo; do
+    run $Q -- "$PROBE" --via gpa12000 memory "$case"
+    expect_lines "memory $case: the device never holds more than the quota counts" \
+        "^vram: out of GPU memory quota on $UUID0: " 0 3
+done
+
+# ---- the routes around the interposer ----
+run $Q -- "$PROBE" --via dlsym bypass "$BIN/libvram_route_helper.so"
+expect_lines "glibc's dlsym by dlvsym or libc's handle, private lookups, RTLD_DEEPBIND, dlmopen: closed" \
+    "^vram: (dlopen of .* with RTLD_DEEPBIND: loaded without it|dlmopen of .* refused|out of GPU memory quota on $UUID0: cuMemAlloc_v2 of 32.00 MiB refused)" 3 3
 
 # ---- what each route hands out ----
 for via in "dlsym" "dlsym --ptsz" "gpa11030" "gpa12000" "gpa12000 --ptsz"; do

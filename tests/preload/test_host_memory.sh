@@ -48,8 +48,9 @@ rows = [p for p in d["processes"] if p["pid"] == int(sys.argv[2])]
 print(rows[0].get(sys.argv[3], "") if rows else "")' "$TMP/json" "$1" "$2"
 }
 
-# env execs the probe: $! is its pid (it gives up waiting after 60 s).
-env VRAM_GROUP="$G" VRAM_LIMIT=256M LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH="$FAKE" \
+# env execs the probe: $! is its pid (it gives up waiting after 60 s). The
+# fake NVML (beside the probe) shows its context, so that it is measured.
+env VRAM_GROUP="$G" VRAM_LIMIT=256M LD_PRELOAD="$PRELOAD" LD_LIBRARY_PATH="$FAKE:$3" \
     "$PROBE" pinned "$TMP/stop1" "$TMP/stop2" >"$TMP/probe" 2>"$TMP/probe.err" &
 pid=$!
 check "the probe pins its 15 MiB" "wait_line $TMP/probe pinned"
