@@ -87,9 +87,10 @@ for kind in link file; do
     one_line 2 "vram: record: --output 'vram.trace.csv': $(why $kind)" "record ($kind)"
     intact vram.trace.csv $kind "record ($kind)"
 
-    # VRAM_TRACE, opened by the preload library inside the traced process.
+    # VRAM_TRACE, opened by the preload library inside the traced process
+    # (no context accounting: without NVML here it would add a line of its own).
     plant vt.csv $kind
-    env LD_LIBRARY_PATH="$FAKE" LD_PRELOAD="$LIB" VRAM_LIMIT=1G VRAM_TRACE="$SHARED/vt.csv" \
+    env LD_LIBRARY_PATH="$FAKE" LD_PRELOAD="$LIB" VRAM_LIMIT=1G VRAM_CONTEXT=off VRAM_TRACE="$SHARED/vt.csv" \
         "$PROBE" alloc 8 0 0 >"$TMP/out" 2>"$TMP/err"
     rc=$?
     one_line 0 "vram: VRAM_TRACE: $SHARED/vt.csv: $(why $kind)" "VRAM_TRACE in a process ($kind)"
