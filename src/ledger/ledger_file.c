@@ -53,6 +53,14 @@ ledger_dir_path(char *out, size_t cap, uid_t uid)
     snprintf(out, cap, LEDGER_ROOT "/vram-%u", (unsigned)uid);
 }
 
+/* The status of a failure with ERRNO value ERR: no room in /dev/shm (it
+** is memory) is VRAM_E_HOST_MEMORY, anything else VRAM_E_IO. */
+static vram_status
+room_status(int err)
+{
+    return err == ENOSPC || err == ENOMEM || err == EDQUOT ? VRAM_E_HOST_MEMORY : VRAM_E_IO;
+}
+
 /* "uid N (name)" of UID into OUT. getpwuid_r only: no static buffer. */
 static void
 uid_text(char *out, size_t cap, uid_t uid)
@@ -76,8 +84,8 @@ open_dir(uid_t uid, bool create, int *dfd)
     char path[64];
     ledger_dir_path(path, sizeof path, uid);
     if (create && mkdir(path, 0700) != 0 && errno != EEXIST)
-        return error_set(VRAM_E_IO, "ledger directory %s: cannot create it: %s", path,
-                         strerror(errno));
+        return error_set(room_status(errno), "ledger directory %s: cannot create it: %s",
+                         path, strerror(errno));
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
@@ -185,18 +193,42 @@ wrong_size(int fd, const char *dir, const char *group, const struct stat *sb)
                      dir, group, (long long)sb->st_size, sizeof(struct layout));
 }
 
+/*
+** Give the file behind FD its full size with every block allocated, before
+** anything is written through a mapping: a store to a page that /dev/shm
+** has no room for kills the writer with SIGBUS (a sparse file, as
+** ftruncate makes, takes its pages only when they are first written).
+** Every writer does it, not only the creator, so that a creator killed
+** before it has is made good by the next one; blocks already there cost
+** nothing. A full /dev/shm (or its quota) is VRAM_E_HOST_MEMORY: it is
+** host memory that is lacking.
+*/
+static vram_status
+allocate_blocks(int fd, const char *dir, const char *group)
+{
+    int err;
+    int tries = 0;
+    do
+        err = posix_fallocate(fd, 0, (off_t)sizeof(struct layout));
+    while (err == EINTR && ++tries < 16);
+    if (err == 0)
+        return VRAM_OK;
+    return error_set(room_status(err), "ledger %s/%s: cannot allocate its %zu bytes: %s",
+                     dir, group, sizeof(struct layout), strerror(err));
+}
+
 /* Map the file behind FD and check (or, if WRITABLE, write) its header. */
 static vram_status
 map_file(int fd, const char *dir, const char *group, const struct stat *sb, bool writable,
          struct layout **out)
 {
-    if (sb->st_size == 0 && writable && ftruncate(fd, (off_t)sizeof(struct layout)) != 0)
-        return error_set(VRAM_E_IO, "ledger %s/%s: cannot size it: %s", dir, group,
-                         strerror(errno));
     if (sb->st_size == 0 && !writable)
         return error_set(VRAM_E_NO_DEVICE, "ledger %s/%s is being created", dir, group);
     if (sb->st_size != 0 && (uint64_t)sb->st_size != sizeof(struct layout))
         return wrong_size(fd, dir, group, sb);
+    vram_status st = writable ? allocate_blocks(fd, dir, group) : VRAM_OK;
+    if (st != VRAM_OK)
+        return st;
     struct layout *m = mmap(NULL, sizeof *m, writable ? PROT_READ | PROT_WRITE : PROT_READ,
                             MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
@@ -220,6 +252,60 @@ map_file(int fd, const char *dir, const char *group, const struct stat *sb, bool
                          dir, group, (unsigned)version, LEDGER_VERSION);
     }
     *out = m;
+    return VRAM_OK;
+}
+
+/*
+** Make GROUP's file in the directory DFD: an unnamed file (O_TMPFILE),
+** mode 0600, of the layout's size with every block allocated, then linked
+** under its name. So a ledger's name never names a file whose blocks are
+** not all there, and a creator that fails (a full /dev/shm) or is killed
+** leaves nothing behind. *FD: the file, open for reading and writing; -1
+** when the name was taken meanwhile (another creator's: the caller opens
+** it). Where O_TMPFILE is not supported, the file is created under its
+** name and then given its blocks (a failure leaves it empty, which the
+** next opener completes). *AGAIN: the directory went away meanwhile.
+*/
+static vram_status
+create_file(int dfd, const char *dir, const char *group, int *fd, bool *again)
+{
+    bool named = false;
+    int f = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (f < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        named = true;
+        f = openat(dfd, group, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (f < 0 && errno == EEXIST)
+            return VRAM_OK;
+    }
+    if (f < 0) {
+        int err = errno;
+        *again = err == ENOENT;
+        return error_set(room_status(err), "ledger %s/%s: cannot create it: %s", dir, group,
+                         strerror(err));
+    }
+    vram_status st = VRAM_OK;
+    if (fchmod(f, 0600) != 0) /* whatever the umask */
+        st = error_set(VRAM_E_IO, "ledger %s/%s: chmod: %s", dir, group, strerror(errno));
+    if (st == VRAM_OK)
+        st = allocate_blocks(f, dir, group);
+    if (st == VRAM_OK && !named) {
+        char self[40];
+        snprintf(self, sizeof self, "/proc/self/fd/%d", f);
+        if (linkat(AT_FDCWD, self, dfd, group, AT_SYMLINK_FOLLOW) != 0) {
+            int err = errno;
+            close(f);
+            if (err == EEXIST)
+                return VRAM_OK; /* another creator's */
+            *again = err == ENOENT;
+            return error_set(room_status(err), "ledger %s/%s: cannot create it: %s", dir,
+                             group, strerror(err));
+        }
+    }
+    if (st != VRAM_OK) {
+        close(f);
+        return st;
+    }
+    *fd = f;
     return VRAM_OK;
 }
 
@@ -254,26 +340,18 @@ file_open_once(uid_t uid, const char *group, bool create, bool writable,
                          group);
     if (st != VRAM_OK)
         return st;
-    int mode = writable ? O_RDWR : O_RDONLY;
-    int fd = -1;
-    if (create) {
-        fd = openat(dfd, group, mode | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd >= 0 && fchmod(fd, 0600) != 0) { /* whatever the umask */
-            int err = errno;
-            close(fd);
+    /* O_NONBLOCK: a FIFO put in the file's place must not block the open. */
+    int mode = (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    int fd = openat(dfd, group, mode);
+    if (fd < 0 && errno == ENOENT && create) {
+        st = create_file(dfd, dir, group, &fd, again);
+        if (st != VRAM_OK) {
             close(dfd);
-            return error_set(VRAM_E_IO, "ledger %s/%s: chmod: %s", dir, group, strerror(err));
+            return st;
         }
-        if (fd < 0 && errno != EEXIST) {
-            int err = errno;
-            close(dfd);
-            *again = err == ENOENT;
-            return error_set(VRAM_E_IO, "ledger %s/%s: cannot create it: %s", dir, group,
-                             strerror(err));
-        }
+        if (fd < 0) /* another creator's, made meanwhile */
+            fd = openat(dfd, group, mode);
     }
-    if (fd < 0)
-        fd = openat(dfd, group, mode | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
         close(dfd);
