@@ -44,6 +44,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -143,9 +145,11 @@ struct dev_cached {
 };
 
 /*
-** A handle. MAP, GROUP, MEMBER and WRITABLE never change after open. OWN
-** is atomic: the threads of one process share the handle. ME changes only
-** in a fork child (forked: one thread).
+** A handle: a member's maps the file (MAP), a reader's reads it with
+** pread (FD; MAP is NULL), so that whatever the file's owner does to it
+** cannot fault the reader. MAP, FD, GROUP, MEMBER and WRITABLE never
+** change after open. OWN is atomic: the threads of one process share the
+** handle. ME changes only in a fork child (forked: one thread).
 */
 struct ledger {
     /* What a reservation reads, first: one cache line. */
@@ -155,8 +159,9 @@ struct ledger {
     _Atomic int64_t own;
     _Atomic uint32_t reserves; /* reservations made, for RECLAIM_EVERY */
     struct self me; /* its pid in the first line */
-    uid_t uid;      /* the user whose directory holds the file */
+    struct ledger_dir dir; /* the directory that holds the file */
     uint64_t ino;   /* the file's inode, for ledger_file_unlink */
+    int fd;         /* a reader's descriptor of the file (pread); -1 for a member */
     /* The limit this handle last recorded for each device (limit_set):
     ** UINT64_MAX none yet. */
     _Atomic uint64_t limit_put[LEDGER_MAX_DEVICES];
@@ -806,8 +811,22 @@ join(struct ledger *l, vram_status *rc)
     return false;
 }
 
+/* Whether a reader's file (FD) is marked removed: its state word, read. */
+static bool
+read_removed(int fd)
+{
+    uint32_t state = 0;
+    return pread(fd, &state, sizeof state, (off_t)offsetof(struct layout, state)) ==
+               (ssize_t)sizeof state &&
+           state == FILE_REMOVED;
+}
+
+/* Open a handle on GROUP of user UID (in directory AT, or the user's):
+** a member's (MEMBER: an entry, the file mapped and made if need be), or
+** a reader's (read with pread, never mapped). */
 static vram_status
-open_handle(uid_t uid, const char *group, bool member, bool writable, struct ledger **out)
+open_handle(const struct ledger_dir *at, uid_t uid, const char *group, bool member,
+            struct ledger **out)
 {
     if (out == NULL)
         return error_set(VRAM_E_INVALID, "ledger: NULL argument");
@@ -821,30 +840,35 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
         return error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
     memset(l, 0, size);
     l->member = member;
-    l->writable = writable;
-    l->uid = uid;
+    l->writable = member;
+    l->fd = -1;
     atomic_init(&l->own, OWN_NONE);
     for (int d = 0; d < LEDGER_MAX_DEVICES; d++)
         atomic_init(&l->limit_put[d], UINT64_MAX);
     memcpy(l->group, group, strlen(group) + 1);
     rc = ledger_self_read(&l->me);
     for (int attempt = 0; rc == VRAM_OK; attempt++) {
-        rc = ledger_file_open(uid, group, member, writable, &l->map, &l->ino);
+        struct ledger_file f;
+        rc = ledger_file_open(at, uid, group, member, member, &f);
         if (rc != VRAM_OK)
             break;
-        bool ok = member ? join(l, &rc)
-                         : atomic_load(&l->map->state) != FILE_REMOVED;
+        l->map = f.map;
+        l->fd = f.fd;
+        l->dir = f.dir;
+        l->ino = f.ino;
+        bool ok = member ? join(l, &rc) : !read_removed(l->fd);
         if (ok)
             break;
+        if (!member) {
+            rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", group);
+            break;
+        }
         /* Removed: its remover may be stopped before its unlink, so unlink
         ** it ourselves (only if the name still names this file). */
-        if (writable)
-            ledger_file_unlink(group, l->ino);
+        ledger_file_unlink(&l->dir, group, l->ino);
         munmap(l->map, sizeof *l->map);
         l->map = NULL;
-        if (!member)
-            rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", group);
-        else if (attempt + 1 >= OPEN_ATTEMPTS)
+        if (attempt + 1 >= OPEN_ATTEMPTS)
             rc = error_set(VRAM_E_IO, "ledger of group %s keeps being removed while opened",
                            group);
     }
@@ -865,19 +889,27 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
 vram_status
 ledger_open(const char *group, struct ledger **out)
 {
-    return open_handle(geteuid(), group, true, true, out);
+    return open_handle(NULL, geteuid(), group, true, out);
 }
 
 vram_status
 ledger_attach_existing(const char *group, struct ledger **out)
 {
-    return open_handle(geteuid(), group, false, true, out);
+    return open_handle(NULL, geteuid(), group, false, out);
 }
 
 vram_status
-ledger_attach_user(uid_t uid, const char *group, struct ledger **out)
+ledger_attach_in(const struct ledger_dir *dir, const char *group, struct ledger **out)
 {
-    return open_handle(uid, group, false, false, out);
+    if (dir == NULL)
+        return error_set(VRAM_E_INVALID, "ledger_attach_in: NULL directory");
+    return open_handle(dir, dir->uid, group, false, out);
+}
+
+struct ledger_dir
+ledger_where(const struct ledger *l)
+{
+    return l->dir;
 }
 
 void
@@ -889,6 +921,8 @@ ledger_close(struct ledger *l)
         member_remove(l);
     if (l->map != NULL)
         munmap(l->map, sizeof *l->map);
+    if (l->fd >= 0)
+        close(l->fd);
     for (int i = 0; l->judged != NULL && i < LEDGER_MAX_PROCS; i++)
         judged_forget(&l->judged[i]);
     free(l->judged);
@@ -899,9 +933,12 @@ ledger_close(struct ledger *l)
 bool
 ledger_current(const struct ledger *l)
 {
-    return l != NULL && l->map != NULL &&
-           atomic_load(&l->map->state) != FILE_REMOVED &&
-           ledger_file_same(l->uid, l->group, l->ino);
+    if (l == NULL || (l->map == NULL && l->fd < 0))
+        return false;
+    /* A reader's snapshot finds the file marked removed itself. */
+    if (l->map != NULL && atomic_load(&l->map->state) == FILE_REMOVED)
+        return false;
+    return ledger_file_same(&l->dir, l->group, l->ino);
 }
 
 void
@@ -912,11 +949,10 @@ ledger_leave(struct ledger *l)
     leave_slot(l);
 }
 
-bool
-ledger_remove_if_unused(struct ledger *l)
+/* The removal's steps (docs/LEDGER.md, "Removal") on L's mapping. */
+static bool
+remove_mapped(struct ledger *l)
 {
-    if (l == NULL || l->map == NULL || !l->writable)
-        return false;
     struct layout *m = l->map;
     reclaim(l, LOOK_THOROUGH);
     uint32_t state = FILE_ACTIVE;
@@ -934,8 +970,81 @@ ledger_remove_if_unused(struct ledger *l)
     }
     if (!atomic_compare_exchange_strong(&m->state, &state, FILE_REMOVED))
         return false; /* a joiner turned it back */
-    ledger_file_unlink(l->group, l->ino);
+    ledger_file_unlink(&l->dir, l->group, l->ino);
     return true;
+}
+
+/* How long a reader waits for the child that removes a ledger for it, ms:
+** the child's work is a /proc read per entry at most (a few ms); one its
+** user stopped (it runs as the caller) is killed then. */
+#define REMOVE_WAIT_MS 1000
+
+/* End a child process this library forked itself (never the host
+** process: habit 7), without the host's exit handlers or buffers. */
+static _Noreturn void
+child_end(int status)
+{
+    _exit(status); /* a fork child's end */
+}
+
+/*
+** A reader's removal: the steps need atomics on the file itself, so a
+** child process maps it and takes them, and the reader (which maps
+** nothing) waits for it: a file truncated meanwhile faults the child, not
+** the reader. The child says nothing and asks no user database (it may be
+** the child of a threaded program: only async-signal-safe work, and
+** /proc reads).
+*/
+static bool
+remove_in_child(struct ledger *l)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        struct layout *m = ledger_file_map_quiet(&l->dir, l->group, l->ino);
+        if (m == NULL)
+            child_end(2);
+        struct ledger tmp;
+        memset(&tmp, 0, sizeof tmp);
+        tmp.map = m;
+        tmp.writable = true;
+        tmp.fd = -1;
+        atomic_init(&tmp.own, OWN_NONE);
+        tmp.me = l->me; /* its pid namespace, for the judgments */
+        tmp.dir = l->dir;
+        tmp.ino = l->ino;
+        memcpy(tmp.group, l->group, sizeof tmp.group);
+        child_end(remove_mapped(&tmp) ? 0 : 1);
+    }
+    int status = 0;
+    for (int waited = 0;; waited++) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (w < 0 && errno != EINTR)
+            return false; /* reaped elsewhere (SIGCHLD ignored): the next look tells */
+        if (waited >= REMOVE_WAIT_MS) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            return false;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+bool
+ledger_remove_if_unused(struct ledger *l)
+{
+    if (l == NULL)
+        return false;
+    if (l->member && l->map != NULL)
+        return remove_mapped(l);
+    if (l->fd >= 0)
+        return remove_in_child(l);
+    return false;
 }
 
 vram_status
@@ -1167,11 +1276,181 @@ ledger_host_sub(struct ledger *l, uint64_t bytes)
         use_sub(&s->pinned, bytes); /* never below zero, as ledger_release */
 }
 
+/* ==== a reader's copy of the file ==== */
+
+/* Entries a reader reads at once: 16 of 640 bytes, a few pages. */
+#define READ_CHUNK 16
+/* Reads of one record that keeps changing, before it is left out. */
+#define READ_TRIES 4
+
+/*
+** A reader's private copy of its file (image_read): the header, the
+** device records and the entries below n_slots. Each record is read
+** twice and kept only when both reads agree byte for byte: an entry's
+** owner word holds a generation that a new member's claim always
+** changes, so two equal reads of it, the second after the whole first,
+** mean that the entry belonged to one process all along, and equal
+** identity fields that they are that process's (a field read before the
+** claim would differ from its second read). No read can fault: a file
+** cut short makes a short read, which is said.
+*/
+struct image {
+    struct layout *m; /* malloc'ed (the layout's size; only what is read is touched) */
+    int n;            /* entries read */
+    bool unstable[LEDGER_MAX_PROCS]; /* kept changing while read: left out, stale */
+};
+
+/* pread exactly LEN bytes at OFF into BUF; false on a short read (the
+** file was cut) or an error. */
+static bool
+read_exact(int fd, void *buf, size_t len, off_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/*
+** COUNT records of SIZE bytes at OFF into DST, each as two reads agree
+** (SCRATCH: room for COUNT records): all read twice, and each that
+** differs again alone until two reads agree (READ_TRIES); UNSTABLE[i]
+** (if not NULL) says which never did (DST holds its last read). False
+** when the file cannot be read that far.
+*/
+static bool
+read_records(int fd, void *dst, void *scratch, size_t size, int count, off_t off,
+             bool *unstable)
+{
+    size_t len = size * (size_t)count;
+    if (!read_exact(fd, dst, len, off) || !read_exact(fd, scratch, len, off))
+        return false;
+    for (int i = 0; i < count; i++) {
+        char *a = (char *)dst + size * (size_t)i, *b = (char *)scratch + size * (size_t)i;
+        off_t at = off + (off_t)(size * (size_t)i);
+        bool same = memcmp(a, b, size) == 0;
+        for (int t = 0; !same && t < READ_TRIES; t++) {
+            if (!read_exact(fd, a, size, at) || !read_exact(fd, b, size, at))
+                return false;
+            same = memcmp(a, b, size) == 0;
+        }
+        if (unstable != NULL)
+            unstable[i] = !same;
+    }
+    return true;
+}
+
+/* The line for L's file found cut short (or grown: a read of it failed). */
+static vram_status
+image_cut(const struct ledger *l, const char *dir)
+{
+    struct stat sb;
+    if (fstat(l->fd, &sb) == 0 && (uint64_t)sb.st_size != sizeof(struct layout))
+        return error_set(VRAM_E_IO,
+                         "ledger %s/%s has %lld bytes, not the %zu of a ledger of this vram "
+                         "(it is not read); remove it once no process of the group runs",
+                         dir, l->group, (long long)sb.st_size, sizeof(struct layout));
+    return error_set(VRAM_E_IO, "ledger %s/%s cannot be read: %s", dir, l->group,
+                     errno != 0 ? strerror(errno) : "it changed size while it was read");
+}
+
+/* Read reader L's file into IM (image_free after). VRAM_E_IO with a line
+** when it is no longer a ledger of this build (cut, rewritten),
+** VRAM_E_NO_DEVICE when it was removed. */
+static vram_status
+image_read(struct ledger *l, struct image *im)
+{
+    char dir[64];
+    ledger_dir_path(dir, sizeof dir, &l->dir);
+    memset(im, 0, sizeof *im);
+    im->m = malloc(sizeof *im->m);
+    void *scratch = malloc(READ_CHUNK * sizeof(struct slot));
+    _Static_assert(READ_CHUNK * sizeof(struct slot) >= sizeof(((struct layout *)0)->dev),
+                   "the scratch holds the device records");
+    vram_status rc = VRAM_OK;
+    struct layout *m = im->m;
+    errno = 0;
+    if (m == NULL || scratch == NULL)
+        rc = error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
+    else if (!read_exact(l->fd, m, offsetof(struct layout, dev), 0))
+        rc = image_cut(l, dir);
+    if (rc == VRAM_OK && (atomic_load(&m->magic) != LEDGER_MAGIC ||
+                          atomic_load(&m->version) != LEDGER_VERSION ||
+                          atomic_load(&m->size) != sizeof(struct layout)))
+        rc = ledger_file_alien(dir, l->group, atomic_load(&m->magic),
+                               atomic_load(&m->version));
+    if (rc == VRAM_OK && atomic_load(&m->state) == FILE_REMOVED)
+        rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", l->group);
+    if (rc == VRAM_OK &&
+        !read_records(l->fd, m->dev, scratch, sizeof m->dev[0], LEDGER_MAX_DEVICES,
+                      (off_t)offsetof(struct layout, dev), NULL))
+        rc = image_cut(l, dir);
+    int n = rc == VRAM_OK ? n_slots(m) : 0;
+    for (int base = 0; rc == VRAM_OK && base < n; base += READ_CHUNK) {
+        int k = n - base < READ_CHUNK ? n - base : READ_CHUNK;
+        off_t off = (off_t)(offsetof(struct layout, slots) + sizeof(struct slot) * (size_t)base);
+        if (!read_records(l->fd, &m->slots[base], scratch, sizeof(struct slot), k, off,
+                          &im->unstable[base]))
+            rc = image_cut(l, dir);
+    }
+    free(scratch);
+    im->n = n;
+    if (rc != VRAM_OK) {
+        free(im->m);
+        im->m = NULL;
+    }
+    return rc;
+}
+
+static void
+image_free(struct image *im)
+{
+    free(im->m);
+    im->m = NULL;
+}
+
+/* A reader's sum of the live entries' use of device D (-1: the device of
+** UUID), each judged alive through /proc (no judgment remembered). */
+static uint64_t
+reader_used(struct ledger *l, int d, const char *uuid)
+{
+    struct image im;
+    if (image_read(l, &im) != VRAM_OK)
+        return 0;
+    const struct layout *m = im.m;
+    uint64_t tag = d < 0 ? uuid_tag(uuid) : 0;
+    for (int k = 0; d < 0 && k < LEDGER_MAX_DEVICES; k++) {
+        char have[LEDGER_UUID_LEN];
+        uuid_read(&m->dev[k], have);
+        if (atomic_load(&m->dev[k].tag) == tag && strcmp(have, uuid) == 0)
+            d = k;
+    }
+    uint64_t sum = 0;
+    for (int i = 0; d >= 0 && i < im.n; i++) {
+        const struct slot *s = &m->slots[i];
+        uint64_t w = ld(&s->owner);
+        if (im.unstable[i] || owner_state(w) != SLOT_LIVE ||
+            ledger_proc_dead(owner_pid(w), ld(&s->start_time), ld(&s->pidns), l->me.pidns))
+            continue;
+        sum = add_sat(sum, ld(&s->use[d].used));
+    }
+    image_free(&im);
+    return sum;
+}
+
 uint64_t
 ledger_group_used(struct ledger *l, const char *uuid)
 {
     if (l == NULL || check_uuid(uuid) != VRAM_OK)
         return 0;
+    if (l->map == NULL)
+        return reader_used(l, -1, uuid);
     reclaim(l, LOOK_NOW);
     int d = -1;
     device_index(l, uuid, false, &d);
@@ -1183,6 +1462,8 @@ ledger_group_used_at(struct ledger *l, int d)
 {
     if (l == NULL || d < 0 || d >= LEDGER_MAX_DEVICES)
         return 0;
+    if (l->map == NULL)
+        return reader_used(l, d, NULL);
     reclaim(l, LOOK_NOW);
     return group_sum(l->map, d, false);
 }
@@ -1255,21 +1536,29 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
 {
     if (l == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "ledger_snapshot: NULL argument");
-    struct layout *m = l->map;
-    /* A member looks for the dead first, all of them. A monitor (no entry)
-    ** judges each live entry as it copies it instead: one /proc read per
-    ** process gives both its liveness and its resident set, which is what
-    ** makes a sample of 1,000 processes cheap (BENCHMARKS.md). */
-    if (l->member)
+    /* A member looks for the dead first, all of them, and reads its
+    ** mapping. A reader (no entry, no mapping) reads its private copy and
+    ** judges each live entry as it copies it: one /proc read per process
+    ** gives both its liveness and its resident set, which is what makes a
+    ** sample of 1,000 processes cheap (BENCHMARKS.md). */
+    struct image im = {.m = NULL, .n = 0};
+    const struct layout *m = l->map;
+    if (l->member) {
         reclaim(l, LOOK_NOW);
+    } else {
+        vram_status rc = image_read(l, &im);
+        if (rc != VRAM_OK)
+            return rc;
+        m = im.m;
+    }
 
     /* Not the whole struct: its 512 entries are 170 KB, and each entry
     ** kept is written whole by copy_proc. */
     memset(out, 0, offsetof(struct ledger_snapshot, procs));
     memcpy(out->group, l->group, sizeof out->group);
     for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
-        struct device *dv = &m->dev[d];
-        if (atomic_load(&dv->tag) == 0)
+        const struct device *dv = &m->dev[d];
+        if (atomic_load((_Atomic uint64_t *)&dv->tag) == 0)
             break;
         uuid_read(dv, out->uuid[d]);
         if (out->uuid[d][0] == '\0') /* its writer is stopped before the UUID */
@@ -1278,7 +1567,7 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
         out->refusals[d] = ld(&dv->refusals);
         out->n_devices = d + 1;
     }
-    int n = n_slots(m);
+    int n = l->member ? n_slots(m) : im.n;
     for (int i = 0; i < n; i++) {
         const struct slot *s = &m->slots[i];
         struct ledger_proc *p = &out->procs[out->n_procs];
@@ -1290,6 +1579,10 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
             if (!live)
                 break;
         }
+        if (!l->member && im.unstable[i]) {
+            out->stale = true; /* it kept changing while it was read */
+            continue;
+        }
         if (!got) {
             if (live)
                 out->stale = true;
@@ -1297,18 +1590,14 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
                 judged_forget(&l->judged[i]); /* a free entry keeps no descriptor */
             continue;
         }
-        if (!l->member && judge_entry(l, i, w, p, ld(&s->pidns))) {
-            /* Dead: a writable monitor frees it (one compare-and-swap, as
-            ** reclaim does); a read-only handle leaves it out. */
-            if (l->writable)
-                atomic_compare_exchange_strong((_Atomic uint64_t *)&s->owner, &w,
-                                               owner_word(SLOT_FREE, owner_gen(w), 0));
+        /* A reader leaves a dead member out; the members reclaim it. */
+        if (!l->member && judge_entry(l, i, w, p, ld(&s->pidns)))
             continue;
-        }
         for (int d = 0; d < out->n_devices; d++)
             out->used[d] = add_sat(out->used[d], p->dev[d].used);
         out->n_procs++;
     }
+    image_free(&im);
     return VRAM_OK;
 }
 

@@ -4,7 +4,9 @@
 ** processes of one job share one quota.
 **
 ** One file per (user, group): /dev/shm/vram-<uid>/<group>, in a directory
-** of that user (mode 0700) so that no other user can take a group's name.
+** of that user (mode 0700) so that no other user can take a group's name;
+** when another user holds the directory's name, /dev/shm/vram-<uid>.<k>,
+** the lowest such directory of the user's (docs/LEDGER.md).
 ** It holds the devices seen (by GPU UUID) and one entry per member
 ** process: pid, start time (so a recycled pid is not mistaken for it),
 ** command name, and per device the bytes it holds now and at its peak.
@@ -43,6 +45,14 @@
 #define LEDGER_COMM_LEN 32
 
 struct ledger;
+
+/* A user's ledger directory: SEQ 0 is /dev/shm/vram-<uid>; SEQ k > 0 the
+** fallback /dev/shm/vram-<uid>.<k>, used when other users hold the names
+** before it (docs/LEDGER.md, "The directory"). */
+struct ledger_dir {
+    uid_t uid;
+    uint32_t seq;
+};
 
 /* One process's use of one device, bytes. */
 struct ledger_use {
@@ -119,7 +129,13 @@ vram_status ledger_after_fork(struct ledger *l);
 ** joiner that sees the mark turns it back (and the removal is abandoned),
 ** and one that sees it removed opens the group anew. Called at
 ** process exit by the preload library and by `vram run`, so /dev/shm does
-** not fill up with the ledgers of finished jobs.
+** not fill up with the ledgers of finished jobs, and by the monitors for
+** groups whose members are all gone. With a reader's handle the removal
+** runs in a child process (fork), which maps the file: a file its owner
+** truncates meanwhile kills that child, never the caller, and the caller
+** waits for it at most about a second (then it is killed, which the
+** removal's steps allow at any instruction). Not for a process that
+** forbids fork (the preload library uses members' handles only).
 */
 bool ledger_remove_if_unused(struct ledger *l);
 
@@ -189,34 +205,49 @@ uint64_t ledger_group_used(struct ledger *l, const char *uuid);
 ** for its liveness and its resident set). */
 vram_status ledger_snapshot(struct ledger *l, struct ledger_snapshot *out);
 
-/* Open GROUP's ledger only if it exists, without adding an entry (for the
-** monitoring commands). VRAM_E_NO_DEVICE if there is none. Such a handle
-** reclaims dead members' entries when it reads. */
+/*
+** Open GROUP's ledger of the calling user only if it exists, without
+** adding an entry (for the monitoring commands and `vram run --report`):
+** a reader's handle. VRAM_E_NO_DEVICE if there is none. A reader's handle
+** never maps the file: it reads it with pread, so that whatever its owner
+** does to it (truncating it, growing it, filling it with anything,
+** replacing it) at any moment costs a reader at most a status with one
+** line (VRAM_E_IO), never a signal, a hang or a wrong read. It writes
+** nothing (its snapshots leave dead members out instead of reclaiming
+** them) but in ledger_remove_if_unused, which it does in a child process.
+*/
 vram_status ledger_attach_existing(const char *group, struct ledger **out);
 
-/* Open user UID's ledger GROUP read-only (for a monitor running as root):
-** the directory and the file must belong to UID (never followed if a
-** link). A read-only handle writes nothing: its snapshots leave dead
-** members out instead of reclaiming them. */
-vram_status ledger_attach_user(uid_t uid, const char *group, struct ledger **out);
+/* The same for ledger GROUP in directory DIR (of any user: for a monitor
+** running as root, or a reader of the host's policy). */
+vram_status ledger_attach_in(const struct ledger_dir *dir, const char *group,
+                             struct ledger **out);
 
-/* Whether L still maps its group's ledger: the name in the user's
-** directory still names the file it mapped, a regular file of that user
-** of the expected size, not marked removed (one lstat). A monitor keeps
-** its handles across samples while this holds, instead of opening and
-** mapping every ledger at every sample. */
+/* Whether L still reads or maps its group's ledger: the name in its
+** directory still names the file it opened, a regular file of that user
+** of the expected size (one lstat; a member's handle also checks that the
+** file is not marked removed). A monitor keeps its handles across samples
+** while this holds, instead of opening every ledger at every sample. */
 bool ledger_current(const struct ledger *l);
 
-/* Every group ledger of the calling user: names into GROUPS (MAX of them,
-** LEDGER_GROUP_LEN each, sorted); *n receives the count (at most MAX: more
-** are left out). Entries that are not regular files of the user are
-** skipped. ledger_list_user: the same for user UID. */
-vram_status ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
-vram_status ledger_list_user(uid_t uid, char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
+/* The directory L's file is in. */
+struct ledger_dir ledger_where(const struct ledger *l);
 
-/* The users with a ledger directory (/dev/shm/vram-<uid>, a real
-** directory owned by <uid>, writable by nobody else): UIDS (MAX), *n. */
-vram_status ledger_list_users(uid_t *uids, int max, int *n);
+/* The group ledgers of the calling user, in the directory its processes
+** use: names into GROUPS (MAX of them, LEDGER_GROUP_LEN each, sorted); *n
+** receives the count (at most MAX: more are left out). Entries that are
+** not regular files of the user are skipped. ledger_list_in: the same for
+** directory DIR. */
+vram_status ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
+vram_status ledger_list_in(const struct ledger_dir *dir, char (*groups)[LEDGER_GROUP_LEN],
+                           int max, int *n);
+
+/* The ledger directories in /dev/shm of user ONLY ((uid_t)-1: of every
+** user) that are valid (a real directory owned by the uid in its name,
+** writable by nobody else): DIRS (MAX), *n, sorted by uid and then seq
+** (of one user's, the first is the one its processes use). Names of that
+** form that are not valid (another user's squat) are left out. */
+vram_status ledger_list_dirs(uid_t only, struct ledger_dir *dirs, int max, int *n);
 
 /*
 ** What the listing of a directory depends on: an entry added, removed or
@@ -233,10 +264,9 @@ struct ledger_stamp {
     int64_t taken_ns; /* CLOCK_REALTIME when the stamp was taken */
 };
 
-/* The stamp of user UID's ledger directory, or with ROOT of the directory
-** of all users' directories (UID unused); false when it is not there (or
-** not a directory). */
-bool ledger_dir_stamp(bool root, uid_t uid, struct ledger_stamp *out);
+/* The stamp of ledger directory DIR, or (DIR NULL) of /dev/shm, which
+** holds the directories; false when it is not there (or not a directory). */
+bool ledger_dir_stamp(const struct ledger_dir *dir, struct ledger_stamp *out);
 
 /* Whether stamp NOW is stamp THEN's, and THEN was taken when the
 ** directory had been still long enough (LEDGER_STILL_NS) that a later

@@ -205,17 +205,42 @@ int ledger_watch_poll(struct ledger_watch *w, int *ended, int max);
 
 /* ---- ledger_file.c: the directory and the file ---- */
 
-/* The per-user directory "/dev/shm/vram-<uid>" into OUT. */
-void ledger_dir_path(char *out, size_t cap, uid_t uid);
-/* Open (creating it and the directory if CREATE) and map GROUP's file of
-** user UID; WRITABLE maps it for writing. *INO receives its inode. */
-vram_status ledger_file_open(uid_t uid, const char *group, bool create, bool writable,
-                             struct layout **out, uint64_t *ino);
-/* Unlink GROUP's file of the effective user if the name still names inode INO. */
-void ledger_file_unlink(const char *group, uint64_t ino);
-/* Whether GROUP's file of user UID is still inode INO: a regular file of
-** UID, of the layout's size, not a link (one lstat). */
-bool ledger_file_same(uid_t uid, const char *group, uint64_t ino);
+/* A ledger file opened (ledger_file_open). */
+struct ledger_file {
+    struct ledger_dir dir; /* the directory it is in */
+    struct layout *map;    /* a writer's mapping; NULL for a reader */
+    int fd;                /* a reader's descriptor, read with pread; -1 for a writer */
+    uint64_t ino;          /* its inode */
+};
+
+/* Directory D's path ("/dev/shm/vram-<uid>" or "/dev/shm/vram-<uid>.<seq>") into OUT. */
+void ledger_dir_path(char *out, size_t cap, const struct ledger_dir *d);
+/*
+** Open GROUP's file of user UID into *OUT: in directory AT, or (AT NULL)
+** in the directory the user's processes all find (the lowest valid one;
+** made if CREATE and there is none). WRITABLE: the file is made if CREATE
+** and missing, given all its blocks and mapped for writing, its header
+** written if it is not yet; else it is opened for reading with pread (a
+** reader never maps a file its owner may truncate) and its header checked.
+*/
+vram_status ledger_file_open(const struct ledger_dir *at, uid_t uid, const char *group,
+                             bool create, bool writable, struct ledger_file *out);
+/* The line (VRAM_E_IO) for GROUP's file in directory path DIR whose header
+** has MAGIC and VERSION, not this build's. */
+vram_status ledger_file_alien(const char *dir, const char *group, uint64_t magic,
+                              uint32_t version);
+/* Unlink GROUP's file in directory D if the name still names inode INO,
+** then remove D if it is empty. */
+void ledger_file_unlink(const struct ledger_dir *d, const char *group, uint64_t ino);
+/* Whether GROUP's file in directory D is still inode INO: a regular file
+** of D's uid, of the layout's size, not a link (one lstat). */
+bool ledger_file_same(const struct ledger_dir *d, const char *group, uint64_t ino);
+/* GROUP's file in directory D mapped for writing, if it is still inode
+** INO, a regular file of D's uid, mode 0600, of this version's layout;
+** else NULL. Says nothing and asks no user database: for a fork child
+** (ledger_remove_if_unused of a reader's handle). */
+struct layout *ledger_file_map_quiet(const struct ledger_dir *d, const char *group,
+                                     uint64_t ino);
 /* Whether NAME is a valid group name. */
 bool ledger_group_valid(const char *name);
 

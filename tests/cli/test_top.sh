@@ -21,7 +21,7 @@ test_cleanup() {
     tmux -S "$SOCK" kill-server 2>/dev/null
     for p in $pids; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
-    rm -f "/dev/shm/vram-$(id -u)/$G"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}d"
     rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 # A failure shows the screen it was judged on.
@@ -78,6 +78,25 @@ wait "$victim" 2>/dev/null
 sleep 1
 tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
 if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else pass "killed process disappears"; fi
+# A group whose members are all killed leaves the screen, and top's sample
+# removes its file.
+"$FILL" "${G}d" "$U" 16 512 >"$TMP/fill.dead" 2>&1 &
+dead=$!
+pids="$pids $dead"
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.dead"; do sleep 0.1; i=$((i + 1)); done
+check "top shows a group of one member" "group ${G}d +quota"
+kill -9 "$dead"
+wait "$dead" 2>/dev/null
+i=0
+while [ $i -lt 50 ]; do
+    tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+    grep -qE "group ${G}d +quota" "$TMP/screen" || break
+    sleep 0.2
+    i=$((i + 1))
+done
+if grep -qE "group ${G}d +quota" "$TMP/screen"; then bad "a group whose members are all gone leaves the screen"; else pass "a group whose members are all gone leaves the screen"; fi
+if [ -e "/dev/shm/vram-$(id -u)/${G}d" ]; then fail "... and its file is removed"; else pass "... and its file is removed"; fi
 tmux -S "$SOCK" send-keys -t "$S" "q"
 check "q quits with status 0" "TOP-EXIT=0"
 check "terminal restored: the prompt is back" "^READY> ?$"
