@@ -1318,32 +1318,39 @@ read_exact(int fd, void *buf, size_t len, off_t off)
 }
 
 /*
-** COUNT records of SIZE bytes at OFF into DST, each as two reads agree
-** (SCRATCH: room for COUNT records): all read twice, and each that
-** differs again alone until two reads agree (READ_TRIES); UNSTABLE[i]
-** (if not NULL) says which never did (DST holds its last read). False
-** when the file cannot be read that far.
+** COUNT records of SIZE bytes read twice, at OFF of the file, into A and
+** B: each record that differs between the two is read again alone, both
+** ways, until the two reads agree (READ_TRIES); UNSTABLE[i] (if not NULL)
+** says which never did (A holds its last read). False when the file cannot
+** be read that far.
 */
 static bool
-read_records(int fd, void *dst, void *scratch, size_t size, int count, off_t off,
-             bool *unstable)
+settle_records(int fd, void *a, void *b, size_t size, int count, off_t off, bool *unstable)
 {
-    size_t len = size * (size_t)count;
-    if (!read_exact(fd, dst, len, off) || !read_exact(fd, scratch, len, off))
-        return false;
     for (int i = 0; i < count; i++) {
-        char *a = (char *)dst + size * (size_t)i, *b = (char *)scratch + size * (size_t)i;
+        char *x = (char *)a + size * (size_t)i, *y = (char *)b + size * (size_t)i;
         off_t at = off + (off_t)(size * (size_t)i);
-        bool same = memcmp(a, b, size) == 0;
+        bool same = memcmp(x, y, size) == 0;
         for (int t = 0; !same && t < READ_TRIES; t++) {
-            if (!read_exact(fd, a, size, at) || !read_exact(fd, b, size, at))
+            if (!read_exact(fd, x, size, at) || !read_exact(fd, y, size, at))
                 return false;
-            same = memcmp(a, b, size) == 0;
+            same = memcmp(x, y, size) == 0;
         }
         if (unstable != NULL)
             unstable[i] = !same;
     }
     return true;
+}
+
+/* COUNT records of SIZE bytes at OFF into DST, each as two reads agree
+** (SCRATCH: room for COUNT records; settle_records). */
+static bool
+read_records(int fd, void *dst, void *scratch, size_t size, int count, off_t off,
+             bool *unstable)
+{
+    size_t len = size * (size_t)count;
+    return read_exact(fd, dst, len, off) && read_exact(fd, scratch, len, off) &&
+           settle_records(fd, dst, scratch, size, count, off, unstable);
 }
 
 /* The line for L's file found cut short (or grown: a read of it failed). */
@@ -1360,25 +1367,32 @@ image_cut(const struct ledger *l, const char *dir)
                      errno != 0 ? strerror(errno) : "it changed size while it was read");
 }
 
-/* Read reader L's file into IM (image_free after). VRAM_E_IO with a line
+/* What a reader reads first, twice, one system call each: the header, the
+** device records and the first READ_CHUNK entries. A group of up to 16
+** processes is read in two calls. */
+#define READ_FIRST (offsetof(struct layout, slots) + READ_CHUNK * sizeof(struct slot))
+
+/*
+** Read reader L's file into IM (image_free after). VRAM_E_IO with a line
 ** when it is no longer a ledger of this build (cut, rewritten),
-** VRAM_E_NO_DEVICE when it was removed. */
+** VRAM_E_NO_DEVICE when it was removed. The copy is allocated for the
+** header, the devices and the entries below n_slots only (a few KiB for
+** a small group, not the whole layout at every sample): only those are
+** ever reached through IM->m.
+*/
 static vram_status
 image_read(struct ledger *l, struct image *im)
 {
     char dir[64];
     ledger_dir_path(dir, sizeof dir, &l->dir);
     memset(im, 0, sizeof *im);
-    im->m = malloc(sizeof *im->m);
-    void *scratch = malloc(READ_CHUNK * sizeof(struct slot));
-    _Static_assert(READ_CHUNK * sizeof(struct slot) >= sizeof(((struct layout *)0)->dev),
-                   "the scratch holds the device records");
+    struct layout *m = malloc(READ_FIRST);
+    unsigned char *scratch = malloc(READ_FIRST);
     vram_status rc = VRAM_OK;
-    struct layout *m = im->m;
     errno = 0;
     if (m == NULL || scratch == NULL)
         rc = error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
-    else if (!read_exact(l->fd, m, offsetof(struct layout, dev), 0))
+    else if (!read_exact(l->fd, m, READ_FIRST, 0) || !read_exact(l->fd, scratch, READ_FIRST, 0))
         rc = image_cut(l, dir);
     if (rc == VRAM_OK && (atomic_load(&m->magic) != LEDGER_MAGIC ||
                           atomic_load(&m->version) != LEDGER_VERSION ||
@@ -1387,12 +1401,25 @@ image_read(struct ledger *l, struct image *im)
                                atomic_load(&m->version));
     if (rc == VRAM_OK && atomic_load(&m->state) == FILE_REMOVED)
         rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", l->group);
-    if (rc == VRAM_OK &&
-        !read_records(l->fd, m->dev, scratch, sizeof m->dev[0], LEDGER_MAX_DEVICES,
-                      (off_t)offsetof(struct layout, dev), NULL))
-        rc = image_cut(l, dir);
     int n = rc == VRAM_OK ? n_slots(m) : 0;
-    for (int base = 0; rc == VRAM_OK && base < n; base += READ_CHUNK) {
+    int first = n < READ_CHUNK ? n : READ_CHUNK;
+    if (rc == VRAM_OK &&
+        (!settle_records(l->fd, m->dev, scratch + offsetof(struct layout, dev),
+                         sizeof m->dev[0], LEDGER_MAX_DEVICES,
+                         (off_t)offsetof(struct layout, dev), NULL) ||
+         !settle_records(l->fd, m->slots, scratch + offsetof(struct layout, slots),
+                         sizeof(struct slot), first, (off_t)offsetof(struct layout, slots),
+                         im->unstable)))
+        rc = image_cut(l, dir);
+    if (rc == VRAM_OK && n > READ_CHUNK) {
+        struct layout *bigger =
+            realloc(m, offsetof(struct layout, slots) + (size_t)n * sizeof(struct slot));
+        if (bigger == NULL)
+            rc = error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
+        else
+            m = bigger;
+    }
+    for (int base = READ_CHUNK; rc == VRAM_OK && base < n; base += READ_CHUNK) {
         int k = n - base < READ_CHUNK ? n - base : READ_CHUNK;
         off_t off = (off_t)(offsetof(struct layout, slots) + sizeof(struct slot) * (size_t)base);
         if (!read_records(l->fd, &m->slots[base], scratch, sizeof(struct slot), k, off,
@@ -1400,12 +1427,13 @@ image_read(struct ledger *l, struct image *im)
             rc = image_cut(l, dir);
     }
     free(scratch);
-    im->n = n;
     if (rc != VRAM_OK) {
-        free(im->m);
-        im->m = NULL;
+        free(m);
+        return rc;
     }
-    return rc;
+    im->m = m;
+    im->n = n;
+    return VRAM_OK;
 }
 
 static void

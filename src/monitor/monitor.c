@@ -577,9 +577,15 @@ note_unread(struct monitor *m, vram_status st, const struct ledger_dir *dir, con
         k->dir = *dir;
         snprintf(k->group, sizeof k->group, "%s", group);
     }
-    if (v->n_unread < MON_MAX_UNREAD) {
-        snprintf(v->unread[v->n_unread], sizeof v->unread[0], "%s", vram_last_error());
-        v->unread_new[v->n_unread] = !seen;
+    /* Kept: the first MON_MAX_UNREAD, a new one in the place of one said
+    ** before when they are all taken (the new ones are what is printed). */
+    int at = v->n_unread < MON_MAX_UNREAD ? v->n_unread : -1;
+    for (int i = 0; at < 0 && !seen && i < MON_MAX_UNREAD; i++)
+        if (!v->unread_new[i])
+            at = i;
+    if (at >= 0) {
+        snprintf(v->unread[at], sizeof v->unread[0], "%s", vram_last_error());
+        v->unread_new[at] = !seen;
     }
     v->n_unread++;
     v->n_unread_new += !seen;

@@ -42,7 +42,7 @@ const struct mon_device *mon_device_of(const struct mon_view *v, const char *uui
 #define MON_MAX_USERS 1024
 #define MON_MAX_PROCS 2048
 #define MON_HISTORY 32 /* samples kept per process */
-#define MON_MAX_UNREAD 8 /* lines kept of ledgers that could not be read */
+#define MON_MAX_UNREAD 32 /* lines kept of ledgers that could not be read */
 
 /* One GPU (scope DEVICE). */
 struct mon_device {
@@ -100,7 +100,8 @@ struct mon_view {
     ** Never read in part. A line is new when its ledger was read (or not
     ** there) at the monitor's last sample: a ledger that stays unreadable
     ** is said once, not at every sample. N_UNREAD_NEW counts the new ones,
-    ** those beyond MON_MAX_UNREAD included. */
+    ** those beyond MON_MAX_UNREAD included; of the lines kept, new ones
+    ** take the places of old ones first. */
     int n_unread, n_unread_new;
     char unread[MON_MAX_UNREAD][320];
     bool unread_new[MON_MAX_UNREAD];
