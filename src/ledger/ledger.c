@@ -14,6 +14,14 @@
 **   L3  entries at index >= n_slots are free (n_slots only grows).
 **   L4  device records are taken in index order by one compare-and-swap
 **       of their tag and never freed; the UUID string follows the tag.
+**   L5  a device's IN_USE is what the members were granted on it and
+**       have not given back: a grant adds to its entry, then to IN_USE;
+**       a release takes off IN_USE, then off its entry; whoever frees an
+**       entry (its leaving member, a reclaimer of the dead, an execve's
+**       takeover) takes what the entry held off IN_USE. So IN_USE is the
+**       group's use at once (its PEAK the most it was, for the report),
+**       short by the bytes of a member killed between the two steps of
+**       one grant or release, never over. Only displayed: L1 is the quota.
 **
 ** Why the quota holds (the proof the tests check): a reservation first
 ** adds its bytes to its own entry's pending bytes, then sums every LIVE
@@ -313,6 +321,52 @@ slot_zero_uses(struct slot *s)
     atomic_store(&s->pinned, 0);
 }
 
+/* Take at most BYTES off *P (never below 0): defined with the reservations. */
+static void use_sub(_Atomic uint64_t *p, uint64_t bytes);
+
+/* The number of device records in use (L4: they are taken in order). */
+static int
+n_devices(const struct layout *m)
+{
+    int n = 0;
+    while (n < LEDGER_MAX_DEVICES && atomic_load((_Atomic uint64_t *)&m->dev[n].tag) != 0)
+        n++;
+    return n;
+}
+
+/* What entry S holds on each device into HELD (its first N_DEVICES). */
+static int
+entry_held(const struct layout *m, const struct slot *s, uint64_t held[LEDGER_MAX_DEVICES])
+{
+    int nd = n_devices(m);
+    for (int d = 0; d < nd; d++)
+        held[d] = atomic_load((_Atomic uint64_t *)&s->use[d].used);
+    return nd;
+}
+
+/* An entry that held HELD (ND devices) was freed: its bytes leave the
+** devices' use at once (L5). */
+static void
+in_use_off(struct layout *m, const uint64_t held[LEDGER_MAX_DEVICES], int nd)
+{
+    for (int d = 0; d < nd; d++)
+        if (held[d] != 0)
+            use_sub(&m->dev[d].in_use, held[d]);
+}
+
+/* Free entry S, judged dead under owner word W (one compare-and-swap,
+** which fails if the entry changed since), and take what it held off the
+** devices' use at once: read before the swap, when only a dead process
+** could change it. */
+static void
+free_dead(struct layout *m, struct slot *s, uint64_t w)
+{
+    uint64_t held[LEDGER_MAX_DEVICES];
+    int nd = entry_held(m, s, held);
+    if (atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0)))
+        in_use_off(m, held, nd);
+}
+
 /* Whether the LIVE entry S (owner word W) belongs to this process. */
 static bool
 same_process(const struct ledger *l, const struct slot *s, uint64_t w)
@@ -350,7 +404,12 @@ claim_slot(struct ledger *l, struct slot **out)
             if (!same_process(l, s, w))
                 continue;
             if (ld(&s->image) != l->me.image) {
-                slot_zero_uses(s); /* the old image's threads are gone */
+                /* The old image's threads are gone, and the driver freed
+                ** its memory: its bytes leave the group's use (L5). */
+                uint64_t held[LEDGER_MAX_DEVICES];
+                int nd = entry_held(m, s, held);
+                slot_zero_uses(s);
+                in_use_off(m, held, nd);
                 st(&s->image, l->me.image);
             }
             own = (int64_t)i | ((int64_t)owner_gen(w) << 16);
@@ -419,7 +478,10 @@ leave_slot(struct ledger *l)
     if (s == NULL || own < 0)
         return;
     uint64_t w = own_word(l, own);
-    atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0));
+    uint64_t held[LEDGER_MAX_DEVICES];
+    int nd = entry_held(l->map, s, held);
+    if (atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0)))
+        in_use_off(l->map, held, nd);
 }
 
 /* ==== fork ==== */
@@ -597,8 +659,7 @@ reclaim(struct ledger *l, enum look how)
             fd = ledger_watch_open(wt, owner_pid(w));
         if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns)) {
             ledger_watch_close(fd);
-            atomic_compare_exchange_strong(&s->owner, &w,
-                                           owner_word(SLOT_FREE, owner_gen(w), 0));
+            free_dead(m, s, w);
         } else if (fd >= 0) {
             ledger_watch_keep(wt, i, w, fd);
         }
@@ -616,8 +677,7 @@ reclaim(struct ledger *l, enum look how)
             continue; /* another process in the entry now: judged next time */
         if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns)) {
             ledger_watch_drop(wt, i);
-            atomic_compare_exchange_strong(&s->owner, &w,
-                                           owner_word(SLOT_FREE, owner_gen(w), 0));
+            free_dead(m, s, w);
         } else {
             ledger_watch_forget(wt, i); /* not the pidfd opened: not ours to close */
         }
@@ -1158,6 +1218,7 @@ prefetch_use(const struct ledger *l, int d)
     __builtin_prefetch(&s->owner, 0);
     __builtin_prefetch(&s->use[d], 1);
     __builtin_prefetch(&l->map->n_slots, 0);
+    __builtin_prefetch(&l->map->dev[d].in_use, 1);
 }
 
 vram_status
@@ -1214,8 +1275,21 @@ ledger_reserve_at(struct ledger *l, int d, uint64_t bytes, uint64_t limit,
     use_sub(&u->pending, added);
     uint64_t now = atomic_load(&u->used);
     uint64_t peak = atomic_load(&u->peak);
-    while (now > peak && !atomic_compare_exchange_weak(&u->peak, &peak, now))
+    bool first = false; /* this entry's first grant on D: raised its peak from 0 */
+    while (now > peak) {
+        if (atomic_compare_exchange_weak(&u->peak, &peak, now)) {
+            first = peak == 0;
+            break;
+        }
+    }
+    /* The group's use at once and its peak (L5), after the entry's. */
+    struct device *dv = &l->map->dev[d];
+    uint64_t at_once = atomic_fetch_add(&dv->in_use, added) + added;
+    uint64_t top = atomic_load(&dv->peak);
+    while (at_once > top && !atomic_compare_exchange_weak(&dv->peak, &top, at_once))
         ;
+    if (first)
+        atomic_fetch_add(&dv->users, 1);
     return VRAM_OK;
 }
 
@@ -1241,8 +1315,10 @@ ledger_release_at(struct ledger *l, int d, uint64_t bytes)
     if (s == NULL)
         return;
     ledger_fault(LEDGER_FAULT_RELEASE);
-    /* Never below zero: a release of more than was reserved (a caller
-    ** bug, or an entry emptied by ledger_leave) must not wrap. */
+    /* The group's use at once first, then the entry's (L5). Never below
+    ** zero: a release of more than was reserved (a caller bug, or an
+    ** entry emptied by ledger_leave) must not wrap. */
+    use_sub(&l->map->dev[d].in_use, bytes);
     use_sub(&s->use[d].used, bytes);
 }
 
@@ -1593,6 +1669,8 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
             snprintf(out->uuid[d], LEDGER_UUID_LEN, "(unnamed)");
         out->limit[d] = ld(&dv->limit);
         out->refusals[d] = ld(&dv->refusals);
+        out->peak[d] = ld(&dv->peak);
+        out->users[d] = ld(&dv->users);
         out->n_devices = d + 1;
     }
     int n = l->member ? n_slots(m) : im.n;

@@ -84,6 +84,12 @@ struct ledger_snapshot {
     uint64_t limit[LEDGER_MAX_DEVICES]; /* the quota last set for the device; 0 = none */
     uint64_t used[LEDGER_MAX_DEVICES];  /* the group's total now */
     uint64_t refusals[LEDGER_MAX_DEVICES]; /* allocations refused by the quota, ever */
+    /* The most the group's members held on the device at once, ever,
+    ** bytes: kept by the members at each grant, so exact however short
+    ** they lived (short only by an allocation of a member killed inside
+    ** one grant or release: docs/LEDGER.md, L5). */
+    uint64_t peak[LEDGER_MAX_DEVICES];
+    uint64_t users[LEDGER_MAX_DEVICES]; /* members granted bytes on it, ever */
     int n_procs;
     struct ledger_proc procs[LEDGER_MAX_PROCS];
 };

@@ -20,15 +20,16 @@
 #include "ledger/ledger.h"
 #include "ledger/ledger_testing.h"
 
-/* "VRAMLDG5": stored last, with release order, once the header is written.
+/* "VRAMLDG6": stored last, with release order, once the header is written.
 ** The first three words of the header (magic, version, size) keep their
 ** place in every version, so that a reader can name the version of a file
 ** it cannot read. Version 4 added each entry's pinned host memory;
 ** version 5 put the three counters of one device side by side (struct
-** slot_use). */
-#define LEDGER_MAGIC UINT64_C(0x5652414d4c444735)
+** slot_use); version 6 gave each device the group's bytes in use at once,
+** their peak and the members that used it (struct device, L5). */
+#define LEDGER_MAGIC UINT64_C(0x5652414d4c444736)
 #define LEDGER_MAGIC_PREFIX UINT64_C(0x5652414d4c444700) /* "VRAMLDG" and any digit */
-#define LEDGER_VERSION 5
+#define LEDGER_VERSION 6
 
 /* The size of a cache line: what a reservation touches is counted in them. */
 #define LEDGER_LINE 64
@@ -106,13 +107,22 @@ _Static_assert(sizeof(struct slot_use) * 2 == LEDGER_LINE, "two devices' uses a 
 _Static_assert(sizeof(struct slot) % (2 * LEDGER_LINE) == 0, "slots are whole pairs of lines");
 
 /* One device. TAG (a hash of the UUID, never 0) claims the record; the
-** UUID string follows, written by whoever finds it missing (the same bytes). */
+** UUID string follows, written by whoever finds it missing (the same
+** bytes). The second line holds what reservations change: what the
+** group's members were granted and have not given back (L5: for the
+** report of the group's peak; the quota itself stands on L1, never on
+** it), its peak, the refusals and the members that used the device. */
 struct device {
     _Atomic uint64_t tag;
     _Atomic char uuid[LEDGER_UUID_LEN];
-    _Atomic uint64_t limit;    /* bytes; 0 = none */
+    _Atomic uint64_t limit; /* bytes; 0 = none */
+    _Alignas(LEDGER_LINE) _Atomic uint64_t in_use; /* bytes, all members (L5) */
+    _Atomic uint64_t peak;     /* the most IN_USE has been, bytes */
     _Atomic uint64_t refusals; /* count, ever */
+    _Atomic uint64_t users;    /* members granted bytes on it, ever (an execve: a new one) */
 };
+
+_Static_assert(sizeof(struct device) == 2 * LEDGER_LINE, "a device record is two lines");
 
 /* The file's life: ACTIVE (0, what a fresh zero-filled file is), REMOVING
 ** (a remover is checking that it is unused; any joiner may veto it back to

@@ -167,7 +167,7 @@ rm -rf /dev/shm/vram-"$UA".4
 # A directory of B's on one of A's fallback names, holding a crafted
 # ledger, is never shown as A's.
 as "$B" mkdir -m 700 "/dev/shm/vram-$UA.9"
-as "$B" sh -c "umask 077; head -c 328960 /dev/zero > /dev/shm/vram-$UA.9/evil"
+as "$B" sh -c "umask 077; head -c 400000 /dev/zero > /dev/shm/vram-$UA.9/evil"
 check "A joins in /dev/shm/vram-$UA.4 beside B's /dev/shm/vram-$UA.9" \
     "hold $A e1 && [ \"\$(dir_of)\" = /dev/shm/vram-$UA.4 ]"
 "$VRAM" stat --json --no-nvml >"$TMP/all.json" 2>"$TMP/err"

@@ -1520,6 +1520,113 @@ test_host_memory_and_monitor(void **state)
     unlink_group(g);
 }
 
+/* ==== the group's use at once and its peak (L5) ==== */
+
+static pid_t member_child(const char *group, uint64_t bytes, int ready_fd);
+
+static struct ledger *peak_l;
+
+static void *
+peak_thread(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 2654435761u + 1;
+    for (int i = 0; i < 2000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t b = 1 + x % 4;
+        if (ledger_reserve(peak_l, UUID0, b, 0, NULL) == VRAM_OK)
+            ledger_release(peak_l, UUID0, b);
+    }
+    return NULL;
+}
+
+/*
+** The ledger keeps the most the group held at once on each device, and
+** the members that used it, whatever became of them: members that left,
+** were killed, or lived shorter than any sampling. What a member leaves
+** (by leaving or dying) leaves the group's use at once, so a later peak
+** is not inflated by it; threads racing leave it exact.
+*/
+static void
+test_group_peak(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "peak");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 30, 0, NULL), VRAM_OK);
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->peak[0], 30);
+    assert_int_equal(s->users[0], 1);
+    free(s);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t kid = member_child(g, 50, ready[1]);
+    read_ready(ready[0]);
+    ledger_release(l, UUID0, 30);
+    assert_int_equal(ledger_reserve(l, UUID0, 20, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 80); /* 30 + 50 at once; 70 now */
+    assert_int_equal(s->used[0], 70);
+    assert_int_equal(s->users[0], 2);
+    free(s);
+    /* The member killed: its 50 leave the use at once when it is
+    ** reclaimed, so 70 more make 90 at once, not 140. */
+    kill(kid, SIGKILL);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    assert_int_equal(ledger_group_used(l, UUID0), 20);
+    assert_int_equal(ledger_reserve(l, UUID0, 70, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 90);
+    free(s);
+    /* A second member that lives a moment: still counted, and its
+    ** refusal too. */
+    pid_t brief = fork_child();
+    if (brief == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(g, &cl) != VRAM_OK || ledger_reserve(cl, UUID0, 400, 0, NULL) ||
+            ledger_reserve(cl, UUID0, 1000, 1000, NULL) != VRAM_E_OOM)
+            _exit(2);
+        ledger_leave(cl);
+        _exit(0);
+    }
+    assert_int_equal(wait_child(brief), 0);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 490); /* 90 + 400 at once */
+    assert_int_equal(s->users[0], 3);
+    assert_int_equal(s->refusals[0], 1);
+    assert_int_equal(s->used[0], 90);
+    free(s);
+    /* This process leaves: what it held leaves the use at once too. */
+    ledger_leave(l);
+    assert_int_equal(ledger_reserve(l, UUID0, 500, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 500);
+    free(s);
+    ledger_release(l, UUID0, 500);
+
+    /* Threads racing: when all is given back, nothing is left in use at
+    ** once (a reservation of 600 then makes the peak 600 exactly). */
+    peak_l = l;
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, peak_thread, (void *)(uintptr_t)i), 0);
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    s = snap(l);
+    assert_true(s->peak[0] == 500); /* 8 threads x at most 4 never made more */
+    free(s);
+    assert_int_equal(ledger_reserve(l, UUID0, 600, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 600);
+    free(s);
+    ledger_close(l);
+    close(ready[0]);
+    close(ready[1]);
+    unlink_group(g);
+    alarm(0);
+}
+
 /* ==== readers against a file its owner controls ==== */
 
 /* A member of GROUP in a child holding BYTES on UUID0, never touching its
@@ -2107,6 +2214,7 @@ main(int argc, char **argv)
         cmocka_unit_test(test_leave_and_second_handle),
         cmocka_unit_test(test_remove_if_unused),
         cmocka_unit_test(test_host_memory_and_monitor),
+        cmocka_unit_test(test_group_peak),
         cmocka_unit_test(test_reader_hostile_file),
         cmocka_unit_test(test_reader_removes),
         cmocka_unit_test(test_permissions),
