@@ -202,13 +202,17 @@ void ledger_host_sub(struct ledger *l, uint64_t bytes);
 */
 bool ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes);
 
-/* The group's use of UUID now, bytes (dead members reclaimed first); 0
-** for a device never seen. */
+/* The group's use of UUID now, bytes (dead members reclaimed first; a
+** reader's handle leaves them out, each judged through /proc); 0 for a
+** device never seen, or a file a reader cannot read. */
 uint64_t ledger_group_used(struct ledger *l, const char *uuid);
 
-/* Copy the whole ledger into OUT (reclaiming dead members first; a
-** monitoring handle judges each process as it copies it, one /proc read
-** for its liveness and its resident set). */
+/* Copy the whole ledger into OUT (a member's handle reclaims dead members
+** first; a reader's judges each process as it copies it, one /proc read
+** for its liveness and its resident set, and leaves the dead out). A
+** reader's: VRAM_E_IO with one line naming the file when it is no longer
+** a ledger of this version (cut short, rewritten), VRAM_E_NO_DEVICE when
+** it was removed. */
 vram_status ledger_snapshot(struct ledger *l, struct ledger_snapshot *out);
 
 /*
