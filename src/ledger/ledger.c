@@ -966,11 +966,6 @@ ledger_attach_in(const struct ledger_dir *dir, const char *group, struct ledger 
     return open_handle(dir, dir->uid, group, false, out);
 }
 
-struct ledger_dir
-ledger_where(const struct ledger *l)
-{
-    return l->dir;
-}
 
 void
 ledger_close(struct ledger *l)

@@ -240,9 +240,6 @@ vram_status ledger_attach_in(const struct ledger_dir *dir, const char *group,
 ** while this holds, instead of opening every ledger at every sample. */
 bool ledger_current(const struct ledger *l);
 
-/* The directory L's file is in. */
-struct ledger_dir ledger_where(const struct ledger *l);
-
 /* The group ledgers of the calling user, in the directory its processes
 ** use: names into GROUPS (MAX of them, LEDGER_GROUP_LEN each, sorted); *n
 ** receives the count (at most MAX: more are left out). Entries that are

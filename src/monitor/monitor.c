@@ -785,7 +785,7 @@ sample_dirs(struct monitor *m)
             else
                 w = snprintf(label, sizeof label, "%s/%s%s", c->user, c->groups[k], at);
             if (w < 0 || (size_t)w >= sizeof label) /* a long name: the uid is shorter */
-                snprintf(label, sizeof label, "%lu/%.40s%s", (unsigned long)dir->uid,
+                snprintf(label, sizeof label, "%u/%.40s%.11s", (unsigned)dir->uid,
                          c->groups[k], at);
             add_snapshot(m, label);
         }
