@@ -75,8 +75,15 @@ tmux -S "$SOCK" send-keys -t "$S" "r"
 check "sort reverses" "sort: pid \(reversed\)"
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
-sleep 1
-tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+# Gone at its next judgment (each process is judged at most once a
+# second, the screen drawn every 0.3 s): up to 10 s on a loaded machine.
+i=0
+while [ $i -lt 50 ]; do
+    tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+    grep -qE "^ +- +$victim " "$TMP/screen" || break
+    sleep 0.2
+    i=$((i + 1))
+done
 if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else pass "killed process disappears"; fi
 # A group whose members are all killed leaves the screen, and top's sample
 # removes its file.
