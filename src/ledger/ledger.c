@@ -14,6 +14,14 @@
 **   L3  entries at index >= n_slots are free (n_slots only grows).
 **   L4  device records are taken in index order by one compare-and-swap
 **       of their tag and never freed; the UUID string follows the tag.
+**   L5  a device's IN_USE is what the members were granted on it and
+**       have not given back: a grant adds to its entry, then to IN_USE;
+**       a release takes off IN_USE, then off its entry; whoever frees an
+**       entry (its leaving member, a reclaimer of the dead, an execve's
+**       takeover) takes what the entry held off IN_USE. So IN_USE is the
+**       group's use at once (its PEAK the most it was, for the report),
+**       short by the bytes of a member killed between the two steps of
+**       one grant or release, never over. Only displayed: L1 is the quota.
 **
 ** Why the quota holds (the proof the tests check): a reservation first
 ** adds its bytes to its own entry's pending bytes, then sums every LIVE
@@ -44,6 +52,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -143,9 +153,11 @@ struct dev_cached {
 };
 
 /*
-** A handle. MAP, GROUP, MEMBER and WRITABLE never change after open. OWN
-** is atomic: the threads of one process share the handle. ME changes only
-** in a fork child (forked: one thread).
+** A handle: a member's maps the file (MAP), a reader's reads it with
+** pread (FD; MAP is NULL), so that whatever the file's owner does to it
+** cannot fault the reader. MAP, FD, GROUP, MEMBER and WRITABLE never
+** change after open. OWN is atomic: the threads of one process share the
+** handle. ME changes only in a fork child (forked: one thread).
 */
 struct ledger {
     /* What a reservation reads, first: one cache line. */
@@ -155,8 +167,9 @@ struct ledger {
     _Atomic int64_t own;
     _Atomic uint32_t reserves; /* reservations made, for RECLAIM_EVERY */
     struct self me; /* its pid in the first line */
-    uid_t uid;      /* the user whose directory holds the file */
+    struct ledger_dir dir; /* the directory that holds the file */
     uint64_t ino;   /* the file's inode, for ledger_file_unlink */
+    int fd;         /* a reader's descriptor of the file (pread); -1 for a member */
     /* The limit this handle last recorded for each device (limit_set):
     ** UINT64_MAX none yet. */
     _Atomic uint64_t limit_put[LEDGER_MAX_DEVICES];
@@ -308,6 +321,52 @@ slot_zero_uses(struct slot *s)
     atomic_store(&s->pinned, 0);
 }
 
+/* Take at most BYTES off *P (never below 0): defined with the reservations. */
+static void use_sub(_Atomic uint64_t *p, uint64_t bytes);
+
+/* The number of device records in use (L4: they are taken in order). */
+static int
+n_devices(const struct layout *m)
+{
+    int n = 0;
+    while (n < LEDGER_MAX_DEVICES && atomic_load((_Atomic uint64_t *)&m->dev[n].tag) != 0)
+        n++;
+    return n;
+}
+
+/* What entry S holds on each device into HELD (its first N_DEVICES). */
+static int
+entry_held(const struct layout *m, const struct slot *s, uint64_t held[LEDGER_MAX_DEVICES])
+{
+    int nd = n_devices(m);
+    for (int d = 0; d < nd; d++)
+        held[d] = atomic_load((_Atomic uint64_t *)&s->use[d].used);
+    return nd;
+}
+
+/* An entry that held HELD (ND devices) was freed: its bytes leave the
+** devices' use at once (L5). */
+static void
+in_use_off(struct layout *m, const uint64_t held[LEDGER_MAX_DEVICES], int nd)
+{
+    for (int d = 0; d < nd; d++)
+        if (held[d] != 0)
+            use_sub(&m->dev[d].in_use, held[d]);
+}
+
+/* Free entry S, judged dead under owner word W (one compare-and-swap,
+** which fails if the entry changed since), and take what it held off the
+** devices' use at once: read before the swap, when only a dead process
+** could change it. */
+static void
+free_dead(struct layout *m, struct slot *s, uint64_t w)
+{
+    uint64_t held[LEDGER_MAX_DEVICES];
+    int nd = entry_held(m, s, held);
+    if (atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0)))
+        in_use_off(m, held, nd);
+}
+
 /* Whether the LIVE entry S (owner word W) belongs to this process. */
 static bool
 same_process(const struct ledger *l, const struct slot *s, uint64_t w)
@@ -345,7 +404,12 @@ claim_slot(struct ledger *l, struct slot **out)
             if (!same_process(l, s, w))
                 continue;
             if (ld(&s->image) != l->me.image) {
-                slot_zero_uses(s); /* the old image's threads are gone */
+                /* The old image's threads are gone, and the driver freed
+                ** its memory: its bytes leave the group's use (L5). */
+                uint64_t held[LEDGER_MAX_DEVICES];
+                int nd = entry_held(m, s, held);
+                slot_zero_uses(s);
+                in_use_off(m, held, nd);
                 st(&s->image, l->me.image);
             }
             own = (int64_t)i | ((int64_t)owner_gen(w) << 16);
@@ -414,7 +478,10 @@ leave_slot(struct ledger *l)
     if (s == NULL || own < 0)
         return;
     uint64_t w = own_word(l, own);
-    atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0));
+    uint64_t held[LEDGER_MAX_DEVICES];
+    int nd = entry_held(l->map, s, held);
+    if (atomic_compare_exchange_strong(&s->owner, &w, owner_word(SLOT_FREE, owner_gen(w), 0)))
+        in_use_off(l->map, held, nd);
 }
 
 /* ==== fork ==== */
@@ -592,8 +659,7 @@ reclaim(struct ledger *l, enum look how)
             fd = ledger_watch_open(wt, owner_pid(w));
         if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns)) {
             ledger_watch_close(fd);
-            atomic_compare_exchange_strong(&s->owner, &w,
-                                           owner_word(SLOT_FREE, owner_gen(w), 0));
+            free_dead(m, s, w);
         } else if (fd >= 0) {
             ledger_watch_keep(wt, i, w, fd);
         }
@@ -611,8 +677,7 @@ reclaim(struct ledger *l, enum look how)
             continue; /* another process in the entry now: judged next time */
         if (ledger_proc_dead(owner_pid(w), start, pidns, l->me.pidns)) {
             ledger_watch_drop(wt, i);
-            atomic_compare_exchange_strong(&s->owner, &w,
-                                           owner_word(SLOT_FREE, owner_gen(w), 0));
+            free_dead(m, s, w);
         } else {
             ledger_watch_forget(wt, i); /* not the pidfd opened: not ours to close */
         }
@@ -806,8 +871,22 @@ join(struct ledger *l, vram_status *rc)
     return false;
 }
 
+/* Whether a reader's file (FD) is marked removed: its state word, read. */
+static bool
+read_removed(int fd)
+{
+    uint32_t state = 0;
+    return pread(fd, &state, sizeof state, (off_t)offsetof(struct layout, state)) ==
+               (ssize_t)sizeof state &&
+           state == FILE_REMOVED;
+}
+
+/* Open a handle on GROUP of user UID (in directory AT, or the user's):
+** a member's (MEMBER: an entry, the file mapped and made if need be), or
+** a reader's (read with pread, never mapped). */
 static vram_status
-open_handle(uid_t uid, const char *group, bool member, bool writable, struct ledger **out)
+open_handle(const struct ledger_dir *at, uid_t uid, const char *group, bool member,
+            struct ledger **out)
 {
     if (out == NULL)
         return error_set(VRAM_E_INVALID, "ledger: NULL argument");
@@ -821,30 +900,35 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
         return error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
     memset(l, 0, size);
     l->member = member;
-    l->writable = writable;
-    l->uid = uid;
+    l->writable = member;
+    l->fd = -1;
     atomic_init(&l->own, OWN_NONE);
     for (int d = 0; d < LEDGER_MAX_DEVICES; d++)
         atomic_init(&l->limit_put[d], UINT64_MAX);
     memcpy(l->group, group, strlen(group) + 1);
     rc = ledger_self_read(&l->me);
     for (int attempt = 0; rc == VRAM_OK; attempt++) {
-        rc = ledger_file_open(uid, group, member, writable, &l->map, &l->ino);
+        struct ledger_file f;
+        rc = ledger_file_open(at, uid, group, member, member, &f);
         if (rc != VRAM_OK)
             break;
-        bool ok = member ? join(l, &rc)
-                         : atomic_load(&l->map->state) != FILE_REMOVED;
+        l->map = f.map;
+        l->fd = f.fd;
+        l->dir = f.dir;
+        l->ino = f.ino;
+        bool ok = member ? join(l, &rc) : !read_removed(l->fd);
         if (ok)
             break;
+        if (!member) {
+            rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", group);
+            break;
+        }
         /* Removed: its remover may be stopped before its unlink, so unlink
         ** it ourselves (only if the name still names this file). */
-        if (writable)
-            ledger_file_unlink(group, l->ino);
+        ledger_file_unlink(&l->dir, group, l->ino);
         munmap(l->map, sizeof *l->map);
         l->map = NULL;
-        if (!member)
-            rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", group);
-        else if (attempt + 1 >= OPEN_ATTEMPTS)
+        if (attempt + 1 >= OPEN_ATTEMPTS)
             rc = error_set(VRAM_E_IO, "ledger of group %s keeps being removed while opened",
                            group);
     }
@@ -865,20 +949,23 @@ open_handle(uid_t uid, const char *group, bool member, bool writable, struct led
 vram_status
 ledger_open(const char *group, struct ledger **out)
 {
-    return open_handle(geteuid(), group, true, true, out);
+    return open_handle(NULL, geteuid(), group, true, out);
 }
 
 vram_status
 ledger_attach_existing(const char *group, struct ledger **out)
 {
-    return open_handle(geteuid(), group, false, true, out);
+    return open_handle(NULL, geteuid(), group, false, out);
 }
 
 vram_status
-ledger_attach_user(uid_t uid, const char *group, struct ledger **out)
+ledger_attach_in(const struct ledger_dir *dir, const char *group, struct ledger **out)
 {
-    return open_handle(uid, group, false, false, out);
+    if (dir == NULL)
+        return error_set(VRAM_E_INVALID, "ledger_attach_in: NULL directory");
+    return open_handle(dir, dir->uid, group, false, out);
 }
+
 
 void
 ledger_close(struct ledger *l)
@@ -889,6 +976,8 @@ ledger_close(struct ledger *l)
         member_remove(l);
     if (l->map != NULL)
         munmap(l->map, sizeof *l->map);
+    if (l->fd >= 0)
+        close(l->fd);
     for (int i = 0; l->judged != NULL && i < LEDGER_MAX_PROCS; i++)
         judged_forget(&l->judged[i]);
     free(l->judged);
@@ -899,9 +988,12 @@ ledger_close(struct ledger *l)
 bool
 ledger_current(const struct ledger *l)
 {
-    return l != NULL && l->map != NULL &&
-           atomic_load(&l->map->state) != FILE_REMOVED &&
-           ledger_file_same(l->uid, l->group, l->ino);
+    if (l == NULL || (l->map == NULL && l->fd < 0))
+        return false;
+    /* A reader's snapshot finds the file marked removed itself. */
+    if (l->map != NULL && atomic_load(&l->map->state) == FILE_REMOVED)
+        return false;
+    return ledger_file_same(&l->dir, l->group, l->ino);
 }
 
 void
@@ -912,11 +1004,10 @@ ledger_leave(struct ledger *l)
     leave_slot(l);
 }
 
-bool
-ledger_remove_if_unused(struct ledger *l)
+/* The removal's steps (docs/LEDGER.md, "Removal") on L's mapping. */
+static bool
+remove_mapped(struct ledger *l)
 {
-    if (l == NULL || l->map == NULL || !l->writable)
-        return false;
     struct layout *m = l->map;
     reclaim(l, LOOK_THOROUGH);
     uint32_t state = FILE_ACTIVE;
@@ -934,8 +1025,81 @@ ledger_remove_if_unused(struct ledger *l)
     }
     if (!atomic_compare_exchange_strong(&m->state, &state, FILE_REMOVED))
         return false; /* a joiner turned it back */
-    ledger_file_unlink(l->group, l->ino);
+    ledger_file_unlink(&l->dir, l->group, l->ino);
     return true;
+}
+
+/* How long a reader waits for the child that removes a ledger for it, ms:
+** the child's work is a /proc read per entry at most (a few ms); one its
+** user stopped (it runs as the caller) is killed then. */
+#define REMOVE_WAIT_MS 1000
+
+/* End a child process this library forked itself (never the host
+** process: habit 7), without the host's exit handlers or buffers. */
+static _Noreturn void
+child_end(int status)
+{
+    _exit(status); /* a fork child's end */
+}
+
+/*
+** A reader's removal: the steps need atomics on the file itself, so a
+** child process maps it and takes them, and the reader (which maps
+** nothing) waits for it: a file truncated meanwhile faults the child, not
+** the reader. The child says nothing and asks no user database (it may be
+** the child of a threaded program: only async-signal-safe work, and
+** /proc reads).
+*/
+static bool
+remove_in_child(struct ledger *l)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return false;
+    if (pid == 0) {
+        struct layout *m = ledger_file_map_quiet(&l->dir, l->group, l->ino);
+        if (m == NULL)
+            child_end(2);
+        struct ledger tmp;
+        memset(&tmp, 0, sizeof tmp);
+        tmp.map = m;
+        tmp.writable = true;
+        tmp.fd = -1;
+        atomic_init(&tmp.own, OWN_NONE);
+        tmp.me = l->me; /* its pid namespace, for the judgments */
+        tmp.dir = l->dir;
+        tmp.ino = l->ino;
+        memcpy(tmp.group, l->group, sizeof tmp.group);
+        child_end(remove_mapped(&tmp) ? 0 : 1);
+    }
+    int status = 0;
+    for (int waited = 0;; waited++) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (w < 0 && errno != EINTR)
+            return false; /* reaped elsewhere (SIGCHLD ignored): the next look tells */
+        if (waited >= REMOVE_WAIT_MS) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            return false;
+        }
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+bool
+ledger_remove_if_unused(struct ledger *l)
+{
+    if (l == NULL)
+        return false;
+    if (l->member && l->map != NULL)
+        return remove_mapped(l);
+    if (l->fd >= 0)
+        return remove_in_child(l);
+    return false;
 }
 
 vram_status
@@ -1049,6 +1213,7 @@ prefetch_use(const struct ledger *l, int d)
     __builtin_prefetch(&s->owner, 0);
     __builtin_prefetch(&s->use[d], 1);
     __builtin_prefetch(&l->map->n_slots, 0);
+    __builtin_prefetch(&l->map->dev[d].in_use, 1);
 }
 
 vram_status
@@ -1105,8 +1270,21 @@ ledger_reserve_at(struct ledger *l, int d, uint64_t bytes, uint64_t limit,
     use_sub(&u->pending, added);
     uint64_t now = atomic_load(&u->used);
     uint64_t peak = atomic_load(&u->peak);
-    while (now > peak && !atomic_compare_exchange_weak(&u->peak, &peak, now))
+    bool first = false; /* this entry's first grant on D: raised its peak from 0 */
+    while (now > peak) {
+        if (atomic_compare_exchange_weak(&u->peak, &peak, now)) {
+            first = peak == 0;
+            break;
+        }
+    }
+    /* The group's use at once and its peak (L5), after the entry's. */
+    struct device *dv = &l->map->dev[d];
+    uint64_t at_once = atomic_fetch_add(&dv->in_use, added) + added;
+    uint64_t top = atomic_load(&dv->peak);
+    while (at_once > top && !atomic_compare_exchange_weak(&dv->peak, &top, at_once))
         ;
+    if (first)
+        atomic_fetch_add(&dv->users, 1);
     return VRAM_OK;
 }
 
@@ -1132,8 +1310,10 @@ ledger_release_at(struct ledger *l, int d, uint64_t bytes)
     if (s == NULL)
         return;
     ledger_fault(LEDGER_FAULT_RELEASE);
-    /* Never below zero: a release of more than was reserved (a caller
-    ** bug, or an entry emptied by ledger_leave) must not wrap. */
+    /* The group's use at once first, then the entry's (L5). Never below
+    ** zero: a release of more than was reserved (a caller bug, or an
+    ** entry emptied by ledger_leave) must not wrap. */
+    use_sub(&l->map->dev[d].in_use, bytes);
     use_sub(&s->use[d].used, bytes);
 }
 
@@ -1167,11 +1347,209 @@ ledger_host_sub(struct ledger *l, uint64_t bytes)
         use_sub(&s->pinned, bytes); /* never below zero, as ledger_release */
 }
 
+/* ==== a reader's copy of the file ==== */
+
+/* Entries a reader reads at once: 16 of 640 bytes, a few pages. */
+#define READ_CHUNK 16
+/* Reads of one record that keeps changing, before it is left out. */
+#define READ_TRIES 4
+
+/*
+** A reader's private copy of its file (image_read): the header, the
+** device records and the entries below n_slots. Each record is read
+** twice and kept only when both reads agree byte for byte: an entry's
+** owner word holds a generation that a new member's claim always
+** changes, so two equal reads of it, the second after the whole first,
+** mean that the entry belonged to one process all along, and equal
+** identity fields that they are that process's (a field read before the
+** claim would differ from its second read). No read can fault: a file
+** cut short makes a short read, which is said.
+*/
+struct image {
+    struct layout *m; /* malloc'ed (the layout's size; only what is read is touched) */
+    int n;            /* entries read */
+    bool unstable[LEDGER_MAX_PROCS]; /* kept changing while read: left out, stale */
+};
+
+/* pread exactly LEN bytes at OFF into BUF; false on a short read (the
+** file was cut) or an error. */
+static bool
+read_exact(int fd, void *buf, size_t len, off_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/*
+** COUNT records of SIZE bytes read twice, at OFF of the file, into A and
+** B: each record that differs between the two is read again alone, both
+** ways, until the two reads agree (READ_TRIES); UNSTABLE[i] (if not NULL)
+** says which never did (A holds its last read). False when the file cannot
+** be read that far.
+*/
+static bool
+settle_records(int fd, void *a, void *b, size_t size, int count, off_t off, bool *unstable)
+{
+    for (int i = 0; i < count; i++) {
+        char *x = (char *)a + size * (size_t)i, *y = (char *)b + size * (size_t)i;
+        off_t at = off + (off_t)(size * (size_t)i);
+        bool same = memcmp(x, y, size) == 0;
+        for (int t = 0; !same && t < READ_TRIES; t++) {
+            if (!read_exact(fd, x, size, at) || !read_exact(fd, y, size, at))
+                return false;
+            same = memcmp(x, y, size) == 0;
+        }
+        if (unstable != NULL)
+            unstable[i] = !same;
+    }
+    return true;
+}
+
+/* COUNT records of SIZE bytes at OFF into DST, each as two reads agree
+** (SCRATCH: room for COUNT records; settle_records). */
+static bool
+read_records(int fd, void *dst, void *scratch, size_t size, int count, off_t off,
+             bool *unstable)
+{
+    size_t len = size * (size_t)count;
+    return read_exact(fd, dst, len, off) && read_exact(fd, scratch, len, off) &&
+           settle_records(fd, dst, scratch, size, count, off, unstable);
+}
+
+/* The line for L's file found cut short (or grown: a read of it failed). */
+static vram_status
+image_cut(const struct ledger *l, const char *dir)
+{
+    struct stat sb;
+    if (fstat(l->fd, &sb) == 0 && (uint64_t)sb.st_size != sizeof(struct layout))
+        return error_set(VRAM_E_IO,
+                         "ledger %s/%s has %lld bytes, not the %zu of a ledger of this vram "
+                         "(it is not read); remove it once no process of the group runs",
+                         dir, l->group, (long long)sb.st_size, sizeof(struct layout));
+    return error_set(VRAM_E_IO, "ledger %s/%s cannot be read: %s", dir, l->group,
+                     errno != 0 ? strerror(errno) : "it changed size while it was read");
+}
+
+/* What a reader reads first, twice, one system call each: the header, the
+** device records and the first READ_CHUNK entries. A group of up to 16
+** processes is read in two calls. */
+#define READ_FIRST (offsetof(struct layout, slots) + READ_CHUNK * sizeof(struct slot))
+
+/*
+** Read reader L's file into IM (image_free after). VRAM_E_IO with a line
+** when it is no longer a ledger of this build (cut, rewritten),
+** VRAM_E_NO_DEVICE when it was removed. The copy is allocated for the
+** header, the devices and the entries below n_slots only (a few KiB for
+** a small group, not the whole layout at every sample): only those are
+** ever reached through IM->m.
+*/
+static vram_status
+image_read(struct ledger *l, struct image *im)
+{
+    char dir[64];
+    ledger_dir_path(dir, sizeof dir, &l->dir);
+    memset(im, 0, sizeof *im);
+    struct layout *m = malloc(READ_FIRST);
+    unsigned char *scratch = malloc(READ_FIRST);
+    vram_status rc = VRAM_OK;
+    errno = 0;
+    if (m == NULL || scratch == NULL)
+        rc = error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
+    else if (!read_exact(l->fd, m, READ_FIRST, 0) || !read_exact(l->fd, scratch, READ_FIRST, 0))
+        rc = image_cut(l, dir);
+    if (rc == VRAM_OK && (atomic_load(&m->magic) != LEDGER_MAGIC ||
+                          atomic_load(&m->version) != LEDGER_VERSION ||
+                          atomic_load(&m->size) != sizeof(struct layout)))
+        rc = ledger_file_alien(dir, l->group, atomic_load(&m->magic),
+                               atomic_load(&m->version));
+    if (rc == VRAM_OK && atomic_load(&m->state) == FILE_REMOVED)
+        rc = error_set(VRAM_E_NO_DEVICE, "no ledger for group %s (just removed)", l->group);
+    int n = rc == VRAM_OK ? n_slots(m) : 0;
+    int first = n < READ_CHUNK ? n : READ_CHUNK;
+    if (rc == VRAM_OK &&
+        (!settle_records(l->fd, m->dev, scratch + offsetof(struct layout, dev),
+                         sizeof m->dev[0], LEDGER_MAX_DEVICES,
+                         (off_t)offsetof(struct layout, dev), NULL) ||
+         !settle_records(l->fd, m->slots, scratch + offsetof(struct layout, slots),
+                         sizeof(struct slot), first, (off_t)offsetof(struct layout, slots),
+                         im->unstable)))
+        rc = image_cut(l, dir);
+    if (rc == VRAM_OK && n > READ_CHUNK) {
+        struct layout *bigger =
+            realloc(m, offsetof(struct layout, slots) + (size_t)n * sizeof(struct slot));
+        if (bigger == NULL)
+            rc = error_set(VRAM_E_HOST_MEMORY, "ledger: out of host memory");
+        else
+            m = bigger;
+    }
+    for (int base = READ_CHUNK; rc == VRAM_OK && base < n; base += READ_CHUNK) {
+        int k = n - base < READ_CHUNK ? n - base : READ_CHUNK;
+        off_t off = (off_t)(offsetof(struct layout, slots) + sizeof(struct slot) * (size_t)base);
+        if (!read_records(l->fd, &m->slots[base], scratch, sizeof(struct slot), k, off,
+                          &im->unstable[base]))
+            rc = image_cut(l, dir);
+    }
+    free(scratch);
+    if (rc != VRAM_OK) {
+        free(m);
+        return rc;
+    }
+    im->m = m;
+    im->n = n;
+    return VRAM_OK;
+}
+
+static void
+image_free(struct image *im)
+{
+    free(im->m);
+    im->m = NULL;
+}
+
+/* A reader's sum of the live entries' use of device D (-1: the device of
+** UUID), each judged alive through /proc (no judgment remembered). */
+static uint64_t
+reader_used(struct ledger *l, int d, const char *uuid)
+{
+    struct image im;
+    if (image_read(l, &im) != VRAM_OK)
+        return 0;
+    const struct layout *m = im.m;
+    uint64_t tag = d < 0 ? uuid_tag(uuid) : 0;
+    for (int k = 0; d < 0 && k < LEDGER_MAX_DEVICES; k++) {
+        char have[LEDGER_UUID_LEN];
+        uuid_read(&m->dev[k], have);
+        if (atomic_load(&m->dev[k].tag) == tag && strcmp(have, uuid) == 0)
+            d = k;
+    }
+    uint64_t sum = 0;
+    for (int i = 0; d >= 0 && i < im.n; i++) {
+        const struct slot *s = &m->slots[i];
+        uint64_t w = ld(&s->owner);
+        if (im.unstable[i] || owner_state(w) != SLOT_LIVE ||
+            ledger_proc_dead(owner_pid(w), ld(&s->start_time), ld(&s->pidns), l->me.pidns))
+            continue;
+        sum = add_sat(sum, ld(&s->use[d].used));
+    }
+    image_free(&im);
+    return sum;
+}
+
 uint64_t
 ledger_group_used(struct ledger *l, const char *uuid)
 {
     if (l == NULL || check_uuid(uuid) != VRAM_OK)
         return 0;
+    if (l->map == NULL)
+        return reader_used(l, -1, uuid);
     reclaim(l, LOOK_NOW);
     int d = -1;
     device_index(l, uuid, false, &d);
@@ -1183,6 +1561,8 @@ ledger_group_used_at(struct ledger *l, int d)
 {
     if (l == NULL || d < 0 || d >= LEDGER_MAX_DEVICES)
         return 0;
+    if (l->map == NULL)
+        return reader_used(l, d, NULL);
     reclaim(l, LOOK_NOW);
     return group_sum(l->map, d, false);
 }
@@ -1255,30 +1635,40 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
 {
     if (l == NULL || out == NULL)
         return error_set(VRAM_E_INVALID, "ledger_snapshot: NULL argument");
-    struct layout *m = l->map;
-    /* A member looks for the dead first, all of them. A monitor (no entry)
-    ** judges each live entry as it copies it instead: one /proc read per
-    ** process gives both its liveness and its resident set, which is what
-    ** makes a sample of 1,000 processes cheap (BENCHMARKS.md). */
-    if (l->member)
+    /* A member looks for the dead first, all of them, and reads its
+    ** mapping. A reader (no entry, no mapping) reads its private copy and
+    ** judges each live entry as it copies it: one /proc read per process
+    ** gives both its liveness and its resident set, which is what makes a
+    ** sample of 1,000 processes cheap (BENCHMARKS.md). */
+    struct image im = {.m = NULL, .n = 0};
+    const struct layout *m = l->map;
+    if (l->member) {
         reclaim(l, LOOK_NOW);
+    } else {
+        vram_status rc = image_read(l, &im);
+        if (rc != VRAM_OK)
+            return rc;
+        m = im.m;
+    }
 
     /* Not the whole struct: its 512 entries are 170 KB, and each entry
     ** kept is written whole by copy_proc. */
     memset(out, 0, offsetof(struct ledger_snapshot, procs));
     memcpy(out->group, l->group, sizeof out->group);
     for (int d = 0; d < LEDGER_MAX_DEVICES; d++) {
-        struct device *dv = &m->dev[d];
-        if (atomic_load(&dv->tag) == 0)
+        const struct device *dv = &m->dev[d];
+        if (atomic_load((_Atomic uint64_t *)&dv->tag) == 0)
             break;
         uuid_read(dv, out->uuid[d]);
         if (out->uuid[d][0] == '\0') /* its writer is stopped before the UUID */
             snprintf(out->uuid[d], LEDGER_UUID_LEN, "(unnamed)");
         out->limit[d] = ld(&dv->limit);
         out->refusals[d] = ld(&dv->refusals);
+        out->peak[d] = ld(&dv->peak);
+        out->users[d] = ld(&dv->users);
         out->n_devices = d + 1;
     }
-    int n = n_slots(m);
+    int n = l->member ? n_slots(m) : im.n;
     for (int i = 0; i < n; i++) {
         const struct slot *s = &m->slots[i];
         struct ledger_proc *p = &out->procs[out->n_procs];
@@ -1290,6 +1680,10 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
             if (!live)
                 break;
         }
+        if (!l->member && im.unstable[i]) {
+            out->stale = true; /* it kept changing while it was read */
+            continue;
+        }
         if (!got) {
             if (live)
                 out->stale = true;
@@ -1297,18 +1691,14 @@ ledger_snapshot(struct ledger *l, struct ledger_snapshot *out)
                 judged_forget(&l->judged[i]); /* a free entry keeps no descriptor */
             continue;
         }
-        if (!l->member && judge_entry(l, i, w, p, ld(&s->pidns))) {
-            /* Dead: a writable monitor frees it (one compare-and-swap, as
-            ** reclaim does); a read-only handle leaves it out. */
-            if (l->writable)
-                atomic_compare_exchange_strong((_Atomic uint64_t *)&s->owner, &w,
-                                               owner_word(SLOT_FREE, owner_gen(w), 0));
+        /* A reader leaves a dead member out; the members reclaim it. */
+        if (!l->member && judge_entry(l, i, w, p, ld(&s->pidns)))
             continue;
-        }
         for (int d = 0; d < out->n_devices; d++)
             out->used[d] = add_sat(out->used[d], p->dev[d].used);
         out->n_procs++;
     }
+    image_free(&im);
     return VRAM_OK;
 }
 

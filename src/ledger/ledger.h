@@ -4,7 +4,9 @@
 ** processes of one job share one quota.
 **
 ** One file per (user, group): /dev/shm/vram-<uid>/<group>, in a directory
-** of that user (mode 0700) so that no other user can take a group's name.
+** of that user (mode 0700) so that no other user can take a group's name;
+** when another user holds the directory's name, /dev/shm/vram-<uid>.<k>,
+** the lowest such directory of the user's (docs/LEDGER.md).
 ** It holds the devices seen (by GPU UUID) and one entry per member
 ** process: pid, start time (so a recycled pid is not mistaken for it),
 ** command name, and per device the bytes it holds now and at its peak.
@@ -44,6 +46,14 @@
 
 struct ledger;
 
+/* A user's ledger directory: SEQ 0 is /dev/shm/vram-<uid>; SEQ k > 0 the
+** fallback /dev/shm/vram-<uid>.<k>, used when other users hold the names
+** before it (docs/LEDGER.md, "The directory"). */
+struct ledger_dir {
+    uid_t uid;
+    uint32_t seq;
+};
+
 /* One process's use of one device, bytes. */
 struct ledger_use {
     uint64_t used;
@@ -74,6 +84,12 @@ struct ledger_snapshot {
     uint64_t limit[LEDGER_MAX_DEVICES]; /* the quota last set for the device; 0 = none */
     uint64_t used[LEDGER_MAX_DEVICES];  /* the group's total now */
     uint64_t refusals[LEDGER_MAX_DEVICES]; /* allocations refused by the quota, ever */
+    /* The most the group's members held on the device at once, ever,
+    ** bytes: kept by the members at each grant, so exact however short
+    ** they lived (short only by an allocation of a member killed inside
+    ** one grant or release: docs/LEDGER.md, L5). */
+    uint64_t peak[LEDGER_MAX_DEVICES];
+    uint64_t users[LEDGER_MAX_DEVICES]; /* members granted bytes on it, ever */
     int n_procs;
     struct ledger_proc procs[LEDGER_MAX_PROCS];
 };
@@ -119,7 +135,13 @@ vram_status ledger_after_fork(struct ledger *l);
 ** joiner that sees the mark turns it back (and the removal is abandoned),
 ** and one that sees it removed opens the group anew. Called at
 ** process exit by the preload library and by `vram run`, so /dev/shm does
-** not fill up with the ledgers of finished jobs.
+** not fill up with the ledgers of finished jobs, and by the monitors for
+** groups whose members are all gone. With a reader's handle the removal
+** runs in a child process (fork), which maps the file: a file its owner
+** truncates meanwhile kills that child, never the caller, and the caller
+** waits for it at most about a second (then it is killed, which the
+** removal's steps allow at any instruction). Not for a process that
+** forbids fork (the preload library uses members' handles only).
 */
 bool ledger_remove_if_unused(struct ledger *l);
 
@@ -180,43 +202,59 @@ void ledger_host_sub(struct ledger *l, uint64_t bytes);
 */
 bool ledger_proc_resident(pid_t pid, uint64_t start_time, uint64_t *bytes);
 
-/* The group's use of UUID now, bytes (dead members reclaimed first); 0
-** for a device never seen. */
+/* The group's use of UUID now, bytes (dead members reclaimed first; a
+** reader's handle leaves them out, each judged through /proc); 0 for a
+** device never seen, or a file a reader cannot read. */
 uint64_t ledger_group_used(struct ledger *l, const char *uuid);
 
-/* Copy the whole ledger into OUT (reclaiming dead members first; a
-** monitoring handle judges each process as it copies it, one /proc read
-** for its liveness and its resident set). */
+/* Copy the whole ledger into OUT (a member's handle reclaims dead members
+** first; a reader's judges each process as it copies it, one /proc read
+** for its liveness and its resident set, and leaves the dead out). A
+** reader's: VRAM_E_IO with one line naming the file when it is no longer
+** a ledger of this version (cut short, rewritten), VRAM_E_NO_DEVICE when
+** it was removed. */
 vram_status ledger_snapshot(struct ledger *l, struct ledger_snapshot *out);
 
-/* Open GROUP's ledger only if it exists, without adding an entry (for the
-** monitoring commands). VRAM_E_NO_DEVICE if there is none. Such a handle
-** reclaims dead members' entries when it reads. */
+/*
+** Open GROUP's ledger of the calling user only if it exists, without
+** adding an entry (for the monitoring commands and `vram run --report`):
+** a reader's handle. VRAM_E_NO_DEVICE if there is none. A reader's handle
+** never maps the file: it reads it with pread, so that whatever its owner
+** does to it (truncating it, growing it, filling it with anything,
+** replacing it) at any moment costs a reader at most a status with one
+** line (VRAM_E_IO), never a signal, a hang or a wrong read. It writes
+** nothing (its snapshots leave dead members out instead of reclaiming
+** them) but in ledger_remove_if_unused, which it does in a child process.
+*/
 vram_status ledger_attach_existing(const char *group, struct ledger **out);
 
-/* Open user UID's ledger GROUP read-only (for a monitor running as root):
-** the directory and the file must belong to UID (never followed if a
-** link). A read-only handle writes nothing: its snapshots leave dead
-** members out instead of reclaiming them. */
-vram_status ledger_attach_user(uid_t uid, const char *group, struct ledger **out);
+/* The same for ledger GROUP in directory DIR (of any user: for a monitor
+** running as root, or a reader of the host's policy). */
+vram_status ledger_attach_in(const struct ledger_dir *dir, const char *group,
+                             struct ledger **out);
 
-/* Whether L still maps its group's ledger: the name in the user's
-** directory still names the file it mapped, a regular file of that user
-** of the expected size, not marked removed (one lstat). A monitor keeps
-** its handles across samples while this holds, instead of opening and
-** mapping every ledger at every sample. */
+/* Whether L still reads or maps its group's ledger: the name in its
+** directory still names the file it opened, a regular file of that user
+** of the expected size (one lstat; a member's handle also checks that the
+** file is not marked removed). A monitor keeps its handles across samples
+** while this holds, instead of opening every ledger at every sample. */
 bool ledger_current(const struct ledger *l);
 
-/* Every group ledger of the calling user: names into GROUPS (MAX of them,
-** LEDGER_GROUP_LEN each, sorted); *n receives the count (at most MAX: more
-** are left out). Entries that are not regular files of the user are
-** skipped. ledger_list_user: the same for user UID. */
+/* The group ledgers of the calling user, in the directory its processes
+** use: names into GROUPS (MAX of them, LEDGER_GROUP_LEN each, sorted); *n
+** receives the count (at most MAX: more are left out). Entries that are
+** not regular files of the user are skipped. ledger_list_in: the same for
+** directory DIR. */
 vram_status ledger_list(char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
-vram_status ledger_list_user(uid_t uid, char (*groups)[LEDGER_GROUP_LEN], int max, int *n);
+vram_status ledger_list_in(const struct ledger_dir *dir, char (*groups)[LEDGER_GROUP_LEN],
+                           int max, int *n);
 
-/* The users with a ledger directory (/dev/shm/vram-<uid>, a real
-** directory owned by <uid>, writable by nobody else): UIDS (MAX), *n. */
-vram_status ledger_list_users(uid_t *uids, int max, int *n);
+/* The ledger directories in /dev/shm of user ONLY ((uid_t)-1: of every
+** user) that are valid (a real directory owned by the uid in its name,
+** writable by nobody else): DIRS (MAX), *n, sorted by uid and then seq
+** (of one user's, the first is the one its processes use). Names of that
+** form that are not valid (another user's squat) are left out. */
+vram_status ledger_list_dirs(uid_t only, struct ledger_dir *dirs, int max, int *n);
 
 /*
 ** What the listing of a directory depends on: an entry added, removed or
@@ -233,10 +271,9 @@ struct ledger_stamp {
     int64_t taken_ns; /* CLOCK_REALTIME when the stamp was taken */
 };
 
-/* The stamp of user UID's ledger directory, or with ROOT of the directory
-** of all users' directories (UID unused); false when it is not there (or
-** not a directory). */
-bool ledger_dir_stamp(bool root, uid_t uid, struct ledger_stamp *out);
+/* The stamp of ledger directory DIR, or (DIR NULL) of /dev/shm, which
+** holds the directories; false when it is not there (or not a directory). */
+bool ledger_dir_stamp(const struct ledger_dir *dir, struct ledger_stamp *out);
 
 /* Whether stamp NOW is stamp THEN's, and THEN was taken when the
 ** directory had been still long enough (LEDGER_STILL_NS) that a later

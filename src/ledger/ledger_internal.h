@@ -20,15 +20,16 @@
 #include "ledger/ledger.h"
 #include "ledger/ledger_testing.h"
 
-/* "VRAMLDG5": stored last, with release order, once the header is written.
+/* "VRAMLDG6": stored last, with release order, once the header is written.
 ** The first three words of the header (magic, version, size) keep their
 ** place in every version, so that a reader can name the version of a file
 ** it cannot read. Version 4 added each entry's pinned host memory;
 ** version 5 put the three counters of one device side by side (struct
-** slot_use). */
-#define LEDGER_MAGIC UINT64_C(0x5652414d4c444735)
+** slot_use); version 6 gave each device the group's bytes in use at once,
+** their peak and the members that used it (struct device, L5). */
+#define LEDGER_MAGIC UINT64_C(0x5652414d4c444736)
 #define LEDGER_MAGIC_PREFIX UINT64_C(0x5652414d4c444700) /* "VRAMLDG" and any digit */
-#define LEDGER_VERSION 5
+#define LEDGER_VERSION 6
 
 /* The size of a cache line: what a reservation touches is counted in them. */
 #define LEDGER_LINE 64
@@ -106,13 +107,22 @@ _Static_assert(sizeof(struct slot_use) * 2 == LEDGER_LINE, "two devices' uses a 
 _Static_assert(sizeof(struct slot) % (2 * LEDGER_LINE) == 0, "slots are whole pairs of lines");
 
 /* One device. TAG (a hash of the UUID, never 0) claims the record; the
-** UUID string follows, written by whoever finds it missing (the same bytes). */
+** UUID string follows, written by whoever finds it missing (the same
+** bytes). The second line holds what reservations change: what the
+** group's members were granted and have not given back (L5: for the
+** report of the group's peak; the quota itself stands on L1, never on
+** it), its peak, the refusals and the members that used the device. */
 struct device {
     _Atomic uint64_t tag;
     _Atomic char uuid[LEDGER_UUID_LEN];
-    _Atomic uint64_t limit;    /* bytes; 0 = none */
+    _Atomic uint64_t limit; /* bytes; 0 = none */
+    _Alignas(LEDGER_LINE) _Atomic uint64_t in_use; /* bytes, all members (L5) */
+    _Atomic uint64_t peak;     /* the most IN_USE has been, bytes */
     _Atomic uint64_t refusals; /* count, ever */
+    _Atomic uint64_t users;    /* members granted bytes on it, ever (an execve: a new one) */
 };
+
+_Static_assert(sizeof(struct device) == 2 * LEDGER_LINE, "a device record is two lines");
 
 /* The file's life: ACTIVE (0, what a fresh zero-filled file is), REMOVING
 ** (a remover is checking that it is unused; any joiner may veto it back to
@@ -205,17 +215,42 @@ int ledger_watch_poll(struct ledger_watch *w, int *ended, int max);
 
 /* ---- ledger_file.c: the directory and the file ---- */
 
-/* The per-user directory "/dev/shm/vram-<uid>" into OUT. */
-void ledger_dir_path(char *out, size_t cap, uid_t uid);
-/* Open (creating it and the directory if CREATE) and map GROUP's file of
-** user UID; WRITABLE maps it for writing. *INO receives its inode. */
-vram_status ledger_file_open(uid_t uid, const char *group, bool create, bool writable,
-                             struct layout **out, uint64_t *ino);
-/* Unlink GROUP's file of the effective user if the name still names inode INO. */
-void ledger_file_unlink(const char *group, uint64_t ino);
-/* Whether GROUP's file of user UID is still inode INO: a regular file of
-** UID, of the layout's size, not a link (one lstat). */
-bool ledger_file_same(uid_t uid, const char *group, uint64_t ino);
+/* A ledger file opened (ledger_file_open). */
+struct ledger_file {
+    struct ledger_dir dir; /* the directory it is in */
+    struct layout *map;    /* a writer's mapping; NULL for a reader */
+    int fd;                /* a reader's descriptor, read with pread; -1 for a writer */
+    uint64_t ino;          /* its inode */
+};
+
+/* Directory D's path ("/dev/shm/vram-<uid>" or "/dev/shm/vram-<uid>.<seq>") into OUT. */
+void ledger_dir_path(char *out, size_t cap, const struct ledger_dir *d);
+/*
+** Open GROUP's file of user UID into *OUT: in directory AT, or (AT NULL)
+** in the directory the user's processes all find (the lowest valid one;
+** made if CREATE and there is none). WRITABLE: the file is made if CREATE
+** and missing, given all its blocks and mapped for writing, its header
+** written if it is not yet; else it is opened for reading with pread (a
+** reader never maps a file its owner may truncate) and its header checked.
+*/
+vram_status ledger_file_open(const struct ledger_dir *at, uid_t uid, const char *group,
+                             bool create, bool writable, struct ledger_file *out);
+/* The line (VRAM_E_IO) for GROUP's file in directory path DIR whose header
+** has MAGIC and VERSION, not this build's. */
+vram_status ledger_file_alien(const char *dir, const char *group, uint64_t magic,
+                              uint32_t version);
+/* Unlink GROUP's file in directory D if the name still names inode INO,
+** then remove D if it is empty. */
+void ledger_file_unlink(const struct ledger_dir *d, const char *group, uint64_t ino);
+/* Whether GROUP's file in directory D is still inode INO: a regular file
+** of D's uid, of the layout's size, not a link (one lstat). */
+bool ledger_file_same(const struct ledger_dir *d, const char *group, uint64_t ino);
+/* GROUP's file in directory D mapped for writing, if it is still inode
+** INO, a regular file of D's uid, mode 0600, of this version's layout;
+** else NULL. Says nothing and asks no user database: for a fork child
+** (ledger_remove_if_unused of a reader's handle). */
+struct layout *ledger_file_map_quiet(const struct ledger_dir *d, const char *group,
+                                     uint64_t ino);
 /* Whether NAME is a valid group name. */
 bool ledger_group_valid(const char *name);
 

@@ -194,27 +194,29 @@ struct track {
     bool seen;                    /* present in the current sample */
 };
 
-/* A ledger handle kept between samples: opening and mapping every ledger
-** at every sample cost more than reading it (BENCHMARKS.md). Kept while
-** ledger_current says its name still names the file mapped. */
+/* A ledger handle kept between samples: opening every ledger at every
+** sample cost more than reading it (BENCHMARKS.md). Kept while
+** ledger_current says its name still names the file opened. Every handle
+** is a reader's (ledger_attach_in): nothing is mapped or written. */
 struct held {
-    uid_t uid;
-    bool own; /* the caller's own (ledger_attach_existing), else read-only */
+    struct ledger_dir dir;
     char group[LEDGER_GROUP_LEN];
     struct ledger *l;
-    bool seen; /* listed at this sample */
+    bool seen;        /* listed at this sample */
+    double remove_at; /* CLOCK_MONOTONIC of the last removal tried (no member left); 0 none */
 };
 
 #define MON_MAX_HELD 1024
 
 /*
-** One user's ledger names, listed again only when the directory's stamp
-** changed (ledger_stamp_still) or MON_RELIST_S passed since, whichever
-** comes first: the second bounds what a clock stepped back could hide.
+** One ledger directory's names, listed again only when the directory's
+** stamp changed (ledger_stamp_still) or MON_RELIST_S passed since,
+** whichever comes first: the second bounds what a clock stepped back
+** could hide.
 */
 struct listing {
     bool valid;    /* the names below are the directory's at STAMP */
-    uid_t uid;
+    struct ledger_dir dir;
     struct ledger_stamp stamp;
     double at_s;   /* CLOCK_MONOTONIC of the listing */
     char user[64]; /* the user's name (another user's), else the uid */
@@ -222,8 +224,22 @@ struct listing {
     char groups[MON_MAX_GROUPS][LEDGER_GROUP_LEN];
 };
 
-#define MON_LISTINGS 16 /* users whose listing is kept; others are listed each time */
+#define MON_LISTINGS 16 /* directories whose listing is kept; others are listed each time */
 #define MON_RELIST_S 1.0
+/* A group with no member left is removed (ledger_remove_if_unused) at
+** most this often, seconds: a removal the group's joiners veto, or one
+** this process may not make, is not tried at every sample. */
+#define MON_REMOVE_RETRY_S 10.0
+/* Ledgers that could not be read at a sample, remembered until the next
+** one, so that each is said once (mon_view's unread_new), not at every
+** sample. */
+#define MON_MAX_BAD 256
+
+/* A ledger (or a directory: GROUP "") that could not be read. */
+struct bad_key {
+    struct ledger_dir dir;
+    char group[LEDGER_GROUP_LEN];
+};
 
 struct monitor {
     struct nvml nvml;
@@ -233,14 +249,18 @@ struct monitor {
     bool all_users;                                 /* every user's ledgers */
     uid_t euid;                                     /* geteuid(), asked once */
     int n_lists;
-    struct listing lists[MON_LISTINGS]; /* the first users' listings */
+    struct listing lists[MON_LISTINGS]; /* the first directories' listings */
     struct listing spare;               /* scratch for the others' */
-    /* The users with a ledger directory, listed again as LISTS are. */
-    bool users_valid;
-    struct ledger_stamp users_stamp;
-    double users_at_s;
-    int n_uids;
-    uid_t uids[MON_MAX_USERS];
+    /* The ledger directories (every user's, or the caller's), listed again
+    ** as LISTS are, by the stamp of /dev/shm. */
+    bool dirs_valid;
+    struct ledger_stamp dirs_stamp;
+    double dirs_at_s;
+    int n_dirs;
+    struct ledger_dir dirs[MON_MAX_USERS];
+    /* The ledgers not read at the last sample (BAD) and at this one. */
+    int n_bad, n_bad_now;
+    struct bad_key bad[MON_MAX_BAD], bad_now[MON_MAX_BAD];
     int n_tracks;
     struct track tracks[MON_MAX_PROCS];
     int track_hint; /* where track_find looks first: rows come in the same order */
@@ -530,33 +550,61 @@ add_snapshot(struct monitor *m, const char *label)
     }
 }
 
-/* A ledger that could not be read, with status ST: counted and, the
-** first MON_MAX_UNREAD, their lines kept. VRAM_E_NO_DEVICE is a ledger removed or being
-** made meanwhile, which is nothing to say. */
+static bool
+same_dir(const struct ledger_dir *a, const struct ledger_dir *b)
+{
+    return a->uid == b->uid && a->seq == b->seq;
+}
+
+/*
+** A ledger (GROUP in directory DIR; GROUP "" for the directory itself)
+** that could not be read, with status ST: counted and, the first
+** MON_MAX_UNREAD, their lines kept, each marked new unless it could not
+** be read at the last sample either. VRAM_E_NO_DEVICE is a ledger removed
+** or being made meanwhile, which is nothing to say.
+*/
 static void
-note_unread(struct monitor *m, vram_status st)
+note_unread(struct monitor *m, vram_status st, const struct ledger_dir *dir, const char *group)
 {
     struct mon_view *v = &m->view;
     if (st == VRAM_OK || st == VRAM_E_NO_DEVICE)
         return;
-    if (v->n_unread < MON_MAX_UNREAD)
-        snprintf(v->unread[v->n_unread], sizeof v->unread[0], "%s", vram_last_error());
+    bool seen = false;
+    for (int i = 0; i < m->n_bad && !seen; i++)
+        seen = same_dir(&m->bad[i].dir, dir) && strcmp(m->bad[i].group, group) == 0;
+    if (m->n_bad_now < MON_MAX_BAD) {
+        struct bad_key *k = &m->bad_now[m->n_bad_now++];
+        k->dir = *dir;
+        snprintf(k->group, sizeof k->group, "%s", group);
+    }
+    /* Kept: the first MON_MAX_UNREAD, a new one in the place of one said
+    ** before when they are all taken (the new ones are what is printed). */
+    int at = v->n_unread < MON_MAX_UNREAD ? v->n_unread : -1;
+    for (int i = 0; at < 0 && !seen && i < MON_MAX_UNREAD; i++)
+        if (!v->unread_new[i])
+            at = i;
+    if (at >= 0) {
+        snprintf(v->unread[at], sizeof v->unread[0], "%s", vram_last_error());
+        v->unread_new[at] = !seen;
+    }
     v->n_unread++;
+    v->n_unread_new += !seen;
 }
 
 /*
-** Snapshot user UID's ledger GROUP (OWN: the caller's, else read-only)
-** into m->snap through the handle kept from the last sample if it still
-** holds, else a new one (kept if there is room).
+** Snapshot ledger GROUP of directory DIR into m->snap through the handle
+** kept from the last sample if it still holds, else a new one (kept if
+** there is room); *HELD: the kept entry (NULL: none).
 */
 static vram_status
-held_snapshot(struct monitor *m, uid_t uid, bool own, const char *group)
+held_snapshot(struct monitor *m, const struct ledger_dir *dir, const char *group,
+              struct held **held)
 {
     struct held *h = NULL;
     for (int k = 0; k < m->n_held && h == NULL; k++) {
         int i = (m->held_hint + k) % m->n_held;
         struct held *c = &m->held[i];
-        if (c->uid == uid && c->own == own && strcmp(c->group, group) == 0) {
+        if (same_dir(&c->dir, dir) && strcmp(c->group, group) == 0) {
             h = c;
             m->held_hint = i + 1;
         }
@@ -568,19 +616,21 @@ held_snapshot(struct monitor *m, uid_t uid, bool own, const char *group)
     struct ledger *l = h != NULL ? h->l : NULL;
     vram_status st = VRAM_OK;
     if (l == NULL)
-        st = own ? ledger_attach_existing(group, &l) : ledger_attach_user(uid, group, &l);
+        st = ledger_attach_in(dir, group, &l);
+    *held = NULL;
     if (st != VRAM_OK)
         return st; /* H, if any, has no handle and is not seen: dropped */
     if (h == NULL && m->n_held < MON_MAX_HELD) {
         h = &m->held[m->n_held++];
-        h->uid = uid;
-        h->own = own;
+        h->dir = *dir;
+        h->remove_at = 0;
         snprintf(h->group, sizeof h->group, "%s", group);
     }
     st = ledger_snapshot(l, &m->snap);
     if (h != NULL) {
         h->l = l;
         h->seen = true;
+        *held = h;
     } else {
         ledger_close(l); /* no room to keep it */
     }
@@ -615,102 +665,131 @@ user_label(uid_t uid, char *buf, size_t len)
         snprintf(buf, len, "%lu", (unsigned long)uid);
 }
 
-/* User UID's ledger names (and name), listed again only when they may
-** have changed (struct listing): *OUT. VRAM_E_IO when the directory
-** cannot be listed. */
+/* Directory DIR's ledger names (and its user's name), listed again only
+** when they may have changed (struct listing): *OUT. VRAM_E_IO when the
+** directory cannot be listed. */
 static vram_status
-list_groups(struct monitor *m, uid_t uid, const struct listing **out)
+list_groups(struct monitor *m, const struct ledger_dir *dir, const struct listing **out)
 {
     struct listing *c = NULL;
     for (int i = 0; i < m->n_lists && c == NULL; i++)
-        if (m->lists[i].uid == uid)
+        if (same_dir(&m->lists[i].dir, dir))
             c = &m->lists[i];
     if (c == NULL && m->n_lists < MON_LISTINGS) {
         c = &m->lists[m->n_lists++];
         c->valid = false;
-        c->uid = uid;
+        c->dir = *dir;
     }
     if (c == NULL) {
         c = &m->spare;
         c->valid = false;
-        c->uid = uid;
+        c->dir = *dir;
     }
     struct ledger_stamp now;
-    bool stamped = ledger_dir_stamp(false, uid, &now);
+    bool stamped = ledger_dir_stamp(dir, &now);
     double t = now_mono_s();
     *out = c;
     if (c->valid && stamped && ledger_stamp_still(&c->stamp, &now) && t - c->at_s < MON_RELIST_S)
         return VRAM_OK;
     c->valid = false;
-    vram_status st = ledger_list_user(uid, c->groups, MON_MAX_GROUPS, &c->n);
+    vram_status st = ledger_list_in(dir, c->groups, MON_MAX_GROUPS, &c->n);
     if (st != VRAM_OK)
         return st;
-    if (uid != m->euid)
-        user_label(uid, c->user, sizeof c->user);
+    if (dir->uid != m->euid)
+        user_label(dir->uid, c->user, sizeof c->user);
     c->valid = stamped && c != &m->spare;
     c->stamp = now;
     c->at_s = t;
     return VRAM_OK;
 }
 
-/* The users with a ledger directory, listed again only when /dev/shm
-** changed (as list_groups). */
+/* The ledger directories (every user's, or the caller's), listed again
+** only when /dev/shm changed (as list_groups). */
 static vram_status
-list_users(struct monitor *m)
+list_dirs(struct monitor *m)
 {
     struct ledger_stamp now;
-    bool stamped = ledger_dir_stamp(true, 0, &now);
+    bool stamped = ledger_dir_stamp(NULL, &now);
     double t = now_mono_s();
-    if (m->users_valid && stamped && ledger_stamp_still(&m->users_stamp, &now) &&
-        t - m->users_at_s < MON_RELIST_S)
+    if (m->dirs_valid && stamped && ledger_stamp_still(&m->dirs_stamp, &now) &&
+        t - m->dirs_at_s < MON_RELIST_S)
         return VRAM_OK;
-    m->users_valid = false;
-    vram_status st = ledger_list_users(m->uids, MON_MAX_USERS, &m->n_uids);
+    m->dirs_valid = false;
+    vram_status st = ledger_list_dirs(m->all_users ? (uid_t)-1 : m->euid, m->dirs,
+                                      MON_MAX_USERS, &m->n_dirs);
     if (st != VRAM_OK)
         return st;
-    m->users_valid = stamped;
-    m->users_stamp = now;
-    m->users_at_s = t;
+    m->dirs_valid = stamped;
+    m->dirs_stamp = now;
+    m->dirs_at_s = t;
     return VRAM_OK;
 }
 
-static void
-sample_ledger(struct monitor *m, const char *group)
+/*
+** A group whose members are all gone (its snapshot in m->snap has no live
+** process and nothing that kept changing): not shown, and its file is
+** removed if this process may (root, or the file's owner) -- at most every
+** MON_REMOVE_RETRY_S, through the ledger's removal, which a member joining
+** at that moment vetoes and which runs in a child process for a reader's
+** handle (ledger.h).
+*/
+static bool
+gone_group(struct monitor *m, struct held *h)
 {
-    vram_status st = held_snapshot(m, m->euid, true, group);
-    if (st == VRAM_OK)
-        add_snapshot(m, group);
-    note_unread(m, st);
+    if (m->snap.n_procs != 0 || m->snap.stale)
+        return false;
+    double t = now_mono_s();
+    if (h != NULL && h->l != NULL && (m->euid == 0 || m->euid == h->dir.uid) &&
+        (h->remove_at == 0 || t - h->remove_at >= MON_REMOVE_RETRY_S)) {
+        h->remove_at = t;
+        if (ledger_remove_if_unused(h->l)) {
+            ledger_close(h->l);
+            h->l = NULL; /* the entry, not seen, is dropped */
+            h->seen = false;
+        }
+    }
+    return true;
 }
 
-/* Every other user's ledgers, read-only (ledger_attach_user): each group
-** as "<user>/<group>". A ledger that cannot be opened is left out
-** (note_unread counts it). */
-static vram_status
-sample_all_users(struct monitor *m)
+/*
+** Every ledger directory's ledgers, read-only (ledger_attach_in): the
+** caller's groups by their names, other users' as "<user>/<group>"; a
+** group in a directory other than the lowest of its user's (docs/LEDGER.md:
+** a fallback found while a lower one exists) gets "@<seq>". A ledger that
+** cannot be read is left out (note_unread counts it).
+*/
+static void
+sample_dirs(struct monitor *m)
 {
-    vram_status st = list_users(m);
-    if (st != VRAM_OK)
-        return st;
-    for (int i = 0; i < m->n_uids; i++) {
-        uid_t uid = m->uids[i];
+    for (int i = 0; i < m->n_dirs; i++) {
+        const struct ledger_dir *dir = &m->dirs[i];
+        bool lowest = i == 0 || m->dirs[i - 1].uid != dir->uid;
         const struct listing *c = NULL;
-        if (uid == m->euid || list_groups(m, uid, &c) != VRAM_OK)
+        vram_status st = list_groups(m, dir, &c);
+        if (st != VRAM_OK) {
+            note_unread(m, st, dir, "");
             continue;
-        const char *user = c->user;
+        }
         for (int k = 0; k < c->n; k++) {
-            vram_status s2 = held_snapshot(m, uid, false, c->groups[k]);
-            note_unread(m, s2);
-            if (s2 != VRAM_OK)
+            struct held *h = NULL;
+            st = held_snapshot(m, dir, c->groups[k], &h);
+            note_unread(m, st, dir, c->groups[k]);
+            if (st != VRAM_OK || gone_group(m, h))
                 continue;
-            char label[LEDGER_GROUP_LEN];
-            int w = snprintf(label, sizeof label, "%s/%s", user, c->groups[k]);
+            char label[LEDGER_GROUP_LEN], at[16] = "";
+            if (!lowest)
+                snprintf(at, sizeof at, "@%u", (unsigned)dir->seq);
+            int w;
+            if (dir->uid == m->euid)
+                w = snprintf(label, sizeof label, "%s%s", c->groups[k], at);
+            else
+                w = snprintf(label, sizeof label, "%s/%s%s", c->user, c->groups[k], at);
             if (w < 0 || (size_t)w >= sizeof label) /* a long name: the uid is shorter */
-                snprintf(label, sizeof label, "%lu/%.40s", (unsigned long)uid, c->groups[k]);
+                snprintf(label, sizeof label, "%u/%.40s%.11s", (unsigned)dir->uid,
+                         c->groups[k], at);
             add_snapshot(m, label);
         }
     }
-    return VRAM_OK;
 }
 
 /* A process's real uid and command name from /proc (for processes NVML
@@ -746,25 +825,22 @@ monitor_sample(struct monitor *m, const struct mon_view **view)
 {
     if (m == NULL || view == NULL)
         return error_set(VRAM_E_INVALID, "monitor_sample: NULL");
-    const struct listing *own = NULL;
-    vram_status st = list_groups(m, m->euid, &own);
+    vram_status st = list_dirs(m);
     if (st != VRAM_OK)
         return st;
     struct mon_view *v = &m->view;
     v->time_s = now_mono_s();
     v->nvml = false;
-    v->n_devices = v->n_groups = v->n_procs = v->n_unread = 0;
+    v->n_devices = v->n_groups = v->n_procs = v->n_unread = v->n_unread_new = 0;
+    m->n_bad_now = 0;
     if (m->have_nvml)
         sample_nvml(m);
     for (int i = 0; i < m->n_tracks; i++)
         m->tracks[i].seen = false;
-    for (int i = 0; i < own->n; i++)
-        sample_ledger(m, own->groups[i]);
-    if (m->all_users && (st = sample_all_users(m)) != VRAM_OK) {
-        held_prune(m);
-        return st;
-    }
+    sample_dirs(m);
     held_prune(m);
+    memcpy(m->bad, m->bad_now, sizeof m->bad[0] * (size_t)m->n_bad_now);
+    m->n_bad = m->n_bad_now;
     if (m->have_nvml)
         sample_nvml_procs(m);
     /* Forget the histories of processes gone (killed ones included). */

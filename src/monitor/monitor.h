@@ -8,10 +8,15 @@
 ** which the trend (least squares, bytes per minute) and top's graph come.
 **
 ** Scope: the calling user's ledgers; root, and the users and groups the
-** host's policy names as readers, see every user's, read-only
-** (ledger_attach_user: nothing written, nothing waited on), another
-** user's group labelled "<user>/<group>". Processes seen only through
-** NVML show their uid and command from /proc.
+** host's policy names as readers, see every user's, another user's group
+** labelled "<user>/<group>". Every ledger is read through a reader's
+** handle (ledger_attach_in: read with pread, never mapped, nothing
+** waited on), so that no file a user controls can fault, stop or fool
+** the monitor: a ledger that cannot be read is one line (unread, said
+** once) and the others are shown. A group whose members are all gone is
+** not shown, and its file is removed when the caller may (root, or its
+** owner). Processes seen only through NVML show their uid and command
+** from /proc.
 **
 ** Not thread-safe: one thread samples and reads a monitor at a time (the
 ** exporter holds its own lock). Nothing here prints or exits.
@@ -37,7 +42,7 @@ const struct mon_device *mon_device_of(const struct mon_view *v, const char *uui
 #define MON_MAX_USERS 1024
 #define MON_MAX_PROCS 2048
 #define MON_HISTORY 32 /* samples kept per process */
-#define MON_MAX_UNREAD 8 /* lines kept of ledgers that could not be read */
+#define MON_MAX_UNREAD 32 /* lines kept of ledgers that could not be read */
 
 /* One GPU (scope DEVICE). */
 struct mon_device {
@@ -90,10 +95,16 @@ struct mon_view {
     int n_procs;
     struct mon_proc procs[MON_MAX_PROCS];
     /* Ledgers listed but not read (another vram version, a bad owner or
-    ** mode...): how many, and the lines of the first MON_MAX_UNREAD, for
-    ** the commands to print. Never read in part. */
-    int n_unread;
+    ** mode, a file cut short or rewritten by its owner...): how many, and
+    ** the lines of the first MON_MAX_UNREAD, for the commands to print.
+    ** Never read in part. A line is new when its ledger was read (or not
+    ** there) at the monitor's last sample: a ledger that stays unreadable
+    ** is said once, not at every sample. N_UNREAD_NEW counts the new ones,
+    ** those beyond MON_MAX_UNREAD included; of the lines kept, new ones
+    ** take the places of old ones first. */
+    int n_unread, n_unread_new;
     char unread[MON_MAX_UNREAD][320];
+    bool unread_new[MON_MAX_UNREAD];
 };
 
 struct monitor;

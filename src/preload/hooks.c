@@ -124,6 +124,9 @@ line_allowed(void)
 /* Initialization                                                       */
 /* ------------------------------------------------------------------ */
 
+/* Why P.no_ledger is set (written before ACTIVE is published). */
+static char no_ledger_why[640];
+
 /* Fail closed: remember that CUDA is off here and say why, once. */
 void
 disable(const char *why)
@@ -413,7 +416,17 @@ preload_init(void)
     for (int a = 0; a < ACCT_COUNT; a++) {
         if (P.group[a][0] == '\0')
             continue;
-        if (ledger_open(P.group[a], &P.ledger[a]) != VRAM_OK) {
+        vram_status st = ledger_open(P.group[a], &P.ledger[a]);
+        if (st == VRAM_E_HOST_MEMORY) {
+            /* /dev/shm is full: CUDA starts, and each allocation gets the
+            ** driver's own out-of-memory error with this line. */
+            snprintf(no_ledger_why, sizeof no_ledger_why,
+                     "cannot create the ledger of group %s: %s", P.group[a],
+                     vram_last_error());
+            P.no_ledger = true;
+            continue;
+        }
+        if (st != VRAM_OK) {
             char why[640];
             snprintf(why, sizeof why, "cannot open the ledger of group %s: %s",
                      P.group[a], vram_last_error());
@@ -1108,6 +1121,15 @@ VRAM_HOT vcu_result
 reserve_excused(enum hook_id id, int ord, uint64_t bytes, uint64_t asked,
                 struct preload_device **out, bool (*excuse)(void *arg), void *arg)
 {
+    if (P.no_ledger) {
+        /* Nothing can be counted: refused, as the allocation of a full GPU. */
+        if (line_allowed()) {
+            char line[768];
+            snprintf(line, sizeof line, "vram: %s refused: %s", hook_name(id), no_ledger_why);
+            say(line);
+        }
+        return VCU_ERROR_OUT_OF_MEMORY;
+    }
     vcu_result r = VCU_SUCCESS;
     if (ord < 0)
         r = current_device(&ord);

@@ -124,6 +124,9 @@ struct preload {
                                      for the job's */
     bool trace_sites;           /* VRAM_TRACE_SITES: each event names its call
                                    site; set with trace */
+    bool no_ledger;             /* an account's ledger could not be created for
+                                   lack of room in /dev/shm: every allocation is
+                                   refused (CUDA_ERROR_OUT_OF_MEMORY); set with mode */
     /* Each account's ledger (ACTIVE: at least one); NULL: no such account. */
     struct ledger *ledger[ACCT_COUNT];
     struct trace_writer *trace; /* VRAM_TRACE, or NULL; set before ACTIVE is

@@ -33,7 +33,7 @@ test_cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null; done
     [ -n "${stopped:-}" ] && kill -9 "$stopped" 2>/dev/null
     wait 2>/dev/null
-    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}s"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}s" "/dev/shm/vram-$(id -u)/${G}d"
     rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -197,6 +197,24 @@ while :; do
 done
 check "killed process gone from /metrics" "! grep -q 'pid=\"$victim\"' $TMP/m2 && grep -q 'pid=\"$keeper\"' $TMP/m2"
 check "group used back to 64 MiB" "grep -q '^vram_group_used_bytes{$LBL,group=\"$G\"} 67108864\$' $TMP/m2"
+
+# A group whose members are all killed leaves the metrics within a few
+# samples (0.5 s apart; up to 10 s on a loaded machine), and its file is
+# removed by the exporter's sample.
+"$FILL" "${G}d" "$U" 16 0 >"$TMP/fill.dead" 2>&1 &
+dead=$!
+pids="$pids $dead"
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.dead"; do sleep 0.1; i=$((i + 1)); done
+i=0
+while [ $i -lt 50 ] && ! curl -s "$URL" | grep -q "group=\"${G}d\""; do sleep 0.2; i=$((i + 1)); done
+check "a group of one member is served" "curl -s $URL | grep -q 'group=\"${G}d\"'"
+kill -9 "$dead"
+wait "$dead" 2>/dev/null
+i=0
+while [ $i -lt 50 ] && curl -s "$URL" | grep -q "group=\"${G}d\""; do sleep 0.2; i=$((i + 1)); done
+check "a group whose members are all gone leaves /metrics" "! curl -s $URL | grep -q 'group=\"${G}d\"'"
+check "... and its file is removed" "[ ! -e /dev/shm/vram-$(id -u)/${G}d ]"
 
 # Bad --listen: exit 2, one line.
 "$VRAM" exporter --listen nonsense >/dev/null 2>"$TMP/err"

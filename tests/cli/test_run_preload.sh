@@ -41,6 +41,39 @@ else
     pass "--report leaves no ledger behind"
 fi
 
+# ---- --report: exact peaks and refusals of short commands, from the ledger ----
+# (FAKECUDA_MEMORY: 8 GiB devices, room for the sizes below.)
+# report NAME EXPECTED-LINE ARGS...: `vram run --report ARGS` must exit 0
+# and print EXPECTED-LINE (with the device's UUID in place of @) to stderr.
+report() {
+    name=$1
+    want=$2
+    shift 2
+    FAKECUDA_MEMORY=8G "$VRAM" run --preload "$PRELOAD" --report "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    line=$(printf '%s\n' "$want" | sed 's/@/GPU-facecda0-0001-4000-8000-000000000000/')
+    if [ $rc -eq 0 ] && grep -qxF -- "$line" "$TMP/err"; then
+        pass "$name"
+    else
+        fail "$name" "exit $rc, no line '$line' in: $(cat "$TMP/err")"
+    fi
+}
+report "--report: 4 x 512 MiB granted, 2 refused, exit at once" \
+    "vram: run: @: peak 2.00 GiB in use at once by 1 process, quota 2.50 GiB, 2 allocations refused" \
+    --limit 2560M -- "$PROBE" burst 512 4 2 768
+report "--report: a 3 GiB command that exits at once" \
+    "vram: run: @: peak 3.00 GiB in use at once by 1 process, quota 4.00 GiB, 0 allocations refused" \
+    --limit 4G -- "$PROBE" burst 3072 1 0 0
+report "--report: two short commands one after the other: the most at once, not the sum" \
+    "vram: run: @: peak 1.00 GiB in use at once by 2 processes, quota 4.00 GiB, 1 allocation refused" \
+    --limit 4G -- sh -c "'$PROBE' burst 512 2 0 0 && '$PROBE' burst 256 4 1 4096"
+report "--report: two at once: their sum" \
+    "vram: run: @: peak 768.00 MiB in use at once by 2 processes, quota 4.00 GiB, 0 allocations refused" \
+    --limit 4G -- sh -c "'$PROBE' hold 512 0 '$TMP/stop' >'$TMP/held' & i=0; while [ \$i -lt 100 ] && ! grep -q held '$TMP/held'; do sleep 0.1; i=\$((i+1)); done; '$PROBE' burst 256 1 0 0; touch '$TMP/stop'; wait"
+report "--report: no limit: the peak all the same" \
+    "vram: run: @: peak 1.50 GiB in use at once by 1 process, quota none, 0 allocations refused" \
+    --group "rq$$" -- "$PROBE" burst 512 3 0 0
+
 # ---- no limit from any source: one line says so; the command runs ----
 "$VRAM" run --preload "$PRELOAD" -- "$PROBE" alloc 32 0 0 >"$TMP/out" 2>"$TMP/err"
 rc=$?

@@ -122,6 +122,16 @@ if [ -n "$NVML_DIR" ]; then
     check "--no-nvml: nvml false" "grep -q '\"nvml\":false' $TMP/nj2"
 fi
 
+# A group whose members are all killed (their preload library could not
+# remove its file) disappears at the next sample, and the sample removes
+# its file: the caller owns it.
+kill -9 "$p3"
+wait "$p3" 2>/dev/null
+"$VRAM" stat --json --no-nvml >"$TMP/json2" 2>"$TMP/err"
+check "a group whose members are all gone is not shown" \
+    "[ \$? -eq 0 ] && ! grep -q '\"group\":\"${G}b\"' $TMP/json2 && grep -q '\"group\":\"$G\"' $TMP/json2"
+check "... and its file is removed" "[ ! -e /dev/shm/vram-$(id -u)/${G}b ]"
+
 # A killed process disappears; the others stay.
 kill -9 "$p2"
 wait "$p2" 2>/dev/null

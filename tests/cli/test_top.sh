@@ -22,7 +22,7 @@ test_cleanup() {
     tmux -S "$SOCK" kill-server 2>/dev/null
     for p in $pids; do kill "$p" 2>/dev/null; done
     wait 2>/dev/null
-    rm -f "/dev/shm/vram-$(id -u)/$G"
+    rm -f "/dev/shm/vram-$(id -u)/$G" "/dev/shm/vram-$(id -u)/${G}d"
     rmdir "/dev/shm/vram-$(id -u)" 2>/dev/null
 }
 # A failure shows the screen it was judged on.
@@ -92,8 +92,9 @@ tmux -S "$SOCK" send-keys -t "$S" "r"
 check "sort reverses" "sort: pid \(reversed\)"
 kill -9 "$victim"
 wait "$victim" 2>/dev/null
-# Gone at a sample after its death: looked for until then (at most 60 s,
-# a hang: a loaded machine delays top's samples).
+# Gone at its next judgment (each process is judged at most once a
+# second, the screen drawn every 0.3 s): looked for until then (at most
+# 60 s, a hang: a loaded machine delays top's samples).
 i=0
 while :; do
     tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
@@ -103,6 +104,25 @@ while :; do
     sleep 0.2
 done
 if grep -qE "^ +- +$victim " "$TMP/screen"; then bad "killed process disappears"; else pass "killed process disappears"; fi
+# A group whose members are all killed leaves the screen, and top's sample
+# removes its file.
+"$FILL" "${G}d" "$U" 16 512 >"$TMP/fill.dead" 2>&1 &
+dead=$!
+pids="$pids $dead"
+i=0
+while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.dead"; do sleep 0.1; i=$((i + 1)); done
+check "top shows a group of one member" "group ${G}d +quota"
+kill -9 "$dead"
+wait "$dead" 2>/dev/null
+i=0
+while [ $i -lt 50 ]; do
+    tmux -S "$SOCK" capture-pane -p -t "$S" >"$TMP/screen"
+    grep -qE "group ${G}d +quota" "$TMP/screen" || break
+    sleep 0.2
+    i=$((i + 1))
+done
+if grep -qE "group ${G}d +quota" "$TMP/screen"; then bad "a group whose members are all gone leaves the screen"; else pass "a group whose members are all gone leaves the screen"; fi
+if [ -e "/dev/shm/vram-$(id -u)/${G}d" ]; then fail "... and its file is removed"; else pass "... and its file is removed"; fi
 tmux -S "$SOCK" send-keys -t "$S" "q"
 check "q quits with status 0" "TOP-EXIT=0"
 check "terminal restored: the prompt is back" "^READY> ?$"

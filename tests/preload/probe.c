@@ -1043,6 +1043,30 @@ scenario_hold(uint64_t mib, int dev, const char *stopfile)
     ctx_pop(dev);
 }
 
+/*
+** A short program, as `vram run --report` must see it: COUNT allocations
+** of MIB on device 0, all kept (each must be granted), then EXTRA more of
+** EXTRA_MIB, which the quota must refuse; all freed, and the process
+** exits at once.
+*/
+static void
+scenario_burst(uint64_t mib, int count, int extra, uint64_t extra_mib)
+{
+    init_or_die();
+    ctx_push(0);
+    vcu_deviceptr p[64];
+    int n = 0;
+    for (; n < count && n < 64; n++)
+        CHECK_RC(api.cuMemAlloc(&p[n], mib * MIB), VCU_SUCCESS);
+    for (int k = 0; k < extra; k++) {
+        vcu_deviceptr q;
+        CHECK_RC(api.cuMemAlloc(&q, extra_mib * MIB), VCU_ERROR_OUT_OF_MEMORY);
+    }
+    for (int k = 0; k < n; k++)
+        api.cuMemFree(p[k]);
+    ctx_pop(0);
+}
+
 /* Wait until PATH exists (or 60 s). */
 static void
 wait_for(const char *path)
@@ -1402,6 +1426,7 @@ usage(void)
         "  malformed | fork\n"
         "  nvml\n"
         "  info DEV TOTAL FREE | alloc MIB DEV WANT [WITHIN_MS] | hold MIB DEV STOPFILE\n"
+        "  burst MIB COUNT EXTRA EXTRA_MIB\n"
         "  race THREADS ITERATIONS | peak MAX_MIB | ledger-file active|passive\n"
         "  ctxdevice TOTAL | ctxswitch QUOTA | train STEPS LEAK_KIB | pinned STOP1 STOP2\n");
     exit(2);
@@ -1458,6 +1483,9 @@ main(int argc, char **argv)
                        n == 4 ? (int)num(a[3]) : 0);
     else if (strcmp(s, "pinned") == 0 && n == 2)
         scenario_pinned(a[0], a[1]);
+    else if (strcmp(s, "burst") == 0 && n == 4)
+        scenario_burst((uint64_t)num(a[0]), (int)num(a[1]), (int)num(a[2]),
+                       (uint64_t)num(a[3]));
     else if (strcmp(s, "hold") == 0 && n == 3)
         scenario_hold((uint64_t)num(a[0]), (int)num(a[1]), a[2]);
     else if (strcmp(s, "race") == 0 && n == 2)

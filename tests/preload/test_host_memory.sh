@@ -137,7 +137,7 @@ rc=$?
 check "an old ledger: stat still exits 0 with valid JSON" \
     "[ $rc -eq 0 ] && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' $TMP/json"
 check "an old ledger: one line naming its version and the one this vram reads" \
-    "[ \$(grep -c ${G}old $TMP/err) -eq 1 ] && grep -q '${G}old has version 4, this vram reads only 5' $TMP/err"
+    "[ \$(grep -c ${G}old $TMP/err) -eq 1 ] && grep -q '${G}old has version 4, this vram reads only 6' $TMP/err"
 check "an old ledger: none of it is shown" "! grep -q '${G}old' $TMP/json"
 
 test_end

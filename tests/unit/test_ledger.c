@@ -1535,6 +1535,377 @@ test_host_memory_and_monitor(void **state)
     unlink_group(g);
 }
 
+/* ==== the group's use at once and its peak (L5) ==== */
+
+static pid_t member_child(const char *group, uint64_t bytes, int ready_fd);
+
+static struct ledger *peak_l;
+
+static void *
+peak_thread(void *arg)
+{
+    uint64_t x = (uint64_t)(uintptr_t)arg * 2654435761u + 1;
+    for (int i = 0; i < 2000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t b = 1 + x % 4;
+        if (ledger_reserve(peak_l, UUID0, b, 0, NULL) == VRAM_OK)
+            ledger_release(peak_l, UUID0, b);
+    }
+    return NULL;
+}
+
+/*
+** The ledger keeps the most the group held at once on each device, and
+** the members that used it, whatever became of them: members that left,
+** were killed, or lived shorter than any sampling. What a member leaves
+** (by leaving or dying) leaves the group's use at once, so a later peak
+** is not inflated by it; threads racing leave it exact.
+*/
+static void
+test_group_peak(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64];
+    group_name(g, sizeof g, "peak");
+    struct ledger *l = must_open(g);
+    assert_int_equal(ledger_reserve(l, UUID0, 30, 0, NULL), VRAM_OK);
+    struct ledger_snapshot *s = snap(l);
+    assert_int_equal(s->peak[0], 30);
+    assert_int_equal(s->users[0], 1);
+    free(s);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t kid = member_child(g, 50, ready[1]);
+    read_ready(ready[0]);
+    ledger_release(l, UUID0, 30);
+    assert_int_equal(ledger_reserve(l, UUID0, 20, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 80); /* 30 + 50 at once; 70 now */
+    assert_int_equal(s->used[0], 70);
+    assert_int_equal(s->users[0], 2);
+    free(s);
+    /* The member killed: its 50 leave the use at once when it is
+    ** reclaimed, so 70 more make 90 at once, not 140. */
+    kill(kid, SIGKILL);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    assert_int_equal(ledger_group_used(l, UUID0), 20);
+    assert_int_equal(ledger_reserve(l, UUID0, 70, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 90);
+    free(s);
+    /* A second member that lives a moment: still counted, and its
+    ** refusal too. */
+    pid_t brief = fork_child();
+    if (brief == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(g, &cl) != VRAM_OK || ledger_reserve(cl, UUID0, 400, 0, NULL) ||
+            ledger_reserve(cl, UUID0, 1000, 1000, NULL) != VRAM_E_OOM)
+            _exit(2);
+        ledger_leave(cl);
+        _exit(0);
+    }
+    assert_int_equal(wait_child(brief), 0);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 490); /* 90 + 400 at once */
+    assert_int_equal(s->users[0], 3);
+    assert_int_equal(s->refusals[0], 1);
+    assert_int_equal(s->used[0], 90);
+    free(s);
+    /* This process leaves: what it held leaves the use at once too. */
+    ledger_leave(l);
+    assert_int_equal(ledger_reserve(l, UUID0, 500, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 500);
+    free(s);
+    ledger_release(l, UUID0, 500);
+
+    /* Threads racing: when all is given back, nothing is left in use at
+    ** once (a reservation of 600 then makes the peak 600 exactly). */
+    peak_l = l;
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, peak_thread, (void *)(uintptr_t)i), 0);
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    s = snap(l);
+    assert_true(s->peak[0] == 500); /* 8 threads x at most 4 never made more */
+    free(s);
+    assert_int_equal(ledger_reserve(l, UUID0, 600, 0, NULL), VRAM_OK);
+    s = snap(l);
+    assert_int_equal(s->peak[0], 600);
+    free(s);
+    ledger_close(l);
+    close(ready[0]);
+    close(ready[1]);
+    unlink_group(g);
+    alarm(0);
+}
+
+/* ==== readers against a file its owner controls ==== */
+
+/* A member of GROUP in a child holding BYTES on UUID0, never touching its
+** mapping again (the parent cuts the file under it): its pid. */
+static pid_t
+member_child(const char *group, uint64_t bytes, int ready_fd)
+{
+    pid_t kid = fork_child();
+    if (kid == 0) {
+        struct ledger *cl = NULL;
+        if (ledger_open(group, &cl) != VRAM_OK || ledger_reserve(cl, UUID0, bytes, 0, NULL))
+            _exit(2);
+        child_ready_and_wait(ready_fd);
+    }
+    return kid;
+}
+
+/* Rewrite the file at PATH in place: SIZE bytes of FILL_BYTE, or of
+** pseudo-random bytes when FILL_BYTE < 0, keeping a valid header when
+** HEAD (the first 16 bytes of HEAD_FROM). */
+static void
+rewrite(const char *path, size_t size, int fill_byte, const void *head_from)
+{
+    unsigned char *buf = malloc(size);
+    assert_non_null(buf);
+    uint64_t x = 88172645463325252ULL;
+    for (size_t i = 0; i < size; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = fill_byte >= 0 ? (unsigned char)fill_byte : (unsigned char)x;
+    }
+    if (head_from != NULL)
+        memcpy(buf, head_from, 16);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, buf, size, 0), (ssize_t)size);
+    close(fd);
+    free(buf);
+}
+
+/*
+** A reader (the monitors' handle) survives whatever the owner does to the
+** file at any moment: cut to nothing or to a page (a mapping would fault
+** with SIGBUS), grown, filled with zeros or garbage, replaced by another
+** file or a FIFO, and all of it racing its snapshots. Each time it gets a
+** status with one line naming the file, or a snapshot; never a signal or
+** a hang; and its handle is no longer current when the name no longer
+** names the file it read.
+*/
+static void
+test_reader_hostile_file(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64], path[128];
+    group_name(g, sizeof g, "hostile");
+    path_of(path, sizeof path, g);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t kid = member_child(g, 7, ready[1]);
+    read_ready(ready[0]);
+    struct ledger *r = NULL;
+    assert_int_equal(ledger_attach_existing(g, &r), VRAM_OK);
+    struct ledger_snapshot *s = snap(r);
+    assert_non_null(find_proc(s, kid));
+    free(s);
+    s = malloc(sizeof *s);
+    assert_non_null(s);
+    unsigned char head[16];
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, head, sizeof head, 0), (ssize_t)sizeof head);
+    struct stat sb;
+    assert_int_equal(fstat(fd, &sb), 0);
+    size_t size = (size_t)sb.st_size;
+    unsigned char *good = malloc(size);
+    assert_non_null(good);
+    assert_int_equal(pread(fd, good, size, 0), (ssize_t)size);
+    close(fd);
+
+    /* Cut to nothing: one line with the size, the handle no longer current. */
+    assert_int_equal(truncate(path, 0), 0);
+    assert_int_equal(ledger_snapshot(r, s), VRAM_E_IO);
+    assert_non_null(strstr(vram_last_error(), "has 0 bytes"));
+    assert_non_null(strstr(vram_last_error(), g));
+    assert_false(ledger_current(r));
+    assert_int_equal(ledger_group_used(r, UUID0), 0);
+    /* Cut just past the header: its first device record is cut. */
+    assert_int_equal(truncate(path, 100), 0);
+    fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, good, 100, 0), 100);
+    close(fd);
+    assert_int_equal(ledger_snapshot(r, s), VRAM_E_IO);
+    assert_non_null(strstr(vram_last_error(), "has 100 bytes"));
+    /* Its size again, all zeros: not a ledger's header. */
+    assert_int_equal(truncate(path, (off_t)size), 0);
+    rewrite(path, size, 0, NULL);
+    assert_int_equal(ledger_snapshot(r, s), VRAM_E_IO);
+    assert_non_null(strstr(vram_last_error(), "does not start as a vram ledger does"));
+    /* Garbage behind a valid header: read, whatever it says. */
+    rewrite(path, size, -1, head);
+    vram_status st = ledger_snapshot(r, s);
+    assert_true(st == VRAM_OK || st == VRAM_E_IO);
+    assert_true(s->n_procs >= 0 && s->n_procs <= LEDGER_MAX_PROCS);
+    /* Every byte 0xff: n_slots and every count at their widest. */
+    rewrite(path, size, 0xff, head);
+    st = ledger_snapshot(r, s);
+    assert_true(st == VRAM_OK || st == VRAM_E_IO);
+    /* Grown: the first part is read; the name now names a file of another
+    ** size, so the handle is not current; a new handle is refused. */
+    fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, good, size, 0), (ssize_t)size);
+    close(fd);
+    assert_int_equal(ledger_snapshot(r, s), VRAM_OK);
+    assert_non_null(find_proc(s, kid));
+    assert_int_equal(truncate(path, (off_t)size * 2), 0);
+    assert_int_equal(ledger_snapshot(r, s), VRAM_OK);
+    assert_false(ledger_current(r));
+    struct ledger *r2 = NULL;
+    assert_int_equal(ledger_attach_existing(g, &r2), VRAM_E_IO);
+    assert_non_null(strstr(vram_last_error(), "bytes, not the"));
+    assert_int_equal(truncate(path, (off_t)size), 0);
+
+    /* Cut, grown and rewritten over and over while a child process opens
+    ** and reads it: the child must end by itself, never by a signal. */
+    pid_t reader = fork_child();
+    if (reader == 0) {
+        struct ledger_snapshot *cs = malloc(sizeof *cs);
+        for (int i = 0; cs != NULL && i < 3000; i++) {
+            struct ledger *h = NULL;
+            if (ledger_attach_existing(g, &h) == VRAM_OK) {
+                (void)ledger_snapshot(h, cs);
+                (void)ledger_group_used(h, UUID0);
+                (void)ledger_current(h);
+                ledger_close(h);
+            }
+            (void)ledger_snapshot(r, cs);
+        }
+        _exit(cs != NULL ? 0 : 3);
+    }
+    for (int i = 0; i < 3000 && waitpid(reader, NULL, WNOHANG) == 0; i++) {
+        switch (i % 5) {
+        case 0:
+            (void)truncate(path, 0);
+            break;
+        case 1:
+            (void)truncate(path, (off_t)size / 2);
+            break;
+        case 2:
+            (void)truncate(path, (off_t)size * 3);
+            break;
+        default:
+            fd = open(path, O_WRONLY);
+            if (fd >= 0) {
+                (void)ftruncate(fd, (off_t)size);
+                (void)pwrite(fd, good, size, 0);
+                close(fd);
+            }
+        }
+    }
+    assert_int_equal(wait_child(reader), 0);
+
+    /* Replaced by another file: the reader keeps reading the one it
+    ** opened, and knows that the name names another. */
+    struct ledger *r3 = NULL;
+    fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    assert_int_equal(pwrite(fd, good, size, 0), (ssize_t)size);
+    close(fd);
+    assert_int_equal(ledger_attach_existing(g, &r3), VRAM_OK);
+    char other[160];
+    snprintf(other, sizeof other, "%s.new", path);
+    fd = open(other, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, good, size, 0), (ssize_t)size);
+    close(fd);
+    assert_int_equal(rename(other, path), 0);
+    assert_int_equal(ledger_snapshot(r3, s), VRAM_OK);
+    assert_false(ledger_current(r3));
+    ledger_close(r3);
+
+    /* A FIFO in its place: refused at once, not waited on. */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    uint64_t t0 = now_ms();
+    assert_int_equal(ledger_attach_existing(g, &r3), VRAM_E_IO);
+    assert_true(now_ms() - t0 < 5000);
+    assert_int_equal(unlink(path), 0);
+
+    kill(kid, SIGKILL);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    ledger_close(r);
+    ledger_close(r2);
+    free(good);
+    free(s);
+    close(ready[0]);
+    close(ready[1]);
+    unlink_group(g);
+    alarm(0);
+}
+
+/*
+** A reader removes a group whose members are all gone (in a child
+** process, which maps the file for the removal's steps), never one with a
+** live member, and a joiner racing it ends in the one file that stays.
+*/
+static void
+test_reader_removes(void **state)
+{
+    (void)state;
+    alarm(WATCHDOG_S);
+    char g[64], path[128];
+    group_name(g, sizeof g, "readrm");
+    path_of(path, sizeof path, g);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t kid = member_child(g, 5, ready[1]);
+    read_ready(ready[0]);
+    struct ledger *r = NULL;
+    assert_int_equal(ledger_attach_existing(g, &r), VRAM_OK);
+    assert_false(ledger_remove_if_unused(r)); /* a live member */
+    assert_int_equal(access(path, F_OK), 0);
+    kill(kid, SIGKILL);
+    assert_int_equal(wait_child(kid), 128 + SIGKILL);
+    struct ledger_snapshot *s = snap(r);
+    assert_int_equal(s->n_procs, 0); /* left out, not reclaimed: a reader writes nothing */
+    free(s);
+    assert_true(ledger_remove_if_unused(r));
+    assert_int_equal(access(path, F_OK), -1);
+    ledger_close(r);
+
+    /* Removals racing joiners: every joiner ends in a file that is there. */
+    for (int round = 0; round < 20; round++) {
+        struct ledger *j = must_open(g);
+        ledger_leave(j); /* made, then empty: removable */
+        assert_int_equal(ledger_attach_existing(g, &r), VRAM_OK);
+        pid_t joiner = fork_child();
+        if (joiner == 0) {
+            struct ledger *cl = NULL;
+            if (ledger_open(g, &cl) != VRAM_OK || ledger_reserve(cl, UUID0, 1, 0, NULL))
+                _exit(2);
+            child_ready_and_wait(ready[1]);
+        }
+        (void)ledger_remove_if_unused(r);
+        read_ready(ready[0]);
+        struct ledger *check = NULL;
+        assert_int_equal(ledger_attach_existing(g, &check), VRAM_OK);
+        s = snap(check);
+        assert_non_null(find_proc(s, joiner));
+        free(s);
+        ledger_close(check);
+        kill(joiner, SIGKILL);
+        assert_int_equal(wait_child(joiner), 128 + SIGKILL);
+        ledger_close(r);
+        ledger_close(j);
+        unlink_group(g);
+    }
+    close(ready[0]);
+    close(ready[1]);
+    alarm(0);
+}
+
 /* ==== the file ==== */
 
 static void
@@ -1854,6 +2225,9 @@ main(int argc, char **argv)
         cmocka_unit_test(test_leave_and_second_handle),
         cmocka_unit_test(test_remove_if_unused),
         cmocka_unit_test(test_host_memory_and_monitor),
+        cmocka_unit_test(test_group_peak),
+        cmocka_unit_test(test_reader_hostile_file),
+        cmocka_unit_test(test_reader_removes),
         cmocka_unit_test(test_permissions),
         cmocka_unit_test(test_takeover),
         cmocka_unit_test(test_concurrent_creators),

@@ -161,8 +161,9 @@ struct mon_view;
 bool cli_monitor_first(const char *who, bool nvml, struct monitor **m,
                        const struct mon_view **v);
 
-/* The ledgers V could not read (another vram version...): one line each on
-** stderr, naming WHO; the output shows the others. */
+/* The ledgers V could not read (another vram version, a file its owner
+** cut short...) that are new since the monitor's last sample: one line
+** each on stderr, naming WHO; the output shows the others. */
 void cli_say_unread(const char *who, const struct mon_view *v);
 
 /* The index of the GPU UUID as NVML numbers it, "-" when unknown (a GPU

@@ -59,14 +59,12 @@ static const struct cli_command exporter_cmd = {
 };
 
 
-/* Ledgers the monitor could not read (another vram version...): their
-** lines on stderr when their number changes, not at every sample. */
+/* Ledgers the monitor could not read (another vram version, a file its
+** owner cut short...): a line on stderr for each when it becomes
+** unreadable, not at every sample. */
 static void
-say_unread(struct exporter *e, const struct mon_view *v)
+say_unread(const struct mon_view *v)
 {
-    if (v->n_unread == e->unread_said)
-        return;
-    e->unread_said = v->n_unread;
     cli_say_unread("exporter", v);
 }
 
@@ -77,7 +75,7 @@ refresh(struct exporter *e)
     const struct mon_view *v = NULL;
     if (monitor_sample(e->mon, &v) != VRAM_OK)
         return false;
-    say_unread(e, v);
+    say_unread(v);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

@@ -13,15 +13,14 @@
 ** the command as a child instead, waits, and prints one line per device
 ** with the peak the group reached.
 **
-** The peak: ledger.h keeps, per live process, the bytes held now and at
-** the process's peak, and forgets a process once it has exited; it keeps
-** no group peak. So while the command runs, the group's ledger is sampled
-** (every 20 ms for two seconds, then every 100 ms); the report prints the
-** sum of the per-process peaks of every process seen (an upper bound of
-** the group's peak, exact for one process; a process that lived less than
-** an interval, or peaked in its last one, is missed: "peak not seen" when
-** all of a device's were) and, beside it, the most the group held at one
-** sample (a lower bound).
+** The peak: the group's ledger keeps, per device, the most its members
+** held at once, raised by each member at each grant, and the count of
+** refusals and of the members that used the device (ledger.h,
+** ledger_snapshot), whatever became of them since. So --report reads
+** the ledger once before the command starts and once after it ends:
+** exact for commands short or long, with nothing sampled in between.
+** `vram run` holds an entry of its own in the group meanwhile, so that
+** the ledger outlives the command's last process.
 **
 ** Exit status: the command's; 1 vram could not start it; 2 bad usage or a
 ** malformed setting (nothing ran); 126 the command cannot be executed; 127
@@ -64,11 +63,6 @@ enum {
     RUN_NOT_FOUND = 127    /* no such command */
 };
 
-/* How often --report samples the group's ledger, ns: more often in the
-** first seconds, where short commands live. */
-#define REPORT_INTERVAL_NS 100000000L
-#define REPORT_FIRST_INTERVAL_NS 20000000L
-#define REPORT_FIRST_SECONDS 2
 /* How often a command being stopped is checked for its exit, ms. */
 #define RUN_STOP_POLL_MS 50
 
@@ -639,179 +633,133 @@ stop_adopted(int sig, unsigned grace_ms)
 }
 
 /* ------------------------------------------------------------------ */
-/* --report: what the group's ledger showed while the command ran       */
+/* --report: what the group's ledger kept of the command's run          */
 /* ------------------------------------------------------------------ */
 
-/* A process seen in the ledger and its peak per device (our index). */
-struct seen_proc {
-    pid_t pid;
-    uint64_t start_time;
-    uint64_t peak[LEDGER_MAX_DEVICES];
+/* One device of the group's ledger, before the command and after it. */
+struct report_dev {
+    char uuid[LEDGER_UUID_LEN];
+    uint64_t limit;               /* the quota last set, bytes; 0 none */
+    uint64_t peak0, peak;         /* the most the group held at once, bytes */
+    uint64_t refusals0, refusals; /* allocations refused, ever */
+    uint64_t users0, users;       /* members granted bytes on it, ever */
+    bool earlier;                 /* in the ledger before the command started */
 };
 
 struct report {
     const char *group;
-    struct ledger *ledger;        /* NULL until the group's ledger exists */
     struct ledger *own;           /* our own entry in the group, or NULL */
-    struct ledger_snapshot *snap; /* scratch, heap (about 160 KiB) */
+    struct ledger_snapshot *snap; /* scratch, heap (about 170 KiB) */
     int n_devices;
-    char uuid[LEDGER_MAX_DEVICES][LEDGER_UUID_LEN];
-    uint64_t limit[LEDGER_MAX_DEVICES];     /* last quota seen, bytes; 0 none */
-    uint64_t max_used[LEDGER_MAX_DEVICES];  /* most the group held at a sample */
-    uint64_t refusals[LEDGER_MAX_DEVICES];  /* at the last sample */
-    uint64_t refusals0[LEDGER_MAX_DEVICES]; /* before the command started */
-    bool earlier[LEDGER_MAX_DEVICES];       /* in the ledger before the command started */
-    struct seen_proc *procs;                /* processes of the command seen so far */
-    size_t n_procs, cap_procs;
-    struct seen_proc *before; /* members before the command started: not ours */
-    size_t n_before, cap_before;
-    bool failed; /* a snapshot failed: the report says so */
+    struct report_dev dev[LEDGER_MAX_DEVICES];
+    bool shared; /* the group had members of its own before the command */
+    bool failed; /* the ledger could not be held or read: said, with ERROR */
     char error[256];
 };
 
-/* Our index of device UUID, adding it; -1 if the table is full. */
-static int
+/* Our record of device UUID, added if new; NULL if the table is full. */
+static struct report_dev *
 report_device(struct report *r, const char *uuid)
 {
     for (int d = 0; d < r->n_devices; d++)
-        if (strcmp(r->uuid[d], uuid) == 0)
-            return d;
+        if (strcmp(r->dev[d].uuid, uuid) == 0)
+            return &r->dev[d];
     if (r->n_devices == LEDGER_MAX_DEVICES)
-        return -1;
-    snprintf(r->uuid[r->n_devices], LEDGER_UUID_LEN, "%s", uuid);
-    return r->n_devices++;
-}
-
-static struct seen_proc *
-find_proc(struct seen_proc *procs, size_t n, pid_t pid, uint64_t start_time)
-{
-    for (size_t i = 0; i < n; i++)
-        if (procs[i].pid == pid && procs[i].start_time == start_time)
-            return &procs[i];
-    return NULL;
-}
-
-/* The entry of process (PID, START_TIME) in table *T (*N used, *CAP
-** allocated), added with no peaks if new; NULL if out of memory. */
-static struct seen_proc *
-seen_get(struct seen_proc **t, size_t *n, size_t *cap, pid_t pid, uint64_t start_time)
-{
-    struct seen_proc *e = find_proc(*t, *n, pid, start_time);
-    if (e != NULL)
-        return e;
-    if (*n == *cap) {
-        size_t grow = *cap == 0 ? 64 : *cap * 2;
-        struct seen_proc *bigger = realloc(*t, grow * sizeof *bigger);
-        if (bigger == NULL)
-            return NULL;
-        *t = bigger;
-        *cap = grow;
-    }
-    e = &(*t)[(*n)++];
+        return NULL;
+    struct report_dev *e = &r->dev[r->n_devices++];
     memset(e, 0, sizeof *e);
-    e->pid = pid;
-    e->start_time = start_time;
+    snprintf(e->uuid, sizeof e->uuid, "%s", uuid);
     return e;
 }
 
-/* Fold one snapshot into R. BASELINE: before the command started. */
+/* Read the group's ledger into R: BASELINE, before the command started. */
 static void
-report_sample(struct report *r, bool baseline)
+report_read(struct report *r, bool baseline)
 {
-    if (r->ledger == NULL && ledger_attach_existing(r->group, &r->ledger) != VRAM_OK) {
-        r->ledger = NULL; /* not there yet: no process has allocated */
-        return;
+    struct ledger *l = NULL;
+    vram_status st = ledger_attach_existing(r->group, &l);
+    if (st == VRAM_OK)
+        st = ledger_snapshot(l, r->snap);
+    ledger_close(l);
+    if (st != VRAM_OK) {
+        if (!baseline && st != VRAM_E_NO_DEVICE && !r->failed) {
+            r->failed = true;
+            snprintf(r->error, sizeof r->error, "%s", vram_last_error());
+        }
+        return; /* not there: no process allocated */
     }
     const struct ledger_snapshot *s = r->snap;
-    if (ledger_snapshot(r->ledger, r->snap) != VRAM_OK) {
-        r->failed = true;
-        snprintf(r->error, sizeof r->error, "%s", vram_last_error());
-        return;
-    }
-    int map[LEDGER_MAX_DEVICES];
+    if (baseline)
+        r->shared = s->n_procs > (r->own != NULL ? 1 : 0);
     int nd = s->n_devices < 0                    ? 0
              : s->n_devices > LEDGER_MAX_DEVICES ? LEDGER_MAX_DEVICES
                                                  : s->n_devices;
     for (int d = 0; d < nd; d++) {
-        map[d] = report_device(r, s->uuid[d]);
-        if (map[d] < 0)
-            continue;
-        r->limit[map[d]] = s->limit[d];
-        if (baseline) {
-            r->refusals0[map[d]] = s->refusals[d];
-            r->earlier[map[d]] = true;
-        }
-        r->refusals[map[d]] = s->refusals[d];
-        if (s->used[d] > r->max_used[map[d]])
-            r->max_used[map[d]] = s->used[d];
-    }
-    int np = s->n_procs < 0                  ? 0
-             : s->n_procs > LEDGER_MAX_PROCS ? LEDGER_MAX_PROCS
-                                             : s->n_procs;
-    for (int i = 0; i < np; i++) {
-        const struct ledger_proc *p = &s->procs[i];
-        struct seen_proc *e;
-        if (baseline)
-            e = seen_get(&r->before, &r->n_before, &r->cap_before, p->pid, p->start_time);
-        else if (find_proc(r->before, r->n_before, p->pid, p->start_time) != NULL)
-            continue; /* another run's member of a shared group */
-        else
-            e = seen_get(&r->procs, &r->n_procs, &r->cap_procs, p->pid, p->start_time);
+        struct report_dev *e = report_device(r, s->uuid[d]);
         if (e == NULL)
-            continue; /* out of memory: the report undercounts, says nothing false */
-        for (int d = 0; d < nd; d++)
-            if (map[d] >= 0 && p->dev[d].peak > e->peak[map[d]])
-                e->peak[map[d]] = p->dev[d].peak;
+            continue;
+        e->limit = s->limit[d];
+        e->peak = s->peak[d];
+        e->refusals = s->refusals[d];
+        e->users = s->users[d];
+        if (baseline) {
+            e->earlier = true;
+            e->peak0 = e->peak;
+            e->refusals0 = e->refusals;
+            e->users0 = e->users;
+        }
     }
 }
 
-/* One line per device to standard error (the UUIDs are the ledger's
-** bytes: cli_error makes them safe). */
+/* B - A, or B when the ledger was made anew meanwhile (B < A). */
+static uint64_t
+since(uint64_t a, uint64_t b)
+{
+    return b >= a ? b - a : b;
+}
+
+/* One line per device to standard error (the UUIDs and the group name
+** are bytes of the ledger and the user: cli_error makes them safe). */
 static void
 report_print(const struct report *r)
 {
-    char a[32], b[32], c[32];
+    char a[32], b[32];
     bool any = false;
     for (int d = 0; d < r->n_devices; d++) {
-        uint64_t sum = 0;
-        int procs = 0;
-        for (size_t i = 0; i < r->n_procs; i++) {
-            if (r->procs[i].peak[d] == 0)
-                continue;
-            sum += r->procs[i].peak[d];
-            procs++;
-        }
-        uint64_t refused = r->refusals[d] >= r->refusals0[d]
-                               ? r->refusals[d] - r->refusals0[d]
-                               : r->refusals[d]; /* the ledger was made anew */
-        if (sum == 0 && r->max_used[d] == 0 && refused == 0 && r->earlier[d])
+        const struct report_dev *e = &r->dev[d];
+        uint64_t refused = since(e->refusals0, e->refusals);
+        uint64_t users = since(e->users0, e->users);
+        const char *quota = e->limit > 0 ? size_format(e->limit, b, sizeof b) : "none";
+        const char *s_refused = refused == 1 ? "" : "s";
+        if (e->earlier && e->peak == e->peak0 && refused == 0 && users == 0)
             continue; /* another run's device of a shared group */
         any = true;
-        if (sum == 0 && r->max_used[d] == 0 && refused > 0) {
+        if (e->peak == 0 && refused > 0) {
             /* Nothing granted, something refused: a job too big for its
             ** quota from its first allocation (the ledger keeps the count
             ** of refusals, not their sizes; the preload library's own line
             ** above names the size). */
             cli_error("run: %s: refused %llu allocation%s, none granted, quota %s",
-                    r->uuid[d], (unsigned long long)refused, refused == 1 ? "" : "s",
-                    r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none");
-            continue;
+                    e->uuid, (unsigned long long)refused, s_refused, quota);
+        } else if (!r->shared) {
+            cli_error(
+                    "run: %s: peak %s in use at once by %llu process%s, quota %s, "
+                    "%llu allocation%s refused",
+                    e->uuid, size_format(e->peak, a, sizeof a), (unsigned long long)users,
+                    users == 1 ? "" : "es", quota, (unsigned long long)refused, s_refused);
+        } else if (e->peak > e->peak0) {
+            cli_error(
+                    "run: %s: peak %s in use at once by group '%s' (its members from "
+                    "before the command included), quota %s, %llu allocation%s refused",
+                    e->uuid, size_format(e->peak, a, sizeof a), r->group, quota,
+                    (unsigned long long)refused, s_refused);
+        } else {
+            cli_error(
+                    "run: %s: group '%s' held at most %s at once, reached before the "
+                    "command started, quota %s, %llu allocation%s refused",
+                    e->uuid, r->group, size_format(e->peak, a, sizeof a), quota,
+                    (unsigned long long)refused, s_refused);
         }
-        if (sum == 0 && r->max_used[d] == 0) {
-            /* In the ledger, so reserved or refused, but never seen held. */
-            cli_error("run: %s: peak not seen (the processes that used it exited "
-                      "between two samples), quota %s, %llu allocation%s refused",
-                    r->uuid[d],
-                    r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
-                    (unsigned long long)refused, refused == 1 ? "" : "s");
-            continue;
-        }
-        cli_error("run: %s: peak %s (sum of the peaks of %d process%s; at most %s "
-                  "in use at once when sampled), quota %s, %llu allocation%s refused",
-                r->uuid[d], size_format(sum, a, sizeof a), procs, procs == 1 ? "" : "es",
-                size_format(r->max_used[d], b, sizeof b),
-                r->limit[d] > 0 ? size_format(r->limit[d], c, sizeof c) : "none",
-                (unsigned long long)refused, refused == 1 ? "" : "s");
     }
     if (r->failed)
         cli_error("run: cannot read the ledger of group '%s': %s", r->group,
@@ -828,22 +776,7 @@ report_free(struct report *r)
         ledger_remove_if_unused(r->own);
         ledger_close(r->own);
     }
-    ledger_close(r->ledger);
     free(r->snap);
-    free(r->procs);
-    free(r->before);
-}
-
-/* Sleep one sampling interval (a signal may cut it short). START: when
-** the command started (CLOCK_MONOTONIC). */
-static void
-nap(const struct timespec *start)
-{
-    struct timespec now, ts = {0, REPORT_INTERVAL_NS};
-    if (clock_gettime(CLOCK_MONOTONIC, &now) == 0 &&
-        now.tv_sec - start->tv_sec < REPORT_FIRST_SECONDS)
-        ts.tv_nsec = REPORT_FIRST_INTERVAL_NS;
-    nanosleep(&ts, NULL);
 }
 
 /* Sleep MS milliseconds (a signal may cut it short). */
@@ -902,8 +835,8 @@ remove_group_if_unused(const char *group)
 }
 
 /*
-** Run COMMAND as a child and wait for it; with REPORT, sample the ledger
-** until it exits and report; with WATCH, call its poll every interval and
+** Run COMMAND as a child and wait for it; with REPORT, read the group's
+** ledger before it starts and after it ends, and report; with WATCH, call its poll every interval and
 ** stop the command when it says so (*STOPPED then true). Whether exec
 ** failed comes back through a close-on-exec pipe, so that a missing
 ** command is one line and 127, as when vram execs it in place.
@@ -922,12 +855,14 @@ run_child(char **command, const char *group, bool report, const struct run_watch
     }
     /* An entry of our own keeps the group's ledger in /dev/shm until the
     ** report is made: the last member of the command removes it at its
-    ** exit otherwise, and with it the count of refusals of a command that
-    ** lived less than one sampling interval. */
-    if (report && ledger_open(group, &r.own) != VRAM_OK)
-        r.own = NULL; /* the report may miss a short command's refusals */
+    ** exit otherwise, and with it what the report reads. */
+    if (report && ledger_open(group, &r.own) != VRAM_OK) {
+        r.own = NULL; /* the ledger may be gone when the report reads it: said */
+        r.failed = true;
+        snprintf(r.error, sizeof r.error, "%s", vram_last_error());
+    }
     if (report)
-        report_sample(&r, true); /* a shared group may have members already */
+        report_read(&r, true); /* a shared group may have members already */
 
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) {
@@ -935,8 +870,6 @@ run_child(char **command, const char *group, bool report, const struct run_watch
         report_free(&r);
         return RUN_FAIL;
     }
-    struct timespec start = {0, 0};
-    clock_gettime(CLOCK_MONOTONIC, &start);
     /* What the command leaves behind becomes ours, not init's (adopted). */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     pid_t parent = getpid();
@@ -1012,9 +945,6 @@ run_child(char **command, const char *group, bool report, const struct run_watch
                 }
                 break;
             }
-        } else if (report) {
-            report_sample(&r, false);
-            nap(&start);
         } else {
             /* Not restarted after a signal: the loop passes it on. */
             w = waitpid(child, &status, 0);
@@ -1030,7 +960,7 @@ run_child(char **command, const char *group, bool report, const struct run_watch
     else if (watch != NULL && *stopped)
         stop_adopted(SIGTERM, watch->grace_ms);
     if (report) {
-        report_sample(&r, false); /* members the command left running */
+        report_read(&r, false);
         report_print(&r);
     }
     report_free(&r);

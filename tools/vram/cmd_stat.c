@@ -357,10 +357,15 @@ print_json(const struct mon_view *v)
 void
 cli_say_unread(const char *who, const struct mon_view *v)
 {
-    for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++)
+    int said = 0;
+    for (int i = 0; i < v->n_unread && i < MON_MAX_UNREAD; i++) {
+        if (!v->unread_new[i])
+            continue;
         cli_error("%s: %s", who, v->unread[i]);
-    if (v->n_unread > MON_MAX_UNREAD)
-        cli_error("%s: and %d more ledgers not read", who, v->n_unread - MON_MAX_UNREAD);
+        said++;
+    }
+    if (v->n_unread_new > said)
+        cli_error("%s: and %d more ledgers not read", who, v->n_unread_new - said);
 }
 
 /* --config and --metrics-markdown (cliopt_handler): each prints and ends

@@ -134,7 +134,6 @@ struct exporter {
     pthread_cond_t wake;
     pthread_cond_t reap_wake;
     struct monitor *mon; /* the sampler thread's only */
-    int unread_said; /* the sampler's: ledgers not read at the last sample */
     double interval_s;
     /* The reaper's table: one entry per open connection, under conn_lock.
     ** libmicrohttpd says a connection is closed (notify_conn) before it
