@@ -241,7 +241,7 @@ cp "$FILL" "$TMP/$BADNAME"
 "$TMP/$BADNAME" "hn$$" "$U0" 8 16 >"$TMP/fill.bad" 2>&1 &
 hostile=$!
 i=0
-while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.bad"; do sleep 0.1; i=$((i + 1)); done
+while [ $i -lt 600 ] && ! grep -q ready "$TMP/fill.bad"; do sleep 0.1; i=$((i + 1)); done
 # clean FILE: valid UTF-8, no control character but the line end, no C1.
 clean() {
     python3 -c '
@@ -258,12 +258,13 @@ else
 fi
 kill "$hostile" 2>/dev/null
 wait "$hostile" 2>/dev/null
+# A member of the run's group, started by the command, holds 8 MiB on a
+# device whose UUID in the ledger is hostile bytes: the report names it.
 BADUUID=$(printf 'GPU-\033[31mred\nx\377')
-"$FILL" "hr$$" "$BADUUID" 8 0 >"$TMP/fill.badu" 2>&1 &
-hostile=$!
-i=0
-while [ $i -lt 50 ] && ! grep -q ready "$TMP/fill.badu"; do sleep 0.1; i=$((i + 1)); done
-"$VRAM" run --preload "$PRELOAD" --group "hr$$" --report -- sleep 0.3 >"$TMP/out" 2>"$TMP/err"
+"$VRAM" run --preload "$PRELOAD" --group "hr$$" --report -- sh -c \
+    '"$0" "$1" "$2" 8 0 >"$3" 2>&1 & p=$!
+     until grep -q ready "$3" || ! kill -0 $p 2>/dev/null; do sleep 0.1; done; kill $p; wait $p' \
+    "$FILL" "hr$$" "$BADUUID" "$TMP/fill.badu" >"$TMP/out" 2>"$TMP/err"
 if clean "$TMP/err" && grep -qF 'vram: run: GPU-\x1b[31mred\x0ax\xff: ' "$TMP/err"; then
     pass "--report names a device by the ledger's bytes, escaped"
 else
