@@ -180,7 +180,10 @@ typedef struct vram_options {
     vram_backend_kind backend;
     vram_sim_options sim;    /* used when the backend is the simulator */
     bool ignore_environment; /* true: read no VRAM_* / TF_* variables;
-                                every setting comes from the API */
+                                every setting comes from the API, and a
+                                device not configured with vram_configure
+                                has the defaults of docs/ENVIRONMENT.md
+                                (strategy expandable) */
 } vram_options;
 
 typedef struct vram_context vram_context;
@@ -230,7 +233,9 @@ VRAM_API vram_status vram_physical_info_get(vram_context *ctx, int index,
 
 /*
 ** The configuration of one physical device, with TensorFlow's meaning:
-**   strategy      how memory is obtained (above).
+**   strategy      how memory is obtained (above). A device nobody
+**                 configures has the environment's (VRAM_STRATEGY), else
+**                 expandable; a zeroed struct names PREALLOCATE (0).
 **   fraction      per_process_gpu_memory_fraction: the cap of each
 **                 logical device without an explicit limit is
 **                 fraction x total memory; 0 = unset.
@@ -549,7 +554,7 @@ VRAM_API bool vram_check(vram_device *dev);
 **
 ** All three functions share one context of the process, opened on first
 ** use with vram_open(NULL, ...): the backend (VRAM_BACKEND, default cuda),
-** the strategy (VRAM_STRATEGY; expandable is the one to use with PyTorch),
+** the strategy (VRAM_STRATEGY; unset: expandable, see docs/ENVIRONMENT.md),
 ** the caps (VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION) and logging come from
 ** the environment, read once. The context lives until the process ends
 ** (PyTorch may free tensors during interpreter shutdown).

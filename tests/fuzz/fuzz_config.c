@@ -176,11 +176,12 @@ getter(const char *name, void *user)
 }
 
 static void
-check_row(void *ctx, const char *name, const char *value, const char *source)
+check_row(void *ctx, const struct env_row *row)
 {
-    (void)source;
-    if (strchr(name, '\n') != NULL || strchr(value, '\n') != NULL)
+    if (strchr(row->name, '\n') != NULL || strchr(row->value, '\n') != NULL)
         fail("a row of `vram env` on more than one line", ctx);
+    if ((row->source == NULL) != (strncmp(row->value, "error: ", 7) == 0))
+        fail("a row of `vram env` has a source exactly when it is not an error", ctx);
 }
 
 static void
