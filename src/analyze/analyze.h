@@ -68,6 +68,10 @@ struct an_site {
     uint32_t frame;       /* the headline frame (index into trace frames);
                              UINT32_MAX: none */
     uint32_t note;        /* the note before it (index), or UINT32_MAX */
+    uint32_t made_at;     /* leak: the frame that allocated (the innermost of
+                             the program's own code) when the headline is
+                             another, the frame that keeps what it makes
+                             (docs/ANALYZE.md); UINT32_MAX otherwise */
     uint64_t count;       /* allocations */
     uint64_t bytes;       /* their sum */
     uint32_t iters;       /* leak: iterations with at least one birth here */
@@ -163,6 +167,10 @@ struct an_result {
     uint64_t floor_bytes;          /* that floor (0 unless iters_from_floor) */
     double period_match;           /* fraction of events equal to the event one
                                       detected period later, 0..1 (0: none) */
+    bool period_from_shape;        /* the period is that of the stream's shape
+                                      (each event's op and how far away its
+                                      partner is), sizes left out: steps whose
+                                      sizes vary */
     size_t peak_iter;              /* iteration holding the peak; SIZE_MAX: none */
     struct an_origin *peak_origins;/* live at the peak by phase of birth, largest
                                       first; only when the trace has marks */

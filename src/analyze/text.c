@@ -362,9 +362,10 @@ an_print_text(FILE *out, const struct an_result *r)
     else if (r->period_events > 0)
         fprintf(out,
                 "iterations %zu, detected: the events repeat every %llu events (%.0f%% "
-                "match)\n",
-                r->n_iters, (unsigned long long)r->period_events,
-                100.0 * r->period_match);
+                "match%s)\n",
+                r->n_iters, (unsigned long long)r->period_events, 100.0 * r->period_match,
+                r->period_from_shape ? " of allocations, frees and lifetimes; sizes vary"
+                                     : "");
     else
         fprintf(out, "iterations %zu: no marks and no repeating pattern\n", r->n_iters);
     if (r->leak_iters_used >= 2) {
