@@ -77,6 +77,11 @@ STATS_FIELDS = (
     ("maps", ctypes.c_uint64),
     ("unmaps", ctypes.c_uint64),
     ("modelled_driver_ns", ctypes.c_uint64),
+    ("peak_live_blocks", ctypes.c_uint64),
+    ("bytes_allocated_total", ctypes.c_uint64),
+    ("bytes_freed_total", ctypes.c_uint64),
+    ("alloc_retries", ctypes.c_uint64),
+    ("bytes_pending", ctypes.c_uint64),
 )
 
 

@@ -149,6 +149,12 @@ int cli_load_trace(const char *path, struct trace **out);
 ** and the exit code (1, or 2 for a bad option) returned. */
 int cli_analyze(const struct trace *t, const struct an_options *o, struct an_result **out);
 
+/* Write T as PyTorch's memory snapshot (an_write_torch_snapshot) to PATH,
+** at the last mark labelled AT (NULL: the end). Returns 0, or the exit
+** status after one line on standard error: 2 when T has no such mark, 1
+** when PATH cannot be written. */
+int cli_write_snapshot(const struct trace *t, const char *path, const char *at);
+
 /* ---- shared by `vram stat`, `vram top` (cmd_stat.c) ---- */
 
 struct monitor;

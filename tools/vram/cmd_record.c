@@ -56,8 +56,11 @@ struct record_args {
     const char *output;
     const char *limit;
     const char *preload;
+    const char *snapshot; /* --torch-snapshot FILE, or NULL */
+    const char *at;       /* --snapshot-at LABEL, or NULL */
     bool driver_view;
     bool no_sites;
+    bool no_holders;
     char **command;
 };
 
@@ -77,6 +80,13 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_SET, .field = AT(no_sites)},
     {0, "preload", 0, "PATH", "the preload library, as vram run --preload",
      .store = CLIOPT_STRING, .field = AT(preload)},
+    {0, "torch-snapshot", 0, "FILE",
+     "also write the recording as PyTorch's memory snapshot (the pickle of "
+     "torch.cuda.memory._snapshot(), which PyTorch's memory_viz opens) to FILE",
+     .store = CLIOPT_STRING, .field = AT(snapshot)},
+    {0, "snapshot-at", 0, "LABEL",
+     "the snapshot's live memory at the last mark LABEL (vram.mark), not at the end",
+     .store = CLIOPT_STRING, .field = AT(at)},
 };
 
 static void
@@ -266,6 +276,21 @@ cmd_record(int argc, char **argv)
     int rc = cliopt_parse(&record_cmd, argc, argv, NULL, &a, &a.command);
     if (rc >= 0)
         return rc;
+    if (a.at != NULL && a.snapshot == NULL)
+        return cliopt_usage_error(&record_cmd, "--snapshot-at needs --torch-snapshot FILE");
+    if (a.snapshot != NULL) {
+        /* Created now, so that a path that cannot be written is said before
+        ** the command runs, not after it. */
+        char shown[TEXT_EXCERPT_LEN];
+        FILE *f = a.snapshot[0] != '\0' ? fopen(a.snapshot, "wb") : NULL;
+        if (f == NULL) {
+            cli_error("record: --torch-snapshot '%s': %s",
+                      text_excerpt(a.snapshot, shown, sizeof shown),
+                      a.snapshot[0] != '\0' ? strerror(errno) : "an empty path");
+            return REC_USAGE;
+        }
+        fclose(f);
+    }
     char group[LEDGER_GROUP_LEN];
     if ((rc = run_prepare("record", a.limit, NULL, a.preload, group, sizeof group)) >= 0)
         return rc;
@@ -278,5 +303,18 @@ cmd_record(int argc, char **argv)
         return status; /* nothing ran: said already */
     if (!summarize(path) && status == 0)
         return REC_FAIL;
+    if (a.snapshot != NULL) {
+        struct trace *t = NULL;
+        int src = cli_load_trace(path, &t);
+        if (src == 0)
+            src = cli_write_snapshot(t, a.snapshot, a.at);
+        trace_free(t);
+        if (src == 0)
+            fprintf(stderr, "vram: record: %s: PyTorch's memory snapshot (python3 -m "
+                            "torch.cuda._memory_viz trace_plot %s -o memory.html)\n",
+                    a.snapshot, a.snapshot);
+        else if (status == 0)
+            return REC_FAIL;
+    }
     return status;
 }
