@@ -93,6 +93,13 @@ def _shim_dirs(lib_path):
     return dirs
 
 
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def oom_shim(torch, lib_path, compiler=None):
     """The path of the OOM shim (oom_shim.cpp) built for TORCH and LIB_PATH
     (libvram.so), compiling it on first use. Raises VramError saying why
@@ -141,12 +148,12 @@ def oom_shim(torch, lib_path, compiler=None):
                 run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      universal_newlines=True, timeout=300)
             except (OSError, subprocess.TimeoutExpired) as e:
-                os.unlink(tmp)
+                _remove(tmp)
                 raise VramError("compiling %s failed: %s" % (_SHIM_SOURCE, e)) from None
             if run.returncode == 0:
                 break
         if run.returncode != 0:
-            os.unlink(tmp)
+            _remove(tmp)  # the compiler may have removed it already
             lines = run.stdout.strip().splitlines()
             errors = [l for l in lines if "error" in l] or lines
             raise VramError("compiling %s failed: %s" % (
