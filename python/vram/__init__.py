@@ -377,8 +377,23 @@ def mark(label):
 
     So that the mark is not lost before the first allocation, the context
     that would record it is opened first: the plug-in's when PyTorch uses
-    it, else this package's when VRAM_TRACE is set."""
+    it, else this package's when VRAM_TRACE is set.
+
+    Under `vram record` (the preload library's recording of a program that
+    need not use libvram) the mark goes into that recording too, once the
+    program has made its first GPU allocation, and what holds each live
+    allocation may be named there (docs/RECORD.md)."""
     text = label if isinstance(label, bytes) else str(label).encode("utf-8")
+    recording = getattr(sys, "_vram_record", None)
+    if recording is not None and text:
+        recording.mark(text.decode("utf-8", "replace"))
+        # VRAM_TRACE is the recording's file: no context of this package is
+        # opened on it; contexts the program opened get the mark.
+        with _state.lock:
+            lib = _state.lib
+        if lib is not None:
+            _check(lib, lib.vram_mark(text), "vram_mark")
+        return
     lib = library()
     with _state.lock:
         if _torch_plugin_in_use():

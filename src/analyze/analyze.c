@@ -497,6 +497,12 @@ leak_fit(const struct work *w, struct an_result *r)
             last--;
         free(len);
     }
+    /* A program's teardown inside its last marked iteration (an
+    ** interpreter freeing what the program kept, after the last mark)
+    ** takes it below any quiet point the steps had: not a step's. */
+    if (r->iters_from_marks && last == r->n_iters - 1 && last > first &&
+        r->iters[last].min_live < r->iters[last - 1].min_live)
+        last--;
     size_t k = last - first + 1;
     if (k < 2)
         return;

@@ -68,6 +68,11 @@ struct an_site {
     uint32_t frame;       /* the headline frame (index into trace frames);
                              UINT32_MAX: none */
     uint32_t note;        /* the note before it (index), or UINT32_MAX */
+    const char *held_by;  /* leak: what holds most of the group's suspects, as
+                             the recording named it (a "#@held" line of the
+                             trace: "list `history` of module __main__; ..."),
+                             borrowed from the trace; NULL: not named */
+    uint64_t held_count;  /* leak: suspects of the group it holds */
     uint32_t made_at;     /* leak: the frame that allocated (the innermost of
                              the program's own code) when the headline is
                              another, the frame that keeps what it makes

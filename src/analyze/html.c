@@ -1645,6 +1645,12 @@ sites_section(struct page *p, const char *id, const char *title, const struct an
     for (size_t i = 0; i < n && i < MAX_SITE_ROWS; i++) {
         put(p, "<tr><td>");
         site_cell(p, &s[i]);
+        if (s[i].held_by != NULL) {
+            put(p, "<br><span class=\"note\">held by ");
+            put_esc(p, s[i].held_by);
+            putf(p, " (%llu of %llu)</span>", (unsigned long long)s[i].held_count,
+                 (unsigned long long)s[i].count);
+        }
         put(p, "</td>");
         if (iters > 0) {
             put(p, "<td class=\"num\">");

@@ -84,6 +84,12 @@ json_sites(const struct trace *t, const struct an_site *s, size_t n, size_t iter
                                json_object_new_string(an_site_headline(t, &s[i], head,
                                                                        sizeof head)));
         json_object_object_add(j, "site", an_json_u64(s[i].site));
+        if (iters > 0) {
+            json_object_object_add(j, "held_by", s[i].held_by != NULL
+                                                     ? json_object_new_string(s[i].held_by)
+                                                     : NULL);
+            json_object_object_add(j, "held_count", an_json_u64(s[i].held_count));
+        }
         if (iters > 0)
             json_object_object_add(
                 j, "allocated_in",

@@ -285,6 +285,103 @@ group_allocs(const struct trace *t, const struct alloc_ref *a, size_t n, size_t 
     return VRAM_OK;
 }
 
+/* An id and the index of its last "#@held" line. */
+struct held_ref {
+    uint64_t id;
+    uint64_t k;
+};
+
+static int
+cmp_held_ref(const void *a, const void *b)
+{
+    const struct held_ref *x = a, *y = b;
+    return order_u64_2(x->id, y->id, x->k, y->k);
+}
+
+/* The last "#@held" text of allocation ID in the sorted REFS (N), or NULL. */
+static const char *
+held_text(const struct trace *t, const struct held_ref *refs, size_t n, uint64_t id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* the first ref with an id above ID */
+        size_t mid = lo + (hi - lo) / 2;
+        if (refs[mid].id <= id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && refs[lo - 1].id == id ? t->held[refs[lo - 1].k].text : NULL;
+}
+
+/* A suspect's leak group and holder. */
+struct group_text {
+    size_t group;
+    const char *text;
+};
+
+static int
+cmp_group_text(const void *a, const void *b)
+{
+    const struct group_text *x = a, *y = b;
+    int c = order_u64(x->group, y->group);
+    return c != 0 ? c : strcmp(x->text, y->text);
+}
+
+/*
+** What holds each leak group's suspects: the most common of their last
+** "#@held" texts (the variable or container that refers to the tensor,
+** as the Python side of vram record named it), with how many it holds.
+*/
+static vram_status
+leak_holders(struct an_result *r, const struct keep_counts *keep)
+{
+    const struct trace *t = r->trace;
+    if (t->n_held == 0 || r->n_leak_sites == 0)
+        return VRAM_OK;
+    struct held_ref *refs = calloc(t->n_held, sizeof *refs);
+    struct group_text *gt = calloc(r->n_suspects, sizeof *gt);
+    if (refs == NULL || gt == NULL) {
+        free(refs);
+        free(gt);
+        return no_memory();
+    }
+    for (uint64_t k = 0; k < t->n_held; k++)
+        refs[k] = (struct held_ref){t->held[k].id, k};
+    qsort(refs, t->n_held, sizeof *refs, cmp_held_ref);
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_suspects; i++) {
+        const char *text = held_text(t, refs, t->n_held, r->suspects[i].id);
+        uint32_t site = r->suspects[i].site <= t->n_sites ? r->suspects[i].site : 0;
+        if (text == NULL || site == TRACE_NO_SITE)
+            continue;
+        /* The suspect's group: the one with its key (there are few). */
+        uint64_t key = keeper_key(t, site, keep);
+        for (size_t k = 0; k < r->n_leak_sites; k++) {
+            const struct an_site *x = &r->leak_sites[k];
+            if (x->site != TRACE_NO_SITE && ((uint64_t)x->note << 32 | x->frame) == key) {
+                gt[n++] = (struct group_text){k, text};
+                break;
+            }
+        }
+    }
+    /* Per group, the text that holds the most of its suspects. */
+    qsort(gt, n, sizeof *gt, cmp_group_text);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && gt[j].group == gt[i].group && strcmp(gt[j].text, gt[i].text) == 0)
+            j++;
+        struct an_site *x = &r->leak_sites[gt[i].group];
+        if (j - i > x->held_count) {
+            x->held_count = j - i;
+            x->held_by = gt[i].text;
+        }
+        i = j;
+    }
+    free(refs);
+    free(gt);
+    return VRAM_OK;
+}
+
 vram_status
 an_leak_sites(struct an_result *r, const struct an_born *born, size_t n_born)
 {
@@ -308,6 +405,8 @@ an_leak_sites(struct an_result *r, const struct an_born *born, size_t n_born)
                                   r->suspects[i].size};
     st = group_allocs(t, a, r->n_suspects, r->n_iters, &keep, &r->leak_sites,
                       &r->n_leak_sites);
+    if (st == VRAM_OK)
+        st = leak_holders(r, &keep);
     free(a);
     free(keep.made);
     free(keep.kept);

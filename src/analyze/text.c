@@ -123,6 +123,9 @@ print_leak_sites(FILE *out, const struct an_result *r)
                 an_site_headline(r->trace, x, head, sizeof head), x->iters,
                 r->leak_site_iters, (unsigned long long)x->count, x->count == 1 ? "" : "s",
                 fmt_size(x->bytes, b, sizeof b));
+        if (x->held_by != NULL)
+            fprintf(out, "      held by %s (%llu of %llu)\n", x->held_by,
+                    (unsigned long long)x->held_count, (unsigned long long)x->count);
         print_stack(out, r->trace, x->site);
     }
     if (r->n_leak_sites > TEXT_ROWS)

@@ -65,6 +65,7 @@ struct env_state {
     struct env_run run;                   /* VRAM_PRELOAD_LIBRARY, LD_PRELOAD */
     char visible[4096];                   /* CUDA_VISIBLE_DEVICES; "" = unset */
     bool trace_sites;                     /* VRAM_TRACE_SITES */
+    char trace_holders[512];              /* VRAM_TRACE_HOLDERS; "" = unset */
 };
 
 /*
@@ -172,6 +173,12 @@ typedef char KIND_TEXT_type[4096];
       "innermost Python frames (file, line, function) of a Python thread that holds "    \
       "the GIL, and native return addresses as module + offset (vram record sets it)."   \
       " libvram's own traces have none.")                                                \
+    X(VRAM_TRACE_HOLDERS, KIND_PATH, trace_holders, "", "a file path",                   \
+      "With VRAM_TRACE_SITES, the file vram/holders.py of vram's Python package: in a "  \
+      "Python program the preload library loads it at the first allocation, and the "   \
+      "trace then names what holds each live allocation (the variable or container "    \
+      "that refers to its tensor) at exit, when a top-level function of the main "      \
+      "module returns and at vram.mark (vram record sets it; docs/RECORD.md).")          \
     X(VRAM_OOM_DUMP, KIND_BOOL, env.oom_dump, "false", ENV_BOOL_WORDS,                   \
       "On out of memory, also write the full allocator dump (bins, regions, block "      \
       "map) to the log.")
@@ -870,20 +877,24 @@ env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set)
 }
 
 vram_status
-env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites)
+env_trace_load(env_getter get, void *user, struct env_trace *out)
 {
-    /* The two rows are neighbours in the table: one call reads both. */
-    _Static_assert(ENV_VRAM_TRACE_SITES == ENV_VRAM_TRACE + 1,
-                   "VRAM_TRACE_SITES follows VRAM_TRACE");
+    /* The three rows are neighbours in the table: one call reads them. */
+    _Static_assert(ENV_VRAM_TRACE_SITES == ENV_VRAM_TRACE + 1 &&
+                       ENV_VRAM_TRACE_HOLDERS == ENV_VRAM_TRACE + 2,
+                   "VRAM_TRACE_SITES and VRAM_TRACE_HOLDERS follow VRAM_TRACE");
+    _Static_assert(sizeof out->path == sizeof(KIND_PATH_type) &&
+                       sizeof out->holders == sizeof(KIND_PATH_type),
+                   "the paths hold what the table's do");
     struct env_load L;
-    vram_status st = load_section(&L, get, user, out != NULL && len > 0 && sites != NULL,
-                                  "env_trace_load", ENV_VRAM_TRACE,
-                                  ENV_VRAM_TRACE_SITES + 1);
-    if (st == VRAM_OK)
-        st = copy_loaded(L.s.env.trace_path, out, len, "VRAM_TRACE: path");
-    if (st == VRAM_OK)
-        *sites = L.s.trace_sites;
-    return st;
+    vram_status st = load_section(&L, get, user, out != NULL, "env_trace_load",
+                                  ENV_VRAM_TRACE, ENV_VRAM_TRACE_HOLDERS + 1);
+    if (st != VRAM_OK)
+        return st;
+    memcpy(out->path, L.s.env.trace_path, sizeof out->path);
+    out->sites = L.s.trace_sites;
+    memcpy(out->holders, L.s.trace_holders, sizeof out->holders);
+    return VRAM_OK;
 }
 
 vram_status

@@ -102,14 +102,20 @@ bool env_hami_ignored(env_getter get, void *user, char *buf, size_t len);
 */
 vram_status env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set);
 
+/* The preload library's trace settings. Plain data; copy freely. */
+struct env_trace {
+    char path[512];    /* VRAM_TRACE; "" = no trace */
+    bool sites;        /* VRAM_TRACE_SITES */
+    char holders[512]; /* VRAM_TRACE_HOLDERS; "" = unset */
+};
+
 /*
-** VRAM_TRACE alone, for the preload library (which reads no other setting
-** of the allocator's section): into OUT (LEN bytes), "" when unset, and
-** VRAM_TRACE_SITES into *SITES. A malformed value (too long, not a
-** boolean): VRAM_E_CONFIG with one line naming it. OUT and *SITES are
-** written only on success.
+** VRAM_TRACE, VRAM_TRACE_SITES and VRAM_TRACE_HOLDERS alone, for the
+** preload library (which reads no other setting of the allocator's
+** section). A malformed value (too long, not a boolean): VRAM_E_CONFIG
+** with one line naming it. OUT is written only on success.
 */
-vram_status env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites);
+vram_status env_trace_load(env_getter get, void *user, struct env_trace *out);
 
 /* The settings `vram run` reads for itself. Plain data; copy freely. */
 struct env_run {

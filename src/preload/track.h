@@ -10,6 +10,7 @@
 #define VRAM_PRELOAD_TRACK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* What a tracked key is: the namespaces may share numbers. The host
@@ -42,6 +43,11 @@ bool track_put(int kind, uint64_t key, int dev, uint64_t bytes, uint64_t trace_i
 
 /* Remove (KIND, KEY) into *OUT. False if it is not there. */
 bool track_take(int kind, uint64_t key, struct track *out);
+
+/* The live entries of KIND: at most MAX copied into OUT, and how many
+** there are returned (call again with more room when that is above MAX).
+** O(table): for the recording's holders, not for a hooked call. */
+size_t track_list(int kind, struct track *out, size_t max);
 
 /* What dropping one reference to a handle did (track_unref). */
 enum track_unref {

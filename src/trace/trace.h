@@ -42,6 +42,9 @@ enum trace_op {
 */
 size_t trace_label_safe(const char *label, size_t len, char *out);
 
+/* The same for any text, cut at MAX bytes (OUT holds at least MAX). */
+size_t trace_text_safe(const char *text, size_t len, size_t max, char *out);
+
 /* The slot of events that have none (marks and OOMs): never an index. */
 #define TRACE_NO_SLOT UINT32_MAX
 
@@ -104,6 +107,17 @@ struct trace_event {
 ** slots so replays can index arrays. Marks and OOMs are events too (in
 ** order, with t_us and device) but have no slot and change no live bytes.
 */
+/*
+** What held a live allocation at one point of the recording (a "#@held"
+** line of format 2): the variable or container of the program that refers
+** to it, as the Python side of `vram record` named it (docs/RECORD.md).
+*/
+struct trace_held {
+    uint64_t id;    /* the allocation's id */
+    uint64_t event; /* the line came before event EVENT (n_events: the end) */
+    char *text;     /* "list `history` of module __main__; ...", made safe; owned */
+};
+
 struct trace {
     char *path;                 /* as given; owned */
     char *meta;                 /* the "# ..." line without "# ", or "" ; owned */
@@ -123,6 +137,8 @@ struct trace {
     uint32_t *site_start;       /* site s's frames are site_frames[site_start[s-1]
                                    .. site_start[s]-1]: n_sites + 1 entries */
     uint32_t *site_frames;      /* indexes into frames, innermost first */
+    struct trace_held *held;    /* "#@held" lines in their order, owned */
+    uint64_t n_held;
 };
 
 /* The frames of call site SITE of T (1..n_sites), innermost first, as
@@ -182,6 +198,13 @@ vram_status trace_writer_open_sites(const char *path, const char *meta,
 */
 vram_status trace_writer_site(struct trace_writer *w, const struct trace_frame *frames,
                               int n, uint32_t *site);
+
+/*
+** What holds live allocation ID now: a "#@held ID,TEXT" line (format 2),
+** TEXT made safe as labels are and cut at TRACE_FRAME_TEXT_MAX. Thread-safe.
+** VRAM_E_INVALID for a format-1 writer or an empty TEXT, VRAM_E_IO.
+*/
+vram_status trace_writer_held(struct trace_writer *w, uint64_t id, const char *text);
 
 /*
 ** Append one event: 'a', 'f' or 'o' (its slot and label are ignored; an

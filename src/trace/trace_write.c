@@ -317,6 +317,12 @@ trace_label_safe(const char *label, size_t len, char *out)
     return sanitize_text_n(label, len, TRACE_LABEL_MAX, out);
 }
 
+size_t
+trace_text_safe(const char *text, size_t len, size_t max, char *out)
+{
+    return sanitize_text_n(text, len, max, out);
+}
+
 vram_status
 trace_writer_mark(struct trace_writer *w, uint64_t t_us, int32_t device,
                   const char *label)
@@ -517,6 +523,26 @@ trace_writer_site(struct trace_writer *w, const struct trace_frame *frames, int 
     if (st == VRAM_OK)
         *site = id;
     return st;
+}
+
+vram_status
+trace_writer_held(struct trace_writer *w, uint64_t id, const char *text)
+{
+    char line[32 + TRACE_FRAME_TEXT_MAX + 2], *p = line;
+
+    if (w == NULL || text == NULL)
+        return error_set(VRAM_E_INVALID, "trace_writer_held: NULL argument");
+    if (!w->sites)
+        return error_set(VRAM_E_INVALID, "%s: the trace was opened without call sites",
+                         w->path);
+    if (text[0] == '\0')
+        return error_set(VRAM_E_INVALID, "%s: a held line needs a text", w->path);
+    p = (char *)memcpy(p, "#@held ", 7) + 7;
+    p = put_u64(p, id);
+    *p++ = ',';
+    p += sanitize_text(text, TRACE_FRAME_TEXT_MAX, p);
+    *p++ = '\n';
+    return write_line(w, line, (size_t)(p - line));
 }
 
 /* Close W's file once; later writes fail. The caller holds w->lock. */

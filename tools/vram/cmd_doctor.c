@@ -376,6 +376,14 @@ check_leak(struct report *rep, const struct an_result *r)
                 r->n_suspects, fmt_size(r->suspect_bytes, b, sizeof b), same,
                 fmt_size(r->suspects[0].size, a, sizeof a), lo + 1, hi + 1);
         }
+        if (r->n_leak_sites > 0) {
+            char head[700];
+            appendf(c->evidence, sizeof c->evidence, "; the top call site: %.300s",
+                    an_site_headline(r->trace, &r->leak_sites[0], head, sizeof head));
+            if (r->leak_sites[0].held_by != NULL)
+                appendf(c->evidence, sizeof c->evidence, ", held by %.300s",
+                        r->leak_sites[0].held_by);
+        }
         snprintf(
             c->next, sizeof c->next,
             "find what keeps them alive from step to step: a list that collects "

@@ -76,8 +76,14 @@ static const struct cli_opt opt_table[] = {
      "leave the frameworks' own allocators as they are: the trace then holds their "
      "pool segments, not tensors", .store = CLIOPT_SET, .field = AT(driver_view)},
     {0, "no-sites", 0, NULL,
-     "record no call sites (the code that allocated): a format-1 trace, as before",
+     "record no call sites (the code that allocated): a format-1 trace, as before "
+     "(and no holders)",
      .store = CLIOPT_SET, .field = AT(no_sites)},
+    {0, "no-holders", 0, NULL,
+     "in a Python program, do not name what holds live memory (the variable or "
+     "container that refers to each tensor) at exit, at the return of main() and at "
+     "vram.mark",
+     .store = CLIOPT_SET, .field = AT(no_holders)},
     {0, "preload", 0, "PATH", "the preload library, as vram run --preload",
      .store = CLIOPT_STRING, .field = AT(preload)},
     {0, "torch-snapshot", 0, "FILE",
@@ -247,9 +253,30 @@ summarize(const char *path)
     return true;
 }
 
+/* VRAM_TRACE_HOLDERS: the package's holders.py, when HOLDERS and it is
+** there (else said, and the recording goes on); unset otherwise. */
+static int
+prepare_holders(const char *who, const struct env_run *env, bool holders)
+{
+    if (!holders) {
+        unsetenv("VRAM_TRACE_HOLDERS");
+        return -1;
+    }
+    char dir[PATH_MAX], file[PATH_MAX + 32];
+    snprintf(file, sizeof file, "%s/vram/holders.py", cli_python_dir(env, dir, sizeof dir));
+    if (access(file, R_OK) != 0) {
+        cli_error("%s: %s: %s; what holds a Python program's memory is not named (set "
+                  "VRAM_PYTHONPATH to the directory of the vram package)",
+                  who, file, strerror(errno));
+        unsetenv("VRAM_TRACE_HOLDERS");
+        return -1;
+    }
+    return set_or_fail(who, "VRAM_TRACE_HOLDERS", file);
+}
+
 int
-record_prepare(const char *who, const char *output, bool driver_view, bool sites, char *path,
-               size_t len)
+record_prepare(const char *who, const char *output, bool driver_view, bool sites,
+               bool holders, char *path, size_t len)
 {
     struct env_run env;
     if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
@@ -262,6 +289,8 @@ record_prepare(const char *who, const char *output, bool driver_view, bool sites
     if ((rc = set_or_fail(who, "VRAM_TRACE", path)) >= 0)
         return rc;
     if ((rc = set_or_fail(who, "VRAM_TRACE_SITES", sites ? "1" : "0")) >= 0)
+        return rc;
+    if ((rc = prepare_holders(who, &env, sites && holders)) >= 0)
         return rc;
     if (!driver_view && (rc = steer_frameworks(who, &env)) >= 0)
         return rc;
@@ -295,8 +324,8 @@ cmd_record(int argc, char **argv)
     if ((rc = run_prepare("record", a.limit, NULL, a.preload, group, sizeof group)) >= 0)
         return rc;
     char path[PATH_MAX];
-    if ((rc = record_prepare("record", a.output, a.driver_view, !a.no_sites, path,
-                             sizeof path)) >= 0)
+    if ((rc = record_prepare("record", a.output, a.driver_view, !a.no_sites, !a.no_holders,
+                             path, sizeof path)) >= 0)
         return rc;
     int status = run_command(a.command, group);
     if (status == 126 || status == 127)
