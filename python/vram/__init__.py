@@ -368,6 +368,12 @@ def stats(device=0):
     return {name: getattr(s, name) for name, _ in STATS_FIELDS}
 
 
+def _recorded():
+    """Whether `vram record` records this process (its preload library
+    writes VRAM_TRACE): VRAM_TRACE_HOLDERS is its sign."""
+    return bool(os.environ.get("VRAM_TRACE_HOLDERS")) and bool(os.environ.get("VRAM_TRACE"))
+
+
 def mark(label):
     """Mark a phase ("epoch 3", "step 120") in the trace of every open
     context that records one (VRAM_TRACE). Commas, quotes and control
@@ -385,8 +391,16 @@ def mark(label):
     allocation may be named there (docs/RECORD.md)."""
     text = label if isinstance(label, bytes) else str(label).encode("utf-8")
     recording = getattr(sys, "_vram_record", None)
-    if recording is not None and text:
-        recording.mark(text.decode("utf-8", "replace"))
+    if (recording is not None or _recorded()) and text:
+        label = text.decode("utf-8", "replace")
+        if recording is not None:
+            recording.mark(label)
+        else:
+            # Before the program's first GPU allocation the recording's
+            # Python side is not there yet: it writes these first.
+            pending = sys.__dict__.setdefault("_vram_pending_marks", [])
+            if len(pending) < 10000:
+                pending.append(label)
         # VRAM_TRACE is the recording's file: no context of this package is
         # opened on it; contexts the program opened get the mark.
         with _state.lock:

@@ -580,6 +580,10 @@ def install(call, tool=-1):
     function running now returns (through sys.monitoring's tool TOOL from
     Python 3.12, else the preload library's profile function)."""
     rec = Recorder(call, tool)
+    # Marks the program made before its first GPU allocation (vram.mark
+    # kept them): the recording's first events.
+    for label in sys.__dict__.pop("_vram_pending_marks", []):
+        call("mark", str(label))
     sys._vram_record = rec
     atexit.register(rec.at_exit)
     code = _top_level_code()

@@ -242,14 +242,17 @@ const char *an_iters_source(const struct an_result *r);
 
 /*
 ** T as PyTorch's memory snapshot (the pickle of torch.cuda.memory.
-** _snapshot(), which PyTorch's memory_viz opens; docs/RECORD.md): the
-** allocations live after event UPTO (UINT64_MAX: the end) as segments of
-** one block each, and every event up to it in the device traces, with
-** each allocation's call site as its frames. Addresses are made up (a
-** trace keeps none), unique within the snapshot. VRAM_E_IO if writing
-** fails, VRAM_E_HOST_MEMORY.
+** _snapshot(), which PyTorch's memory_viz opens; docs/PYTHON.md): the
+** allocations live after event LIVE_AT as segments of one block each, and
+** every event of T in the device traces, with each allocation's call site
+** as its frames. Addresses are made up (a trace keeps none), unique
+** within the snapshot. VRAM_E_IO if writing fails, VRAM_E_HOST_MEMORY.
 */
-vram_status an_write_torch_snapshot(FILE *out, const struct trace *t, uint64_t upto);
+vram_status an_write_torch_snapshot(FILE *out, const struct trace *t, uint64_t live_at);
+
+/* The index of the event after which T's live bytes are at their peak
+** (the first such; the last event for a trace without allocations). */
+uint64_t an_peak_event(const struct trace *t);
 
 /* Human-readable summary (what `vram analyze TRACE` prints). */
 void an_print_text(FILE *out, const struct an_result *r);

@@ -6,7 +6,8 @@
 ** pytorch.org/memory_viz) opens what vram recorded.
 **
 ** The snapshot is a dict of
-**   "segments": one per allocation live at the snapshot's point, each
+**   "segments": one per allocation live at the snapshot's point (the
+**       peak, or a mark), each
 **       holding one block: {"device", "address", "total_size",
 **       "allocated_size", "active_size", "requested_size", "stream",
 **       "segment_type", "segment_pool_id", "is_expandable", "frames",
@@ -14,7 +15,7 @@
 **       "active_allocated", "frames", "history": [{"addr", "real_size",
 **       "frames"}]}]} (the block's "frames" for PyTorch 2, its "history"
 **       for the readers of PyTorch 1.13);
-**   "device_traces": per device, every event up to that point: {"action":
+**   "device_traces": per device, every event of the trace: {"action":
 **       "alloc" | "free_requested" | "free_completed" | "oom", "addr",
 **       "size", "stream", "time_us", "frames"} ("device_free" on "oom").
 ** Each allocation of vram record's traces is one cudaMalloc'd block of
@@ -264,12 +265,32 @@ pk_segment(struct pk *p, const struct trace *t, const struct trace_event *ev, ui
     pk_byte(p, P_SETITEMS);
 }
 
+uint64_t
+an_peak_event(const struct trace *t)
+{
+    uint64_t live = 0, best = 0, at = t->n_events > 0 ? t->n_events - 1 : 0;
+    for (uint64_t i = 0; i < t->n_events; i++) {
+        const struct trace_event *ev = &t->events[i];
+        if (ev->slot >= t->n_slots)
+            continue;
+        if (ev->op == TRACE_ALLOC)
+            live += ev->size;
+        else if (ev->op == TRACE_FREE)
+            live -= ev->size;
+        if (live > best) {
+            best = live;
+            at = i;
+        }
+    }
+    return at;
+}
+
 vram_status
-an_write_torch_snapshot(FILE *out, const struct trace *t, uint64_t upto)
+an_write_torch_snapshot(FILE *out, const struct trace *t, uint64_t live_at)
 {
     if (out == NULL || t == NULL)
         return error_set(VRAM_E_INVALID, "an_write_torch_snapshot: NULL argument");
-    uint64_t n = t->n_events == 0 ? 0 : upto < t->n_events ? upto + 1 : t->n_events;
+    uint64_t n = t->n_events;
     int devices = t->n_devices > 0 ? t->n_devices : 1;
     uint64_t *addr = calloc(t->n_slots > 0 ? t->n_slots : 1, sizeof *addr);
     uint64_t *born = calloc(t->n_slots > 0 ? t->n_slots : 1, sizeof *born);
@@ -282,7 +303,7 @@ an_write_torch_snapshot(FILE *out, const struct trace *t, uint64_t upto)
         free(alive);
         return no_memory();
     }
-    /* Addresses in order of birth, and the live set at the point. */
+    /* Addresses in order of birth, and the live set after event LIVE_AT. */
     for (uint64_t i = 0; i < n; i++) {
         const struct trace_event *ev = &t->events[i];
         if (ev->slot >= t->n_slots)
@@ -292,8 +313,8 @@ an_write_torch_snapshot(FILE *out, const struct trace *t, uint64_t upto)
             addr[ev->slot] = SNAP_BASE + next[d];
             next[d] += (ev->size + SNAP_ALIGN - 1) / SNAP_ALIGN * SNAP_ALIGN + SNAP_ALIGN;
             born[ev->slot] = i;
-            alive[ev->slot] = true;
-        } else if (ev->op == TRACE_FREE) {
+            alive[ev->slot] = i <= live_at;
+        } else if (ev->op == TRACE_FREE && i <= live_at) {
             alive[ev->slot] = false;
         }
     }

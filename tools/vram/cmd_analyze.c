@@ -59,10 +59,11 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_SET, .field = AT(compare)},
     {0, "torch-snapshot", 0, "FILE",
      "also write the trace as PyTorch's memory snapshot (the pickle of "
-     "torch.cuda.memory._snapshot(), which PyTorch's memory_viz opens) to FILE",
+     "torch.cuda.memory._snapshot(), which PyTorch's memory_viz opens) to FILE: every "
+     "event, and what was live at the peak",
      .store = CLIOPT_STRING, .field = AT(snapshot)},
     {0, "snapshot-at", 0, "LABEL",
-     "the snapshot's live memory at the last mark LABEL, not at the end",
+     "the snapshot's live memory at the last mark LABEL, not at the peak",
      .store = CLIOPT_STRING, .field = AT(at)},
 };
 
@@ -122,7 +123,7 @@ cli_analyze(const struct trace *t, const struct an_options *o, struct an_result 
 int
 cli_write_snapshot(const struct trace *t, const char *path, const char *at)
 {
-    uint64_t upto = UINT64_MAX;
+    uint64_t upto = an_peak_event(t);
     if (at != NULL) {
         bool found = false;
         for (uint64_t i = t->n_events; i > 0 && !found; i--) {

@@ -88,10 +88,11 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_STRING, .field = AT(preload)},
     {0, "torch-snapshot", 0, "FILE",
      "also write the recording as PyTorch's memory snapshot (the pickle of "
-     "torch.cuda.memory._snapshot(), which PyTorch's memory_viz opens) to FILE",
+     "torch.cuda.memory._snapshot(), which PyTorch's memory_viz opens) to FILE: every "
+     "event, and what was live at the peak",
      .store = CLIOPT_STRING, .field = AT(snapshot)},
     {0, "snapshot-at", 0, "LABEL",
-     "the snapshot's live memory at the last mark LABEL (vram.mark), not at the end",
+     "the snapshot's live memory at the last mark LABEL (vram.mark), not at the peak",
      .store = CLIOPT_STRING, .field = AT(at)},
 };
 
