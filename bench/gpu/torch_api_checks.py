@@ -20,8 +20,8 @@ Three parts, each a group of checks (true, false, or null: not measured):
             reset_peak_memory_stats brings the peak to the current bytes;
             _record_memory_history raises vram's VramError.
   loops     real training loops recorded with `vram record`, each with and
-            without vram.mark per step: the issue's loop (30 steps, x * 2
-            of a 4 MiB tensor kept), an MLP with Adam (40 steps, clean),
+            without vram.mark per step: a loop keeping x * 2 of a 4 MiB
+            tensor (30 steps), an MLP with Adam (40 steps, clean),
             attention over sequences of varying length (40 steps, clean), a
             helper making buffers for a line that drops them and one that
             keeps them, and losses kept with their graphs. Iterations from
@@ -29,7 +29,7 @@ Three parts, each a group of checks (true, false, or null: not measured):
             within one of them; leaks at their planted rate (5%), none in
             the clean loops; the top leak site is the line that keeps the
             memory (the helper loop); the holder names the container.
-  snapshot  the recording of the issue's loop with --torch-snapshot opens
+  snapshot  the recording of that loop with --torch-snapshot opens
             in this PyTorch's memory_viz: its command line (stats, trace,
             trace_plot, segment_plot) and memory() / segments() with the
             loop's file in the frames.
