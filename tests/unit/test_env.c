@@ -115,6 +115,7 @@ static const char *const all_names[] = {
     "VRAM_TRACE",
     "VRAM_OOM_DUMP",
     "VRAM_TRACE_SITES",
+    "VRAM_TRACE_HOLDERS",
 };
 #define N_NAMES (sizeof all_names / sizeof all_names[0])
 
