@@ -180,7 +180,10 @@ typedef struct vram_options {
     vram_backend_kind backend;
     vram_sim_options sim;    /* used when the backend is the simulator */
     bool ignore_environment; /* true: read no VRAM_* / TF_* variables;
-                                every setting comes from the API */
+                                every setting comes from the API, and a
+                                device not configured with vram_configure
+                                has the defaults of docs/ENVIRONMENT.md
+                                (strategy expandable) */
 } vram_options;
 
 typedef struct vram_context vram_context;
@@ -230,7 +233,9 @@ VRAM_API vram_status vram_physical_info_get(vram_context *ctx, int index,
 
 /*
 ** The configuration of one physical device, with TensorFlow's meaning:
-**   strategy      how memory is obtained (above).
+**   strategy      how memory is obtained (above). A device nobody
+**                 configures has the environment's (VRAM_STRATEGY), else
+**                 expandable; a zeroed struct names PREALLOCATE (0).
 **   fraction      per_process_gpu_memory_fraction: the cap of each
 **                 logical device without an explicit limit is
 **                 fraction x total memory; 0 = unset.
@@ -482,7 +487,17 @@ VRAM_API vram_status vram_get_memory_info(vram_device *dev, vram_memory_info *ou
       "expandable: units unmapped because another unit had taken their memory")         \
     X(uint64_t, modelled_driver_ns, "ns",                                                \
       "simulated device with a driver cost model: time the real driver would have "      \
-      "spent in this physical device's calls so far; 0 otherwise")
+      "spent in this physical device's calls so far; 0 otherwise")                       \
+    X(uint64_t, peak_live_blocks, "blocks", "peak of live_blocks")                       \
+    X(uint64_t, bytes_allocated_total, "bytes",                                          \
+      "bytes of every block handed out so far (rounded as bytes_in_use)")                \
+    X(uint64_t, bytes_freed_total, "bytes", "bytes of every block freed so far")         \
+    X(uint64_t, alloc_retries, "calls",                                                  \
+      "allocations that found no room, gave idle memory back to the backend and "        \
+      "tried again")                                                                     \
+    X(uint64_t, bytes_pending, "bytes",                                                  \
+      "bytes freed but not yet reusable: work queued on another stream may still use "   \
+      "them (docs/ALLOCATOR.md, \"Streams\")")
 
 typedef struct vram_stats {
 #define VRAM_X_(type, name, unit, doc) type name;
@@ -500,7 +515,8 @@ VRAM_API vram_status vram_get_stats(vram_device *dev, vram_stats *out);
 */
 VRAM_API size_t vram_stats_size(void);
 
-/* Set the peaks (in use, reserved) of DEV to their current values. */
+/* Set the peaks (in use, reserved, live blocks) of DEV to their current
+** values. */
 VRAM_API vram_status vram_reset_peak(vram_device *dev);
 
 /* ------------------------------------------------------------------ */
@@ -537,11 +553,11 @@ VRAM_API bool vram_check(vram_device *dev);
 /* ------------------------------------------------------------------ */
 
 /*
-** Entry points for PyTorch's torch.cuda.memory.CUDAPluggableAllocator:
+** Entry points for PyTorch's torch.cuda.memory.CUDAPluggableAllocator,
+** which the Python package plugs in with every hook below:
 **
-**   alloc = torch.cuda.memory.CUDAPluggableAllocator(
-**       "/path/to/libvram.so", "vram_torch_malloc", "vram_torch_free")
-**   torch.cuda.memory.change_current_allocator(alloc)
+**   import vram.torch
+**   vram.torch.use()    # before the first CUDA tensor (docs/PYTHON.md)
 **
 ** PyTorch declares the stream parameters as cudaStream_t; vram takes them
 ** as void * (a cudaStream_t is a pointer), so this header needs no CUDA
@@ -549,7 +565,7 @@ VRAM_API bool vram_check(vram_device *dev);
 **
 ** All three functions share one context of the process, opened on first
 ** use with vram_open(NULL, ...): the backend (VRAM_BACKEND, default cuda),
-** the strategy (VRAM_STRATEGY; expandable is the one to use with PyTorch),
+** the strategy (VRAM_STRATEGY; unset: expandable, see docs/ENVIRONMENT.md),
 ** the caps (VRAM_MEMORY_LIMIT, VRAM_MEMORY_FRACTION) and logging come from
 ** the environment, read once. The context lives until the process ends
 ** (PyTorch may free tensors during interpreter shutdown).

@@ -77,6 +77,11 @@ STATS_FIELDS = (
     ("maps", ctypes.c_uint64),
     ("unmaps", ctypes.c_uint64),
     ("modelled_driver_ns", ctypes.c_uint64),
+    ("peak_live_blocks", ctypes.c_uint64),
+    ("bytes_allocated_total", ctypes.c_uint64),
+    ("bytes_freed_total", ctypes.c_uint64),
+    ("alloc_retries", ctypes.c_uint64),
+    ("bytes_pending", ctypes.c_uint64),
 )
 
 
@@ -363,6 +368,12 @@ def stats(device=0):
     return {name: getattr(s, name) for name, _ in STATS_FIELDS}
 
 
+def _recorded():
+    """Whether `vram record` records this process (its preload library
+    writes VRAM_TRACE): VRAM_TRACE_HOLDERS is its sign."""
+    return bool(os.environ.get("VRAM_TRACE_HOLDERS")) and bool(os.environ.get("VRAM_TRACE"))
+
+
 def mark(label):
     """Mark a phase ("epoch 3", "step 120") in the trace of every open
     context that records one (VRAM_TRACE). Commas, quotes and control
@@ -372,8 +383,31 @@ def mark(label):
 
     So that the mark is not lost before the first allocation, the context
     that would record it is opened first: the plug-in's when PyTorch uses
-    it, else this package's when VRAM_TRACE is set."""
+    it, else this package's when VRAM_TRACE is set.
+
+    Under `vram record` (the preload library's recording of a program that
+    need not use libvram) the mark goes into that recording too, once the
+    program has made its first GPU allocation, and what holds each live
+    allocation may be named there (docs/RECORD.md)."""
     text = label if isinstance(label, bytes) else str(label).encode("utf-8")
+    recording = getattr(sys, "_vram_record", None)
+    if (recording is not None or _recorded()) and text:
+        label = text.decode("utf-8", "replace")
+        if recording is not None:
+            recording.mark(label)
+        else:
+            # Before the program's first GPU allocation the recording's
+            # Python side is not there yet: it writes these first.
+            pending = sys.__dict__.setdefault("_vram_pending_marks", [])
+            if len(pending) < 10000:
+                pending.append(label)
+        # VRAM_TRACE is the recording's file: no context of this package is
+        # opened on it; contexts the program opened get the mark.
+        with _state.lock:
+            lib = _state.lib
+        if lib is not None:
+            _check(lib, lib.vram_mark(text), "vram_mark")
+        return
     lib = library()
     with _state.lock:
         if _torch_plugin_in_use():

@@ -25,6 +25,11 @@ A PyTorch without set_record_stream_fn is refused (results would be silently
 wrong with side streams); one without the graph-pool hooks gets a warning
 that CUDA graphs must not be captured.
 
+PyTorch's own memory statistics answer with vram's figures
+(install_memory_api): torch.cuda.memory_allocated, max_memory_allocated,
+memory_reserved, max_memory_reserved, memory_stats, memory_summary and
+reset_peak_memory_stats, as training loops and their loggers read them.
+
 Past the cap, PyTorch raises torch.OutOfMemoryError carrying vram's one-line
 explanation. CUDAPluggableAllocator does not check the pointer its
 allocation function returns (a NULL becomes a tensor at address 0, and the
@@ -51,7 +56,7 @@ import warnings
 
 from . import VramError, _library_path
 
-__all__ = ["use", "HOOKS", "oom_shim", "empty_cache"]
+__all__ = ["use", "HOOKS", "oom_shim", "empty_cache", "install_memory_api", "memory_stats"]
 
 # (setter on PyTorch's allocator object, vram's entry point, required)
 HOOKS = (
@@ -119,6 +124,13 @@ def _refuse_cache(why):
     """One line saying that a cache is not used, and why."""
     warnings.warn("vram: the PyTorch OOM shim cache is not used: %s" % why, RuntimeWarning,
                   stacklevel=3)
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def oom_shim(torch, lib_path, compiler=None):
@@ -191,12 +203,12 @@ def oom_shim(torch, lib_path, compiler=None):
                 run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      universal_newlines=True, timeout=300)
             except (OSError, subprocess.TimeoutExpired) as e:
-                os.unlink(tmp)
+                _remove(tmp)
                 raise VramError("compiling %s failed: %s" % (_SHIM_SOURCE, e)) from None
             if run.returncode == 0:
                 break
         if run.returncode != 0:
-            os.unlink(tmp)
+            _remove(tmp)  # the compiler may have removed it already
             lines = run.stdout.strip().splitlines()
             errors = [l for l in lines if "error" in l] or lines
             raise VramError("compiling %s failed: %s" % (
@@ -220,6 +232,200 @@ def empty_cache():
     fn.restype = None
     fn.argtypes = []
     fn()
+
+
+# ---------------------------------------------------------------------------
+# PyTorch's memory API, answered with vram's figures
+# ---------------------------------------------------------------------------
+#
+# PyTorch's CUDAPluggableAllocator carries no statistic: its getDeviceStats,
+# resetPeakStats, resetAccumulatedStats, snapshot and recordHistory raise
+# "CUDAPluggableAllocator does not yet support ..." (PyTorch 2.0 to 2.11; 1.13
+# has no pluggable allocator at all), and its allocator object has no setter
+# for them. So install_memory_api() replaces, at the Python level, the
+# functions every statistic of torch.cuda goes through:
+#
+#   torch.cuda.memory_stats_as_nested_dict  (memory_stats, memory_allocated,
+#     max_memory_allocated, memory_reserved, max_memory_reserved,
+#     memory_summary and memory_cached call it, by the module's globals)
+#   torch.cuda.reset_peak_memory_stats      (reset_max_memory_allocated and
+#     reset_max_memory_cached call it)
+#   torch.cuda.reset_accumulated_memory_stats
+#   torch.cuda.memory._record_memory_history, _snapshot, _dump_snapshot and
+#     memory_snapshot: a VramError saying how to get a snapshot instead
+#
+# each both as torch.cuda.NAME and torch.cuda.memory.NAME, and the _C
+# functions behind them (torch._C._cuda_memoryStats, _cuda_resetPeakMemoryStats,
+# _cuda_resetAccumulatedMemoryStats), which other code may call directly.
+# C++ callers of the allocator's getDeviceStats (none in the Python API) still
+# get PyTorch's error.
+#
+# Which of vram's figures (vram_stats, include/vram.h) each key holds is the
+# table _FIGURES below; docs/PYTHON.md has it for users.
+
+# key: (current, peak, allocated, freed), each a vram_stats field, a
+# function of the stats dict S, or 0 (vram keeps no such figure).
+_FIGURES = {
+    "allocated_bytes": ("bytes_in_use", "peak_bytes_in_use", "bytes_allocated_total",
+                        "bytes_freed_total"),
+    "active_bytes": (lambda s: s["bytes_in_use"] + s["bytes_pending"],
+                     lambda s: max(s["peak_bytes_in_use"], s["bytes_in_use"] + s["bytes_pending"]),
+                     "bytes_allocated_total",
+                     lambda s: s["bytes_allocated_total"] - s["bytes_in_use"] - s["bytes_pending"]),
+    "requested_bytes": ("bytes_requested", "bytes_requested", 0, 0),
+    "reserved_bytes": ("bytes_reserved", "peak_bytes_reserved", 0, 0),
+    "inactive_split_bytes": (
+        lambda s: max(s["bytes_reserved"] - s["bytes_in_use"] - s["bytes_pending"], 0),
+        lambda s: max(s["bytes_reserved"] - s["bytes_in_use"] - s["bytes_pending"], 0), 0, 0),
+    "allocation": ("live_blocks", "peak_live_blocks", "num_allocs", "num_frees"),
+    "active": ("live_blocks", "peak_live_blocks", "num_allocs", "num_frees"),
+    "segment": ("regions", "regions", 0, 0),
+    "inactive_split": (0, 0, 0, 0),
+}
+# The accumulated figures reset_accumulated_memory_stats starts again from 0.
+_ACCUMULATED = ("bytes_allocated_total", "bytes_freed_total", "num_allocs", "num_frees",
+                "num_ooms", "alloc_retries")
+
+_baseline = {}  # device -> {field: value at the last reset_accumulated_memory_stats}
+
+
+def _plugin_stats(device):
+    """vram_get_stats of the plug-in's device for CUDA ordinal DEVICE, as a
+    dict, accumulated figures counted from the last reset."""
+    import vram
+
+    lib = vram.library()
+    dev = ctypes.c_void_p()
+    vram._check(lib, lib.vram_torch_device(int(device), ctypes.byref(dev)), "vram_torch_device")
+    st = vram._Stats()
+    vram._check(lib, lib.vram_get_stats(dev, ctypes.byref(st)), "vram_get_stats")
+    s = {name: getattr(st, name) for name, _ in vram.STATS_FIELDS}
+    for name, value in _baseline.get(int(device), {}).items():
+        s[name] = max(s[name] - value, 0)
+    return s
+
+
+def _figure(spec, s):
+    if callable(spec):
+        return int(spec(s))
+    if isinstance(spec, str):
+        return int(s[spec])
+    return int(spec)
+
+
+def nested_stats(s):
+    """PyTorch's nested memory statistics (the dict of
+    torch.cuda.memory_stats_as_nested_dict) from S, a dict of vram_stats
+    fields (vram.stats()); all zero for None. vram has one pool: its
+    figures are under "all" and "large_pool", "small_pool" is zero."""
+    zero = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+    out = {}
+    for key, specs in _FIGURES.items():
+        fam = dict(zero)
+        if s is not None:
+            fam = dict(zip(("current", "peak", "allocated", "freed"),
+                           (_figure(x, s) for x in specs)))
+        out[key] = {"all": fam, "large_pool": dict(fam), "small_pool": dict(zero)}
+    out["oversize_allocations"] = dict(zero)  # vram splits blocks of any size
+    out["oversize_segments"] = dict(zero)
+    out["num_alloc_retries"] = int(s["alloc_retries"]) if s else 0
+    out["num_ooms"] = int(s["num_ooms"]) if s else 0
+    out["num_sync_all_streams"] = 0
+    out["num_device_alloc"] = int(s["backend_calls"]) if s else 0
+    out["num_device_free"] = 0
+    out["max_split_size"] = -1
+    return out
+
+
+def _device_index(torch, device):
+    return torch.cuda._get_device_index(device, optional=True)
+
+
+def memory_stats(device=None):
+    """torch.cuda.memory_stats_as_nested_dict(device) under vram: vram's
+    figures for the plug-in's device (every key zero before CUDA is
+    initialized, as nothing was allocated)."""
+    import torch
+
+    if not torch.cuda.is_initialized():
+        return nested_stats(None)
+    return nested_stats(_plugin_stats(_device_index(torch, device)))
+
+
+def _reset_peak(device=None):
+    """torch.cuda.reset_peak_memory_stats(device) under vram: the peaks of
+    bytes in use, reserved and live blocks start again from now
+    (vram_reset_peak)."""
+    import torch
+    import vram
+
+    lib = vram.library()
+    dev = ctypes.c_void_p()
+    index = _device_index(torch, device)
+    vram._check(lib, lib.vram_torch_device(int(index), ctypes.byref(dev)), "vram_torch_device")
+    vram._check(lib, lib.vram_reset_peak(dev), "vram_reset_peak")
+
+
+def _reset_accumulated(device=None):
+    """torch.cuda.reset_accumulated_memory_stats(device) under vram: the
+    accumulated figures (bytes and blocks allocated and freed, OOMs,
+    retries) count from now."""
+    import torch
+
+    index = int(_device_index(torch, device))
+    _baseline.pop(index, None)
+    s = _plugin_stats(index)
+    _baseline[index] = {name: s[name] for name in _ACCUMULATED}
+
+
+def _no_snapshot(*args, **kwargs):
+    raise VramError(
+        "vram is PyTorch's allocator here, and PyTorch's memory history cannot "
+        "record through it: record the program with `vram record --torch-snapshot "
+        "snapshot.pickle -- python3 train.py` (the same pickle, which memory_viz "
+        "opens), or set VRAM_TRACE=run.trace.csv and run `vram analyze "
+        "--torch-snapshot snapshot.pickle run.trace.csv`")
+
+
+def install_memory_api(torch=None):
+    """Make torch.cuda's memory statistics answer with vram's figures (see
+    the table above and docs/PYTHON.md): memory_allocated, max_memory_allocated,
+    memory_reserved, max_memory_reserved, memory_stats, memory_summary,
+    reset_peak_memory_stats, reset_accumulated_memory_stats; and
+    _record_memory_history, _snapshot, _dump_snapshot and memory_snapshot
+    say how to get a snapshot from vram. use() calls it. Idempotent."""
+    if torch is None:
+        import torch
+    memory = torch.cuda.memory
+
+    def _cuda_memory_stats(device):
+        return nested_stats(_plugin_stats(device))
+
+    def _cuda_reset_peak(device):
+        _reset_peak(device)
+
+    def _cuda_reset_accumulated(device):
+        _reset_accumulated(device)
+
+    replacements = {
+        "memory_stats_as_nested_dict": memory_stats,
+        "reset_peak_memory_stats": _reset_peak,
+        "reset_accumulated_memory_stats": _reset_accumulated,
+        "memory_snapshot": _no_snapshot,
+    }
+    for name, fn in replacements.items():
+        for module in (memory, torch.cuda):
+            if hasattr(module, name):
+                setattr(module, name, fn)
+    for name in ("_record_memory_history", "_snapshot", "_dump_snapshot"):
+        if hasattr(memory, name):
+            setattr(memory, name, _no_snapshot)
+    native = getattr(torch, "_C", None)
+    for name, fn in (("_cuda_memoryStats", _cuda_memory_stats),
+                     ("_cuda_resetPeakMemoryStats", _cuda_reset_peak),
+                     ("_cuda_resetAccumulatedMemoryStats", _cuda_reset_accumulated)):
+        if native is not None and hasattr(native, name):
+            setattr(native, name, fn)
 
 
 def use(strategy=None, limit=None, library=None, raise_oom=True):
@@ -309,4 +515,5 @@ def use(strategy=None, limit=None, library=None, raise_oom=True):
         )
     memory.change_current_allocator(allocator)
     _current = allocator
+    install_memory_api(torch)
     return allocator

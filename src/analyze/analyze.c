@@ -497,6 +497,12 @@ leak_fit(const struct work *w, struct an_result *r)
             last--;
         free(len);
     }
+    /* A program's teardown inside its last marked iteration (an
+    ** interpreter freeing what the program kept, after the last mark)
+    ** takes it below any quiet point the steps had: not a step's. */
+    if (r->iters_from_marks && last == r->n_iters - 1 && last > first &&
+        r->iters[last].min_live < r->iters[last - 1].min_live)
+        last--;
     size_t k = last - first + 1;
     if (k < 2)
         return;
@@ -660,7 +666,28 @@ find_suspects(struct work *w, struct an_result *r)
     }
     r->n_suspects = k;
     order_suspects(r->suspects, k);
-    return an_leak_sites(r);
+    if (t->n_sites == 0)
+        return VRAM_OK;
+    /* Every allocation of the suspects' iterations, kept or not: what
+    ** names the line that keeps the memory. */
+    size_t n_born = 0;
+    for (uint32_t s = 0; s < t->n_slots; s++) {
+        uint32_t b = iter_of(r, w->born_event[s]);
+        n_born += b != AN_NO_ITER && b >= 1 && b < last_fit;
+    }
+    struct an_born *born = calloc(n_born > 0 ? n_born : 1, sizeof *born);
+    if (born == NULL)
+        return no_memory();
+    k = 0;
+    for (uint32_t s = 0; s < t->n_slots; s++) {
+        uint32_t b = iter_of(r, w->born_event[s]);
+        if (b == AN_NO_ITER || b < 1 || b >= last_fit)
+            continue;
+        born[k++] = (struct an_born){t->events[w->born_event[s]].site, w->alive[s]};
+    }
+    vram_status st = an_leak_sites(r, born, k);
+    free(born);
+    return st;
 }
 
 /* ------------------------------------------------------------------ */

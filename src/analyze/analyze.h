@@ -68,6 +68,15 @@ struct an_site {
     uint32_t frame;       /* the headline frame (index into trace frames);
                              UINT32_MAX: none */
     uint32_t note;        /* the note before it (index), or UINT32_MAX */
+    const char *held_by;  /* leak: what holds most of the group's suspects, as
+                             the recording named it (a "#@held" line of the
+                             trace: "list `history` of module __main__; ..."),
+                             borrowed from the trace; NULL: not named */
+    uint64_t held_count;  /* leak: suspects of the group it holds */
+    uint32_t made_at;     /* leak: the frame that allocated (the innermost of
+                             the program's own code) when the headline is
+                             another, the frame that keeps what it makes
+                             (docs/ANALYZE.md); UINT32_MAX otherwise */
     uint64_t count;       /* allocations */
     uint64_t bytes;       /* their sum */
     uint32_t iters;       /* leak: iterations with at least one birth here */
@@ -163,6 +172,10 @@ struct an_result {
     uint64_t floor_bytes;          /* that floor (0 unless iters_from_floor) */
     double period_match;           /* fraction of events equal to the event one
                                       detected period later, 0..1 (0: none) */
+    bool period_from_shape;        /* the period is that of the stream's shape
+                                      (each event's op and how far away its
+                                      partner is), sizes left out: steps whose
+                                      sizes vary */
     size_t peak_iter;              /* iteration holding the peak; SIZE_MAX: none */
     struct an_origin *peak_origins;/* live at the peak by phase of birth, largest
                                       first; only when the trace has marks */
@@ -226,6 +239,20 @@ const char *an_site_headline(const struct trace *t, const struct an_site *s, cha
 /* Where R's iterations came from: "marks", "floor", "period" or "none"
 ** (the whole trace is one). */
 const char *an_iters_source(const struct an_result *r);
+
+/*
+** T as PyTorch's memory snapshot (the pickle of torch.cuda.memory.
+** _snapshot(), which PyTorch's memory_viz opens; docs/PYTHON.md): the
+** allocations live after event LIVE_AT as segments of one block each, and
+** every event of T in the device traces, with each allocation's call site
+** as its frames. Addresses are made up (a trace keeps none), unique
+** within the snapshot. VRAM_E_IO if writing fails, VRAM_E_HOST_MEMORY.
+*/
+vram_status an_write_torch_snapshot(FILE *out, const struct trace *t, uint64_t live_at);
+
+/* The index of the event after which T's live bytes are at their peak
+** (the first such; the last event for a trace without allocations). */
+uint64_t an_peak_event(const struct trace *t);
 
 /* Human-readable summary (what `vram analyze TRACE` prints). */
 void an_print_text(FILE *out, const struct an_result *r);

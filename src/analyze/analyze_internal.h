@@ -136,10 +136,19 @@ vram_status an_iters_from_cuts(struct work *w, struct an_result *r, uint64_t sta
                                const uint64_t *cuts, size_t n_cuts);
 vram_status an_iters_by_marks(struct work *w, struct an_result *r, bool *done);
 
-/* sites.c: r->leak_sites from r->suspects; the live set ALIVE (per slot;
-** BORN_EVENT: each slot's allocation) by call site into OUT. Nothing for a
-** trace without call sites. */
-vram_status an_leak_sites(struct an_result *r);
+/* An allocation born in the iterations a suspect can be born in: its call
+** site, and whether it outlived the fit (a suspect). */
+struct an_born {
+    uint32_t site;
+    bool kept;
+};
+
+/* sites.c: r->leak_sites from r->suspects, each group under the frame that
+** keeps the memory, judged by BORN (N_BORN allocations of the suspects'
+** iterations); the live set ALIVE (per slot; BORN_EVENT: each slot's
+** allocation) by call site into OUT. Nothing for a trace without call
+** sites. */
+vram_status an_leak_sites(struct an_result *r, const struct an_born *born, size_t n_born);
 vram_status an_alive_sites(const struct trace *t, const bool *alive,
                            const uint64_t *born_event, struct an_site **out,
                            size_t *n_out);

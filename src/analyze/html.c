@@ -612,7 +612,7 @@ figures(struct page *p)
         if (r->period_match > 0) {
             put(p, " (");
             put_num(p, 100 * r->period_match, 0);
-            put(p, "% alike)");
+            put(p, r->period_from_shape ? "% alike in shape; sizes vary)" : "% alike)");
         }
     } else {
         put(p, "detected from the repeating event stream");
@@ -1637,15 +1637,27 @@ sites_section(struct page *p, const char *id, const char *title, const struct an
     if (n == 0)
         return;
     putf(p, "<section id=\"%s\">\n<h2>%s</h2>\n", id, title);
-    put(p, "<p class=\"note\">Grouped by the innermost frame that made each allocation "
-           "(the Python line when one was read). Hover over a call site for its stack, "
-           "click to open it.</p>\n<table>\n<tr><th>call site</th>");
+    put(p, iters > 0
+               ? "<p class=\"note\">Grouped by the line that keeps the memory: the "
+                 "innermost frame of the program's own code through which nearly all that "
+                 "was allocated outlived the iterations (else the innermost that made "
+                 "it). Hover over a call site for its stack, click to open it.</p>\n"
+                 "<table>\n<tr><th>call site</th>"
+               : "<p class=\"note\">Grouped by the innermost frame that made each "
+                 "allocation (the Python line when one was read). Hover over a call site "
+                 "for its stack, click to open it.</p>\n<table>\n<tr><th>call site</th>");
     if (iters > 0)
         put(p, "<th class=\"num\">per iteration</th><th class=\"num\">iterations</th>");
     put(p, "<th class=\"num\">allocations</th><th class=\"num\">bytes</th></tr>\n");
     for (size_t i = 0; i < n && i < MAX_SITE_ROWS; i++) {
         put(p, "<tr><td>");
         site_cell(p, &s[i]);
+        if (s[i].held_by != NULL) {
+            put(p, "<br><span class=\"note\">held by ");
+            put_esc(p, s[i].held_by);
+            putf(p, " (%llu of %llu)</span>", (unsigned long long)s[i].held_count,
+                 (unsigned long long)s[i].count);
+        }
         put(p, "</td>");
         if (iters > 0) {
             put(p, "<td class=\"num\">");

@@ -85,6 +85,19 @@ json_sites(const struct trace *t, const struct an_site *s, size_t n, size_t iter
                                json_object_new_string(an_site_headline(t, &s[i], head,
                                                                        sizeof head)));
         json_object_object_add(j, "site", an_json_u64(s[i].site));
+        if (iters > 0) {
+            json_object_object_add(j, "held_by", s[i].held_by != NULL
+                                                     ? json_object_new_string(s[i].held_by)
+                                                     : NULL);
+            json_object_object_add(j, "held_count", an_json_u64(s[i].held_count));
+        }
+        if (iters > 0)
+            json_object_object_add(
+                j, "allocated_in",
+                s[i].made_at != UINT32_MAX
+                    ? json_object_new_string(an_frame_text(t, s[i].made_at, false, head,
+                                                           sizeof head))
+                    : NULL);
         json_object_object_add(j, "count", an_json_u64(s[i].count));
         json_object_object_add(j, "bytes", an_json_u64(s[i].bytes));
         if (iters > 0) {
@@ -229,6 +242,8 @@ an_result_json(const struct an_result *r)
     json_object_object_add(o, "iterations_from", json_object_new_string(an_iters_source(r)));
     json_object_object_add(o, "period_events", an_json_u64(r->period_events));
     json_object_object_add(o, "period_match", json_num(r->period_match, 4));
+    json_object_object_add(o, "period_from_shape",
+                           json_object_new_boolean(r->period_from_shape));
     json_object_object_add(o, "floor_bytes", an_json_u64(r->floor_bytes));
     json_object_object_add(o, "leak", json_object_new_boolean(r->leak));
     json_object_object_add(

@@ -15,8 +15,14 @@
 #include "analyze/analyze.h"
 #include "analyze/analyze_internal.h"
 
-/* Shortest period, in events, taken for an iteration. */
-#define PERIOD_MIN 8
+/* Shortest period, in events, taken for an iteration: one. A Python loop
+** that keeps one tensor a step and makes one temporary has steps of three
+** events (recorded with cudaMallocAsync: a 30-step loop leaking 4 MiB a
+** step); a floor of 8 made three steps one iteration of 12 MiB. Short lags
+** that only match within a step (a run of equal allocations) lose to the
+** step, which matches all of it, and a divisor of the best lag is taken
+** only when it matches almost as well (PERIOD_DIVISOR_SHARE). */
+#define PERIOD_MIN 1
 /* Least fraction of events equal to the event one period later. */
 #define PERIOD_MATCH_MIN 0.5
 /* Lags of the FFT estimate checked exactly. */
@@ -25,6 +31,9 @@
 #define PERIOD_EXACT_MAX_EVENTS 4096
 /* A divisor of the best period is preferred when it matches this well. */
 #define PERIOD_DIVISOR_SHARE 0.95
+/* The shape of the stream is taken over its sizes when it matches this
+** much better (a share of all events). */
+#define PERIOD_SHAPE_GAIN 0.1
 
 /* The floor: live bytes within max(1 MiB, floor / 1000) of the least. */
 #define FLOOR_TOL_MIN MIB
@@ -51,6 +60,37 @@ static inline uint64_t
 token_of(const struct trace_event *ev)
 {
     return mix64(ev->size * 8 + (uint64_t)(unsigned char)ev->op);
+}
+
+/* Events further apart than this count as "far" in a shape token. */
+#define SHAPE_FAR (1ULL << 24)
+
+/*
+** The shape token of each event: its op and how many events away its
+** partner is (an allocation's free, a free's allocation; none: never
+** freed), sizes left out. A step whose tensors change size with the batch
+** (sequences of varying length, the last short batch) repeats its shape
+** exactly where its sizes never repeat: on a recorded transformer-like
+** loop the sizes matched 58% at the step, too little to tell the steps
+** from one another, the shape 100%. Into TOK (w->n entries).
+*/
+static void
+shape_tokens(const struct work *w, uint64_t *tok)
+{
+    const struct trace *t = w->t;
+    for (uint64_t i = 0; i < w->n; i++)
+        tok[i] = mix64((uint64_t)(unsigned char)t->events[i].op | SHAPE_FAR << 8);
+    for (uint64_t i = 0; i < w->n; i++) {
+        const struct trace_event *ev = &t->events[i];
+        if (ev->op != TRACE_FREE || ev->slot >= t->n_slots)
+            continue;
+        uint64_t born = w->born_event[ev->slot]; /* the last allocation of the slot */
+        if (born >= i)
+            continue;
+        uint64_t d = i - born < SHAPE_FAR ? i - born : SHAPE_FAR;
+        tok[i] = mix64((uint64_t)(unsigned char)TRACE_FREE | d << 8);
+        tok[born] = mix64((uint64_t)(unsigned char)TRACE_ALLOC | d << 8);
+    }
 }
 
 /* Fraction of i in [0, n - lag) with tok[i] == tok[i + lag]. */
@@ -309,26 +349,37 @@ steady_period(const uint64_t *tok, uint64_t n, uint64_t *period, double *rate)
 ** The steady stretch [*LO, *HI) of a stream with period P: the longest run
 ** of consecutive windows of P events (counted back from the end) in which
 ** at least PERIOD_MATCH_MIN of the events equal the event one period
-** before or after, and which allocate. Before it: the warm-up (a JIT
-** compiler's autotuning repeats on a period of its own, not the steps');
-** after it: a teardown, which only frees (an interpreter releasing the
-** arrays a program kept, all of one size, repeats at any period).
+** before or after, and which both allocate and free (a step makes and
+** drops at least one temporary). Before it: the warm-up (a JIT compiler's
+** autotuning repeats on a period of its own, not the steps), or a program
+** loading its weights (allocations alone, often of one size: they repeat
+** at any period); after it: a teardown, which only frees (an interpreter
+** releasing the arrays a program kept, all of one size, repeats at any
+** period). False when no two such windows follow each other: the period
+** is no step's.
 */
-static vram_status
-steady_stretch(struct work *w, const uint64_t *tok, uint64_t p, uint64_t *lo, uint64_t *hi)
+static bool
+steady_stretch(struct work *w, const uint64_t *tok, uint64_t p, double rate, uint64_t *lo,
+               uint64_t *hi)
 {
+    /* A window is steady when it matches at least half as well as the
+    ** whole stream does (half of all its events for a stream that repeats
+    ** exactly): steps whose sizes vary match less everywhere, and a
+    ** warm-up or a teardown still much less than they. */
+    double need = PERIOD_MATCH_MIN * (rate < 1.0 ? rate : 1.0);
     uint64_t n = w->n, windows = n / p;
     *lo = 0;
     *hi = n;
     uint64_t run = 0, best = 0, best_end = 0; /* windows, counted from the end */
     for (uint64_t j = 0; j < windows; j++) {
         uint64_t start = n - (j + 1) * p, m = 0;
-        bool allocates = false;
+        bool allocates = false, frees = false;
         for (uint64_t i = start; i < start + p; i++) {
             m += (i + p < n && tok[i] == tok[i + p]) || (i >= p && tok[i] == tok[i - p]);
             allocates |= w->t->events[i].op == TRACE_ALLOC;
+            frees |= w->t->events[i].op == TRACE_FREE;
         }
-        if (allocates && (double)m >= PERIOD_MATCH_MIN * (double)p) {
+        if (allocates && frees && (double)m >= need * (double)p) {
             if (++run > best) {
                 best = run;
                 best_end = j + 1 - run; /* the run's last window */
@@ -337,36 +388,30 @@ steady_stretch(struct work *w, const uint64_t *tok, uint64_t p, uint64_t *lo, ui
             run = 0;
         }
     }
-    if (best >= 2) {
-        *hi = n - best_end * p;
-        *lo = *hi - best * p;
-        /* A window can hold both the last step and the first frees of a
-         * teardown: the stretch ends at its last allocation. */
-        while (*hi > *lo + 1 && w->t->events[*hi - 1].op != TRACE_ALLOC)
-            (*hi)--;
-    }
-    return VRAM_OK;
+    if (best < 2)
+        return false;
+    *hi = n - best_end * p;
+    *lo = *hi - best * p;
+    /* A window can hold both the last step and the first frees of a
+     * teardown: the stretch ends at its last allocation. */
+    while (*hi > *lo + 1 && w->t->events[*hi - 1].op != TRACE_ALLOC)
+        (*hi)--;
+    return true;
 }
 
 /*
-** Cuts for period P: the quietest phase of the period over the windows of
-** the steady stretch (steady_stretch), then one cut per period at the
-** least live bytes within P/4 of where the period puts it, following any
-** drift, within the stretch. What comes before it is the first iteration
-** (a warm-up, however long: a compiler's), what comes after the last.
+** Cuts for period P within its steady stretch [LO, HI) (steady_stretch):
+** the quietest phase of the period over the stretch's windows, then one
+** cut per period at the least live bytes within P/4 of where the period
+** puts it, following any drift, within the stretch. What comes before it
+** is the first iteration (a warm-up, however long: a compiler's), what
+** comes after the last.
 */
 static vram_status
-cuts_by_period(struct work *w, const uint64_t *tok, uint64_t p, struct u64_list *cuts)
+cuts_by_period(struct work *w, uint64_t p, uint64_t lo, uint64_t hi, struct u64_list *cuts)
 {
-    uint64_t n = w->n, lo = 0, hi = n;
-    vram_status st = steady_stretch(w, tok, p, &lo, &hi);
-    if (st != VRAM_OK)
-        return st;
+    uint64_t n = w->n;
     uint64_t m = (hi - lo) / p, s0 = hi - m * p;
-    if (lo == 0 && hi == n) { /* no stretch: the first window as a warm-up */
-        m = n / p - 1;
-        s0 = n - m * p;
-    }
     double *sum = calloc(p, sizeof *sum);
     if (sum == NULL)
         return no_memory();
@@ -498,16 +543,40 @@ an_find_iterations(struct work *w, struct an_result *r)
     if (s != VRAM_OK || done)
         return s;
 
-    uint64_t period = 0;
-    double rate = 0.0;
+    uint64_t period = 0, shape_period = 0;
+    double rate = 0.0, shape_rate = 0.0;
     uint64_t *tok = malloc((w->n > 0 ? w->n : 1) * sizeof *tok);
-    if (tok == NULL)
+    uint64_t *shape = malloc((w->n > 0 ? w->n : 1) * sizeof *shape);
+    if (tok == NULL || shape == NULL) {
+        free(tok);
+        free(shape);
         return no_memory();
+    }
     for (uint64_t i = 0; i < w->n; i++)
         tok[i] = token_of(&w->t->events[i]);
-    if ((s = steady_period(tok, w->n, &period, &rate)) != VRAM_OK) {
-        free(tok);
+    shape_tokens(w, shape);
+    /* The sizes first; the shape where it repeats clearly better (steps of
+    ** varying sizes), so only where it can. A period is a step's only when
+    ** it has a steady stretch. */
+    uint64_t lo = 0, hi = 0, shape_lo = 0, shape_hi = 0;
+    s = steady_period(tok, w->n, &period, &rate);
+    if (s == VRAM_OK && period > 0 && !steady_stretch(w, tok, period, rate, &lo, &hi))
+        period = 0, rate = 0.0;
+    if (s == VRAM_OK && rate + PERIOD_SHAPE_GAIN <= 1.0)
+        s = steady_period(shape, w->n, &shape_period, &shape_rate);
+    if (s == VRAM_OK && shape_period > 0 &&
+        !steady_stretch(w, shape, shape_period, shape_rate, &shape_lo, &shape_hi))
+        shape_period = 0;
+    free(tok);
+    free(shape);
+    if (s != VRAM_OK)
         return s;
+    if (shape_period > 0 && shape_rate >= rate + PERIOD_SHAPE_GAIN) {
+        period = shape_period;
+        rate = shape_rate;
+        lo = shape_lo;
+        hi = shape_hi;
+        r->period_from_shape = true;
     }
 
     struct u64_list floor_cuts = {0}, cuts = {0};
@@ -519,12 +588,13 @@ an_find_iterations(struct work *w, struct an_result *r)
         (period == 0 ||
          median_segment(&floor_cuts, w->n) >= FLOOR_MIN_PERIODS * period)) {
         r->iters_from_floor = true;
+        r->period_from_shape = false;
         r->floor_bytes = floor;
         r->period_match = rate;
         w->last_partial = w->live[w->n - 1] > floor + floor_tolerance(floor);
         s = an_iters_from_cuts(w, r, 0, floor_cuts.v, floor_cuts.n);
     } else if (s == VRAM_OK && period > 0) {
-        s = cuts_by_period(w, tok, period, &cuts);
+        s = cuts_by_period(w, period, lo, hi, &cuts);
         if (s == VRAM_OK) {
             r->period_events = period;
             r->period_match = rate;
@@ -538,6 +608,5 @@ an_find_iterations(struct work *w, struct an_result *r)
     }
     free(floor_cuts.v);
     free(cuts.v);
-    free(tok);
     return s;
 }

@@ -48,6 +48,82 @@ site_key(const struct trace *t, uint32_t site)
     return (uint64_t)note << 32 | head;
 }
 
+/* The innermost Python frame of the program's own code in site SITE's
+** stack; NO_FRAME when it has none. */
+static uint32_t
+own_frame(const struct trace *t, uint32_t site)
+{
+    uint32_t n;
+    const uint32_t *f = trace_site_frames(t, site, &n);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct trace_frame *fr = &t->frames[f[i]];
+        if (fr->kind == TRACE_FRAME_PY && !library_file(fr->file))
+            return f[i];
+    }
+    return NO_FRAME;
+}
+
+/*
+** The line that keeps the memory. A leak group's headline is, walking the
+** program's own Python frames of the stack from the innermost out, the
+** first frame through which at least KEEP_SHARE of what was allocated in
+** the suspects' iterations outlived the fit. A helper that allocates both
+** for a line that keeps the tensor and for lines that drop theirs
+** (make_buffer() under cache.append(make_buffer(n)) and under
+** tmp = make_buffer(n)) keeps half of what it makes; the line that keeps
+** keeps all of it. Where no frame keeps that much, or the stacks do not
+** tell the lines apart (one caller only), the headline stays the innermost
+** frame, as for the peak.
+*/
+#define KEEP_SHARE 0.9
+
+struct keep_counts {
+    uint64_t *made; /* per frame: allocations of the window made through it */
+    uint64_t *kept; /* ... of which outlived the fit */
+};
+
+static vram_status
+keep_count(const struct trace *t, const struct an_born *born, size_t n_born,
+           struct keep_counts *k)
+{
+    k->made = calloc((size_t)t->n_frames + 1, sizeof *k->made);
+    k->kept = calloc((size_t)t->n_frames + 1, sizeof *k->kept);
+    if (k->made == NULL || k->kept == NULL) {
+        free(k->made);
+        free(k->kept);
+        return no_memory();
+    }
+    for (size_t i = 0; i < n_born; i++) {
+        uint32_t n;
+        const uint32_t *f = trace_site_frames(t, born[i].site, &n);
+        for (uint32_t j = 0; j < n; j++) {
+            if (f[j] >= t->n_frames)
+                continue;
+            k->made[f[j]]++;
+            k->kept[f[j]] += born[i].kept;
+        }
+    }
+    return VRAM_OK;
+}
+
+/* The key of site SITE for the leak: its note and the frame that keeps
+** (above), else site_key's. */
+static uint64_t
+keeper_key(const struct trace *t, uint32_t site, const struct keep_counts *k)
+{
+    uint64_t key = site_key(t, site);
+    uint32_t n;
+    const uint32_t *f = trace_site_frames(t, site, &n);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct trace_frame *fr = &t->frames[f[i]];
+        if (fr->kind != TRACE_FRAME_PY || library_file(fr->file) || f[i] >= t->n_frames)
+            continue;
+        if (k->made[f[i]] > 0 && (double)k->kept[f[i]] >= KEEP_SHARE * (double)k->made[f[i]])
+            return (key & ~(uint64_t)UINT32_MAX) | f[i];
+    }
+    return key;
+}
+
 /* The sites of T grouped: GROUP[s] for site s (0: no site) is the index of
 ** its group in KEYS (sorted, distinct; keys[0] is the no-site group's). */
 struct site_groups {
@@ -63,21 +139,28 @@ groups_free(struct site_groups *g)
     free(g->keys);
 }
 
+/* Group T's sites by their key: site_key's, or with KEEP (the leak) the
+** frame that keeps the memory. */
 static vram_status
-groups_build(const struct trace *t, struct site_groups *g)
+groups_build(const struct trace *t, const struct keep_counts *keep, struct site_groups *g)
 {
     uint32_t s;
     size_t i, k;
+    uint64_t *site_keys;
 
     memset(g, 0, sizeof *g);
     g->group = calloc((size_t)t->n_sites + 1, sizeof *g->group);
     g->keys = calloc((size_t)t->n_sites + 1, sizeof *g->keys);
-    if (g->group == NULL || g->keys == NULL) {
+    site_keys = calloc((size_t)t->n_sites + 1, sizeof *site_keys);
+    if (g->group == NULL || g->keys == NULL || site_keys == NULL) {
+        free(site_keys);
         groups_free(g);
         return no_memory();
     }
     for (s = 1; s <= t->n_sites; s++)
-        g->keys[s - 1] = site_key(t, s);
+        site_keys[s] = keep != NULL ? keeper_key(t, s, keep) : site_key(t, s);
+    for (s = 1; s <= t->n_sites; s++)
+        g->keys[s - 1] = site_keys[s];
     qsort(g->keys, t->n_sites, sizeof *g->keys, cmp_u64);
     /* The no-site group first: its key sorts above every real one. */
     for (i = 0, k = 0; i < t->n_sites; i++)
@@ -87,7 +170,7 @@ groups_build(const struct trace *t, struct site_groups *g)
     g->keys[0] = UINT64_MAX;
     g->n = k + 1;
     for (s = 1; s <= t->n_sites; s++) {
-        uint64_t key = site_key(t, s);
+        uint64_t key = site_keys[s];
         size_t lo = 1, hi = g->n;
         while (lo + 1 < hi) {
             size_t mid = lo + (hi - lo) / 2;
@@ -98,6 +181,7 @@ groups_build(const struct trace *t, struct site_groups *g)
         }
         g->group[s] = (uint32_t)lo;
     }
+    free(site_keys);
     return VRAM_OK;
 }
 
@@ -123,7 +207,7 @@ struct alloc_ref {
 
 static vram_status
 group_allocs(const struct trace *t, const struct alloc_ref *a, size_t n, size_t n_iters,
-             struct an_site **out, size_t *n_out)
+             const struct keep_counts *keep, struct an_site **out, size_t *n_out)
 {
     struct site_groups g;
     struct an_site *sites;
@@ -136,7 +220,7 @@ group_allocs(const struct trace *t, const struct alloc_ref *a, size_t n, size_t 
     *n_out = 0;
     if (t->n_sites == 0 || n == 0)
         return VRAM_OK;
-    if ((st = groups_build(t, &g)) != VRAM_OK)
+    if ((st = groups_build(t, keep, &g)) != VRAM_OK)
         return st;
     sites = calloc(g.n, sizeof *sites);
     site_bytes = calloc((size_t)t->n_sites + 1, sizeof *site_bytes);
@@ -153,6 +237,7 @@ group_allocs(const struct trace *t, const struct alloc_ref *a, size_t n, size_t 
         sites[k].note = (uint32_t)(g.keys[k] >> 32);
         sites[k].frame = (uint32_t)g.keys[k];
         sites[k].first_iter = AN_NO_ITER;
+        sites[k].made_at = NO_FRAME;
         if (k == 0)
             sites[k].note = sites[k].frame = NO_FRAME;
     }
@@ -178,6 +263,12 @@ group_allocs(const struct trace *t, const struct alloc_ref *a, size_t n, size_t 
         if (site_bytes[s] > 0 && (x->site == 0 || site_bytes[s] > site_bytes[x->site]))
             x->site = s;
     }
+    /* Where the headline keeps what another frame made, that frame too. */
+    for (k = 1; keep != NULL && k < g.n; k++) {
+        uint32_t made = sites[k].site != TRACE_NO_SITE ? own_frame(t, sites[k].site) : NO_FRAME;
+        if (made != NO_FRAME && made != sites[k].frame)
+            sites[k].made_at = made;
+    }
     for (i = 0, k = 0; i < g.n; i++)
         if (sites[i].count > 0)
             sites[k++] = sites[i];
@@ -194,23 +285,131 @@ group_allocs(const struct trace *t, const struct alloc_ref *a, size_t n, size_t 
     return VRAM_OK;
 }
 
+/* An id and the index of its last "#@held" line. */
+struct held_ref {
+    uint64_t id;
+    uint64_t k;
+};
+
+static int
+cmp_held_ref(const void *a, const void *b)
+{
+    const struct held_ref *x = a, *y = b;
+    return order_u64_2(x->id, y->id, x->k, y->k);
+}
+
+/* The last "#@held" text of allocation ID in the sorted REFS (N), or NULL. */
+static const char *
+held_text(const struct trace *t, const struct held_ref *refs, size_t n, uint64_t id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) { /* the first ref with an id above ID */
+        size_t mid = lo + (hi - lo) / 2;
+        if (refs[mid].id <= id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && refs[lo - 1].id == id ? t->held[refs[lo - 1].k].text : NULL;
+}
+
+/* A suspect's leak group and holder. */
+struct group_text {
+    size_t group;
+    const char *text;
+};
+
+static int
+cmp_group_text(const void *a, const void *b)
+{
+    const struct group_text *x = a, *y = b;
+    int c = order_u64(x->group, y->group);
+    return c != 0 ? c : strcmp(x->text, y->text);
+}
+
+/*
+** What holds each leak group's suspects: the most common of their last
+** "#@held" texts (the variable or container that refers to the tensor,
+** as the Python side of vram record named it), with how many it holds.
+*/
+static vram_status
+leak_holders(struct an_result *r, const struct keep_counts *keep)
+{
+    const struct trace *t = r->trace;
+    if (t->n_held == 0 || r->n_leak_sites == 0)
+        return VRAM_OK;
+    struct held_ref *refs = calloc(t->n_held, sizeof *refs);
+    struct group_text *gt = calloc(r->n_suspects, sizeof *gt);
+    if (refs == NULL || gt == NULL) {
+        free(refs);
+        free(gt);
+        return no_memory();
+    }
+    for (uint64_t k = 0; k < t->n_held; k++)
+        refs[k] = (struct held_ref){t->held[k].id, k};
+    qsort(refs, t->n_held, sizeof *refs, cmp_held_ref);
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_suspects; i++) {
+        const char *text = held_text(t, refs, t->n_held, r->suspects[i].id);
+        uint32_t site = r->suspects[i].site <= t->n_sites ? r->suspects[i].site : 0;
+        if (text == NULL || site == TRACE_NO_SITE)
+            continue;
+        /* The suspect's group: the one with its key (there are few). */
+        uint64_t key = keeper_key(t, site, keep);
+        for (size_t k = 0; k < r->n_leak_sites; k++) {
+            const struct an_site *x = &r->leak_sites[k];
+            if (x->site != TRACE_NO_SITE && ((uint64_t)x->note << 32 | x->frame) == key) {
+                gt[n++] = (struct group_text){k, text};
+                break;
+            }
+        }
+    }
+    /* Per group, the text that holds the most of its suspects. */
+    qsort(gt, n, sizeof *gt, cmp_group_text);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && gt[j].group == gt[i].group && strcmp(gt[j].text, gt[i].text) == 0)
+            j++;
+        struct an_site *x = &r->leak_sites[gt[i].group];
+        if (j - i > x->held_count) {
+            x->held_count = j - i;
+            x->held_by = gt[i].text;
+        }
+        i = j;
+    }
+    free(refs);
+    free(gt);
+    return VRAM_OK;
+}
+
 vram_status
-an_leak_sites(struct an_result *r)
+an_leak_sites(struct an_result *r, const struct an_born *born, size_t n_born)
 {
     const struct trace *t = r->trace;
     struct alloc_ref *a;
+    struct keep_counts keep;
     vram_status st;
 
     if (t->n_sites == 0 || r->n_suspects == 0)
         return VRAM_OK;
+    if ((st = keep_count(t, born, n_born, &keep)) != VRAM_OK)
+        return st;
     a = calloc(r->n_suspects, sizeof *a);
-    if (a == NULL)
+    if (a == NULL) {
+        free(keep.made);
+        free(keep.kept);
         return no_memory();
+    }
     for (size_t i = 0; i < r->n_suspects; i++)
         a[i] = (struct alloc_ref){r->suspects[i].site, r->suspects[i].born,
                                   r->suspects[i].size};
-    st = group_allocs(t, a, r->n_suspects, r->n_iters, &r->leak_sites, &r->n_leak_sites);
+    st = group_allocs(t, a, r->n_suspects, r->n_iters, &keep, &r->leak_sites,
+                      &r->n_leak_sites);
+    if (st == VRAM_OK)
+        st = leak_holders(r, &keep);
     free(a);
+    free(keep.made);
+    free(keep.kept);
     /* The iterations a suspect can be born in (find_suspects): from the
      * second (the first is a warm-up) to the one before the fit's last. */
     size_t last_fit = r->leak_iters_used < r->n_iters ? r->leak_iters_used : r->n_iters - 1;
@@ -243,7 +442,7 @@ an_alive_sites(const struct trace *t, const bool *alive, const uint64_t *born_ev
         const struct trace_event *ev = &t->events[born_event[s]];
         a[k++] = (struct alloc_ref){ev->site, AN_NO_ITER, ev->size};
     }
-    st = group_allocs(t, a, n, 0, out, n_out);
+    st = group_allocs(t, a, n, 0, NULL, out, n_out);
     free(a);
     return st;
 }
@@ -294,6 +493,12 @@ an_site_headline(const struct trace *t, const struct an_site *s, char *buf, size
     if (s->site == TRACE_NO_SITE)
         return an_frame_text(t, NO_FRAME, false, buf, len);
     an_frame_text(t, s->frame, false, head, sizeof head);
+    if (s->made_at != NO_FRAME && s->made_at < t->n_frames) {
+        char made[300];
+        size_t used = strlen(head);
+        snprintf(head + used, sizeof head - used, " (allocated in %s)",
+                 an_frame_text(t, s->made_at, false, made, sizeof made));
+    }
     if (s->note != NO_FRAME && s->frame != NO_FRAME)
         snprintf(buf, len, "%s [%s]", head, t->frames[s->note].func);
     else if (s->note != NO_FRAME)

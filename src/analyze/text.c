@@ -124,6 +124,9 @@ print_leak_sites(FILE *out, const struct an_result *r)
                 an_site_headline(r->trace, x, head, sizeof head), x->iters,
                 r->leak_site_iters, (unsigned long long)x->count, x->count == 1 ? "" : "s",
                 fmt_size(x->bytes, b, sizeof b));
+        if (x->held_by != NULL)
+            fprintf(out, "      held by %s (%llu of %llu)\n", x->held_by,
+                    (unsigned long long)x->held_count, (unsigned long long)x->count);
         print_stack(out, r->trace, x->site);
     }
     if (r->n_leak_sites > TEXT_ROWS)
@@ -364,9 +367,10 @@ an_print_text(FILE *out, const struct an_result *r)
     else if (r->period_events > 0)
         fprintf(out,
                 "iterations %zu, detected: the events repeat every %llu events (%.0f%% "
-                "match)\n",
-                r->n_iters, (unsigned long long)r->period_events,
-                100.0 * r->period_match);
+                "match%s)\n",
+                r->n_iters, (unsigned long long)r->period_events, 100.0 * r->period_match,
+                r->period_from_shape ? " of allocations, frees and lifetimes; sizes vary"
+                                     : "");
     else
         fprintf(out, "iterations %zu: no marks and no repeating pattern\n", r->n_iters);
     if (r->leak_iters_used >= 2) {

@@ -521,7 +521,9 @@ cuda_enter_vm(struct cuda_backend *c, int dev, uint64_t size, const char *what)
     const struct cuda_device *d = &c->dev[dev];
     if (!d->vmm)
         return error_set(VRAM_E_UNSUPPORTED,
-                         "cuda: %s: device %d (%s) has no virtual memory management",
+                         "cuda: %s: device %d (%s) has no virtual memory management, "
+                         "which the expandable strategy needs (VRAM_STRATEGY=growth "
+                         "works without it)",
                          what, dev, d->uuid);
     if (size == 0 || size % d->granularity != 0)
         return error_set(VRAM_E_INVALID,

@@ -65,6 +65,7 @@ struct env_state {
     struct env_run run;                   /* VRAM_PRELOAD_LIBRARY, LD_PRELOAD */
     char visible[4096];                   /* CUDA_VISIBLE_DEVICES; "" = unset */
     bool trace_sites;                     /* VRAM_TRACE_SITES */
+    char trace_holders[512];              /* VRAM_TRACE_HOLDERS; "" = unset */
 };
 
 /*
@@ -129,18 +130,21 @@ typedef char KIND_TEXT_type[4096];
     X(VRAM_SIM_MEMORY, KIND_SIZE, env.sim_memory, "143771M",                             \
       "a size above 0, e.g. 80G or 143771M",                                             \
       "Memory of each simulated device; the default is an NVIDIA H200's.")               \
-    X(VRAM_STRATEGY, KIND_STRATEGY, env.strategy, "preallocate",                         \
+    X(VRAM_STRATEGY, KIND_STRATEGY, env.strategy, "expandable",                          \
       "preallocate, growth, growth:tf-compat or expandable",                             \
-      "How each logical device obtains memory: its whole cap at the first allocation "   \
-      "(TensorFlow's default), growth as needed (vram's policy), TensorFlow's "          \
-      "allow_growth (2 MiB regions, each twice the last), or expandable (one virtual "   \
-      "range backed granule by granule where live blocks are).")                         \
+      "How each logical device obtains memory: expandable (one virtual range backed "    \
+      "granule by granule where live blocks are: what PyTorch's expandable_segments "    \
+      "does), its whole cap at the first allocation (preallocate, TensorFlow's "         \
+      "default), growth as needed (vram's policy), or TensorFlow's allow_growth (2 MiB " \
+      "regions, each twice the last). Unset: expandable, unless VRAM_ALLOW_GROWTH or "   \
+      "TF_FORCE_GPU_ALLOW_GROWTH is set (see \"Defaults\" above).")                     \
     X(VRAM_ALLOW_GROWTH, KIND_TRISTATE, allow_growth, "", ENV_BOOL_WORDS,                \
       "true selects the growth strategy unless VRAM_STRATEGY names a growth strategy; "  \
-      "false selects preallocate. Must agree with VRAM_STRATEGY and "                    \
+      "false selects preallocate, as in TensorFlow. Must agree with VRAM_STRATEGY and "  \
       "TF_FORCE_GPU_ALLOW_GROWTH.")                                                      \
     X(TF_FORCE_GPU_ALLOW_GROWTH, KIND_TRISTATE, tf_force_growth, "", ENV_BOOL_WORDS,     \
-      "TensorFlow's own switch, honoured exactly like VRAM_ALLOW_GROWTH.")               \
+      "TensorFlow's own switch, honoured exactly like VRAM_ALLOW_GROWTH: a TensorFlow "  \
+      "user who sets it gets TensorFlow's strategies.")                                  \
     X(VRAM_MEMORY_FRACTION, KIND_FRACTION, env.fraction, "",                             \
       "a fraction in (0, 1], e.g. 0.5 or 50%",                                           \
       "Cap of each logical device without a limit, as a share of the device's total "    \
@@ -169,6 +173,12 @@ typedef char KIND_TEXT_type[4096];
       "innermost Python frames (file, line, function) of a Python thread that holds "    \
       "the GIL, and native return addresses as module + offset (vram record sets it)."   \
       " libvram's own traces have none.")                                                \
+    X(VRAM_TRACE_HOLDERS, KIND_PATH, trace_holders, "", "a file path",                   \
+      "With VRAM_TRACE_SITES, the file vram/holders.py of vram's Python package: in a "  \
+      "Python program the preload library loads it at the first allocation, and the "   \
+      "trace then names what holds each live allocation (the variable or container "    \
+      "that refers to its tensor) at exit, when a top-level function of the main "      \
+      "module returns and at vram.mark (vram record sets it; docs/RECORD.md).")          \
     X(VRAM_OOM_DUMP, KIND_BOOL, env.oom_dump, "false", ENV_BOOL_WORDS,                   \
       "On out of memory, also write the full allocator dump (bins, regions, block "      \
       "map) to the log.")
@@ -281,6 +291,43 @@ static const struct env_var env_vars[ENV_COUNT] = {
     VRAM_ENV_LIST(ENV_ROW)
 #undef ENV_ROW
 };
+
+/*
+** Whose default each row's default is, for `vram env` and the docs: the
+** convention the value follows when the user sets nothing. Rows not
+** listed follow vram's own. The caps' rows are TensorFlow's rule (free
+** memory minus its reserve); the frameworks' rows keep each framework's
+** own default until vram record or vram tune steers them.
+*/
+static const struct {
+    enum env_id id;
+    const char *origin;
+} default_origins[] = {
+    {ENV_TF_FORCE_GPU_ALLOW_GROWTH, "TensorFlow"},
+    {ENV_VRAM_MEMORY_FRACTION, "TensorFlow"},
+    {ENV_VRAM_MEMORY_LIMIT, "TensorFlow"},
+    {ENV_TF_DEVICE_MIN_SYS_MEMORY_IN_MB, "TensorFlow"},
+    {ENV_CUDA_DEVICE_MEMORY_LIMIT, "HAMi"},
+    {ENV_CUDA_DEVICE_MEMORY_LIMIT_, "HAMi"},
+    {ENV_CUDA_DEVICE_MEMORY_SHARED_CACHE, "HAMi"},
+    {ENV_CUDA_VISIBLE_DEVICES, "CUDA"},
+    {ENV_LD_PRELOAD, "the system"},
+    {ENV_PYTHONPATH, "the system"},
+    {ENV_PYTORCH_CUDA_ALLOC_CONF, "PyTorch"},
+    {ENV_TF_GPU_ALLOCATOR, "TensorFlow"},
+    {ENV_XLA_PYTHON_CLIENT_ALLOCATOR, "JAX"},
+    {ENV_XLA_PYTHON_CLIENT_PREALLOCATE, "JAX"},
+};
+
+/* Whose default row ID's default is ("vram" unless listed above). */
+static const char *
+default_origin(enum env_id id)
+{
+    for (size_t k = 0; k < sizeof default_origins / sizeof default_origins[0]; k++)
+        if (default_origins[k].id == id)
+            return default_origins[k].origin;
+    return "vram";
+}
 
 /* One load in progress: the state being filled and the raw values. */
 struct env_load {
@@ -591,6 +638,10 @@ resolve_strategy(struct env_load *L)
 
     int growth = s->allow_growth >= 0 ? s->allow_growth : s->tf_force_growth;
     s->env.strategy_set = given || growth >= 0;
+    s->env.strategy_source = given                 ? "VRAM_STRATEGY"
+                             : s->allow_growth >= 0 ? "VRAM_ALLOW_GROWTH"
+                             : growth >= 0          ? "TF_FORCE_GPU_ALLOW_GROWTH"
+                                                    : NULL;
     if (growth < 0)
         return VRAM_OK;
 
@@ -620,6 +671,20 @@ env_load(env_getter get, void *user, struct vram_env *out)
     if (st == VRAM_OK)
         *out = L.s.env;
     return st;
+}
+
+static const char *
+no_variable(const char *name, void *user)
+{
+    (void)name;
+    (void)user;
+    return NULL;
+}
+
+vram_status
+env_defaults(struct vram_env *out)
+{
+    return env_load(no_variable, NULL, out);
 }
 
 /* Whether HAMi's variables count: only when neither of vram's own quota
@@ -851,20 +916,24 @@ env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set)
 }
 
 vram_status
-env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites)
+env_trace_load(env_getter get, void *user, struct env_trace *out)
 {
-    /* The two rows are neighbours in the table: one call reads both. */
-    _Static_assert(ENV_VRAM_TRACE_SITES == ENV_VRAM_TRACE + 1,
-                   "VRAM_TRACE_SITES follows VRAM_TRACE");
+    /* The three rows are neighbours in the table: one call reads them. */
+    _Static_assert(ENV_VRAM_TRACE_SITES == ENV_VRAM_TRACE + 1 &&
+                       ENV_VRAM_TRACE_HOLDERS == ENV_VRAM_TRACE + 2,
+                   "VRAM_TRACE_SITES and VRAM_TRACE_HOLDERS follow VRAM_TRACE");
+    _Static_assert(sizeof out->path == sizeof(KIND_PATH_type) &&
+                       sizeof out->holders == sizeof(KIND_PATH_type),
+                   "the paths hold what the table's do");
     struct env_load L;
-    vram_status st = load_section(&L, get, user, out != NULL && len > 0 && sites != NULL,
-                                  "env_trace_load", ENV_VRAM_TRACE,
-                                  ENV_VRAM_TRACE_SITES + 1);
-    if (st == VRAM_OK)
-        st = copy_loaded(L.s.env.trace_path, out, len, "VRAM_TRACE: path");
-    if (st == VRAM_OK)
-        *sites = L.s.trace_sites;
-    return st;
+    vram_status st = load_section(&L, get, user, out != NULL, "env_trace_load",
+                                  ENV_VRAM_TRACE, ENV_VRAM_TRACE_HOLDERS + 1);
+    if (st != VRAM_OK)
+        return st;
+    memcpy(out->path, L.s.env.trace_path, sizeof out->path);
+    out->sites = L.s.trace_sites;
+    memcpy(out->holders, L.s.trace_holders, sizeof out->holders);
+    return VRAM_OK;
 }
 
 vram_status
@@ -1052,9 +1121,16 @@ env_each(env_getter get, void *user, env_row_fn row, void *ctx)
 
     for (int id = 0; id < ENV_COUNT; id++) {
         char name_buf[64];
-        const char *name = var_name((enum env_id)id, -1, name_buf, sizeof name_buf);
-        row(ctx, name, value[id],
-            bad[id] ? NULL : L.text[id] != NULL ? "environment" : "default");
+        struct env_row r = {var_name((enum env_id)id, -1, name_buf, sizeof name_buf),
+                            value[id], NULL, NULL};
+        /* A strategy set by a growth switch came from the environment. */
+        bool set = L.text[id] != NULL ||
+                   (id == ENV_VRAM_STRATEGY && L.s.env.strategy_source != NULL);
+        if (!bad[id]) {
+            r.source = set ? "environment" : "default";
+            r.origin = set ? NULL : default_origin((enum env_id)id);
+        }
+        row(ctx, &r);
     }
 }
 
@@ -1062,19 +1138,27 @@ env_each(env_getter get, void *user, env_row_fn row, void *ctx)
 struct print_rows {
     char names[ENV_COUNT][64];
     char values[ENV_COUNT][VALUE_LEN];
-    const char *sources[ENV_COUNT];
+    char sources[ENV_COUNT][64];
+    bool bad[ENV_COUNT];
     int n;
 };
 
 static void
-gather_row(void *ctx, const char *name, const char *value, const char *source)
+gather_row(void *ctx, const struct env_row *row)
 {
     struct print_rows *r = ctx;
     if (r->n == ENV_COUNT)
         return;
-    snprintf(r->names[r->n], sizeof r->names[r->n], "%s", name);
-    snprintf(r->values[r->n], sizeof r->values[r->n], "%s", value);
-    r->sources[r->n++] = source;
+    snprintf(r->names[r->n], sizeof r->names[r->n], "%s", row->name);
+    snprintf(r->values[r->n], sizeof r->values[r->n], "%s", row->value);
+    r->bad[r->n] = row->source == NULL;
+    if (row->origin != NULL)
+        snprintf(r->sources[r->n], sizeof r->sources[r->n], "%s (%s)", row->source,
+                 row->origin);
+    else
+        snprintf(r->sources[r->n], sizeof r->sources[r->n], "%s",
+                 row->source != NULL ? row->source : "");
+    r->n++;
 }
 
 void
@@ -1091,12 +1175,12 @@ env_print(FILE *out, env_getter get, void *user)
         int n = (int)strlen(r->names[i]);
         name_w = n > name_w ? n : name_w;
         n = (int)strlen(r->values[i]);
-        if (r->sources[i] != NULL && n > value_w)
+        if (!r->bad[i] && n > value_w)
             value_w = n < 40 ? n : 40; /* a long path should not push every row */
     }
     fprintf(out, "%-*s  %-*s  %s\n", name_w, "VARIABLE", value_w, "VALUE", "SOURCE");
     for (int i = 0; i < r->n; i++) {
-        if (r->sources[i] == NULL)
+        if (r->bad[i])
             fprintf(out, "%-*s  %s\n", name_w, r->names[i], r->values[i]);
         else
             fprintf(out, "%-*s  %-*s  %s\n", name_w, r->names[i], value_w, r->values[i],
@@ -1120,6 +1204,9 @@ markdown_table(FILE *out, int first, int end)
             fprintf(out, "`%s`", v->def);
         else
             fputs("unset", out);
+        const char *origin = default_origin((enum env_id)id);
+        if (strcmp(origin, "vram") != 0)
+            fprintf(out, " (%s)", origin);
         fprintf(out, " | %s Values: %s. |\n", v->doc, v->expect);
     }
 }
@@ -1143,6 +1230,29 @@ env_markdown(FILE *out)
           "- An empty value is the same as an unset one, except for the quota's\n"
           "  limits: an empty `VRAM_LIMIT` (or HAMi limit, where those are read) is an\n"
           "  error, as is a `CUDA_DEVICE_MEMORY_LIMIT_<i>` past 15 or with a leading zero.\n"
+          "\n"
+          "## Defaults\n"
+          "\n"
+          "When nothing names a strategy, vram's default is `expandable`: memory is\n"
+          "mapped as the tensors need it (what PyTorch users know as\n"
+          "`expandable_segments`), never the whole card at start-up. The rule is the\n"
+          "same for every way in: the PyTorch plug-in (`vram.torch.use()`), the Python\n"
+          "package, `vram_open` in C (with or without the environment) and the tools.\n"
+          "TensorFlow's names keep TensorFlow's meaning where a TensorFlow user sets\n"
+          "them: `TF_FORCE_GPU_ALLOW_GROWTH=false` (or `VRAM_ALLOW_GROWTH=false`) is\n"
+          "TensorFlow's default, `preallocate`, and `true` is `growth`. A program that\n"
+          "configures its devices through the C API (`vram_configure`) gets the\n"
+          "strategy it names.\n"
+          "\n"
+          "The cap of a device without `VRAM_MEMORY_LIMIT` or `VRAM_MEMORY_FRACTION`\n"
+          "is TensorFlow's rule: its free memory minus a reserve\n"
+          "(`TF_DEVICE_MIN_SYS_MEMORY_IN_MB`). Under `expandable` the cap only bounds\n"
+          "what may be mapped; nothing is taken before it is used.\n"
+          "\n"
+          "`vram env` says whose default each unset variable follows (`default (vram)`,\n"
+          "`default (TensorFlow)`, `default (PyTorch)`, ...; the tables below name the\n"
+          "ones that are not vram's), and shows a strategy chosen by a growth switch as\n"
+          "`environment`, naming the switch.\n"
           "\n"
           "## The allocator\n"
           "\n"

@@ -40,7 +40,12 @@ struct vram_env {
     int sim_devices;                   /* VRAM_SIM_DEVICES, >= 1 */
     uint64_t sim_memory;               /* VRAM_SIM_MEMORY, bytes, > 0 */
     bool strategy_set;                 /* a strategy was chosen by any variable */
-    vram_strategy strategy;            /* from VRAM_STRATEGY / *_ALLOW_GROWTH */
+    vram_strategy strategy;            /* from VRAM_STRATEGY / *_ALLOW_GROWTH, else
+                                          the default (expandable) */
+    const char *strategy_source;       /* the variable that chose it (static text:
+                                          "VRAM_STRATEGY", "VRAM_ALLOW_GROWTH" or
+                                          "TF_FORCE_GPU_ALLOW_GROWTH"); NULL: the
+                                          default */
     double fraction;                   /* VRAM_MEMORY_FRACTION; 0 = unset */
     struct env_device_limit limit_all; /* "6G" or "3G+3G": every device */
     struct env_device_limit limit[ENV_MAX_DEVICES]; /* "0:6G,1:4G" */
@@ -61,6 +66,11 @@ struct vram_env {
 */
 typedef const char *(*env_getter)(const char *name, void *user);
 vram_status env_load(env_getter get, void *user, struct vram_env *out);
+
+/* The table's defaults alone, as env_load finds them in an empty
+** environment: what a context opened with ignore_environment starts
+** from (the strategy expandable, no cap but TensorFlow's rule). */
+vram_status env_defaults(struct vram_env *out);
 
 /* The limits configured for physical device DEV (its own entry, else the
 ** all-devices entry, else n == 0). */
@@ -92,14 +102,20 @@ bool env_hami_ignored(env_getter get, void *user, char *buf, size_t len);
 */
 vram_status env_visible_load(env_getter get, void *user, char *out, size_t len, bool *set);
 
+/* The preload library's trace settings. Plain data; copy freely. */
+struct env_trace {
+    char path[512];    /* VRAM_TRACE; "" = no trace */
+    bool sites;        /* VRAM_TRACE_SITES */
+    char holders[512]; /* VRAM_TRACE_HOLDERS; "" = unset */
+};
+
 /*
-** VRAM_TRACE alone, for the preload library (which reads no other setting
-** of the allocator's section): into OUT (LEN bytes), "" when unset, and
-** VRAM_TRACE_SITES into *SITES. A malformed value (too long, not a
-** boolean): VRAM_E_CONFIG with one line naming it. OUT and *SITES are
-** written only on success.
+** VRAM_TRACE, VRAM_TRACE_SITES and VRAM_TRACE_HOLDERS alone, for the
+** preload library (which reads no other setting of the allocator's
+** section). A malformed value (too long, not a boolean): VRAM_E_CONFIG
+** with one line naming it. OUT is written only on success.
 */
-vram_status env_trace_load(env_getter get, void *user, char *out, size_t len, bool *sites);
+vram_status env_trace_load(env_getter get, void *user, struct env_trace *out);
 
 /*
 ** The getter of a process that runs with raised privileges (AT_SECURE:
@@ -137,16 +153,24 @@ struct env_run {
 ** OUT is written only on success. */
 vram_status env_run_load(env_getter get, void *user, struct env_run *out);
 
-/* Print every variable: name, effective value, source ("default" or
-** "environment"), one per line, aligned. GET as for env_load. Variables
-** whose value is malformed are printed with the error instead. */
+/* Print every variable: name, effective value, source ("environment",
+** or "default" with whose default it is: "default (vram)", "default
+** (TensorFlow)", ...), one per line, aligned. GET as for env_load.
+** Variables whose value is malformed are printed with the error instead. */
 void env_print(FILE *out, env_getter get, void *user);
 
-/* The same rows, one call of ROW each, in the table's order: the variable's
-** NAME, its effective VALUE (or "error: why") and SOURCE ("environment",
-** "default", or NULL when the value is malformed). */
-typedef void (*env_row_fn)(void *ctx, const char *name, const char *value,
-                           const char *source);
+/* One variable as `vram env` shows it. */
+struct env_row {
+    const char *name;   /* CUDA_DEVICE_MEMORY_LIMIT_<i> for the indexed row */
+    const char *value;  /* its effective value, or "error: why" */
+    const char *source; /* "environment" or "default"; NULL when malformed */
+    const char *origin; /* with "default": whose default it is ("vram",
+                           "TensorFlow", "PyTorch", "JAX", "HAMi", "CUDA",
+                           "the system"); else NULL */
+};
+
+/* The rows, one call of ROW each, in the table's order. */
+typedef void (*env_row_fn)(void *ctx, const struct env_row *row);
 void env_each(env_getter get, void *user, env_row_fn row, void *ctx);
 
 /* Print the table as Markdown (docs/ENVIRONMENT.md is this output). */

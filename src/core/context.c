@@ -139,7 +139,7 @@ static vram_status
 config_from_env(const struct vram_env *env, int d, vram_device_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->strategy = env->strategy_set ? env->strategy : VRAM_STRATEGY_PREALLOCATE;
+    cfg->strategy = env->strategy; /* the default when nothing chose one */
     cfg->fraction = env->fraction;
     const struct env_device_limit *lim = env_device_limit(env, d);
     cfg->n_logical = lim->n;
@@ -201,12 +201,15 @@ vram_open(const vram_options *options, vram_context **out)
     else
         memset(&opt, 0, sizeof opt);
 
+    /* Without the environment, the table's defaults: one rule for the
+    ** strategy of a device nobody configures (docs/ENVIRONMENT.md,
+    ** "Defaults"). */
     struct vram_env env;
     bool use_env = !opt.ignore_environment;
+    vram_status env_st = use_env ? env_load(NULL, NULL, &env) : env_defaults(&env);
+    if (env_st != VRAM_OK)
+        return env_st;
     if (use_env) {
-        vram_status st = env_load(NULL, NULL, &env);
-        if (st != VRAM_OK)
-            return st;
         if (opt.backend == VRAM_BACKEND_DEFAULT)
             opt.backend = env.backend;
         if (opt.sim.devices == 0)
@@ -237,7 +240,7 @@ vram_open(const vram_options *options, vram_context **out)
     }
     for (int d = 0; st == VRAM_OK && d < ctx->n_physical; d++) {
         st = ctx->backend->ops->device_info(ctx->backend, d, &ctx->phys[d].info);
-        if (st == VRAM_OK && use_env)
+        if (st == VRAM_OK)
             st = config_from_env(&env, d, &ctx->phys[d].config);
     }
     if (st == VRAM_OK && use_env) {

@@ -366,6 +366,9 @@ alloc_finish_unlock(struct vram_device *dev, struct block *b, size_t size, void 
                                 "out of host memory for the allocator");
     }
     dev->num_allocs++;
+    dev->bytes_alloc_total += b->size;
+    if (dev->heap.live_blocks > dev->peak_live_blocks)
+        dev->peak_live_blocks = dev->heap.live_blocks;
     if (device_in_use_locked(dev) > dev->peak_in_use)
         dev->peak_in_use = device_in_use_locked(dev);
     uint64_t reserved = device_reserved_locked(dev);
@@ -529,6 +532,7 @@ vram_alloc(vram_device *dev, size_t size, void *stream, void **out)
         if (may_release && !dev->policy.keeps_regions &&
             release_free_regions_locked(dev) > 0) {
             released = true;
+            dev->alloc_retries++;
             continue;
         }
         if (dev->pend_len > 0 && dev->pools_open == 0) {
@@ -585,6 +589,7 @@ vram_free(vram_device *dev, void *ptr)
         return VRAM_E_BAD_POINTER;
     uint64_t id = b->trace_id, requested = b->requested;
     void *stream = b->stream;
+    dev->bytes_freed_total += b->size;
     /* With one stream seen and no extras (a graph pool, recorded streams),
     ** the common case, the block goes back to the heap now; otherwise
     ** streams.c decides whether it is held: pending its streams' events,
@@ -731,6 +736,11 @@ vram_get_stats(vram_device *dev, vram_stats *out)
     s.metadata_bytes = heap_metadata_bytes(&dev->heap) + expand_metadata_bytes(&dev->ex);
     s.maps = dev->ex.maps;
     s.unmaps = dev->ex.unmaps;
+    s.peak_live_blocks = dev->peak_live_blocks;
+    s.bytes_allocated_total = dev->bytes_alloc_total;
+    s.bytes_freed_total = dev->bytes_freed_total;
+    s.alloc_retries = dev->alloc_retries;
+    s.bytes_pending = dev->held_bytes;
     device_unlock(dev);
     struct backend *be = dev->ctx->backend;
     if (be->ops->modelled_ns != NULL)
@@ -756,6 +766,7 @@ vram_reset_peak(vram_device *dev)
     device_lock(dev);
     dev->peak_in_use = device_in_use_locked(dev);
     dev->peak_reserved = device_reserved_locked(dev);
+    dev->peak_live_blocks = dev->heap.live_blocks;
     device_unlock(dev);
     return VRAM_OK;
 }

@@ -69,6 +69,10 @@ struct vram_device {
     uint64_t peak_in_use;   /* bytes */
     uint64_t peak_reserved; /* bytes */
     uint64_t num_allocs, num_frees, num_ooms, backend_calls;
+    uint64_t peak_live_blocks;  /* blocks */
+    uint64_t bytes_alloc_total; /* bytes of every block handed out */
+    uint64_t bytes_freed_total; /* bytes of every block freed */
+    uint64_t alloc_retries;     /* allocations that gave memory back and retried */
     char last_oom[400]; /* the last OOM line on this device */
     /* Stream ordering (streams.c; docs/ALLOCATOR.md, "Streams"): blocks
     ** freed while several streams are in use wait in PEND until the events

@@ -67,6 +67,8 @@
 #include <sys/types.h>
 
 #include "preload/callsite.h"
+#include "preload/pyapi.h"
+#include "preload/pyrecord.h"
 #include "trace/trace.h"
 
 /* Raw return addresses taken: this library's own frames (2 or 3: the
@@ -78,66 +80,6 @@
 ** enough to leave a framework's own frames (nn.Linear's forward is 6 Python
 ** frames below the line that called the model in PyTorch 2). */
 #define PY_DEPTH 12
-
-/* CPython's functions, found in the running process. */
-typedef int (*fn_int_void)(void);
-typedef void *(*fn_ptr_void)(void);
-typedef void *(*fn_ptr_ptr)(void *);
-typedef int (*fn_int_ptr)(void *);
-typedef void (*fn_void_ptr)(void *);
-typedef void *(*fn_getattr)(void *, const char *);
-typedef const char *(*fn_utf8)(void *, ssize_t *);
-typedef int (*fn_addr2line)(void *, int);
-typedef void (*fn_void_void)(void);
-typedef void (*fn_fetch)(void **, void **, void **);
-typedef void (*fn_restore)(void *, void *, void *);
-typedef int (*fn_profile)(void *, void *, int, void *); /* Py_tracefunc */
-typedef void (*fn_setprofile)(fn_profile, void *);
-typedef int (*fn_pending)(int (*)(void *), void *);
-typedef void *(*fn_import)(const char *);
-typedef void *(*fn_call_method)(void *, const char *, const char *, ...);
-typedef void *(*fn_cfunction_new)(void *, void *, void *);
-
-static struct {
-    bool ready;                  /* all found: Python frames can be read */
-    fn_int_void is_initialized;  /* Py_IsInitialized */
-    fn_int_void gil_check;       /* PyGILState_Check */
-    fn_ptr_void get_frame;       /* PyEval_GetFrame: borrowed */
-    fn_ptr_ptr frame_code;       /* PyFrame_GetCode: new reference */
-    fn_ptr_ptr frame_back;       /* PyFrame_GetBack: new reference or NULL */
-    fn_int_ptr frame_lasti;      /* PyFrame_GetLasti (3.11+), or NULL */
-    fn_int_ptr frame_line;       /* PyFrame_GetLineNumber */
-    fn_addr2line code_addr2line; /* PyCode_Addr2Line */
-    fn_void_ptr incref, decref;  /* Py_IncRef, Py_DecRef */
-    fn_getattr getattr;          /* PyObject_GetAttrString */
-    fn_utf8 as_utf8;             /* PyUnicode_AsUTF8AndSize */
-    fn_void_void err_clear_fn;   /* PyErr_Clear */
-    fn_fetch err_fetch;          /* PyErr_Fetch: the program's own exception, */
-    fn_restore err_restore;      /* PyErr_Restore: put back as it was */
-    fn_setprofile set_profile;   /* PyEval_SetProfile: this thread */
-    fn_setprofile set_profile_all; /* PyEval_SetProfileAllThreads (3.12+) */
-    fn_pending add_pending;      /* Py_AddPendingCall */
-    fn_import import;            /* PyImport_ImportModule */
-    fn_call_method call_method;  /* PyObject_CallMethod */
-    fn_cfunction_new cfunction_new; /* PyCFunction_NewEx */
-    fn_ptr_ptr object_type;      /* PyObject_Type: new reference */
-    void *function_type;         /* &PyFunction_Type */
-    void *method_type;           /* &PyMethod_Type */
-    void *none;                  /* &_Py_NoneStruct */
-} py;
-
-/* CPython's PyMethodDef, as the stable ABI fixes it. */
-struct py_method_def {
-    const char *name;
-    void *meth;
-    int flags;
-    const char *doc;
-};
-#define PY_METH_FASTCALL 0x0080
-
-/* PyTrace_C_CALL: Python is about to call a builtin (CPython's value,
-** the same in every version that has the event). */
-#define PY_TRACE_C_CALL 4
 
 /* The raw stack: what identifies a site without reading a name. */
 struct raw_stack {
@@ -208,7 +150,8 @@ static struct {
     uint64_t random;         /* next_random's state */
     int profile_asked;     /* the profile function is installed or on its
                               way (atomic) */
-} C = {.lock = PTHREAD_MUTEX_INITIALIZER, .random = 0x9e3779b97f4a7c15ULL};
+    int tool;              /* the sys.monitoring tool id taken (3.12+); -1 */
+} C = {.lock = PTHREAD_MUTEX_INITIALIZER, .random = 0x9e3779b97f4a7c15ULL, .tool = -1};
 
 /* The last Python stack read on this thread, or named at its last watched
 ** call into native code (initial-exec: no allocation on first access from
@@ -222,60 +165,12 @@ static _Thread_local struct py_site *last_py __attribute__((tls_model("initial-e
 ** profile function, which must then not take the lock again. */
 static _Thread_local bool in_lock __attribute__((tls_model("initial-exec")));
 
-/* Set the function pointer FIELD of py to NAME's address (NULL if none);
-** through memcpy, as ISO C converts no object pointer to a function's. */
-#define PY_FIND(field, name)                                                             \
-    do {                                                                                 \
-        void *p_ = dlsym(RTLD_DEFAULT, name);                                            \
-        memcpy(&py.field, &p_, sizeof p_);                                               \
-    } while (0)
-
-/* Find CPython's functions, once. A process without Python finds none. */
-static void
-py_find(void)
-{
-    PY_FIND(is_initialized, "Py_IsInitialized");
-    if (py.is_initialized == NULL)
-        return;
-    PY_FIND(gil_check, "PyGILState_Check");
-    PY_FIND(get_frame, "PyEval_GetFrame");
-    PY_FIND(frame_code, "PyFrame_GetCode");
-    PY_FIND(frame_back, "PyFrame_GetBack");
-    PY_FIND(frame_lasti, "PyFrame_GetLasti");
-    PY_FIND(frame_line, "PyFrame_GetLineNumber");
-    PY_FIND(code_addr2line, "PyCode_Addr2Line");
-    PY_FIND(incref, "Py_IncRef");
-    PY_FIND(decref, "Py_DecRef");
-    PY_FIND(getattr, "PyObject_GetAttrString");
-    PY_FIND(as_utf8, "PyUnicode_AsUTF8AndSize");
-    PY_FIND(err_clear_fn, "PyErr_Clear");
-    PY_FIND(err_fetch, "PyErr_Fetch");
-    PY_FIND(err_restore, "PyErr_Restore");
-    PY_FIND(set_profile, "PyEval_SetProfile");
-    PY_FIND(set_profile_all, "PyEval_SetProfileAllThreads");
-    PY_FIND(add_pending, "Py_AddPendingCall");
-    PY_FIND(import, "PyImport_ImportModule");
-    PY_FIND(call_method, "PyObject_CallMethod");
-    PY_FIND(cfunction_new, "PyCFunction_NewEx");
-    PY_FIND(object_type, "PyObject_Type");
-    py.function_type = dlsym(RTLD_DEFAULT, "PyFunction_Type");
-    py.method_type = dlsym(RTLD_DEFAULT, "PyMethod_Type");
-    py.none = dlsym(RTLD_DEFAULT, "_Py_NoneStruct");
-    C.lasti_is_line = py.frame_lasti == NULL;
-    py.ready = py.gil_check != NULL && py.get_frame != NULL && py.frame_code != NULL &&
-               py.frame_back != NULL && py.frame_line != NULL && py.incref != NULL &&
-               py.decref != NULL && py.getattr != NULL && py.as_utf8 != NULL &&
-               py.err_clear_fn != NULL && py.err_fetch != NULL && py.err_restore != NULL &&
-               (C.lasti_is_line || py.code_addr2line != NULL);
-}
-
 void
-callsite_init(struct trace_writer *w)
+callsite_init(struct trace_writer *w, const char *holders)
 {
     void *addrs[2];
     Dl_info info;
 
-    (void)w;
     void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
     void *p = h != NULL ? dlsym(h, "unw_backtrace") : NULL;
     if (p != NULL)
@@ -287,7 +182,9 @@ callsite_init(struct trace_writer *w)
     (void)C.unwind(addrs, 2);
     if (dladdr(&C, &info) != 0) /* an object of this library */
         C.self_base = info.dli_fbase;
-    py_find();
+    pyapi_find();
+    C.lasti_is_line = py.frame_lasti == NULL;
+    pyrecord_init(w, holders);
 }
 
 void
@@ -672,7 +569,8 @@ out:
     pthread_mutex_unlock(&C.lock);
 }
 
-/* The profile function (before 3.12): each call of a builtin (C_CALL). */
+/* The profile function (before 3.12): each call of a builtin (C_CALL),
+** and the returns the recording's Python side watches (pyrecord.c). */
 static int
 profile_call(void *obj, void *frame, int what, void *arg)
 {
@@ -680,6 +578,8 @@ profile_call(void *obj, void *frame, int what, void *arg)
     (void)arg;
     if (what == PY_TRACE_C_CALL && frame != NULL && !in_lock)
         note_call(frame);
+    else if (what == PY_TRACE_RETURN && frame != NULL && !in_lock)
+        pyrecord_return(frame);
     return 0;
 }
 
@@ -759,6 +659,8 @@ monitor_install(void)
              call_ok(py.call_method(mon, "set_events", "iO", tools[i], call));
         if (!ok)
             (void)call_ok(py.call_method(mon, "free_tool_id", "i", tools[i]));
+        else
+            C.tool = tools[i];
     }
 done:
     if (cb != NULL)
@@ -773,8 +675,8 @@ done:
 
 /* Install the watch: sys.monitoring (3.12+), else the profile function on
 ** every thread (PyEval_SetProfileAllThreads), else on this one. The GIL
-** is held; as a pending call, it runs on the main thread. An exception
-** the program has pending survives. */
+** is held; as a pending call (ARG not NULL), it runs on the main thread.
+** An exception the program has pending survives. */
 static int
 profile_install(void *arg)
 {
@@ -789,6 +691,13 @@ profile_install(void *arg)
             py.set_profile(profile_call, NULL);
     }
     py.err_restore(type, value, tb);
+    /* The recording's Python side: now when this runs as a pending call
+    ** (ARG), else at the main thread's next chance, outside this
+    ** allocation (its imports may run finalizers that free GPU memory,
+    ** which a framework would do under the lock it holds). A pending call
+    ** is not queued from a pending call: CPython runs none while one runs,
+    ** and checks for them at every instruction meanwhile. */
+    pyrecord_ask(C.tool, arg != NULL);
     return 0;
 }
 
@@ -800,9 +709,10 @@ profile_ask(bool held)
     if (py.set_profile == NULL || (!held && py.add_pending == NULL) ||
         __atomic_exchange_n(&C.profile_asked, 1, __ATOMIC_RELAXED))
         return;
+    static int pending = 1; /* the argument that says "a pending call" */
     if (held)
         profile_install(NULL);
-    else if (py.add_pending(profile_install, NULL) != 0)
+    else if (py.add_pending(profile_install, &pending) != 0)
         __atomic_store_n(&C.profile_asked, 0, __ATOMIC_RELAXED); /* queue full: later */
 }
 

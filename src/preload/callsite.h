@@ -13,8 +13,9 @@
 struct trace_writer;
 
 /* Get ready to capture into W (a format-2 writer): load the unwinder now,
-** not inside the first hook. */
-void callsite_init(struct trace_writer *w);
+** not inside the first hook. HOLDERS: VRAM_TRACE_HOLDERS ("" unset), the
+** recording's Python side (pyrecord.h). */
+void callsite_init(struct trace_writer *w, const char *holders);
 
 /* The call site of the calling thread's allocation, interned in W;
 ** TRACE_NO_SITE when none could be built (out of memory, a failed write). */

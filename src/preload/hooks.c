@@ -66,6 +66,7 @@
 #include "ledger/ledger.h"
 #include "policy/policy.h"
 #include "preload/callsite.h"
+#include "preload/pyrecord.h"
 #include "preload/hooks.h"
 #include "preload/preload.h"
 #include "preload/track.h"
@@ -185,13 +186,15 @@ main_group(void)
 static void
 trace_open(env_getter get)
 {
-    char path[512], meta[200], line[768];
-    bool sites = false;
-    if (env_trace_load(get, NULL, path, sizeof path, &sites) != VRAM_OK) {
+    static struct env_trace tr; /* 1 KiB: not on the stack of a hooked call */
+    char meta[200], line[768];
+    if (env_trace_load(get, NULL, &tr) != VRAM_OK) {
         snprintf(line, sizeof line, "vram: %s; no trace is recorded", vram_last_error());
         say(line);
         return;
     }
+    const char *path = tr.path;
+    bool sites = tr.sites;
     if (path[0] == '\0')
         return;
     int n = snprintf(meta, sizeof meta, "workload=vram-preload pid=%ld group=%s version=%s",
@@ -216,7 +219,7 @@ trace_open(env_getter get)
         return;
     }
     if (sites) {
-        callsite_init(P.trace);
+        callsite_init(P.trace, tr.holders);
         P.trace_sites = true;
     }
 }
@@ -506,6 +509,7 @@ fork_child(void)
     ** it (its copy of the writer holds no buffered line, and its lock). */
     P.trace = NULL;
     callsite_fork_child();
+    pyrecord_fork_child();
     pthread_mutex_init(&P.dev_lock, NULL);
     track_fork_child();
     /* The child has no CUDA context of its own yet, and nothing counted:

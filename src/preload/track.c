@@ -401,6 +401,22 @@ track_frames_unref(uint64_t addr, uint64_t block)
     return emptied;
 }
 
+size_t
+track_list(int kind, struct track *out, size_t max)
+{
+    size_t n = 0;
+    table_lock();
+    for (uint32_t i = 0; T.slot != NULL && i <= T.mask; i++) {
+        if (T.slot[i].kind != (unsigned)kind)
+            continue;
+        if (n < max)
+            out[n] = T.slot[i];
+        n++;
+    }
+    table_unlock();
+    return n;
+}
+
 VRAM_HOT enum track_unref
 track_unref(uint64_t handle, struct track *out)
 {

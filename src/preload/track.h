@@ -10,6 +10,7 @@
 #define VRAM_PRELOAD_TRACK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -105,6 +106,11 @@ bool track_put_block(uint64_t key, int dev, uint64_t bytes, uint64_t block, uint
 /* One block fewer in each FRAME of [ADDR, ADDR + BLOCK): how many frames
 ** that emptied (and removed). */
 int track_frames_unref(uint64_t addr, uint64_t block);
+
+/* The live entries of KIND: at most MAX copied into OUT, and how many
+** there are returned (call again with more room when that is above MAX).
+** O(table): for the recording's holders, not for a hooked call. */
+size_t track_list(int kind, struct track *out, size_t max);
 
 /* What dropping one reference to a handle did (track_unref). */
 enum track_unref {

@@ -117,6 +117,17 @@ struct trace_event {
 ** slots so replays can index arrays. Marks and OOMs are events too (in
 ** order, with t_us and device) but have no slot and change no live bytes.
 */
+/*
+** What held a live allocation at one point of the recording (a "#@held"
+** line of format 2): the variable or container of the program that refers
+** to it, as the Python side of `vram record` named it (docs/RECORD.md).
+*/
+struct trace_held {
+    uint64_t id;    /* the allocation's id */
+    uint64_t event; /* the line came before event EVENT (n_events: the end) */
+    char *text;     /* "list `history` of module __main__; ...", made safe; owned */
+};
+
 struct trace {
     char *path;                 /* as given; owned */
     char *meta;                 /* the "# ..." line without "# ", or "" ; owned */
@@ -140,6 +151,8 @@ struct trace {
                                    (no "vram: ") saying where it was found cut
                                    short and up to which line it was read, or
                                    that its last line lacks a line end. Owned */
+    struct trace_held *held;    /* "#@held" lines in their order, owned */
+    uint64_t n_held;
 };
 
 /* The frames of call site SITE of T (1..n_sites), innermost first, as
@@ -202,6 +215,13 @@ vram_status trace_writer_open_sites(const char *path, const char *meta,
 */
 vram_status trace_writer_site(struct trace_writer *w, const struct trace_frame *frames,
                               int n, uint32_t *site);
+
+/*
+** What holds live allocation ID now: a "#@held ID,TEXT" line (format 2),
+** TEXT made safe as labels are and cut at TRACE_FRAME_TEXT_MAX. Thread-safe.
+** VRAM_E_INVALID for a format-1 writer or an empty TEXT, VRAM_E_IO.
+*/
+vram_status trace_writer_held(struct trace_writer *w, uint64_t id, const char *text);
 
 /*
 ** Append one event: 'a', 'f' or 'o' (its slot and label are ignored; an

@@ -166,6 +166,8 @@ struct reader {
     uint32_t n_sites, cap_sites, n_site_frames, cap_site_frames;
 
     char *cut; /* NULL, or where the file was found cut short (trace.cut) */
+    struct trace_held *held; /* "#@held" lines */
+    uint64_t n_held, cap_held;
 };
 
 /* ------------------------------------------------------------------ */
@@ -849,6 +851,41 @@ site_directive(struct reader *r, const char *p, size_t n)
     return VRAM_OK;
 }
 
+/* "#@held ID,TEXT": what holds live allocation ID now. The id is not
+** checked against the events: the line comes from another thread than the
+** allocation's, which may write it a moment later. */
+static vram_status
+held_directive(struct reader *r, const char *p, size_t n)
+{
+    const char *comma = memchr(p, ',', n);
+    struct field id = {p, comma != NULL ? (size_t)(comma - p) : n};
+    char text[48];
+    uint64_t v;
+
+    if (parse_u64(&id, &v) != NUM_OK)
+        return parse_error(r, "held id '%s' is not an allocation id",
+                           field_text(&id, text, sizeof text));
+    if (comma == NULL || comma + 1 == p + n)
+        return parse_error(r, "a held line without its text (ID,TEXT)");
+    if (r->n_held == r->cap_held) {
+        uint64_t cap = r->cap_held == 0 ? 64 : r->cap_held * 2;
+        struct trace_held *grown = realloc(r->held, cap * sizeof *grown);
+        if (grown == NULL)
+            return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+        r->held = grown;
+        r->cap_held = cap;
+    }
+    size_t len = (size_t)(p + n - comma - 1);
+    char *safe = malloc(len + 1);
+    if (safe == NULL)
+        return error_set(VRAM_E_HOST_MEMORY, "%s: out of host memory", r->path);
+    /* Made safe as a label is (a trace by hand may hold anything). */
+    size_t k = trace_text_safe(comma + 1, len, TRACE_FRAME_TEXT_MAX, safe);
+    safe[k] = '\0';
+    r->held[r->n_held++] = (struct trace_held){v, r->n_events, safe};
+    return VRAM_OK;
+}
+
 /*
 ** A "#@" line: the format version or the frames table. Directives a
 ** reader does not know are ignored, as unknown columns are, so that later
@@ -870,6 +907,11 @@ parse_directive(struct reader *r, const char *line, size_t n)
             return parse_error(r, "'#@%.*s' needs a '#@format 2' line before the header",
                                (int)word, line);
         return word == 5 ? frame_directive(r, args, n_args) : site_directive(r, args, n_args);
+    }
+    if (word == 4 && memcmp(line, "held", 4) == 0) {
+        if (r->format < 2)
+            return parse_error(r, "'#@held' needs a '#@format 2' line before the header");
+        return held_directive(r, args, n_args);
     }
     return VRAM_OK;
 }
@@ -1389,6 +1431,9 @@ reader_destroy(struct reader *r)
                      r->site_start, r->site_frames, r->cut};
     for (size_t k = 0; k < sizeof owned / sizeof *owned; k++)
         free(owned[k]);
+    for (uint64_t k = 0; k < r->n_held; k++)
+        free(r->held[k].text);
+    free(r->held);
     ids_destroy(&r->ids);
     labels_destroy(&r->labels);
     frames_free(r->frames, r->n_frames);
@@ -1435,10 +1480,14 @@ reader_finish(struct reader *r, struct trace **out)
     t->site_frames = r->site_frames;
     t->cut = r->cut;
     r->cut = NULL;
+    t->held = r->held;
+    t->n_held = r->n_held;
     r->frames = NULL;
     r->n_frames = 0;
     r->site_start = NULL;
     r->site_frames = NULL;
+    r->held = NULL;
+    r->n_held = 0;
     r->meta = NULL;
     r->events = NULL;
     r->labels.list = NULL;
@@ -1509,6 +1558,9 @@ trace_free(struct trace *t)
     free(t->site_start);
     free(t->site_frames);
     free(t->cut);
+    for (uint64_t h = 0; h < t->n_held; h++)
+        free(t->held[h].text);
+    free(t->held);
     free(t);
 }
 

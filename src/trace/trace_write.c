@@ -687,6 +687,26 @@ trace_writer_site(struct trace_writer *w, const struct trace_frame *frames, int 
     return st;
 }
 
+vram_status
+trace_writer_held(struct trace_writer *w, uint64_t id, const char *text)
+{
+    char line[32 + TRACE_FRAME_TEXT_MAX + 2], *p = line;
+
+    if (w == NULL || text == NULL)
+        return error_set(VRAM_E_INVALID, "trace_writer_held: NULL argument");
+    if (!w->sites)
+        return error_set(VRAM_E_INVALID, "%s: the trace was opened without call sites",
+                         w->path);
+    if (text[0] == '\0')
+        return error_set(VRAM_E_INVALID, "%s: a held line needs a text", w->path);
+    p = (char *)memcpy(p, "#@held ", 7) + 7;
+    p = put_u64(p, id);
+    *p++ = ',';
+    p += sanitize_text(text, TRACE_FRAME_TEXT_MAX, p);
+    *p++ = '\n';
+    return write_line(w, line, (size_t)(p - line));
+}
+
 /* Close W's file once; later writes fail. The caller holds w->lock. */
 static vram_status
 finish_locked(struct trace_writer *w)

@@ -253,8 +253,18 @@ expect_match "doctor checks the environment" '^\[ok\] environment: '
 expect_match "doctor sees the simulated GPU" '^\[ok\] devices: 1 GPU'
 
 runenv "VRAM_BACKEND=sim" doctor
-expect_rc "doctor with the default strategy exits 0 (a warning)" 0
-expect_match "doctor warns of preallocation" '^\[warn\] preallocation: no strategy is set.*Next: set VRAM_STRATEGY=growth'
+expect_rc "doctor with the default strategy exits 0" 0
+expect_match "doctor: the default (expandable) is no setting to warn about" \
+    '^\[ok\] preallocation: the strategy is expandable'
+
+runenv "VRAM_BACKEND=sim TF_FORCE_GPU_ALLOW_GROWTH=false" doctor
+expect_rc "doctor with TensorFlow's preallocation exits 0 (a warning)" 0
+expect_match "doctor warns of preallocation, naming the setting that chose it" \
+    '^\[warn\] preallocation: TF_FORCE_GPU_ALLOW_GROWTH chose preallocate.*Next: unset TF_FORCE_GPU_ALLOW_GROWTH'
+
+runenv "VRAM_BACKEND=sim VRAM_STRATEGY=preallocate" doctor
+expect_match "doctor warns of VRAM_STRATEGY=preallocate" \
+    '^\[warn\] preallocation: VRAM_STRATEGY chose preallocate.*Next: set VRAM_STRATEGY=expandable or growth'
 
 runenv "VRAM_BACKEND=sim VRAM_MEMORY_LIMIT=6X" doctor
 expect_rc "doctor on a malformed environment exits 1" 1
@@ -276,7 +286,12 @@ expect_match "doctor resnet50_fp32: no leak" '^\[ok\] leak: '
 expect_match "doctor resnet50_fp32: growth needs no warning" '^\[ok\] preallocation: '
 
 run doctor "$GPT2"
-expect_rc "doctor gpt2_bf16_b16 under the default exits 0 (a warning)" 0
+expect_rc "doctor gpt2_bf16_b16 under the default exits 0" 0
+expect_match "doctor gpt2_bf16_b16: the default strategy needs no warning" \
+    '^\[ok\] preallocation: preallocate would hold .*strategy is expandable'
+
+runenv "TF_FORCE_GPU_ALLOW_GROWTH=false" doctor "$GPT2"
+expect_rc "doctor gpt2_bf16_b16 under TensorFlow's preallocation exits 0 (a warning)" 0
 expect_match "doctor: preallocate vs growth on a trace, with a cap to try" \
     '^\[warn\] preallocation: preallocate would hold .*VRAM_MEMORY_LIMIT=[0-9]+M'
 

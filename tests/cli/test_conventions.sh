@@ -105,6 +105,10 @@ rows = {v["name"]: v for v in d["variables"]}
 assert len(rows) >= 10, rows
 assert rows["VRAM_LIMIT"]["source"] == "environment", rows["VRAM_LIMIT"]
 assert rows["VRAM_STRATEGY"]["source"] == "default", rows["VRAM_STRATEGY"]
+assert rows["VRAM_STRATEGY"]["value"] == "expandable", rows["VRAM_STRATEGY"]
+assert rows["VRAM_STRATEGY"]["default_from"] == "vram", rows["VRAM_STRATEGY"]
+assert rows["TF_DEVICE_MIN_SYS_MEMORY_IN_MB"]["default_from"] == "TensorFlow", rows
+assert "default_from" not in rows["VRAM_LIMIT"], rows["VRAM_LIMIT"]
 EOF
 VRAM_STRATEGY=nope run env --json
 if [ "$rc" -eq 0 ] && /usr/bin/python3 -c '

@@ -67,7 +67,7 @@ expect_out "fake driver: second UUID" "GPU-facecda0-0001-4000-8000-000000000001"
 expect_out "fake driver: name" "Fake GPU"
 expect_out "fake driver: total in IEC units" "1.00 GiB"
 expect_out "fake driver: default cap is TensorFlow's rule" "free - reserve (TensorFlow's rule)"
-expect_out "fake driver: default strategy" "preallocate"
+expect_out "fake driver: default strategy" "expandable"
 
 run $CUDA -- --json
 expect_ok "fake driver: --json"

@@ -246,5 +246,39 @@ else
     echo "skipped: the full disk (needs root and unshare)"
 fi
 
+# ---- PyTorch's memory snapshot of a recording ----
+rec -- $P --torch-snapshot "$TMP/no/such/dir/s.pickle" -o "$TMP/s.csv" -- echo ran
+expect_error "--torch-snapshot that cannot be written: before anything runs" 2 \
+    "record: --torch-snapshot '$TMP/no/such/dir/s.pickle':"
+rec -- $P --snapshot-at step -o "$TMP/s.csv" -- echo ran
+expect_error "--snapshot-at without --torch-snapshot" 2 "record: --snapshot-at needs --torch-snapshot"
+rec -- -o "$TMP/snap.csv" --torch-snapshot "$TMP/snap.pickle" --preload "$LIB" -- \
+    "$PROBE" --via gpa12000 train 12 256
+if [ "$rc" -eq 0 ] && grep -q "record: $TMP/snap.pickle: PyTorch's memory snapshot" "$TMP/err" &&
+    python3 - "$TMP/snap.pickle" "$TMP/snap.csv" <<'PY'
+import pickle, sys
+snap = pickle.load(open(sys.argv[1], "rb"))
+allocs = sum(1 for line in open(sys.argv[2]) if ",a," in line)
+trace = snap["device_traces"][0]
+assert sum(e["action"] == "alloc" for e in trace) == allocs, (len(trace), allocs)
+frees = [e for e in trace if e["action"] == "free_completed"]
+addrs = {e["addr"] for e in trace if e["action"] == "alloc"}
+assert len(addrs) == allocs and all(e["addr"] in addrs for e in frees)
+live = sum(s["total_size"] for s in snap["segments"])
+assert live == sum(b["size"] for s in snap["segments"] for b in s["blocks"]) and live > 0
+PY
+then
+    pass "record --torch-snapshot: every allocation and free, the live set as segments"
+else
+    fail "record --torch-snapshot" "exit $rc: $(cat "$TMP/err")"
+fi
+rec -- -o "$TMP/snap.csv" --torch-snapshot "$TMP/snap.pickle" --snapshot-at nomark \
+    --preload "$LIB" -- "$PROBE" --via gpa12000 train 4 256
+if [ "$rc" -eq 1 ] && grep -q "^vram: $TMP/snap.csv: no mark 'nomark'" "$TMP/err"; then
+    pass "--snapshot-at a mark the trace lacks: said, exit 1"
+else
+    fail "--snapshot-at a mark the trace lacks" "exit $rc: $(cat "$TMP/err")"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

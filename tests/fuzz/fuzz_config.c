@@ -176,11 +176,15 @@ getter(const char *name, void *user)
 }
 
 static void
-check_row(void *ctx, const char *name, const char *value, const char *source)
+check_row(void *ctx, const struct env_row *row)
 {
-    (void)source;
-    if (strchr(name, '\n') != NULL || strchr(value, '\n') != NULL)
+    if (strchr(row->name, '\n') != NULL || strchr(row->value, '\n') != NULL)
         fail("a row of `vram env` on more than one line", ctx);
+    /* (A text may itself start with "error: ": VRAM_TRACE=error: x.) */
+    if (row->source == NULL && strncmp(row->value, "error: ", 7) != 0)
+        fail("a row of `vram env` without a source is an error", ctx);
+    if (row->origin != NULL && (row->source == NULL || strcmp(row->source, "default") != 0))
+        fail("a row of `vram env` names whose default it is only when it is one", ctx);
 }
 
 static void
@@ -206,7 +210,8 @@ fuzz_loaders(const char *text)
     bool set = false;
     if (env_visible_load(getter, u, buf, sizeof buf, &set) != VRAM_OK)
         check_line(vram_last_error(), text);
-    if (env_trace_load(getter, u, buf, sizeof buf, &set) != VRAM_OK)
+    static struct env_trace tr;
+    if (env_trace_load(getter, u, &tr) != VRAM_OK)
         check_line(vram_last_error(), text);
     env_each(getter, u, check_row, u);
 }

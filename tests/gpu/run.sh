@@ -70,6 +70,11 @@
 #     minutes): NVML's per-process used memory, sampled inside and by
 #     nvidia-smi outside, never above the quota, the refusal
 #     CUDA_ERROR_OUT_OF_MEMORY within 96 MiB of it. $WORK/quota_truth.jsonl.
+# 15. torch: PyTorch's own memory API under vram.torch.use() against
+#     vram.stats(), a --torch-snapshot in PyTorch's memory_viz, and real
+#     training loops recorded with and without vram.mark
+#     (bench/gpu/torch_api_checks.py, under 4 minutes): iterations agree with
+#     the steps, leaks at their rate, the line that keeps them, their holder.
 # 7. `vram plan` against measured peaks (bench/gpu/plan_measure.py, about 5
 #    minutes: torchvision training, HF generation, LoRA; predictions traced
 #    in CPU workers at the same time), errors per kind in $OUT/plan.txt and
@@ -80,7 +85,7 @@
 # torchperf (8; hookcost: its hook-cost step alone; traces: its trace
 # rounds alone), record (9), policy (10),
 # tune (11), corpus (12: only when named, never part of all), planzoo (13),
-# quota_truth (14).
+# quota_truth (14), torch (15).
 # The build always runs. Device time is scarce: pick what a change needs,
 # e.g. VRAM_GPU_SECTIONS=streams,plan bash tests/gpu/run.sh.
 #
@@ -371,6 +376,18 @@ fi
 want record && STEP_OUT=$WORK/record.json run_step "record: planted leaks in real training" 200 \
     python3 bench/gpu/record_checks.py --vram "$VRAM" --work "$OUT/record" --budget 170
 
+# ---- 15. torch: PyTorch's memory API over vram, snapshots, loops recorded ----
+# bench/gpu/torch_api_checks.py (under 4 minutes): torch.cuda's memory
+# functions under vram.torch.use() equal vram.stats() at every step of a
+# training loop, memory_stats' keys, memory_summary, reset_peak, the default
+# strategy's first tensor; a recording's --torch-snapshot in PyTorch's
+# memory_viz (stats, trace, trace_plot, segment_plot); real loops recorded
+# with and without vram.mark: iterations agree with the steps, leaks at
+# their rate, the line that keeps them, what holds them. Traces in
+# $OUT/torch. The CPU dry run is CTest gpu_torch_dryrun.
+want torch && STEP_OUT=$WORK/torch.json run_step "torch: memory API, snapshots, loops" 260 \
+    python3 bench/gpu/torch_api_checks.py --vram "$VRAM" --lib "$LIB" --work "$OUT/torch" --budget 200
+
 # ---- 10. policy: two users' PyTorch processes under a 4 GiB host policy ----
 # In a private mount namespace (the machine's /etc never changes):
 # /etc/vram/policy.conf "default 4096M", the library in /etc/ld.so.preload,
@@ -438,7 +455,7 @@ if want plan; then
     cat "$OUT/plan.txt" 2>/dev/null | tee -a "$LOG"
 fi
 
-# ---- 12. `vram plan` on the whole zoo, mixed precision ----
+# ---- 13. `vram plan` on the whole zoo, mixed precision ----
 # Every torchvision classification, detection and segmentation model and
 # four Hugging Face configs, bf16 autocast + AdamW, two steps: measured,
 # traced on the fake CUDA device (PyTorch's autocast) and on the meta
@@ -906,6 +923,33 @@ if rec is not None:
             "-" if o.get("ratio") is None else "%.2f" % o["ratio"]))
     for s in rec.get("skipped") or []:
         lines.append("  skipped: %s" % s)
+tor = load(os.path.join(work, "torch.json"))
+if tor is not None:
+    lines.append("PyTorch's memory API under vram.torch.use(), snapshots, loops recorded")
+    api = tor.get("api") or {}
+    if api.get("steps"):
+        s = api["steps"][-1]
+        lines.append("  last step: max_memory_allocated %s, vram peak %s; memory_reserved %s, "
+                     "vram reserved %s; first 1 MiB tensor reserved %s" % (
+                         s.get("torch_peak"), s.get("vram_peak"), s.get("torch_reserved"),
+                         s.get("vram_reserved"), api.get("first_tensor_reserved")))
+    elif api.get("error"):
+        lines.append("  api: %s" % api.get("error"))
+    for r in tor.get("runs") or []:
+        lines.append("  %-28s %s iterations (%s, P %s) for %s steps; leak %s at %s B; top: %s; held by %s" % (
+            r.get("loop"), r.get("iterations"), r.get("iterations_from"), r.get("period_events"),
+            r.get("steps"), r.get("leak"), r.get("rate"), (r.get("top_headline") or "-")[:80],
+            (r.get("held_by") or "-")[:80]))
+        if r.get("error"):
+            lines.append("    %s" % str(r.get("error"))[-200:])
+    snap = tor.get("snapshot") or {}
+    if snap.get("cli_errors"):
+        lines.append("  memory_viz errors: %s" % snap["cli_errors"])
+    if tor.get("error"):
+        lines.append("  %s" % tor["error"])
+    for what, ok in sorted((tor.get("checks") or {}).items()):
+        targets.append(("torch " + what, verdict(ok)))
+    lines.append("")
 tun = load(os.path.join(work, "tune.json"))
 if tun is not None:
     lines.append("vram tune: real training until steady, the recommendation applied")

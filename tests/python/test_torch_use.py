@@ -68,6 +68,16 @@ def fake_torch(setters=ALL_SETTERS):
     torch.cuda.memory = types.ModuleType("torch.cuda.memory")
     torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
     torch.cuda.memory.change_current_allocator = change_current_allocator
+    # The statistics PyTorch's pluggable allocator cannot give.
+    for name in ("memory_stats_as_nested_dict", "reset_peak_memory_stats",
+                 "reset_accumulated_memory_stats", "memory_snapshot"):
+        fn = (lambda n: lambda device=None: calls.__setitem__("pytorch", n))(name)
+        setattr(torch.cuda.memory, name, fn)
+        setattr(torch.cuda, name, fn)
+    for name in ("_record_memory_history", "_snapshot", "_dump_snapshot"):
+        setattr(torch.cuda.memory, name, lambda *a, **k: None)
+    torch._C = types.ModuleType("torch._C")
+    torch._C._cuda_memoryStats = lambda device: {}
     return torch, calls
 
 
@@ -113,6 +123,29 @@ class UseTest(unittest.TestCase):
         # Every setter PyTorch offers is either installed or deliberately not:
         # init needs nothing (the plug-in opens lazily).
         self.assertNotIn("set_init_fn", calls["installed"])
+
+    def test_pytorchs_memory_statistics_are_vrams(self):
+        torch, calls = fake_torch()
+        sys.modules["torch"] = torch
+        vtorch.use(raise_oom=False)
+        for module in (torch.cuda, torch.cuda.memory):
+            self.assertIs(module.memory_stats_as_nested_dict, vtorch.memory_stats)
+            self.assertIs(module.reset_peak_memory_stats, vtorch._reset_peak)
+            self.assertIs(module.reset_accumulated_memory_stats, vtorch._reset_accumulated)
+        self.assertIn("allocated_bytes", torch._C._cuda_memoryStats(0))
+        for name in ("_record_memory_history", "_snapshot", "_dump_snapshot"):
+            with self.assertRaises(vram.VramError) as cm:
+                getattr(torch.cuda.memory, name)()
+            self.assertIn("vram record --torch-snapshot", str(cm.exception))
+        # Every figure in PyTorch's names, from vram's.
+        nested = vtorch.nested_stats(dict((name, 7) for name, _ in vram.STATS_FIELDS))
+        self.assertEqual(nested["allocated_bytes"]["all"], {"current": 7, "peak": 7,
+                                                            "allocated": 7, "freed": 7})
+        self.assertEqual(nested["num_ooms"], 7)
+        self.assertEqual(nested["num_alloc_retries"], 7)
+        self.assertEqual(nested["allocated_bytes"]["small_pool"]["current"], 0)
+        zero = vtorch.nested_stats(None)
+        self.assertEqual(zero["reserved_bytes"]["all"]["peak"], 0)
 
     def test_shim_is_the_allocation_function(self):
         torch, calls = fake_torch()

@@ -115,7 +115,7 @@ test_default_cap_reserve(void **state)
         vram_device_info di;
         assert_int_equal(vram_device_info_get(dev, &di), VRAM_OK);
         assert_int_equal(di.limit_bytes, cases[i].memory - cases[i].reserve);
-        assert_int_equal(di.strategy, VRAM_STRATEGY_PREALLOCATE);
+        assert_int_equal(di.strategy, VRAM_STRATEGY_EXPANDABLE);
         vram_close(ctx);
     }
 }

@@ -68,9 +68,34 @@ test_env_defaults(void **state)
     (void)state;
     vram_context *ctx = open_env();
     vram_device_info di = info_of(ctx, 0);
-    assert_int_equal(di.strategy, VRAM_STRATEGY_PREALLOCATE);
+    /* Nothing named a strategy: expandable, vram's default for every way
+    ** in; the cap is TensorFlow's rule (docs/ENVIRONMENT.md, "Defaults"). */
+    assert_int_equal(di.strategy, VRAM_STRATEGY_EXPANDABLE);
     assert_int_equal(di.limit_bytes, 16 * GiB - 1536 * MiB);
+    /* The first allocation maps what it needs, not the whole cap. */
+    vram_device *dev = NULL;
+    void *p = NULL;
+    assert_int_equal(vram_device_get(ctx, 0, &dev), VRAM_OK);
+    assert_int_equal(vram_alloc(dev, 1 * MiB, NULL, &p), VRAM_OK);
+    vram_stats s;
+    assert_int_equal(vram_get_stats(dev, &s), VRAM_OK);
+    assert_true(s.bytes_reserved < 64 * MiB);
+    assert_int_equal(vram_free(dev, p), VRAM_OK);
     vram_close(ctx);
+    /* A context that reads no environment starts from the same default. */
+    vram_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = VRAM_BACKEND_SIM;
+    o.ignore_environment = true;
+    assert_int_equal(vram_open(&o, &ctx), VRAM_OK);
+    assert_int_equal(info_of(ctx, 0).strategy, VRAM_STRATEGY_EXPANDABLE);
+    vram_close(ctx);
+    /* TensorFlow's switch set to false is TensorFlow's default. */
+    setenv("TF_FORCE_GPU_ALLOW_GROWTH", "false", 1);
+    ctx = open_env();
+    assert_int_equal(info_of(ctx, 0).strategy, VRAM_STRATEGY_PREALLOCATE);
+    vram_close(ctx);
+    unsetenv("TF_FORCE_GPU_ALLOW_GROWTH");
 }
 
 static void

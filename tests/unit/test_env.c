@@ -115,6 +115,7 @@ static const char *const all_names[] = {
     "VRAM_TRACE",
     "VRAM_OOM_DUMP",
     "VRAM_TRACE_SITES",
+    "VRAM_TRACE_HOLDERS",
 };
 #define N_NAMES (sizeof all_names / sizeof all_names[0])
 
@@ -152,7 +153,9 @@ assert_defaults(const struct vram_env *e)
     assert_int_equal(e->sim_devices, 1);
     assert_true(e->sim_memory == VRAM_SIM_DEFAULT_MEMORY);
     assert_false(e->strategy_set);
-    assert_int_equal(e->strategy, VRAM_STRATEGY_PREALLOCATE);
+    assert_null(e->strategy_source);
+    /* The one default strategy (docs/ENVIRONMENT.md, "Defaults"). */
+    assert_int_equal(e->strategy, VRAM_STRATEGY_EXPANDABLE);
     assert_true(e->fraction == 0.0);
     assert_int_equal(e->limit_all.n, 0);
     for (int d = 0; d < ENV_MAX_DEVICES; d++)
@@ -429,6 +432,17 @@ test_growth_switches(void **state)
     /* Empty switches are unset: nothing chose a strategy. */
     e = load_ok(VARS({"VRAM_ALLOW_GROWTH", ""}, {"TF_FORCE_GPU_ALLOW_GROWTH", ""}));
     assert_false(e.strategy_set);
+    assert_int_equal(e.strategy, VRAM_STRATEGY_EXPANDABLE);
+    /* What chose the strategy is named, for vram doctor. */
+    e = load_ok(VARS({"TF_FORCE_GPU_ALLOW_GROWTH", "false"}));
+    assert_string_equal(e.strategy_source, "TF_FORCE_GPU_ALLOW_GROWTH");
+    e = load_ok(VARS({"VRAM_ALLOW_GROWTH", "true"}, {"TF_FORCE_GPU_ALLOW_GROWTH", "1"}));
+    assert_string_equal(e.strategy_source, "VRAM_ALLOW_GROWTH");
+    e = load_ok(VARS({"VRAM_STRATEGY", "growth"}, {"VRAM_ALLOW_GROWTH", "true"}));
+    assert_string_equal(e.strategy_source, "VRAM_STRATEGY");
+    /* env_defaults is the empty environment. */
+    assert_int_equal(env_defaults(&e), VRAM_OK);
+    assert_defaults(&e);
 }
 
 static void
@@ -752,8 +766,12 @@ test_print_defaults(void **state)
     assert_null(strstr(out, "error"));
     assert_line(out, "VRAM_BACKEND", "cuda", NULL);
     assert_line(out, "VRAM_SIM_MEMORY", "140.40 GiB", NULL);
-    assert_line(out, "VRAM_STRATEGY", "preallocate", NULL);
-    assert_line(out, "VRAM_MEMORY_LIMIT", "unset", NULL);
+    assert_line(out, "VRAM_STRATEGY", "expandable", "default (vram)");
+    assert_line(out, "VRAM_MEMORY_LIMIT", "unset", "default (TensorFlow)");
+    assert_line(out, "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "unset", "default (TensorFlow)");
+    assert_line(out, "PYTORCH_CUDA_ALLOC_CONF", "unset", "default (PyTorch)");
+    assert_line(out, "XLA_PYTHON_CLIENT_PREALLOCATE", "unset", "default (JAX)");
+    assert_line(out, "VRAM_LOG", "0", "default (vram)");
     /* One line per variable plus the header. */
     size_t lines = 0;
     for (const char *p = out; *p != '\0'; p++)
@@ -774,7 +792,7 @@ test_print_values_and_errors(void **state)
     assert_line(out, "VRAM_SIM_DEVICES", "1", "default");
     assert_line(out, "VRAM_SIM_MEMORY",
                 "error: VRAM_SIM_MEMORY='6X': '6X': unknown unit 'X' (expected", NULL);
-    assert_line(out, "VRAM_STRATEGY", "growth (set by VRAM_ALLOW_GROWTH)", NULL);
+    assert_line(out, "VRAM_STRATEGY", "growth (set by VRAM_ALLOW_GROWTH)", "environment");
     assert_line(out, "VRAM_ALLOW_GROWTH", "true", "environment");
     assert_line(out, "TF_FORCE_GPU_ALLOW_GROWTH", "unset", "default");
     assert_line(out, "VRAM_MEMORY_FRACTION", "0.5", "environment");
@@ -830,10 +848,15 @@ test_markdown(void **state)
     assert_true(run < strstr(md, "| `VRAM_PRELOAD_LIBRARY`"));
     assert_non_null(
         strstr(md, "read only when `VRAM_LIMIT` and\n  `VRAM_GROUP` are both unset"));
-    assert_non_null(strstr(md, "| `CUDA_DEVICE_MEMORY_LIMIT_<i>` | unset |"));
+    assert_non_null(strstr(md, "| `CUDA_DEVICE_MEMORY_LIMIT_<i>` | unset (HAMi) |"));
     assert_non_null(strstr(md, "| `VRAM_BACKEND` | `cuda` |"));
     assert_non_null(strstr(md, "| `VRAM_SIM_MEMORY` | `143771M` |"));
-    assert_non_null(strstr(md, "| `VRAM_MEMORY_LIMIT` | unset |"));
+    assert_non_null(strstr(md, "| `VRAM_MEMORY_LIMIT` | unset (TensorFlow) |"));
+    assert_non_null(strstr(md, "| `VRAM_STRATEGY` | `expandable` |"));
+    /* The rule of defaults, in one place. */
+    const char *defaults = strstr(md, "\n## Defaults\n");
+    assert_true(defaults != NULL && defaults < alloc);
+    assert_non_null(strstr(defaults, "`TF_FORCE_GPU_ALLOW_GROWTH=false`"));
     /* Every table row has exactly four '|': no doc text may add one; and
     ** no other line has any. */
     int rows = 0;

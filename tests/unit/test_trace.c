@@ -1086,6 +1086,52 @@ test_sites_format1_unchanged(void **state)
 
 #define SHEADER "#@format 2\nt_us,op,id,size,stream,device,label,site\n"
 
+/* "#@held" lines: what held an allocation, kept in order with the event
+** they came before, made safe; written by trace_writer_held. */
+static void
+test_held_lines(void **state)
+{
+    (void)state;
+    struct trace *t = load_text(SHEADER "1,a,7,64,0,0,,\n"
+                                "#@held 7,list `history` of module __main__; appended at x.py:3\n"
+                                "#@held 9,dict `c`\x01 of module m, key\n"
+                                "2,f,7,64,0,0,,\n");
+    assert_int_equal(t->n_held, 2);
+    assert_int_equal(t->held[0].id, 7);
+    assert_int_equal(t->held[0].event, 1);
+    assert_string_equal(t->held[0].text,
+                        "list `history` of module __main__; appended at x.py:3");
+    assert_int_equal(t->held[1].id, 9); /* not checked against the events */
+    assert_string_equal(t->held[1].text, "dict `c`  of module m  key");
+    trace_free(t);
+    expect_parse_error(HEADER "#@held 1,x\n", 2,
+                       "'#@held' needs a '#@format 2' line before the header");
+    expect_parse_error(SHEADER "#@held x,y\n", 3, "held id 'x' is not an allocation id");
+    expect_parse_error(SHEADER "#@held 4\n", 3, "a held line without its text");
+    expect_parse_error(SHEADER "#@held 4,\n", 3, "a held line without its text");
+
+    /* The writer: format 2 only, the text made safe. */
+    char path[] = "/tmp/vram_test_held_XXXXXX.csv", text[512];
+    int fd = mkstemps(path, 4);
+    assert_true(fd >= 0);
+    close(fd);
+    struct trace_writer *w = NULL;
+    assert_int_equal(trace_writer_open_sites(path, NULL, &w), VRAM_OK);
+    assert_int_equal(trace_writer_held(w, 12, "list `a`, \"b\"\n"), VRAM_OK);
+    assert_int_equal(trace_writer_held(w, 12, ""), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_non_null(strstr(text, "\n#@held 12,list `a`   b  \n"));
+    assert_int_equal(trace_writer_open(path, NULL, &w), VRAM_OK);
+    assert_int_equal(trace_writer_held(w, 1, "x"), VRAM_E_INVALID);
+    assert_int_equal(trace_writer_close(w), VRAM_OK);
+    unlink(path);
+}
+
 static void
 test_sites_errors(void **state)
 {
@@ -1568,6 +1614,7 @@ main(void)
         cmocka_unit_test(test_sites_text),
         cmocka_unit_test(test_sites_format1_unchanged),
         cmocka_unit_test(test_sites_errors),
+        cmocka_unit_test(test_held_lines),
         cmocka_unit_test(test_sites_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

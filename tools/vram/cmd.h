@@ -93,13 +93,20 @@ int run_command_watched(char **command, const char *group, const struct run_watc
 
 /* ---- shared by `vram record` and `vram tune` (cmd_record.c) ---- */
 
+/* The directory holding the vram Python package: VRAM_PYTHONPATH (ENV),
+** else the installed one (share/vram/python beside the binary, into BUF of
+** LEN bytes), else the checkout's python/ (cmd_plan.c). */
+struct env_run;
+const char *cli_python_dir(const struct env_run *env, char *buf, size_t len);
+
 /* OUTPUT made absolute into PATH and created empty, VRAM_TRACE set to it
 ** and, unless DRIVER_VIEW, the frameworks steered to tensor-level
-** allocations; call sites recorded if SITES (VRAM_TRACE_SITES); WHO names
-** the subcommand in messages. -1 on success, else the exit status (nothing
-** ran). */
+** allocations; call sites recorded if SITES (VRAM_TRACE_SITES), and with
+** them, if HOLDERS, what holds live memory in a Python program
+** (VRAM_TRACE_HOLDERS: the package's holders.py); WHO names the subcommand
+** in messages. -1 on success, else the exit status (nothing ran). */
 int record_prepare(const char *who, const char *output, bool driver_view, bool sites,
-                   char *path, size_t len);
+                   bool holders, char *path, size_t len);
 
 /* ---- shared by `vram replay` and `vram tune` (cmd_replay.c) ---- */
 
@@ -150,6 +157,12 @@ int cli_load_trace(const char *path, struct trace **out);
 /* Analyze T (analyze_trace) into *OUT; on failure one line is printed
 ** and the exit code (1, or 2 for a bad option) returned. */
 int cli_analyze(const struct trace *t, const struct an_options *o, struct an_result **out);
+
+/* Write T as PyTorch's memory snapshot (an_write_torch_snapshot) to PATH,
+** at the last mark labelled AT (NULL: the end). Returns 0, or the exit
+** status after one line on standard error: 2 when T has no such mark, 1
+** when PATH cannot be written. */
+int cli_write_snapshot(const struct trace *t, const char *path, const char *at);
 
 /* ---- shared by `vram stat`, `vram top` (cmd_stat.c) ---- */
 

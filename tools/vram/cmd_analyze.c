@@ -30,7 +30,9 @@
 struct analyze_settings {
     struct an_options opts;
     bool json, compare;
-    const char *html; /* NULL: no report */
+    const char *html;     /* NULL: no report */
+    const char *snapshot; /* --torch-snapshot FILE, or NULL */
+    const char *at;       /* --snapshot-at LABEL, or NULL */
     const char *paths[2];
     int n_paths;
 };
@@ -57,6 +59,14 @@ static const struct cli_opt opt_table[] = {
     {0, "compare", 0, NULL,
      "compare two traces A B: peak, per-phase peaks, live set at the peak",
      .store = CLIOPT_SET, .field = AT(compare)},
+    {0, "torch-snapshot", 0, "FILE",
+     "also write the trace as PyTorch's memory snapshot (the pickle of "
+     "torch.cuda.memory._snapshot(), which PyTorch's memory_viz opens) to FILE: every "
+     "event, and what was live at the peak",
+     .store = CLIOPT_STRING, .field = AT(snapshot)},
+    {0, "snapshot-at", 0, "LABEL",
+     "the snapshot's live memory at the last mark LABEL, not at the peak",
+     .store = CLIOPT_STRING, .field = AT(at)},
 };
 
 static void
@@ -115,6 +125,43 @@ cli_analyze(const struct trace *t, const struct an_options *o, struct an_result 
     return s == VRAM_E_INVALID || s == VRAM_E_CONFIG ? 2 : 1;
 }
 
+int
+cli_write_snapshot(const struct trace *t, const char *path, const char *at)
+{
+    uint64_t upto = an_peak_event(t);
+    if (at != NULL) {
+        bool found = false;
+        for (uint64_t i = t->n_events; i > 0 && !found; i--) {
+            const struct trace_event *ev = &t->events[i - 1];
+            if (ev->op == TRACE_MARK && ev->label < t->n_labels &&
+                strcmp(t->labels[ev->label], at) == 0) {
+                upto = i - 1;
+                found = true;
+            }
+        }
+        if (!found) {
+            char shown[TEXT_EXCERPT_LEN];
+            cli_error("%s: no mark '%s' (--snapshot-at names the label of a mark)", t->path,
+                      text_excerpt(at, shown, sizeof shown));
+            return 2;
+        }
+    }
+    /* The snapshot, created or truncated; written in full or reported. */
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) {
+        cli_error("%s: %s", path, strerror(errno));
+        return 1;
+    }
+    vram_status s = an_write_torch_snapshot(f, t, upto);
+    if (fclose(f) != 0 && s == VRAM_OK)
+        s = VRAM_E_IO;
+    if (s != VRAM_OK) {
+        cli_error("%s: writing the snapshot failed", path);
+        return 1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* The command                                                          */
 /* ------------------------------------------------------------------ */
@@ -146,6 +193,10 @@ parse_args(int argc, char **argv, struct analyze_settings *set)
                                                     ? "no trace given"
                                                     : "two traces given: add --compare "
                                                       "to compare them");
+    if (set->compare && (set->snapshot != NULL || set->at != NULL))
+        return cliopt_usage_error(&analyze_cmd, "--torch-snapshot is for one trace, not --compare");
+    if (set->at != NULL && set->snapshot == NULL)
+        return cliopt_usage_error(&analyze_cmd, "--snapshot-at needs --torch-snapshot FILE");
     if (set->html != NULL && strcmp(set->html, "-") == 0 && set->json) {
         cli_error("analyze: --json and --html - both want standard output");
         return 2;
@@ -257,6 +308,8 @@ cmd_analyze(int argc, char **argv)
     struct trace *t = NULL;
     struct an_result *r = NULL;
     rc = cli_load_trace(set.paths[0], &t);
+    if (rc == 0 && set.snapshot != NULL)
+        rc = cli_write_snapshot(t, set.snapshot, set.at);
     if (rc == 0)
         rc = cli_analyze(t, &set.opts, &r);
     if (rc == 0)

@@ -185,7 +185,7 @@ check_preallocation_env(struct report *rep, bool env_ok, const struct vram_env *
         snprintf(c->next, sizeof c->next, "fix the environment first");
         return;
     }
-    vram_strategy st = env->strategy_set ? env->strategy : VRAM_STRATEGY_PREALLOCATE;
+    vram_strategy st = env->strategy; /* the default when nothing chose one */
     bool capped = env_capped(env);
     if (st != VRAM_STRATEGY_PREALLOCATE) {
         struct check *c = add_check(rep, "preallocation", V_OK);
@@ -213,16 +213,22 @@ check_preallocation_env(struct report *rep, bool env_ok, const struct vram_env *
                  "what the job needs");
         return;
     }
+    /* Only a setting the user made can choose preallocate: the default is
+    ** expandable (docs/ENVIRONMENT.md, "Defaults"). */
     struct check *c = add_check(rep, "preallocation", V_WARN);
-    snprintf(
-        c->evidence, sizeof c->evidence,
-        "%s: preallocate (TensorFlow's default) grabs nearly all of each GPU's memory "
-        "at start-up (free memory minus a small reserve), whatever the job needs",
-        env->strategy_set ? "VRAM_STRATEGY is preallocate with no cap"
-                          : "no strategy is set");
+    snprintf(c->evidence, sizeof c->evidence,
+             "%s chose preallocate with no cap: preallocate (TensorFlow's default) grabs "
+             "nearly all of each GPU's memory at start-up (free memory minus a small "
+             "reserve), whatever the job needs",
+             env->strategy_source != NULL ? env->strategy_source : "the environment");
+    bool by_switch = env->strategy_source != NULL &&
+                     strcmp(env->strategy_source, "VRAM_STRATEGY") != 0;
     snprintf(c->next, sizeof c->next,
-             "set VRAM_STRATEGY=growth (or expandable), or cap each job with "
-             "VRAM_MEMORY_LIMIT (e.g. 6G) or VRAM_MEMORY_FRACTION (e.g. 0.5)");
+             "%s%s%s, or cap each job with VRAM_MEMORY_LIMIT (e.g. 6G) or "
+             "VRAM_MEMORY_FRACTION (e.g. 0.5)",
+             by_switch ? "unset " : "set VRAM_STRATEGY=expandable or growth",
+             by_switch ? env->strategy_source : "",
+             by_switch ? " (vram then takes expandable)" : "");
 }
 
 static void
@@ -302,8 +308,7 @@ check_preallocation_trace(struct report *rep, const struct an_result *r,
 {
     struct vram_env env;
     bool env_ok = env_load(NULL, NULL, &env) == VRAM_OK;
-    vram_strategy st =
-        env_ok && env.strategy_set ? env.strategy : VRAM_STRATEGY_PREALLOCATE;
+    vram_strategy st = env_ok ? env.strategy : VRAM_STRATEGY_EXPANDABLE;
     bool capped = env_ok && env_capped(&env);
     char a[32], b[32], c3[32];
     double ratio = r->peak_reserved > 0
@@ -370,6 +375,14 @@ check_leak(struct report *rep, const struct an_result *r)
                 "still alive at the end, the largest %zu x %s born in iterations %u..%u",
                 r->n_suspects, fmt_size(r->suspect_bytes, b, sizeof b), same,
                 fmt_size(r->suspects[0].size, a, sizeof a), lo + 1, hi + 1);
+        }
+        if (r->n_leak_sites > 0) {
+            char head[700];
+            appendf(c->evidence, sizeof c->evidence, "; the top call site: %.300s",
+                    an_site_headline(r->trace, &r->leak_sites[0], head, sizeof head));
+            if (r->leak_sites[0].held_by != NULL)
+                appendf(c->evidence, sizeof c->evidence, ", held by %.300s",
+                        r->leak_sites[0].held_by);
         }
         snprintf(
             c->next, sizeof c->next,

@@ -21,7 +21,8 @@ enum env_mode { MODE_PRINT, MODE_JSON, MODE_MARKDOWN, MODE_CHECK };
 
 static const struct cli_opt opt_table[] = {
     {MODE_JSON, "json", 0, NULL,
-     "print one JSON object {\"variables\":[{\"name\",\"value\",\"source\"},...]}; a "
+     "print one JSON object {\"variables\":[{\"name\",\"value\",\"source\"},...]}; "
+     "a default has \"default_from\" (whose default: \"vram\", \"TensorFlow\", ...); a "
      "malformed value has \"error\" instead of \"value\" and \"source\"",
      .store = CLIOPT_CALL},
     {MODE_MARKDOWN, "markdown", 0, NULL,
@@ -35,7 +36,8 @@ static const struct cli_command env_cmd = {
     .prog = "vram env",
     .synopsis = "[--json | --markdown | --check]",
     .about = "Print every variable vram reads from the environment, its effective\n"
-             "value and its source (default or environment).\n",
+             "value and its source: environment, or default with whose default it is\n"
+             "(vram's, TensorFlow's rule, PyTorch's, ...).\n",
     CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 output could not be written, 2 bad usage or (with --check) a "
                    "malformed variable.",
@@ -63,16 +65,19 @@ env_option(void *ctx, const struct cli_opt *opt, const char *value)
 }
 
 static void
-json_row(void *ctx, const char *name, const char *value, const char *source)
+json_row(void *ctx, const struct env_row *row)
 {
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "name", json_object_new_string(name));
-    if (source != NULL) {
-        json_object_object_add(o, "value", json_object_new_string(value));
-        json_object_object_add(o, "source", json_object_new_string(source));
+    json_object_object_add(o, "name", json_object_new_string(row->name));
+    if (row->source != NULL) {
+        json_object_object_add(o, "value", json_object_new_string(row->value));
+        json_object_object_add(o, "source", json_object_new_string(row->source));
+        if (row->origin != NULL)
+            json_object_object_add(o, "default_from", json_object_new_string(row->origin));
     } else {
         /* env_each says "error: why"; the key says it is an error. */
-        const char *why = strncmp(value, "error: ", 7) == 0 ? value + 7 : value;
+        const char *why =
+            strncmp(row->value, "error: ", 7) == 0 ? row->value + 7 : row->value;
         json_object_object_add(o, "error", json_object_new_string(why));
     }
     json_object_array_add(ctx, o);

@@ -273,6 +273,14 @@ breakdown_json(const struct plan_result *r)
 #define VRAM_PYTHON_DIR ""
 #endif
 
+const char *
+cli_python_dir(const struct env_run *env, char *buf, size_t len)
+{
+    if (env->python_dir[0] != '\0')
+        return env->python_dir;
+    return installed_path(VRAM_BINDIR_TO_PYTHONDIR, buf, len) ? buf : VRAM_PYTHON_DIR;
+}
+
 /* Does PY run and find PyTorch (without importing it: that takes seconds)? */
 static bool
 python_has_torch(const char *py)
@@ -320,14 +328,9 @@ plan_traced(const struct plan_args *pa)
         cli_error("plan: --model needs python3 with PyTorch (set VRAM_PYTHON to one)");
         return 1;
     }
-    /* The package: VRAM_PYTHONPATH, else the installed one, else the
-    ** checkout's python/; before whatever PYTHONPATH the user has. */
+    /* The package, before whatever PYTHONPATH the user has. */
     char installed[PATH_MAX];
-    const char *dir = env.python_dir;
-    if (dir[0] == '\0')
-        dir = installed_path(VRAM_BINDIR_TO_PYTHONDIR, installed, sizeof installed)
-                  ? installed
-                  : VRAM_PYTHON_DIR;
+    const char *dir = cli_python_dir(&env, installed, sizeof installed);
     const char *old = env.pythonpath;
     size_t n = strlen(dir) + (old ? strlen(old) : 0) + 2;
     char *path = malloc(n);

@@ -57,8 +57,11 @@ struct record_args {
     const char *output;
     const char *limit;
     const char *preload;
+    const char *snapshot; /* --torch-snapshot FILE, or NULL */
+    const char *at;       /* --snapshot-at LABEL, or NULL */
     bool driver_view;
     bool no_sites;
+    bool no_holders;
     char **command;
 };
 
@@ -74,10 +77,24 @@ static const struct cli_opt opt_table[] = {
      "leave the frameworks' own allocators as they are: the trace then holds their "
      "pool segments, not tensors", .store = CLIOPT_SET, .field = AT(driver_view)},
     {0, "no-sites", 0, NULL,
-     "record no call sites (the code that allocated): a format-1 trace, as before",
+     "record no call sites (the code that allocated): a format-1 trace, as before "
+     "(and no holders)",
      .store = CLIOPT_SET, .field = AT(no_sites)},
+    {0, "no-holders", 0, NULL,
+     "in a Python program, do not name what holds live memory (the variable or "
+     "container that refers to each tensor) at exit, at the return of main() and at "
+     "vram.mark",
+     .store = CLIOPT_SET, .field = AT(no_holders)},
     {0, "preload", 0, "PATH", "the preload library, as vram run --preload",
      .store = CLIOPT_STRING, .field = AT(preload)},
+    {0, "torch-snapshot", 0, "FILE",
+     "also write the recording as PyTorch's memory snapshot (the pickle of "
+     "torch.cuda.memory._snapshot(), which PyTorch's memory_viz opens) to FILE: every "
+     "event, and what was live at the peak",
+     .store = CLIOPT_STRING, .field = AT(snapshot)},
+    {0, "snapshot-at", 0, "LABEL",
+     "the snapshot's live memory at the last mark LABEL (vram.mark), not at the peak",
+     .store = CLIOPT_STRING, .field = AT(at)},
 };
 
 static void
@@ -250,9 +267,30 @@ summarize(const char *path)
     return true;
 }
 
+/* VRAM_TRACE_HOLDERS: the package's holders.py, when HOLDERS and it is
+** there (else said, and the recording goes on); unset otherwise. */
+static int
+prepare_holders(const char *who, const struct env_run *env, bool holders)
+{
+    if (!holders) {
+        unsetenv("VRAM_TRACE_HOLDERS");
+        return -1;
+    }
+    char dir[PATH_MAX], file[PATH_MAX + 32];
+    snprintf(file, sizeof file, "%s/vram/holders.py", cli_python_dir(env, dir, sizeof dir));
+    if (access(file, R_OK) != 0) {
+        cli_error("%s: %s: %s; what holds a Python program's memory is not named (set "
+                  "VRAM_PYTHONPATH to the directory of the vram package)",
+                  who, file, strerror(errno));
+        unsetenv("VRAM_TRACE_HOLDERS");
+        return -1;
+    }
+    return set_or_fail(who, "VRAM_TRACE_HOLDERS", file);
+}
+
 int
-record_prepare(const char *who, const char *output, bool driver_view, bool sites, char *path,
-               size_t len)
+record_prepare(const char *who, const char *output, bool driver_view, bool sites,
+               bool holders, char *path, size_t len)
 {
     struct env_run env;
     if (env_run_load(NULL, NULL, &env) != VRAM_OK) {
@@ -265,6 +303,8 @@ record_prepare(const char *who, const char *output, bool driver_view, bool sites
     if ((rc = set_or_fail(who, "VRAM_TRACE", path)) >= 0)
         return rc;
     if ((rc = set_or_fail(who, "VRAM_TRACE_SITES", sites ? "1" : "0")) >= 0)
+        return rc;
+    if ((rc = prepare_holders(who, &env, sites && holders)) >= 0)
         return rc;
     if (!driver_view && (rc = steer_frameworks(who, &env)) >= 0)
         return rc;
@@ -279,17 +319,45 @@ cmd_record(int argc, char **argv)
     int rc = cliopt_parse(&record_cmd, argc, argv, NULL, &a, &a.command);
     if (rc >= 0)
         return rc;
+    if (a.at != NULL && a.snapshot == NULL)
+        return cliopt_usage_error(&record_cmd, "--snapshot-at needs --torch-snapshot FILE");
+    if (a.snapshot != NULL) {
+        /* Created now, so that a path that cannot be written is said before
+        ** the command runs, not after it. */
+        char shown[TEXT_EXCERPT_LEN];
+        FILE *f = a.snapshot[0] != '\0' ? fopen(a.snapshot, "wb") : NULL;
+        if (f == NULL) {
+            cli_error("record: --torch-snapshot '%s': %s",
+                      text_excerpt(a.snapshot, shown, sizeof shown),
+                      a.snapshot[0] != '\0' ? strerror(errno) : "an empty path");
+            return REC_USAGE;
+        }
+        fclose(f);
+    }
     char group[LEDGER_GROUP_LEN];
     if ((rc = run_prepare("record", a.limit, NULL, a.preload, group, sizeof group)) >= 0)
         return rc;
     char path[PATH_MAX];
-    if ((rc = record_prepare("record", a.output, a.driver_view, !a.no_sites, path,
-                             sizeof path)) >= 0)
+    if ((rc = record_prepare("record", a.output, a.driver_view, !a.no_sites, !a.no_holders,
+                             path, sizeof path)) >= 0)
         return rc;
     int status = run_command(a.command, group);
     if (status == 126 || status == 127)
         return status; /* nothing ran: said already */
     if (!summarize(path) && status == 0)
         return REC_FAIL;
+    if (a.snapshot != NULL) {
+        struct trace *t = NULL;
+        int src = cli_load_trace(path, &t);
+        if (src == 0)
+            src = cli_write_snapshot(t, a.snapshot, a.at);
+        trace_free(t);
+        if (src == 0)
+            fprintf(stderr, "vram: record: %s: PyTorch's memory snapshot (python3 -m "
+                            "torch.cuda._memory_viz trace_plot %s -o memory.html)\n",
+                    a.snapshot, a.snapshot);
+        else if (status == 0)
+            return REC_FAIL;
+    }
     return status;
 }

@@ -822,7 +822,8 @@ tune_command(const struct tune_args *a)
             return TUNE_FAIL;
         output = temp;
     }
-    if ((rc = record_prepare("tune", output, a->driver_view, false, path, sizeof path)) >= 0) {
+    if ((rc = record_prepare("tune", output, a->driver_view, false, false, path,
+                             sizeof path)) >= 0) {
         if (temp[0] != '\0')
             unlink(temp);
         return rc;
