@@ -106,8 +106,9 @@ assert len(rows) >= 10, rows
 assert rows["VRAM_LIMIT"]["source"] == "environment", rows["VRAM_LIMIT"]
 assert rows["VRAM_STRATEGY"]["source"] == "default", rows["VRAM_STRATEGY"]
 EOF
+# A malformed value: flagged in the output, exit 2 (vram env, --json, --check).
 VRAM_STRATEGY=nope run env --json
-if [ "$rc" -eq 0 ] && /usr/bin/python3 -c '
+if [ "$rc" -eq 2 ] && /usr/bin/python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 r = [v for v in d["variables"] if v["name"] == "VRAM_STRATEGY"][0]

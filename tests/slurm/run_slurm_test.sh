@@ -265,7 +265,9 @@ job() {
     timeout 60 srun --quiet "$@" >"$TMP/out" 2>"$TMP/err"
     rc=$?
 }
-MIB64=$((64 * 1024 * 1024))
+# The quota as the plug-in writes VRAM_LIMIT: exact, with its unit (a
+# number without one is refused there).
+MIB64=64M
 jobid() { sed -n 's/^env rank=[0-9?]* job=\([0-9]*\) .*/\1/p' "$TMP/out" | head -n 1; }
 # ledger_gone JOBID: the job's ledger leaves /dev/shm (5 s at most).
 ledger_gone() {

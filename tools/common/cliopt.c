@@ -57,9 +57,11 @@ cliopt_size(const struct cli_command *cmd, const char *name, const char *text,
 {
     uint64_t v;
     if (size_parse(text, &v) != VRAM_OK) {
-        /* size_parse's message quotes the value itself. */
-        cliopt_usage_error(cmd, "--%s: %s; expected a size such as 6G, 6Gi, 6GiB or 512M",
-                           name, vram_last_error());
+        /* size_parse's message quotes the value itself; for a number
+        ** without a unit it gives the forms to write. */
+        bool bare = text[0] != '\0' && strspn(text, "0123456789") == strlen(text);
+        cliopt_usage_error(cmd, "--%s: %s%s", name, vram_last_error(),
+                           bare ? "" : "; expected a size such as 6G, 6Gi, 6GiB or 512M");
         return false;
     }
     if (v == 0) {
@@ -108,7 +110,9 @@ cliopt_strategy_names(FILE *out, const char *sep, const char *last)
 void
 cliopt_sizes_note(FILE *out, const char *example)
 {
-    fprintf(out, "Sizes are 1024-based: 1073741824, 512M, %s, %si, %siB and %sB alike.\n",
+    fprintf(out,
+            "Sizes are 1024-based: %s, %si, %siB and %sB alike; 512M, 1.5G, \"5.00 GiB\";\n"
+            "a number needs a unit (B for bytes: 1073741824B).\n",
             example, example, example, example);
 }
 

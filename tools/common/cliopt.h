@@ -154,9 +154,10 @@ void cliopt_help(const struct cli_command *cmd, FILE *out);
 int cliopt_usage_error(const struct cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Parse TEXT as a size (src/base/size.c: 6G, 6Gi, 6GiB, 512M, 1073741824)
-** for option NAME of CMD into *OUT; a bad one, or 0, is a usage error
-** (false, the line printed). */
+/* Parse TEXT as a size (src/base/size.c: 6G, 6Gi, 6GiB, 512M,
+** 1073741824B; a number without a unit is refused with the forms to
+** write) for option NAME of CMD into *OUT; a bad one, or 0, is a usage
+** error (false, the line printed). */
 bool cliopt_size(const struct cli_command *cmd, const char *name, const char *text,
                  uint64_t *out);
 
@@ -173,7 +174,7 @@ bool cliopt_strategy(const struct cli_command *cmd, const char *text, vram_strat
 void cliopt_strategy_names(FILE *out, const char *sep, const char *last);
 
 /* The note every command that takes a size prints after its options:
-** "Sizes are 1024-based: 1073741824, 512M, 6G, 6Gi, 6GiB and 6GB alike."
+** "Sizes are 1024-based: 6G, 6Gi, 6GiB and 6GB alike; 512M, 1.5G, ..."
 ** with EXAMPLE ("6G") as the example size. */
 void cliopt_sizes_note(FILE *out, const char *example);
 

@@ -61,6 +61,11 @@ VRAM_COMMAND_LIST(X)
 ** then holds the path tried, or ""). */
 bool cli_default_preload(char *buf, size_t len);
 
+/* The number of malformed variables among those vram reads (the rows
+** `vram env` flags), the first one's line ("NAME='value': why") into
+** FIRST (LEN bytes). (cmd_env.c; `vram doctor` too.) */
+int cli_env_errors(char *first, size_t len);
+
 /* Print "vram: " + the formatted message + newline to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

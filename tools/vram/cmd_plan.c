@@ -98,6 +98,19 @@ static const struct cli_opt opt_table[] = {
 ** middle of the seeds' 10-15% rule. */
 #define HEADROOM_DIV 8
 
+/* The exit status of a prediction that does not fit --gpu-memory (the
+** report is printed all the same), so that a script can tell it from a
+** failure (1) and from bad input (2). */
+#define PLAN_EXIT_NO_FIT 3
+
+/* The exit status of a prediction of TOTAL bytes: 0, or PLAN_EXIT_NO_FIT
+** when GPU_MEMORY (0: not given) is smaller. */
+static int
+fit_status(uint64_t total, uint64_t gpu_memory)
+{
+    return gpu_memory != 0 && total > gpu_memory ? PLAN_EXIT_NO_FIT : 0;
+}
+
 static void
 plan_notes(FILE *out)
 {
@@ -125,7 +138,9 @@ static const struct cli_command plan_cmd = {
              "on a fake CUDA device (no GPU; python3 with PyTorch). See docs/PLAN.md.\n",
     CLIOPT_TABLE(opt_table),
     .notes = plan_notes,
-    .exit_status = "0 ok, 1 failure, 2 bad usage or bad input.",
+    .exit_status = "0 ok (and, with --gpu-memory, the job fits); 3 the job does not fit "
+                   "--gpu-memory (the report is printed all the same); 1 failure; 2 bad "
+                   "usage or bad input. With --model, the tracer's status.",
     .no_operands = true,
 };
 
@@ -481,7 +496,7 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
         }
         printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
         json_object_put(root);
-        return 0;
+        return fit_status(r.total_bytes, gpu_memory);
     }
     char a[32];
     printf("%s, %llu parameters; generate: batch %llu, prompt %llu + %llu new tokens, %s\n",
@@ -509,7 +524,7 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
         printf("cap to give the job (12.5%% headroom): %s\n",
                fmt(recommended, a, sizeof a));
     }
-    return 0;
+    return fit_status(r.total_bytes, gpu_memory);
 }
 
 /* One option of `vram plan` that the table does not store (cliopt_handler). */
@@ -673,7 +688,7 @@ cmd_plan(int argc, char **argv)
         json_object_object_add(root, "what_ifs", wa);
         printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
         json_object_put(root);
-        return 0;
+        return fit_status(r.total_bytes, pa.gpu_memory);
     }
 
     char a[32], b2[32];
@@ -700,5 +715,5 @@ cmd_plan(int argc, char **argv)
     for (size_t k = 0; k < nw; k++)
         if (w[k].ok)
             printf("what if %-14s total %s\n", w[k].name, fmt(w[k].r.total_bytes, a, sizeof a));
-    return 0;
+    return fit_status(r.total_bytes, pa.gpu_memory);
 }

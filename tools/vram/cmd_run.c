@@ -195,7 +195,7 @@ set_var(const char *name, const char *value)
 }
 
 /*
-** HAMi's limits as a VRAM_LIMIT value of exact byte counts, into BUF.
+** HAMi's limits as a VRAM_LIMIT value of exact sizes ("6G", "1000B"), into BUF.
 ** Needed because the group vram run sets turns HAMi's variables off (they
 ** count only while VRAM_LIMIT and VRAM_GROUP are both unset), and a limit
 ** must not vanish on the way. Both an all-devices limit and per-device
@@ -206,8 +206,9 @@ hami_as_limit(const struct quota_env *q, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
+    char size[32];
     if (q->n_entries == 0) {
-        snprintf(buf, len, "%llu", (unsigned long long)q->all.bytes);
+        snprintf(buf, len, "%s", size_format_setting(q->all.bytes, size, sizeof size));
         return;
     }
     for (int i = 0; i < 16; i++) {
@@ -217,8 +218,8 @@ hami_as_limit(const struct quota_env *q, char *buf, size_t len)
                 bytes = q->entries[k].value.bytes;
         if (bytes == 0 || used >= len)
             continue;
-        int w = snprintf(buf + used, len - used, "%s%d:%llu", used > 0 ? "," : "", i,
-                         (unsigned long long)bytes);
+        int w = snprintf(buf + used, len - used, "%s%d:%s", used > 0 ? "," : "", i,
+                         size_format_setting(bytes, size, sizeof size));
         if (w > 0)
             used += (size_t)w;
     }
