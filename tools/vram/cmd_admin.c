@@ -53,6 +53,21 @@ struct admin {
 
 #define AT(member) offsetof(struct admin, member)
 
+/* The I-th action of `vram admin`, NULL past the last. */
+static const char *
+verb_value(size_t i)
+{
+    static const char *const verbs[] = {"enable", "disable", "status", "check"};
+    return i < sizeof verbs / sizeof verbs[0] ? verbs[i] : NULL;
+}
+
+static const char *
+verb_of(size_t i, const void *ctx)
+{
+    (void)ctx;
+    return verb_value(i);
+}
+
 static const struct cli_opt opt_table[] = {
     {0, "user", 0, "NAME", "check: also print NAME's limit on each GPU",
      .store = CLIOPT_STRING, .field = AT(user)},
@@ -77,6 +92,7 @@ static const struct cli_command admin_cmd = {
              "  check    validate the policy file; with --user, that user's limits\n",
     CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 failure, 2 bad usage or a policy that does not pass.",
+    .operands = verb_value,
 };
 
 /* ------------------------------------------------------------------ */
@@ -769,7 +785,11 @@ cmd_admin(int argc, char **argv)
         return do_status(&a);
     if (strcmp(verb, "check") == 0)
         return do_check(&a);
+    char shown[TEXT_EXCERPT_LEN], hint[64] = "";
+    const char *near = cliopt_nearest(verb, verb_of, NULL);
+    if (near != NULL)
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
     return cliopt_usage_error(&admin_cmd,
-                              "unknown action '%s' (expected enable, disable, status or check)",
-                              verb);
+                              "unknown action '%s' (expected enable, disable, status or check)%s",
+                              text_excerpt(verb, shown, sizeof shown), hint);
 }

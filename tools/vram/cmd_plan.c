@@ -45,6 +45,34 @@ struct plan_args {
 
 #define AT(member) offsetof(struct plan_args, member)
 
+/* The values of --arch, --precision, --optimizer and --attention, from the
+** model's own names (src/plan/plan.h): the I-th, NULL past the last
+** (completion and "did you mean"; the model's parsers decide). */
+static const char *
+arch_value(size_t i)
+{
+    return i < PLAN_N_ARCH ? plan_arch_name((enum plan_arch)i) : NULL;
+}
+
+static const char *
+precision_value(size_t i)
+{
+    return i <= PLAN_BF16 ? plan_precision_name((enum plan_precision)i) : NULL;
+}
+
+static const char *
+optimizer_value(size_t i)
+{
+    return i <= PLAN_ADAMW ? plan_optimizer_name((enum plan_optimizer)i) : NULL;
+}
+
+static const char *
+attention_value(size_t i)
+{
+    static const char *const names[] = {"sdpa", "eager"}; /* PLAN_SDPA, PLAN_EAGER */
+    return i < sizeof names / sizeof names[0] ? names[i] : NULL;
+}
+
 /* A size of the model or the job: a whole number from 1 to 2^40 (0, the
 ** default, meaning not given). */
 #define COUNT_MAX (1ULL << 40)
@@ -60,7 +88,7 @@ static const struct cli_opt opt_table[] = {
     {0, "config", 0, "FILE|DIR", "Hugging Face config.json, or the model directory",
      .store = CLIOPT_STRING, .field = AT(config)},
     {0, "arch", 0, "NAME", "without --config: a model_type listed below",
-     .store = CLIOPT_STRING, .field = AT(arch)},
+     .store = CLIOPT_STRING, .field = AT(arch), .values = arch_value},
     COUNT_OPT("layers", layers, "transformer layers (overrides the config)"),
     COUNT_OPT("hidden", hidden, "hidden size"),
     COUNT_OPT("heads", heads, "attention heads"),
@@ -73,14 +101,14 @@ static const struct cli_opt opt_table[] = {
     COUNT_OPT("batch", job.batch, "sequences per optimizer step (per data-parallel rank)"),
     COUNT_OPT("seq", job.seq, "tokens per sequence"),
     {OPT_PRECISION, "precision", 0, "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16",
-     .store = CLIOPT_CALL},
+     .store = CLIOPT_CALL, .values = precision_value},
     {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)",
-     .store = CLIOPT_CALL},
+     .store = CLIOPT_CALL, .values = optimizer_value},
     COUNT_OPT("accum", job.accum, "gradient accumulation steps (default 1; divides --batch)"),
     {0, "checkpointing", 0, NULL, "activation checkpointing on every layer",
      .store = CLIOPT_SET, .field = AT(job.checkpointing)},
     {OPT_ATTENTION, "attention", 0, "A", "sdpa (default; fused, math for fp32 GQA) or eager",
-     .store = CLIOPT_CALL},
+     .store = CLIOPT_CALL, .values = attention_value},
     COUNT_OPT("data-parallel", job.data_parallel, "data-parallel ranks (default 1)"),
     {0, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3",
      .store = CLIOPT_COUNT, .field = AT(zero), .min = 0, .max = 3},
@@ -533,6 +561,10 @@ plan_option(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct plan_args *pa = ctx;
     struct plan_job *job = &pa->job;
+    size_t k;
+    /* A value the option does not list: the values, and the nearest. */
+    if (o->values != NULL && !cliopt_choice(&plan_cmd, o, value, &k))
+        return CLI_EXIT_USAGE;
     switch (o->id) {
     case OPT_PRECISION:
         if (!plan_precision_parse(value, &job->precision))

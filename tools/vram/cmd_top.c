@@ -39,6 +39,13 @@
 enum sort_key { SORT_USED, SORT_PEAK, SORT_TREND, SORT_PID, SORT_COUNT };
 static const char *const sort_names[SORT_COUNT] = {"used", "peak", "trend", "pid"};
 
+/* The I-th value of --sort (cliopt's completion and its check). */
+static const char *
+sort_value(size_t i)
+{
+    return i < SORT_COUNT ? sort_names[i] : NULL;
+}
+
 /* The signal that asked us to quit; 0 = none. Written by the handler only. */
 static volatile sig_atomic_t top_quit_signal;
 
@@ -433,7 +440,8 @@ struct top_args {
 
 static const struct cli_opt opt_table[] = {
     CMD_OPT_INTERVAL('d', AT(t.interval_s)),
-    {0, "sort", 0, "KEY", "used, peak, trend or pid (default used)", .store = CLIOPT_CALL},
+    {0, "sort", 0, "KEY", "used, peak, trend or pid (default used)", .store = CLIOPT_CALL,
+     .values = sort_value},
     {0, "once", 0, NULL,
      "print one plain snapshot and exit (what top does when standard output is not a "
      "terminal)",
@@ -461,13 +469,9 @@ static int
 top_option(void *ctx, const struct cli_opt *opt, const char *value)
 {
     struct top_args *a = ctx;
-    (void)opt;
-    int k = 0;
-    while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
-        k++;
-    if (k == SORT_COUNT)
-        return cliopt_usage_error(&top_cmd, "--sort '%s': expected used, peak, trend or pid",
-                                  value);
+    size_t k;
+    if (!cliopt_choice(&top_cmd, opt, value, &k))
+        return CLI_EXIT_USAGE;
     a->t.sort = (enum sort_key)k;
     return CLIOPT_GO_ON;
 }
