@@ -13,7 +13,7 @@
 #   share/vram/python/vram/               the Python package (vram plan --model)
 #   share/vram/contrib/                   Grafana dashboard, alert rules, plugstack.conf line
 #   share/doc/vram/                       README, BENCHMARKS, docs/, LICENSE
-#   share/man/man1/, bash-completion      see cmake/Man.cmake
+#   share/man/man1,3,5/*.gz, bash-completion  see cmake/Man.cmake
 #
 # Included at the end of CMakeLists.txt, once every target exists. The
 # installed vram binary finds its preload library and Python package
