@@ -43,6 +43,23 @@ install(FILES ${PROJECT_SOURCE_DIR}/include/vram.h ${PROJECT_BINARY_DIR}/include
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # ---- pkg-config and the CMake package ----
+# vram.pc names its directories from its own (${pcfiledir}): from
+# <libdir>/pkgconfig back to the prefix, then down again. A directory given
+# as an absolute path outside the prefix stays absolute.
+set(VRAM_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(IS_ABSOLUTE ${VRAM_PC_DIR})
+  message(FATAL_ERROR "CMAKE_INSTALL_LIBDIR must be relative to the prefix for a relocatable vram.pc")
+endif()
+file(RELATIVE_PATH VRAM_PC_TO_PREFIX /prefix/${VRAM_PC_DIR} /prefix)
+string(REGEX REPLACE "/$" "" VRAM_PC_TO_PREFIX "${VRAM_PC_TO_PREFIX}")
+foreach(kind LIBDIR INCLUDEDIR)
+  if(IS_ABSOLUTE ${CMAKE_INSTALL_${kind}})
+    set(VRAM_PC_${kind} ${CMAKE_INSTALL_${kind}})
+  else()
+    set(VRAM_PC_${kind} "\${prefix}/${CMAKE_INSTALL_${kind}}")
+  endif()
+endforeach()
+set(VRAM_PRELOAD_NAME libvram-preload.so)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/vram.pc.in ${PROJECT_BINARY_DIR}/vram.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/vram.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
