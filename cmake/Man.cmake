@@ -37,14 +37,17 @@ if(VRAM_HELP2MAN AND NOT VRAM_MAN STREQUAL "OFF")
             ${PROJECT_SOURCE_DIR}/contrib/policy/policy.conf
     COMMENT "Generating the man pages" VERBATIM)
   add_custom_target(vram_man ALL DEPENDS ${VRAM_MAN_STAMP})
-  install(DIRECTORY ${VRAM_MAN_DIR}/gz/ DESTINATION ${CMAKE_INSTALL_MANDIR})
+  install(DIRECTORY ${VRAM_MAN_DIR}/gz/man1 ${VRAM_MAN_DIR}/gz/man5
+          DESTINATION ${CMAKE_INSTALL_MANDIR} COMPONENT vram)
+  install(DIRECTORY ${VRAM_MAN_DIR}/gz/man3 DESTINATION ${CMAKE_INSTALL_MANDIR}
+          COMPONENT libvram-dev)
 endif()
 
 # Bash completion: contrib/bash-completion/vram asks the installed vram for
-# its commands and options (`vram help`, `vram CMD --help`), so it follows
-# the program without being regenerated. Installed where bash-completion
+# its commands, options and their values (`vram CMD --complete-...`), so it
+# follows the program without being regenerated. Installed where bash-completion
 # loads completions on demand, under the prefix.
 set(VRAM_BASH_COMPLETION_DIR ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
     CACHE PATH "where the bash completion of vram is installed")
 install(FILES ${PROJECT_SOURCE_DIR}/contrib/bash-completion/vram
-        DESTINATION ${VRAM_BASH_COMPLETION_DIR})
+        DESTINATION ${VRAM_BASH_COMPLETION_DIR} COMPONENT vram)

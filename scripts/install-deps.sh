@@ -10,8 +10,9 @@
 #              built by default; -DVRAM_LIVE_TOOLS=OFF does without them).
 #   --package  also what `make package` needs: help2man (the man pages are
 #              made from the --help texts), libslurm-dev (the Slurm plug-in
-#              needs slurm/spank.h), file and dpkg-dev (CPack's DEB generator
-#              computes the dependencies with dpkg-shlibdeps).
+#              needs slurm/spank.h), file and dpkg-dev (cmake/debian/
+#              build-debs.sh: dpkg-deb, dpkg-shlibdeps, dpkg-gensymbols,
+#              dpkg-buildflags).
 #   --fuzz     also clang and its libFuzzer runtime (libclang-rt-14-dev on
 #              Debian 12): `make fuzz` and CTest's fuzz_libfuzzer build the
 #              fuzz targets with them (tests/fuzz/run_fuzzers.sh).

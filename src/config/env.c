@@ -214,9 +214,9 @@ typedef char KIND_TEXT_type[4096];
 
 #define VRAM_ENV_RUN(X)                                                                  \
     X(VRAM_PRELOAD_LIBRARY, KIND_PATH, run.preload_library, "", "a file path",           \
-      "The preload library vram run injects; unset: the installed libvram-preload.so "  \
+      "The preload library vram run injects; unset: the installed libvram-preload.so.0 " \
       "beside the vram binary (/usr/bin/vram: /usr/lib/<multiarch>/), else "             \
-      "../lib/libvram-preload.so from its directory (the build tree).")                  \
+      "../lib/libvram-preload.so.0 from its directory (the build tree).")                \
     X(LD_PRELOAD, KIND_TEXT, run.ld_preload, "", "the dynamic loader's list",            \
       "vram run puts the preload library first and keeps the entries already here.")   \
     X(VRAM_PYTHON, KIND_PATH, run.python, "", "a python3 interpreter",                  \

@@ -145,8 +145,8 @@ expect_line "options after the command" "--limit"
 run -- $P echo hello --report
 expect_line "command without --" "hello --report"
 
-# ---- the default library: ../lib/libvram-preload.so beside the binary ----
-DEFAULT=$(cd "$(dirname "$VRAM")/.." && pwd)/lib/libvram-preload.so
+# ---- the default library: ../lib/libvram-preload.so.0 beside the binary ----
+DEFAULT=$(cd "$(dirname "$VRAM")/.." && pwd)/lib/libvram-preload.so.0
 if [ -e "$DEFAULT" ] && [ -n "$SANITIZE" ]; then
     # Found (else exit 1), without loading it into an unsanitized program.
     run -- --limit 4G -- "$TMP/no-such-command"

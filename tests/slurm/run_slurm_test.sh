@@ -395,8 +395,8 @@ for bad in 6X 0 2G -1G ""; do
         fail "srun --gpu-mem='$bad' is refused" "exit $rc, ran: $([ -e "$W/ran" ] && echo yes || echo no)"
     fi
 done
-if grep -q "above this cluster's maximum of 1.00 GiB" "$TMP/err" 2>/dev/null ||
-    { job -n1 --gpu-mem=2G true; grep -q "above this cluster's maximum of 1.00 GiB" "$TMP/err"; }; then
+if grep -q "above this cluster's maximum of 1G per GPU" "$TMP/err" 2>/dev/null ||
+    { job -n1 --gpu-mem=2G true; grep -q "above this cluster's maximum of 1G per GPU" "$TMP/err"; }; then
     pass "the message for --gpu-mem=2G names the maximum (max=1G)"
 else
     fail "the message for --gpu-mem=2G names the maximum" "no such line"

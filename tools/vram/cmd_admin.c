@@ -36,7 +36,10 @@
 #include "base/size.h"
 #include "vram.h"
 
-#define PRELOAD_NAME "libvram-preload.so"
+/* Every vram preload library: libvram-preload.so, and its versioned
+** names (libvram-preload.so.0, ...), which earlier versions and this one
+** wrote into /etc/ld.so.preload. */
+#define PRELOAD_STEM "libvram-preload.so"
 #define LD_PRELOAD_FILE "/etc/ld.so.preload"
 #define CGROUP_DIR "/sys/fs/cgroup"
 #define MAX_PRELOAD_FILE (64 * 1024) /* a larger /etc/ld.so.preload is refused */
@@ -75,7 +78,8 @@ static const struct cli_opt opt_table[] = {
      "work on DIR/etc/ld.so.preload, DIR/etc/vram/policy.conf and DIR/sys/fs/cgroup",
      .store = CLIOPT_STRING, .field = AT(root)},
     {0, "preload", 0, "PATH",
-     "enable: the library to preload (default: lib/libvram-preload.so beside bin/vram)",
+     "enable: the library to preload (default: " VRAM_PRELOAD_NAME " in the library "
+     "directory beside bin/vram)",
      .store = CLIOPT_STRING, .field = AT(preload)},
 };
 
@@ -281,13 +285,26 @@ read_preload_file(const char *path, char **out)
     return true;
 }
 
-/* Whether ENTRY (one word of the file) is a vram preload library. */
+/* Whether ENTRY (one word of the file, N bytes) is a vram preload library:
+** its file name is PRELOAD_STEM, optionally followed by ".N" version parts. */
 static bool
 is_vram_entry(const char *entry, size_t n)
 {
-    size_t m = strlen(PRELOAD_NAME);
-    return n >= m && memcmp(entry + n - m, PRELOAD_NAME, m) == 0 &&
-           (n == m || entry[n - m - 1] == '/');
+    const char *base = entry;
+    for (size_t i = 0; i < n; i++)
+        if (entry[i] == '/')
+            base = entry + i + 1;
+    size_t b = n - (size_t)(base - entry), m = strlen(PRELOAD_STEM);
+    if (b < m || memcmp(base, PRELOAD_STEM, m) != 0)
+        return false;
+    for (size_t i = m; i < b; i++) {
+        bool dot = base[i] == '.';
+        if (!dot && (base[i] < '0' || base[i] > '9'))
+            return false;
+        if (dot && (i + 1 == b || base[i + 1] == '.'))
+            return false; /* a version part is digits */
+    }
+    return b == m || base[m] == '.';
 }
 
 /*
@@ -549,7 +566,7 @@ do_enable(const struct admin *a)
         snprintf(given, sizeof given, "%s", a->preload);
     else if (!cli_default_preload(given, sizeof given)) {
         cli_error("admin: enable: no preload library at %s (give --preload PATH)",
-                  given[0] != '\0' ? given : "lib/" PRELOAD_NAME);
+                  given[0] != '\0' ? given : "lib/" VRAM_PRELOAD_NAME);
         return 1;
     }
     if (realpath(given, lib) == NULL) {

@@ -69,8 +69,6 @@ enum {
 /* How often a command being stopped is checked for its exit, ms. */
 #define RUN_STOP_POLL_MS 50
 
-#define PRELOAD_NAME "libvram-preload.so"
-
 /* Where `make install` puts the preload library, relative to the vram
 ** binary's directory (set by cmake/Install.cmake from GNUInstallDirs:
 ** "../lib/x86_64-linux-gnu" under /usr on Debian, "../lib" elsewhere). */
@@ -112,7 +110,7 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_SET, .field = AT(report)},
     {0, "preload", 0, "PATH",
      "the preload library (default: VRAM_PRELOAD_LIBRARY, else the installed "
-     PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)",
+     VRAM_PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)",
      .store = CLIOPT_STRING, .field = AT(preload)},
 };
 
@@ -120,8 +118,9 @@ static void
 run_notes(FILE *out)
 {
     fprintf(out,
-            "Sizes are 1024-based: 6G, 6Gi, 6GiB and 6GB are the same; a fraction is of\n"
-            "each device's total memory. Without --limit, VRAM_LIMIT from the\n"
+            "Sizes are 1024-based: 6G, 6Gi, 6GiB and 6GB are the same, and need a unit\n"
+            "(1073741824B for bytes); a fraction (50%%, 0.5) is of each device's total\n"
+            "memory. Without --limit, VRAM_LIMIT from the\n"
             "environment (or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]) applies; with no\n"
             "limit from any source the command runs unlimited, and vram says so.\n"
             "VRAM_MEMORY_LIMIT is another thing: the cap of the vram allocator inside\n"
@@ -133,7 +132,7 @@ run_notes(FILE *out)
 static const struct cli_command run_cmd = {
     .prog = "vram run",
     .synopsis = "[OPTIONS] [--] COMMAND [ARGS...]",
-    .about = "Run COMMAND with the quota enforcer (" PRELOAD_NAME ") preloaded, so\n"
+    .about = "Run COMMAND with the quota enforcer (" VRAM_PRELOAD_NAME ") preloaded, so\n"
              "that COMMAND and every process it starts share one GPU memory quota\n"
              "per device. Past the quota an allocation fails as out of memory.\n",
     CLIOPT_TABLE(opt_table),
@@ -328,8 +327,8 @@ set_quota_env(const struct run_args *a, const char *group)
 
 
 /*
-** The default library: libvram-preload.so in the installed library
-** directory relative to the running vram binary (/usr/bin/vram ->
+** The default library: VRAM_PRELOAD_NAME (libvram-preload.so.0) in the
+** installed library directory relative to the running vram binary (/usr/bin/vram ->
 ** /usr/lib/x86_64-linux-gnu/), else in ../lib (the build tree:
 ** build/bin/vram -> build/lib/). Into BUF; false if there is none (BUF
 ** then holds the first path tried, or "").
@@ -337,7 +336,7 @@ set_quota_env(const struct run_args *a, const char *group)
 bool
 cli_default_preload(char *buf, size_t len)
 {
-    const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" PRELOAD_NAME, "../lib/" PRELOAD_NAME};
+    const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" VRAM_PRELOAD_NAME, "../lib/" VRAM_PRELOAD_NAME};
     char first[PATH_MAX] = "";
     for (size_t i = 0; i < sizeof rels / sizeof rels[0]; i++) {
         if (installed_path(rels[i], buf, len))
