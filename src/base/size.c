@@ -159,13 +159,13 @@ bare_refused(const char *shown, uint64_t whole)
         if (exact[strlen(exact) - 1] != 'B')
             snprintf(same, sizeof same, " (= %s)", exact);
         return error_set(VRAM_E_PARSE,
-                         "'%s': a size needs a unit: %sB for bytes%s, as earlier versions "
-                         "read a bare number",
+                         "'%s': a size needs a unit: %sB for bytes%s, as earlier "
+                         "versions read a bare number",
                          shown, shown, same);
     }
     return error_set(VRAM_E_PARSE,
-                     "'%s': a size needs a unit: %sG (GiB), %sM (MiB) or %sB (bytes)", shown,
-                     shown, shown, shown);
+                     "'%s': a size needs a unit: %sG (GiB), %sM (MiB) or %sB (bytes)",
+                     shown, shown, shown, shown);
 }
 
 vram_status

@@ -116,7 +116,8 @@ typedef char KIND_TEXT_type[4096];
 #define ENV_BOOL_WORDS "true or false; also 1/0, yes/no, on/off"
 
 /* HAMi's sizes: a bare number is bytes there, as HAMi reads it. */
-#define ENV_HAMI_SIZE "a size above 0, e.g. 6144m (a number without a unit is bytes, as in HAMi)"
+#define ENV_HAMI_SIZE                                                                    \
+    "a size above 0, e.g. 6144m (a number without a unit is bytes, as in HAMi)"
 
 /*
 ** X(NAME, kind, field of struct env_state, default ("" = unset),
@@ -345,7 +346,8 @@ parse_value(struct env_load *L, enum env_id id, int index, const char *text)
     case KIND_SIZE:
     case KIND_SIZE_BYTES:
     case KIND_SIZE_INDEXED:
-        if (size_parse_as(text, v->kind == KIND_SIZE ? SIZE_BARE_REFUSED : SIZE_BARE_BYTES,
+        if (size_parse_as(text,
+                          v->kind == KIND_SIZE ? SIZE_BARE_REFUSED : SIZE_BARE_BYTES,
                           &u) != VRAM_OK)
             error_take(why, sizeof why);
         else if (u == 0)

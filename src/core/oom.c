@@ -49,15 +49,16 @@ oom_explain_locked(struct vram_device *dev, uint64_t size, char *buf, size_t len
         ** merges all free space; elsewhere, headroom is what helps. */
         if (!dev->policy.virtual_range)
             snprintf(hint, sizeof hint, "free memory is fragmented: try VRAM_STRATEGY=expandable");
-        else if (needed + needed / 8 < ceiling)
+        else if (needed + needed / 8 < ceiling) {
+            uint64_t gib = (needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30;
             snprintf(hint, sizeof hint,
                      "free memory is fragmented: leave headroom with VRAM_MEMORY_LIMIT=%s",
-                     size_format_setting((needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30,
-                                         need, sizeof need));
-        else
+                     size_format_setting(gib, need, sizeof need));
+        } else {
             snprintf(hint, sizeof hint,
                      "free memory is fragmented and the GPU is nearly full: reduce the batch "
                      "size");
+        }
     } else if (needed < ceiling && dev->limit < ceiling) {
         uint64_t gib = (needed + (1ULL << 30) - 1) >> 30 << 30;
         if (gib > ceiling)

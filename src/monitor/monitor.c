@@ -92,10 +92,10 @@ metrics_markdown(FILE *out)
     fprintf(out, "\ngpu (NVML's index), UUID, modelName and Hostname are the labels of\n"
                  "NVIDIA's dcgm-exporter, so that one query joins both exporters' series;\n"
                  "gpu and modelName are empty for a GPU that only the ledgers know (no\n"
-                 "NVML). The GPU's UUID is the one label `UUID`, as dcgm-exporter spells\n"
-                 "it: join on it (docs/MONITORING.md has examples). Earlier versions\n"
-                 "also had `uuid`, the same value: queries and dashboards that name\n"
-                 "`uuid` must name `UUID` instead.\n");
+                 "NVML). The GPU's UUID is the one label `UUID`, as dcgm-exporter\n"
+                 "spells it: join on it (docs/MONITORING.md has examples). Earlier\n"
+                 "versions also had `uuid`, the same value: queries and dashboards that\n"
+                 "name `uuid` must name `UUID` instead.\n");
     fprintf(out, "\nProcesses are listed from the ledgers of the calling user only (see\n"
                  "docs/LEDGER.md); processes outside vram appear with an empty group when\n"
                  "NVML is available. A killed process disappears at the next sample.\n"

@@ -166,9 +166,12 @@ join_unit(char **w, int *n, int at, char *buf, size_t len)
     const char *num = w[at], *unit = w[at + 1];
     size_t nn = strlen(num), nu = strlen(unit);
     bool letters = nu >= 1 && nu <= 3;
-    for (size_t i = 0; i < nu && letters; i++)
-        letters = (unit[i] >= 'a' && unit[i] <= 'z') || (unit[i] >= 'A' && unit[i] <= 'Z');
-    if (!letters || nn == 0 || num[nn - 1] < '0' || num[nn - 1] > '9' || nn + nu + 2 > len)
+    for (size_t i = 0; i < nu && letters; i++) {
+        char c = unit[i];
+        letters = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    }
+    bool number = nn > 0 && num[nn - 1] >= '0' && num[nn - 1] <= '9';
+    if (!letters || !number || nn + nu + 2 > len)
         return;
     memcpy(buf, num, nn);
     buf[nn] = ' ';

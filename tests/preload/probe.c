@@ -892,7 +892,8 @@ scenario_malformed(void)
 static bool
 is_preload(const char *lib)
 {
-    return strncmp(lib, "libvram-preload.so", 18) == 0 && (lib[18] == '\0' || lib[18] == '.');
+    return strncmp(lib, "libvram-preload.so", 18) == 0 &&
+           (lib[18] == '\0' || lib[18] == '.');
 }
 
 /* Which library each function came from: ours for every hooked one

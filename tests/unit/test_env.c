@@ -584,9 +584,9 @@ test_limit_rejects(void **state)
         {"6 ", "unexpected ' '"},
         /* A number without a unit: TensorFlow's memory_limit counts MiB,
         ** earlier versions of vram bytes; the message gives both forms. */
-        {"1024", "'1024': a size needs a unit: 1024G (GiB), 1024M (MiB) or 1024B (bytes)"},
+        {"1024", "'1024': a size needs a unit: 1024G (GiB), 1024M (MiB) or 1024B"},
         {"0:6G,1:4096", "'4096': a size needs a unit"},
-        {"3G+1073741824", "1073741824B for bytes (= 1G), as earlier versions read a bare"},
+        {"3G+1073741824", "1073741824B for bytes (= 1G), as earlier versions read"},
         {"16384P", "too large"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -1304,8 +1304,8 @@ test_quota_hami(void **state)
     /* Malformed, when they apply: fail closed, naming the variable. */
     quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "6X"}),
                 "CUDA_DEVICE_MEMORY_LIMIT='6X': ",
-                "unknown unit 'X' (expected a size above 0, e.g. 6144m (a number without a "
-                "unit is bytes, as in HAMi))");
+                "unknown unit 'X' (expected a size above 0, e.g. 6144m (a number "
+                "without a unit is bytes, as in HAMi))");
     quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "0"}),
                 "CUDA_DEVICE_MEMORY_LIMIT='0': ", "must be more than 0");
     quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "50%"}),

@@ -362,15 +362,17 @@ test_malformed(void **state)
     /* A number without a unit: refused with the forms to write (earlier
     ** versions read it as bytes). */
     parse_bad("default 40\n",
-              "policy.conf:1: default: '40': a size needs a unit: 40G (GiB), 40M (MiB) or "
-              "40B (bytes) (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G)");
+              "policy.conf:1: default: '40': a size needs a unit: 40G (GiB), 40M (MiB) "
+              "or 40B (bytes) (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or "
+              "GPU-8c6f1e2a:6G)");
     parse_bad("user alice 42949672960\n",
               "policy.conf:1: user alice: '42949672960': a size needs a unit: "
               "42949672960B for bytes (= 40G), as earlier versions read a bare number "
               "(expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G)");
     parse_bad("group ml 0:40G,1:20\n",
-              "policy.conf:1: group ml: '20': a size needs a unit: 20G (GiB), 20M (MiB) or "
-              "20B (bytes) (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G)");
+              "policy.conf:1: group ml: '20': a size needs a unit: 20G (GiB), 20M "
+              "(MiB) or 20B (bytes) (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or "
+              "GPU-8c6f1e2a:6G)");
     parse_bad("user alice 0\n",
               "policy.conf:1: user alice: '0': a limit must be more than 0 (expected e.g. "
               "6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G)");

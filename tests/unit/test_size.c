@@ -180,8 +180,8 @@ test_size_rejects(void **state)
         {"1", "1G (GiB), 1M (MiB) or 1B (bytes)"},
         {"00012", "00012G"},
         {"1048575", "1048575B (bytes)"},
-        {"8589934592", "'8589934592': a size needs a unit: 8589934592B for bytes (= 8G), as "
-                       "earlier versions read a bare number"},
+        {"8589934592", "'8589934592': a size needs a unit: 8589934592B for bytes (= 8G), "
+                       "as earlier versions read a bare number"},
         {"1073741825", "'1073741825': a size needs a unit: 1073741825B for bytes, as"},
         {"16384P", "too large"},
         {"16777216T", "too large"},
@@ -439,7 +439,8 @@ test_size_bare(void **state)
     assert_non_null(strstr(vram_last_error(), "too large"));
     assert_true(v == SENTINEL_U64);
     /* A unit means the same under every convention. */
-    static const enum size_bare all[] = {SIZE_BARE_REFUSED, SIZE_BARE_BYTES, SIZE_BARE_MIB};
+    static const enum size_bare all[] = {SIZE_BARE_REFUSED, SIZE_BARE_BYTES,
+                                         SIZE_BARE_MIB};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         assert_int_equal(size_parse_as("6G", all[i], &v), VRAM_OK);
         assert_true(v == 6 * GiB);

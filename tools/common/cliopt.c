@@ -116,8 +116,8 @@ void
 cliopt_sizes_note(FILE *out, const char *example)
 {
     fprintf(out,
-            "Sizes are 1024-based: %s, %si, %siB and %sB alike; 512M, 1.5G, \"5.00 GiB\";\n"
-            "a number needs a unit (B for bytes: 1073741824B).\n",
+            "Sizes are 1024-based: %s, %si, %siB and %sB alike; 512M, 1.5G,\n"
+            "\"5.00 GiB\"; a number needs a unit (B for bytes: 1073741824B).\n",
             example, example, example, example);
 }
 
@@ -229,9 +229,10 @@ cliopt_choice(const struct cli_command *cmd, const struct cli_opt *o, const char
     size_t n = 0;
     while (cliopt_value(o, n) != NULL)
         n++;
-    for (size_t i = 0; i < n; i++)
-        strbuf_append(known, sizeof known, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ",
-                      cliopt_value(o, i));
+    for (size_t i = 0; i < n; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+        strbuf_append(known, sizeof known, "%s%s", sep, cliopt_value(o, i));
+    }
     const char *near = cliopt_nearest(text, option_value_of, o);
     if (near != NULL)
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
@@ -366,26 +367,27 @@ option_error(struct cliopt_iter *it, int c)
         char which[256] = "";
         for (const struct option *lo = it->longopts; lo->name != NULL; lo++)
             if (strncmp(lo->name, name + 2, len) == 0)
-                strbuf_append(which, sizeof which, "%s--%s", hits++ > 0 ? ", " : "", lo->name);
+                strbuf_append(which, sizeof which, "%s--%s", hits++ > 0 ? ", " : "",
+                              lo->name);
         if (hits > 1)
             return cliopt_usage_error(cmd, "ambiguous option '%s' (%s)", name, which);
         const char *near = cliopt_nearest(name + 2, long_name_of, it->longopts);
         if (near != NULL)
-            return cliopt_usage_error(cmd, "unknown option '%s' (did you mean '--%s'?)", name,
-                                      near);
+            return cliopt_usage_error(cmd, "unknown option '%s' (did you mean '--%s'?)",
+                                      name, near);
         return cliopt_usage_error(cmd, "unknown option '%s'", name);
     }
     /* "-limit": a long option written with one dash. glibc leaves optind
     ** on a cluster of short options it has not finished. */
-    if (optind < it->argc && it->argv[optind][0] == '-' && it->argv[optind][1] == optopt &&
-        optopt != 0)
+    if (optind < it->argc && optopt != 0 && it->argv[optind][0] == '-' &&
+        it->argv[optind][1] == optopt)
         arg = it->argv[optind];
     if (arg[0] == '-' && arg[1] != '-' && strlen(arg) > 2) {
         spelled(arg, name, sizeof name);
         const char *near = cliopt_nearest(name + 1, long_name_of, it->longopts);
         if (near != NULL && strlen(name + 1) > 1)
-            return cliopt_usage_error(cmd, "unknown option '%s' (did you mean '--%s'?)", name,
-                                      near);
+            return cliopt_usage_error(cmd, "unknown option '%s' (did you mean '--%s'?)",
+                                      name, near);
     }
     if (optopt > 0x20 && optopt < 0x7f)
         return cliopt_usage_error(cmd, "unknown option '-%c'", optopt);
@@ -441,8 +443,10 @@ complete(struct cliopt_iter *it)
             for (size_t i = 0; cmd->operands(i) != NULL; i++)
                 printf("%s\n", cmd->operands(i));
         } else {
-            fputs(cmd->no_operands ? "none\n" : cmd->stop_at_operand ? "command\n" : "files\n",
-                  stdout);
+            const char *kind = cmd->no_operands       ? "none"
+                               : cmd->stop_at_operand ? "command"
+                                                      : "files";
+            printf("%s\n", kind);
         }
     } else if (it->argc == 3 && strcmp(q, "--complete-values") == 0) {
         const char *want = it->argv[2];
@@ -456,12 +460,14 @@ complete(struct cliopt_iter *it)
         }
         for (size_t i = 0; i < cmd->n_opts && i < CLIOPT_MAX && o == NULL; i++)
             if (strcmp(cmd->opts[i].name, want) == 0 ||
-                (want[0] != '\0' && want[1] == '\0' && cmd->opts[i].short_name == want[0]))
+                (want[0] != '\0' && want[1] == '\0' &&
+                 cmd->opts[i].short_name == want[0]))
                 o = &cmd->opts[i];
         if (o == NULL) {
             char shown[TEXT_EXCERPT_LEN];
-            it->status = cliopt_usage_error(cmd, "--complete-values: no option '%s'",
-                                            text_excerpt(it->argv[2], shown, sizeof shown));
+            text_excerpt(it->argv[2], shown, sizeof shown);
+            it->status =
+                cliopt_usage_error(cmd, "--complete-values: no option '%s'", shown);
             return CLIOPT_EXIT;
         }
         complete_values(o, stdout);

@@ -204,8 +204,8 @@ const char *cliopt_value(const struct cli_opt *o, size_t i);
 /* TEXT as one of the values of option O of CMD (which must list them):
 ** its index into *INDEX; otherwise the usage error "--NAME 'TEXT':
 ** expected A, B or C (did you mean 'B'?)" (false, the line printed). */
-bool cliopt_choice(const struct cli_command *cmd, const struct cli_opt *o, const char *text,
-                   size_t *index);
+bool cliopt_choice(const struct cli_command *cmd, const struct cli_opt *o,
+                   const char *text, size_t *index);
 
 /* The I-th of N NAMES: the form cliopt_nearest takes. */
 typedef const char *(*cliopt_names)(size_t i, const void *ctx);

@@ -806,7 +806,7 @@ cmd_admin(int argc, char **argv)
     const char *near = cliopt_nearest(verb, verb_of, NULL);
     if (near != NULL)
         snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
-    return cliopt_usage_error(&admin_cmd,
-                              "unknown action '%s' (expected enable, disable, status or check)%s",
-                              text_excerpt(verb, shown, sizeof shown), hint);
+    return cliopt_usage_error(
+        &admin_cmd, "unknown action '%s' (expected enable, disable, status or check)%s",
+        text_excerpt(verb, shown, sizeof shown), hint);
 }

@@ -101,8 +101,10 @@ error_row(void *ctx, const char *name, const char *value, const char *source)
     (void)name;
     if (source != NULL)
         return;
-    if (e->bad++ == 0 && e->len > 0)
-        snprintf(e->first, e->len, "%s", strncmp(value, "error: ", 7) == 0 ? value + 7 : value);
+    if (e->bad++ == 0 && e->len > 0) {
+        const char *why = strncmp(value, "error: ", 7) == 0 ? value + 7 : value;
+        snprintf(e->first, e->len, "%s", why);
+    }
 }
 
 int

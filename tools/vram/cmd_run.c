@@ -110,7 +110,8 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_SET, .field = AT(report)},
     {0, "preload", 0, "PATH",
      "the preload library (default: VRAM_PRELOAD_LIBRARY, else the installed "
-     VRAM_PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)",
+     VRAM_PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR
+     "/, or ../lib/ in a build)",
      .store = CLIOPT_STRING, .field = AT(preload)},
 };
 
@@ -336,7 +337,8 @@ set_quota_env(const struct run_args *a, const char *group)
 bool
 cli_default_preload(char *buf, size_t len)
 {
-    const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" VRAM_PRELOAD_NAME, "../lib/" VRAM_PRELOAD_NAME};
+    const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" VRAM_PRELOAD_NAME,
+                          "../lib/" VRAM_PRELOAD_NAME};
     char first[PATH_MAX] = "";
     for (size_t i = 0; i < sizeof rels / sizeof rels[0]; i++) {
         if (installed_path(rels[i], buf, len))

@@ -325,8 +325,8 @@ proc_row(struct top *t, struct frame *f, int row, const struct mon_proc *p,
     if (p->n_history < 2)
         snprintf(trend, sizeof trend, "-"); /* one sample: no slope yet */
     else
-        snprintf(trend, sizeof trend, per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f",
-                 per_min);
+        snprintf(trend, sizeof trend,
+                 per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f", per_min);
     char buf[512];
     snprintf(buf, sizeof buf, "%3s %7ld %-6.6s %-10.10s %-10.10s %7s %7s %7s %7s  %s %7s %7s",
              idx, (long)p->pid, user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
@@ -343,7 +343,8 @@ proc_row(struct top *t, struct frame *f, int row, const struct mon_proc *p,
 ** text there, every process listed, nothing cut.
 */
 static void
-draw(struct top *t, const struct mon_view *v, const struct mon_proc **order, FILE *snapshot)
+draw(struct top *t, const struct mon_view *v, const struct mon_proc **order,
+     FILE *snapshot)
 {
     struct frame plain = {.lines = INT_MAX, .plain = snapshot};
     struct frame *f = snapshot != NULL ? &plain : frame_get(t);
@@ -358,9 +359,9 @@ draw(struct top *t, const struct mon_view *v, const struct mon_proc **order, FIL
              t->reverse ? " (reversed)" : "");
     } else {
         line(f, row++, 0, false,
-             "vram top -- %d GPU%s%s, %d process%s; sort: %s%s; every %.1f s", v->n_devices,
-             v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "", v->n_procs,
-             v->n_procs == 1 ? "" : "es", sort_names[t->sort],
+             "vram top -- %d GPU%s%s, %d process%s; sort: %s%s; every %.1f s",
+             v->n_devices, v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "",
+             v->n_procs, v->n_procs == 1 ? "" : "es", sort_names[t->sort],
              t->reverse ? " (reversed)" : "", t->interval_s);
         line(f, row++, 0, false,
              "keys: q quit, s/u/p/t/i sort by next/used/peak/trend/pid, r reverse");

@@ -110,8 +110,8 @@ unknown_command(const char *what, const char *name)
     const char *near = cliopt_nearest(name, command_word_of, NULL);
     text_excerpt(name, shown, sizeof shown);
     if (near != NULL)
-        return cliopt_usage_error(&vram_cmd, "%sunknown command '%s' (did you mean '%s'?)", what,
-                                  shown, near);
+        return cliopt_usage_error(
+            &vram_cmd, "%sunknown command '%s' (did you mean '%s'?)", what, shown, near);
     return cliopt_usage_error(&vram_cmd, "%sunknown command '%s'", what, shown);
 }
 
