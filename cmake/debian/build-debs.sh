@@ -99,7 +99,9 @@ libunwind8 makes the call sites of vram record cheaper."
     vram)
         section=utils arch=$ARCH multiarch=foreign
         depends="libvram-preload0 (= $VERSION)"
-        extra="Suggests: python3-vram, python3-torch, prometheus"
+        # vram plan --model runs the tracer of the Python package.
+        extra="Recommends: python3-vram
+Suggests: python3-torch, prometheus"
         summary="GPU memory management for deep learning: quotas, analysis, monitoring"
         long="The vram command runs programs under a GPU memory quota (vram run),
 records and replays their allocations (record, replay), analyzes traces
