@@ -45,7 +45,8 @@ vram_status fraction_parse(const char *text, double *out);
 
 /* Print BYTES with an IEC unit and two decimals ("1.50 GiB", "512 B")
 ** into BUF of LEN bytes; returns BUF. size_parse reads it back (to the
-** precision printed). */
+** precision printed) below 1 EiB; from there it says EiB, which no
+** setting takes. */
 char *size_format(uint64_t bytes, char *buf, size_t len);
 
 /* Print BYTES exactly as a setting takes it, without a space, in the
