@@ -5,7 +5,7 @@
 #
 #   make install [PREFIX=/usr/local] [DESTDIR=]   build and install (cmake/Install.cmake)
 #   make uninstall [DESTDIR=]                     remove what `make install` installed
-#   make package                                  build-package/packages/vram_<version>_<arch>.deb
+#   make package                                  build-package/packages/*_<version>_<arch>.deb
 #   make fuzz [FUZZ_SECONDS=300]                  each libFuzzer target that long (docs/INTERNALS.md)
 MAKEFLAGS += --no-print-directory
 BUILD  ?= build
@@ -89,13 +89,18 @@ uninstall:
 	@if [ "$$(id -u)" -eq 0 ]; then ldconfig; fi
 
 # A build of its own under /usr, with the man pages and the Slurm plug-in
-# required, so that the package is complete whatever the main build has.
+# required, so that the packages are complete whatever the main build has,
+# and with Debian's build flags (dpkg-buildflags, every hardening option:
+# stack protector, _FORTIFY_SOURCE, relro and bind-now) as a Debian
+# package is built. The packages: cmake/Package.cmake.
 package: package-deps
-	@$(CMAKE) -S . -B $(BUILD)-package -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	@DEB_BUILD_MAINT_OPTIONS=hardening=+all; export DEB_BUILD_MAINT_OPTIONS; \
+	CFLAGS="$$(dpkg-buildflags --get CFLAGS) $$(dpkg-buildflags --get CPPFLAGS)" \
+	LDFLAGS="$$(dpkg-buildflags --get LDFLAGS)" \
+	$(CMAKE) -S . -B $(BUILD)-package -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DCMAKE_INSTALL_PREFIX=/usr -DVRAM_MAN=ON -DVRAM_REQUIRE_SLURM=ON >/dev/null
 	@$(CMAKE) --build $(BUILD)-package -j $(JOBS)
-	@cd $(BUILD)-package && cpack >/dev/null
-	@ls $(BUILD)-package/packages/*.deb
+	@$(CMAKE) --build $(BUILD)-package --target deb
 
 # Every timing: replay speed, the allocator's host-time targets, the
 # preload library's start-up and hook costs, the monitor, the exporter under
@@ -103,7 +108,7 @@ package: package-deps
 bench: build
 	@sh scripts/bench.sh $(BUILD)/bin/vram $(TRACES)
 	@sh tests/cli/check_targets.sh --timing $(BUILD)/bin/vram . || true
-	@$(BUILD)/tests/preload/bench_startup $(BUILD)/lib/libvram-preload.so \
+	@$(BUILD)/tests/preload/bench_startup $(BUILD)/lib/libvram-preload.so.0 \
 	    $$(ls /usr/lib/*/libz.so.1 | head -n 1) 2000
 	@sh scripts/bench_hooks.sh $(BUILD) || true
 	@$(BUILD)/tests/bench_monitor $(BUILD)/bin/vram

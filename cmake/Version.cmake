@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Version.cmake -- the project's VERSION (project() in CMakeLists.txt) is the
 # one source of vram's version: vram_version.h (VRAM_VERSION, hence
-# `vram --version`), vram.pc, the CMake package, the Debian package and the
+# `vram --version`), vram.pc, the CMake package, the Debian packages and the
 # Python package all take it from there. Included right after project(),
 # before any target, so that every target finds vram_version.h.
 
@@ -20,4 +20,14 @@ if(NOT VRAM_PY_VERSION STREQUAL PROJECT_VERSION)
   message(FATAL_ERROR "python/vram/__init__.py has __version__ = \"${VRAM_PY_VERSION}\" "
                       "but CMakeLists.txt's project VERSION is ${PROJECT_VERSION}: "
                       "set both to the same version")
+endif()
+
+# The Debian changelog's first entry is the version being packaged: a new
+# version gets its entry (what changed, for the administrators who install
+# it) before it builds.
+file(STRINGS ${PROJECT_SOURCE_DIR}/cmake/debian/changelog VRAM_DEB_CHANGELOG_TOP
+     LIMIT_COUNT 1)
+if(NOT VRAM_DEB_CHANGELOG_TOP MATCHES "^vram \\(${PROJECT_VERSION}\\) ")
+  message(FATAL_ERROR "cmake/debian/changelog starts with \"${VRAM_DEB_CHANGELOG_TOP}\", "
+                      "not an entry for ${PROJECT_VERSION}: add one (what changed)")
 endif()

@@ -10,8 +10,9 @@
 #              built by default; -DVRAM_LIVE_TOOLS=OFF does without them).
 #   --package  also what `make package` needs: help2man (the man pages are
 #              made from the --help texts), libslurm-dev (the Slurm plug-in
-#              needs slurm/spank.h), file and dpkg-dev (CPack's DEB generator
-#              computes the dependencies with dpkg-shlibdeps).
+#              needs slurm/spank.h), file and dpkg-dev (cmake/debian/
+#              build-debs.sh: dpkg-deb, dpkg-shlibdeps, dpkg-gensymbols,
+#              dpkg-buildflags).
 #   --fuzz     also clang and its libFuzzer runtime (libclang-rt-14-dev on
 #              Debian 12): `make fuzz` and CTest's fuzz_libfuzzer build the
 #              fuzz targets with them (tests/fuzz/run_fuzzers.sh).
@@ -24,8 +25,12 @@
 #                install takes a while.
 #              - munge, slurmctld, slurmd, slurm-client: the SPANK plug-in's
 #                test on a single-node cluster (tests/slurm/run_slurm_test.sh).
-#              - tmux, curl, prometheus (with promtool): the tests of top and
-#                the exporter (tests/cli/test_top.sh, test_exporter.sh).
+#              - tmux, curl, prometheus (with promtool): the tests of top, the
+#                exporter and the alert rules (tests/cli/test_top.sh,
+#                test_exporter.sh, tests/prometheus/test_alerts.sh).
+#              - bash-completion: the completion's test runs with its helpers
+#                (tests/cli/test_completion.sh).
+#              - lintian: the install test checks the Debian packages with it.
 #              - python3-torch, python3-torchvision: `vram plan --model` traces
 #                PyTorch programs; its tests run a CNN and a transformer on
 #                PyTorch's fake device. libtorch-dev: PyTorch's C++ headers,
@@ -42,7 +47,7 @@ PACKAGE_PKGS="help2man libslurm-dev file dpkg-dev"
 FUZZ_PKGS="clang libclang-rt-14-dev"
 TEST_PKGS="chromium fonts-dejavu-core python3
       munge slurmctld slurmd slurm-client
-      tmux curl prometheus
+      tmux curl prometheus bash-completion lintian
       python3-torch python3-torchvision libtorch-dev
       python3-venv python3-pip python3-setuptools python3-wheel man-db"
 case "${1:-}" in

@@ -84,14 +84,7 @@ parse_quota(const char *name, const char *text, uint64_t *out)
     char ex[TEXT_EXCERPT_LEN];
     /* A bare number is MiB, as in Slurm's --mem=6144: a byte count is
     ** never what a Slurm user means. */
-    char mib[32];
-    const char *given = text;
-    size_t digits = strspn(text, "0123456789");
-    if (digits > 0 && text[digits] == '\0' && digits + 2 <= sizeof mib) {
-        snprintf(mib, sizeof mib, "%sM", text);
-        text = mib;
-    }
-    if (size_parse(text, &bytes) != VRAM_OK) {
+    if (size_parse_as(text, SIZE_BARE_MIB, &bytes) != VRAM_OK) {
         /* size_parse's line quotes the value itself. */
         slurm_error("vram: %s: %s (expected a size such as 6G, 6Gi, 6GiB, 512M, or a "
                     "number of MiB as with --mem; units are 1024-based)",
@@ -100,7 +93,7 @@ parse_quota(const char *name, const char *text, uint64_t *out)
     }
     if (bytes == 0) {
         slurm_error("vram: %s: '%s': a quota of 0 bytes (expected a size such as 6G)",
-                    name, text_excerpt(given, ex, sizeof ex));
+                    name, text_excerpt(text, ex, sizeof ex));
         return false;
     }
     *out = bytes;
@@ -168,8 +161,8 @@ parse_args(struct spank_vram *g, int ac, char **av)
     if (g->max_bytes != 0 && g->default_bytes > g->max_bytes) {
         char a[32], b[32];
         slurm_error("vram: plugstack.conf: spank_vram.so default=%s is above max=%s",
-                    size_format(g->default_bytes, a, sizeof a),
-                    size_format(g->max_bytes, b, sizeof b));
+                    size_format_setting(g->default_bytes, a, sizeof a),
+                    size_format_setting(g->max_bytes, b, sizeof b));
         return false;
     }
     return true;
@@ -194,7 +187,7 @@ gpu_mem_option(int val, const char *optarg, int remote)
         slurm_error(
             "vram: --gpu-mem: '%s' (%s) is above this cluster's maximum of %s per GPU",
             text_excerpt(optarg, ex, sizeof ex), size_format(bytes, a, sizeof a),
-            size_format(g_vram.max_bytes, b, sizeof b));
+            size_format_setting(g_vram.max_bytes, b, sizeof b));
         return -1;
     }
     g_vram.option_given = true;
@@ -288,8 +281,9 @@ slurm_spank_task_init(spank_t sp, int ac, char **av)
         return -1;
     }
 
+    /* As VRAM_LIMIT takes it: a number there needs a unit. */
     char limit[32], group[LEDGER_GROUP_LEN];
-    snprintf(limit, sizeof limit, "%" PRIu64, bytes);
+    size_format_setting(bytes, limit, sizeof limit);
     snprintf(group, sizeof group, "slurm-%" PRIu32, jobid);
 
     static char user[SPANK_ENV_LEN], preload[SPANK_ENV_LEN];

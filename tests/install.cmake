@@ -14,3 +14,9 @@ add_test(NAME install COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/install/test_instal
          ${CMAKE_BINARY_DIR} ${PROJECT_SOURCE_DIR} ${VRAM_PRELOAD_TEST_DIR}/preload_probe
          ${VRAM_FAKECUDA_DIR} ${VRAM_INSTALL_PYTHON})
 set_tests_properties(install PROPERTIES LABELS "install;slow" SKIP_RETURN_CODE 77 TIMEOUT 300)
+# Relocatable: installed with --prefix (under DESTDIR), moved, then built
+# against with pkg-config alone and find_package (no root needed; slow:
+# the sanitizer builds cannot link a plain program against their library).
+add_test(NAME install_prefix COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/install/test_prefix.sh
+         ${CMAKE_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+set_tests_properties(install_prefix PROPERTIES LABELS "install;slow" SKIP_RETURN_CODE 77)

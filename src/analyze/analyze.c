@@ -826,7 +826,8 @@ meta_limit(const struct trace *t)
         memcpy(buf, p + 6, len);
         buf[len] = '\0';
         uint64_t v;
-        if (size_parse(buf, &v) == VRAM_OK)
+        /* The writers put bytes there, without a unit. */
+        if (size_parse_as(buf, SIZE_BARE_BYTES, &v) == VRAM_OK)
             return v;
         error_clear();
         return 0;

@@ -3,6 +3,14 @@
 ** size.c -- parsing and printing of byte sizes ("6G", "512MiB", "1.5G")
 ** and fractions ("50%", "0.5"). Every unit is 1024-based.
 **
+** A number without a unit means what the setting's convention says
+** (enum size_bare): nothing in vram's own settings, which refuse it with
+** the forms to write instead (is "80" 80 bytes, MiB as in Slurm and
+** TensorFlow's memory_limit, or GiB?), bytes in HAMi's variables, MiB
+** under Slurm. What size_format prints ("5.00 GiB", one space before the
+** unit) reads back, so that a size shown can be pasted into a setting;
+** size_format_setting prints the exact value without a space ("5G").
+**
 ** Parsing is done by hand rather than with strtoull/strtod: those accept
 ** leading spaces, signs, hexadecimal, "inf" and "nan", and strtod follows
 ** the host process's locale (a decimal comma under LC_NUMERIC=de_DE),
@@ -137,8 +145,37 @@ show_char(char c, char *buf, size_t len)
 /* Sizes                                                                */
 /* ------------------------------------------------------------------ */
 
+/*
+** The line for WHOLE, a number written without a unit in SHOWN, where
+** that is refused: the forms that say what was meant. A number of a
+** mebibyte or more reads as the bytes earlier versions took it for.
+*/
+static vram_status
+bare_refused(const char *shown, uint64_t whole)
+{
+    if (whole >= (1ULL << 20)) {
+        char exact[32], same[40] = "";
+        size_format_setting(whole, exact, sizeof exact);
+        if (exact[strlen(exact) - 1] != 'B')
+            snprintf(same, sizeof same, " (= %s)", exact);
+        return error_set(VRAM_E_PARSE,
+                         "'%s': a size needs a unit: %sB for bytes%s, as earlier "
+                         "versions read a bare number",
+                         shown, shown, same);
+    }
+    return error_set(VRAM_E_PARSE,
+                     "'%s': a size needs a unit: %sG (GiB), %sM (MiB) or %sB (bytes)",
+                     shown, shown, shown, shown);
+}
+
 vram_status
 size_parse(const char *text, uint64_t *out)
+{
+    return size_parse_as(text, SIZE_BARE_REFUSED, out);
+}
+
+vram_status
+size_parse_as(const char *text, enum size_bare bare, uint64_t *out)
 {
     char shown[TEXT_EXCERPT_LEN];
     char ch[16];
@@ -181,7 +218,12 @@ size_parse(const char *text, uint64_t *out)
                              SIZE_FRACTION_DIGITS_MAX);
     }
 
+    /* One space may come before the unit, as size_format prints it
+    ** ("5.00 GiB"), never before the end. */
+    if (*p == ' ' && is_alpha(p[1]))
+        p++;
     /* Unit: K..P with an optional "B", "i" or "iB", or a lone "B" for bytes. */
+    bool unit = *p != '\0';
     int shift = unit_shift(*p);
     if (shift > 0) {
         p++;
@@ -207,6 +249,11 @@ size_parse(const char *text, uint64_t *out)
     if (frac != NULL && shift == 0)
         return error_set(VRAM_E_PARSE, "'%s': a fraction needs a unit (e.g. 1.5G)",
                          shown);
+    /* No unit: what the setting's convention says (0 is 0 in any unit). */
+    if (!unit && bare == SIZE_BARE_MIB)
+        shift = 20;
+    else if (!unit && bare == SIZE_BARE_REFUSED && !overflow && whole != 0)
+        return bare_refused(shown, whole);
 
     /* whole << shift fits exactly when whole <= UINT64_MAX >> shift, and
     ** then adding the fraction's bits (< 2^shift) cannot overflow. */
@@ -242,6 +289,22 @@ size_format(uint64_t bytes, char *buf, size_t len)
         u++;
     }
     snprintf(buf, len, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+char *
+size_format_setting(uint64_t bytes, char *buf, size_t len)
+{
+    static const char units[] = "KMGTP";
+    if (buf == NULL || len == 0)
+        return buf;
+    int u = 0; /* the largest unit that divides BYTES exactly */
+    while (u < 5 && bytes != 0 && (bytes & ((1ULL << (10 * (u + 1))) - 1)) == 0)
+        u++;
+    if (u == 0)
+        snprintf(buf, len, "%" PRIu64 "%s", bytes, bytes == 0 ? "" : "B");
+    else
+        snprintf(buf, len, "%" PRIu64 "%c", bytes >> (10 * u), units[u - 1]);
     return buf;
 }
 

@@ -76,7 +76,8 @@ struct env_state {
 enum env_kind {
     KIND_BACKEND,      /* vram_backend_kind: "sim" or "cuda" */
     KIND_DEVICES,      /* int, 1..ENV_MAX_DEVICES */
-    KIND_SIZE,         /* uint64_t, bytes, > 0 */
+    KIND_SIZE,         /* uint64_t, bytes, > 0; a number needs a unit */
+    KIND_SIZE_BYTES,   /* uint64_t, bytes, > 0; a bare number is bytes (HAMi's) */
     KIND_STRATEGY,     /* vram_strategy, by vram_strategy_parse */
     KIND_TRISTATE,     /* int: -1 unset, 0 false, 1 true */
     KIND_BOOL,         /* bool */
@@ -87,7 +88,8 @@ enum env_kind {
     KIND_PATH,         /* char[512], NUL-terminated; "" = unset */
     KIND_QUOTA,        /* struct quota_env: all, entries and n_entries (VRAM_LIMIT) */
     KIND_GROUP,        /* char[64]: letters, digits, '.', '_', '-'; "" = unset */
-    KIND_SIZE_INDEXED, /* uint64_t[ENV_INDEXED_COUNT], bytes, > 0; 0 = unset.
+    KIND_SIZE_INDEXED, /* uint64_t[ENV_INDEXED_COUNT], bytes, > 0; 0 = unset;
+                          a bare number is bytes (HAMi's).
                           The row's name is a prefix: NAME0 .. NAME15 */
     KIND_TEXT          /* char[4096], NUL-terminated, any text; "" = unset */
 };
@@ -95,6 +97,7 @@ enum env_kind {
 typedef vram_backend_kind KIND_BACKEND_type;
 typedef int KIND_DEVICES_type;
 typedef uint64_t KIND_SIZE_type;
+typedef uint64_t KIND_SIZE_BYTES_type;
 typedef vram_strategy KIND_STRATEGY_type;
 typedef int KIND_TRISTATE_type;
 typedef bool KIND_BOOL_type;
@@ -112,6 +115,10 @@ typedef char KIND_TEXT_type[4096];
 #define ENV_QUOTA_EXPECT QUOTA_EXPECT
 
 #define ENV_BOOL_WORDS "true or false; also 1/0, yes/no, on/off"
+
+/* HAMi's sizes: a bare number is bytes there, as HAMi reads it. */
+#define ENV_HAMI_SIZE                                                                    \
+    "a size above 0, e.g. 6144m (a number without a unit is bytes, as in HAMi)"
 
 /*
 ** X(NAME, kind, field of struct env_state, default ("" = unset),
@@ -194,12 +201,11 @@ typedef char KIND_TEXT_type[4096];
     X(VRAM_GROUP, KIND_GROUP, quota.group, "", "1 to 63 letters, digits, '.', '_', '-'", \
       "Processes with the same group share one quota (vram run gives each run its "      \
       "own); unset: each process alone.")                                                \
-    X(CUDA_DEVICE_MEMORY_LIMIT, KIND_SIZE, hami_all, "", "a size above 0, e.g. 6144m",   \
+    X(CUDA_DEVICE_MEMORY_LIMIT, KIND_SIZE_BYTES, hami_all, "", ENV_HAMI_SIZE,            \
       "HAMi's limit of every device; read only when VRAM_LIMIT and VRAM_GROUP are "      \
       "both unset (a VRAM_GROUP alone turns HAMi's variables off, which the preload "    \
       "library says once per process).")                                                 \
-    X(CUDA_DEVICE_MEMORY_LIMIT_, KIND_SIZE_INDEXED, hami_dev, "",                        \
-      "a size above 0, e.g. 6144m",                                                      \
+    X(CUDA_DEVICE_MEMORY_LIMIT_, KIND_SIZE_INDEXED, hami_dev, "", ENV_HAMI_SIZE,         \
       "HAMi's limit of CUDA device i (0..15), ahead of CUDA_DEVICE_MEMORY_LIMIT; read "  \
       "only when VRAM_LIMIT and VRAM_GROUP are both unset.")                            \
     X(CUDA_DEVICE_MEMORY_SHARED_CACHE, KIND_PATH, hami_cache, "", "a file path",       \
@@ -221,9 +227,9 @@ typedef char KIND_TEXT_type[4096];
 
 #define VRAM_ENV_RUN(X)                                                                  \
     X(VRAM_PRELOAD_LIBRARY, KIND_PATH, run.preload_library, "", "a file path",           \
-      "The preload library vram run injects; unset: the installed libvram-preload.so "  \
+      "The preload library vram run injects; unset: the installed libvram-preload.so.0 " \
       "beside the vram binary (/usr/bin/vram: /usr/lib/<multiarch>/), else "             \
-      "../lib/libvram-preload.so from its directory (the build tree).")                  \
+      "../lib/libvram-preload.so.0 from its directory (the build tree).")                \
     X(LD_PRELOAD, KIND_TEXT, run.ld_preload, "", "the dynamic loader's list",            \
       "vram run puts the preload library first and keeps the entries already here.")   \
     X(VRAM_PYTHON, KIND_PATH, run.python, "", "a python3 interpreter",                  \
@@ -387,13 +393,16 @@ parse_value(struct env_load *L, enum env_id id, int index, const char *text)
             *(int *)dst = (int)i;
         break;
     case KIND_SIZE:
+    case KIND_SIZE_BYTES:
     case KIND_SIZE_INDEXED:
-        if (size_parse(text, &u) != VRAM_OK)
+        if (size_parse_as(text,
+                          v->kind == KIND_SIZE ? SIZE_BARE_REFUSED : SIZE_BARE_BYTES,
+                          &u) != VRAM_OK)
             error_take(why, sizeof why);
         else if (u == 0)
             snprintf(why, sizeof why, "must be more than 0");
         else {
-            if (v->kind == KIND_SIZE)
+            if (v->kind != KIND_SIZE_INDEXED)
                 *(uint64_t *)dst = u;
             else
                 ((uint64_t *)dst)[index] = u;
@@ -967,13 +976,18 @@ env_device_limit(const struct vram_env *env, int dev)
 /* Longest value `vram env` prints in the value column (errors excepted). */
 #define VALUE_LEN 640
 
+/*
+** `vram env` prints each value as its variable takes it, exactly
+** ("143771M", "0:3G+3G,2:6G", "75%"), so that a value shown can be pasted
+** into the variable it stands beside.
+*/
 static void
 format_caps(const struct env_device_limit *lim, char *buf, size_t len)
 {
     char size[32];
     for (int k = 0; k < lim->n; k++)
-        strbuf_append(buf, len, "%s%s", k > 0 ? " + " : "",
-               size_format(lim->bytes[k], size, sizeof size));
+        strbuf_append(buf, len, "%s%s", k > 0 ? "+" : "",
+               size_format_setting(lim->bytes[k], size, sizeof size));
 }
 
 static void
@@ -981,14 +995,13 @@ format_limit(const struct vram_env *env, char *buf, size_t len)
 {
     if (env->limit_all.n > 0) {
         format_caps(&env->limit_all, buf, len);
-        strbuf_append(buf, len, " on every device");
         return;
     }
     bool any = false;
     for (int d = 0; d < ENV_MAX_DEVICES; d++) {
         if (env->limit[d].n == 0)
             continue;
-        strbuf_append(buf, len, "%sdevice %d: ", any ? ", " : "", d);
+        strbuf_append(buf, len, "%s%d:", any ? "," : "", d);
         format_caps(&env->limit[d], buf, len);
         any = true;
     }
@@ -1013,8 +1026,9 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
         strbuf_append(buf, len, "%d", *(const int *)src);
         break;
     case KIND_SIZE:
+    case KIND_SIZE_BYTES:
         if (*(const uint64_t *)src > 0)
-            size_format(*(const uint64_t *)src, buf, len);
+            size_format_setting(*(const uint64_t *)src, buf, len);
         else
             strbuf_append(buf, len, "unset"); /* only a row without a default */
         break;
@@ -1034,7 +1048,7 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
     case KIND_FRACTION: {
         double f = *(const double *)src;
         if (f > 0)
-            strbuf_append(buf, len, "%g", f);
+            strbuf_append(buf, len, "%.15g", f);
         else
             strbuf_append(buf, len, "unset");
         break;
@@ -1045,7 +1059,7 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
     case KIND_MIB: {
         int64_t mb = *(const int64_t *)src;
         if (mb >= 0)
-            strbuf_append(buf, len, "%" PRId64 " MiB", mb);
+            strbuf_append(buf, len, "%" PRId64, mb); /* a number of MiB, as it is set */
         else
             strbuf_append(buf, len, "unset");
         break;
@@ -1068,7 +1082,7 @@ format_value(const struct env_load *L, enum env_id id, char *buf, size_t len)
             if (sizes[i] == 0)
                 continue;
             strbuf_append(buf, len, "%sdevice %d: %s", any ? ", " : "", i,
-                   size_format(sizes[i], size, sizeof size));
+                   size_format_setting(sizes[i], size, sizeof size));
             any = true;
         }
         if (!any)
@@ -1141,6 +1155,7 @@ struct print_rows {
     char sources[ENV_COUNT][64];
     bool bad[ENV_COUNT];
     int n;
+    int n_bad; /* rows whose value is malformed */
 };
 
 static void
@@ -1152,6 +1167,7 @@ gather_row(void *ctx, const struct env_row *row)
     snprintf(r->names[r->n], sizeof r->names[r->n], "%s", row->name);
     snprintf(r->values[r->n], sizeof r->values[r->n], "%s", row->value);
     r->bad[r->n] = row->source == NULL;
+    r->n_bad += row->source == NULL;
     if (row->origin != NULL)
         snprintf(r->sources[r->n], sizeof r->sources[r->n], "%s (%s)", row->source,
                  row->origin);
@@ -1161,13 +1177,13 @@ gather_row(void *ctx, const struct env_row *row)
     r->n++;
 }
 
-void
+int
 env_print(FILE *out, env_getter get, void *user)
 {
     struct print_rows *r = calloc(1, sizeof *r); /* about 20 KiB */
     if (r == NULL) {
         fprintf(out, "error: out of memory\n");
-        return;
+        return 1;
     }
     env_each(get, user, gather_row, r);
     int name_w = (int)strlen("VARIABLE"), value_w = (int)strlen("VALUE");
@@ -1186,7 +1202,9 @@ env_print(FILE *out, env_getter get, void *user)
             fprintf(out, "%-*s  %-*s  %s\n", name_w, r->names[i], value_w, r->values[i],
                     r->sources[i]);
     }
+    int bad = r->n_bad;
     free(r);
+    return bad;
 }
 
 /* The rows FIRST..END-1 as a Markdown table. */
@@ -1224,7 +1242,14 @@ env_markdown(FILE *out)
           "sections, by the part of vram that reads them.\n"
           "\n"
           "- Sizes are 1024-based: `6G`, `6GiB` and `6GB` all mean 6 x 1024^3 bytes.\n"
-          "  Units are K, M, G, T and P; `1.5G` is allowed; a plain number is bytes.\n"
+          "  Units are K, M, G, T and P, and B for bytes; `1.5G` and `5.00 GiB` (as\n"
+          "  vram prints sizes) are allowed. A number without a unit is refused, with\n"
+          "  the forms that say what was meant (`80G`, `80M`, `80B`): TensorFlow's\n"
+          "  memory_limit and Slurm count in MiB, HAMi in bytes. Earlier versions\n"
+          "  read it as bytes: write `1073741824B` for that. HAMi's own variables\n"
+          "  keep HAMi's convention, bytes.\n"
+          "- `vram env` shows each value as its variable takes it (`143771M`,\n"
+          "  `0:3G+3G`, `50%`), exact, so that it can be pasted back.\n"
           "- Limits fail closed: a malformed value is an error with a one-line message\n"
           "  naming the variable. It never means \"unlimited\".\n"
           "- An empty value is the same as an unset one, except for the quota's\n"
@@ -1258,8 +1283,9 @@ env_markdown(FILE *out)
           "\n"
           "vram reads these variables once, when a context is opened (`vram_open`),\n"
           "unless `vram_options.ignore_environment` is set; a malformed one makes\n"
-          "`vram_open` fail with `VRAM_E_CONFIG`. `vram env --check` exits with status\n"
-          "2 and names the first malformed one.\n"
+          "`vram_open` fail with `VRAM_E_CONFIG`. `vram env` flags every malformed\n"
+          "variable and exits with status 2; `vram env --check` names the first one\n"
+          "and exits 2.\n"
           "\n",
           out);
     markdown_table(out, 0, ENV_QUOTA_FIRST);

@@ -153,11 +153,13 @@ struct env_run {
 ** OUT is written only on success. */
 vram_status env_run_load(env_getter get, void *user, struct env_run *out);
 
-/* Print every variable: name, effective value, source ("environment",
-** or "default" with whose default it is: "default (vram)", "default
-** (TensorFlow)", ...), one per line, aligned. GET as for env_load.
-** Variables whose value is malformed are printed with the error instead. */
-void env_print(FILE *out, env_getter get, void *user);
+/* Print every variable: name, effective value (as the variable takes it,
+** so that it pastes back), source ("environment", or "default" with whose
+** default it is: "default (vram)", "default (TensorFlow)", ...), one per
+** line, aligned. GET as for env_load. Variables whose value is malformed
+** are printed with the error instead. Returns the number of those (the
+** commands that print the table exit 2 when it is not 0). */
+int env_print(FILE *out, env_getter get, void *user);
 
 /* One variable as `vram env` shows it. */
 struct env_row {

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
 ** oom.c -- what the user reads when memory runs out: one line that says
-** what was asked, what is held and the one setting worth trying, and on
-** request the full dump TensorFlow users know (bins, regions, block map,
-** occupancy map).
+** what was asked, what is held and the one setting worth trying (its
+** value as the setting takes it, so that it can be pasted: "try
+** VRAM_MEMORY_LIMIT=5G"), and on request the full dump TensorFlow users
+** know (bins, regions, block map, occupancy map).
 */
 #include <inttypes.h>
 #include <stdio.h>
@@ -48,22 +49,23 @@ oom_explain_locked(struct vram_device *dev, uint64_t size, char *buf, size_t len
         ** merges all free space; elsewhere, headroom is what helps. */
         if (!dev->policy.virtual_range)
             snprintf(hint, sizeof hint, "free memory is fragmented: try VRAM_STRATEGY=expandable");
-        else if (needed + needed / 8 < ceiling)
+        else if (needed + needed / 8 < ceiling) {
+            uint64_t gib = (needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30;
             snprintf(hint, sizeof hint,
                      "free memory is fragmented: leave headroom with VRAM_MEMORY_LIMIT=%s",
-                     size_format((needed + needed / 8 + (1ULL << 30) - 1) >> 30 << 30, need,
-                                 sizeof need));
-        else
+                     size_format_setting(gib, need, sizeof need));
+        } else {
             snprintf(hint, sizeof hint,
                      "free memory is fragmented and the GPU is nearly full: reduce the batch "
                      "size");
+        }
     } else if (needed < ceiling && dev->limit < ceiling) {
         uint64_t gib = (needed + (1ULL << 30) - 1) >> 30 << 30;
         if (gib > ceiling)
             gib = ceiling;
         snprintf(hint, sizeof hint,
                  "the cap is too small for this job: try VRAM_MEMORY_LIMIT=%s",
-                 size_format(gib, need, sizeof need));
+                 size_format_setting(gib, need, sizeof need));
     } else {
         snprintf(hint, sizeof hint,
                  "the job needs more than the GPU has: reduce the batch size, use mixed "

@@ -13,7 +13,7 @@
 **   TYPE   GAUGE or COUNTER
 **   SCOPE  DEVICE, GROUP (+ group) or PROCESS (+ group, pid, uid, comm):
 **          the row struct of monitor.h it reads; every series also has
-**          dcgm-exporter's gpu, UUID, modelName and Hostname, and uuid.
+**          dcgm-exporter's gpu, UUID, modelName and Hostname.
 **          HOST: a process's host memory, one series per process and
 **          group (Hostname, group, pid, uid, comm: no GPU), read from the
 **          mon_proc rows that carry it (host_row)
@@ -76,7 +76,8 @@ extern const struct metric_def metric_defs[METRIC_COUNT];
 /* "gauge" or "counter". */
 const char *metric_type_name(enum metric_type t);
 
-/* The labels of SCOPE, e.g. "group, uuid" (for the docs). */
+/* The labels of SCOPE, e.g. "gpu, UUID, modelName, Hostname, group" (for
+** the docs). */
 const char *metric_scope_labels(enum metric_scope s);
 
 /* docs/METRICS.md. */

@@ -64,11 +64,11 @@ metric_scope_labels(enum metric_scope s)
 {
     switch (s) {
     case METRIC_DEVICE:
-        return "gpu, UUID, modelName, Hostname, uuid";
+        return "gpu, UUID, modelName, Hostname";
     case METRIC_GROUP:
-        return "gpu, UUID, modelName, Hostname, uuid, group";
+        return "gpu, UUID, modelName, Hostname, group";
     case METRIC_PROCESS:
-        return "gpu, UUID, modelName, Hostname, uuid, group, pid, uid, comm";
+        return "gpu, UUID, modelName, Hostname, group, pid, uid, comm";
     case METRIC_HOST:
         return "Hostname, group, pid, uid, comm";
     }
@@ -92,7 +92,10 @@ metrics_markdown(FILE *out)
     fprintf(out, "\ngpu (NVML's index), UUID, modelName and Hostname are the labels of\n"
                  "NVIDIA's dcgm-exporter, so that one query joins both exporters' series;\n"
                  "gpu and modelName are empty for a GPU that only the ledgers know (no\n"
-                 "NVML). uuid repeats UUID under its earlier name.\n");
+                 "NVML). The GPU's UUID is the one label `UUID`, as dcgm-exporter\n"
+                 "spells it: join on it (docs/MONITORING.md has examples). Earlier\n"
+                 "versions also had `uuid`, the same value: queries and dashboards that\n"
+                 "name `uuid` must name `UUID` instead.\n");
     fprintf(out, "\nProcesses are listed from the ledgers of the calling user only (see\n"
                  "docs/LEDGER.md); processes outside vram appear with an empty group when\n"
                  "NVML is available. A killed process disappears at the next sample.\n"

@@ -45,10 +45,9 @@ put_label(FILE *out, const char *raw)
 
 /*
 ** The labels every series starts with: those of NVIDIA's dcgm-exporter
-** (gpu = NVML's index, UUID, modelName, Hostname), so that one query joins
-** both exporters' series on GPU, then uuid, vram's own (kept for the
-** dashboards written before). gpu and modelName are "" for a GPU that only
-** the ledgers know of (no NVML).
+** (gpu = NVML's index, UUID, modelName, Hostname), spelled as it spells
+** them, so that one query joins both exporters' series on UUID. gpu and
+** modelName are "" for a GPU that only the ledgers know of (no NVML).
 */
 static void
 put_gpu_labels(FILE *out, const struct mon_view *v, const char *uuid)
@@ -63,8 +62,6 @@ put_gpu_labels(FILE *out, const struct mon_view *v, const char *uuid)
     put_label(out, d != NULL ? d->name : "");
     fputs("\",Hostname=\"", out);
     put_label(out, v->hostname);
-    fputs("\",uuid=\"", out);
-    put_label(out, uuid);
     fputc('"', out);
 }
 

@@ -152,6 +152,34 @@ split(char *line, char **w, int max)
     return n;
 }
 
+/*
+** A limit as vram prints sizes, "20.00 GiB", is two words: when word AT
+** (the rule's last) is followed by a unit alone (1 to 3 letters) and ends
+** in a digit, the two are one limit again, joined into BUF (LEN bytes),
+** and *N counts one word less.
+*/
+static void
+join_unit(char **w, int *n, int at, char *buf, size_t len)
+{
+    if (*n != at + 2 || at + 1 >= 4)
+        return;
+    const char *num = w[at], *unit = w[at + 1];
+    size_t nn = strlen(num), nu = strlen(unit);
+    bool letters = nu >= 1 && nu <= 3;
+    for (size_t i = 0; i < nu && letters; i++) {
+        char c = unit[i];
+        letters = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+    }
+    bool number = nn > 0 && num[nn - 1] >= '0' && num[nn - 1] <= '9';
+    if (!letters || !number || nn + nu + 2 > len)
+        return;
+    memcpy(buf, num, nn);
+    buf[nn] = ' ';
+    memcpy(buf + nn + 1, unit, nu + 1);
+    w[at] = buf;
+    (*n)--;
+}
+
 /* Check a NAME word of rule WHAT ("user", "group"). */
 static vram_status
 check_name(const struct parse *s, const char *what, const char *name)
@@ -171,10 +199,14 @@ parse_line(struct parse *s, char *line)
     char *hash = strchr(line, '#');
     if (hash != NULL)
         *hash = '\0';
-    char *w[4];
+    char *w[4], joined[POLICY_MAX_LINE + 2];
     int n = split(line, w, 4);
     if (n == 0)
         return VRAM_OK;
+    if (strcmp(w[0], "default") == 0)
+        join_unit(w, &n, 1, joined, sizeof joined);
+    else if (strcmp(w[0], "user") == 0 || strcmp(w[0], "group") == 0)
+        join_unit(w, &n, 2, joined, sizeof joined);
     struct policy_rule r;
     memset(&r, 0, sizeof r);
     r.line = s->line;

@@ -138,8 +138,9 @@ bool quota_size_above_0(const char *text, const char *what, uint64_t *out, char 
 ** WHY, otherwise. */
 bool quota_parse_group(const char *text, char *dst, size_t cap, char *why, size_t len);
 
-/* Append Q's limits as `vram env` shows them ("6.00 GiB on every device",
-** "device 0: 50% of total, ...", "unset") to BUF (LEN bytes, a string). */
+/* Append Q's limits as `vram env` shows them, in VRAM_LIMIT's own grammar
+** and exact, so that they paste back ("6G", "0:50%,GPU-8c6f1e2a:4G",
+** "unset"), to BUF (LEN bytes, a string). */
 void quota_format(const struct quota_env *q, char *buf, size_t len);
 
 #endif

@@ -272,15 +272,15 @@ quota_parse_group(const char *text, char *dst, size_t cap, char *why, size_t len
     return true;
 }
 
-/* One quota limit: "6.00 GiB" or "50%". */
+/* One quota limit as VRAM_LIMIT takes it, exactly: "6G" or "50%". */
 static void
 format_quota_value(const struct quota_value *v, char *buf, size_t len)
 {
     char size[32];
     if (v->kind == QUOTA_BYTES)
-        strbuf_append(buf, len, "%s", size_format(v->bytes, size, sizeof size));
+        strbuf_append(buf, len, "%s", size_format_setting(v->bytes, size, sizeof size));
     else if (v->kind == QUOTA_FRACTION)
-        strbuf_append(buf, len, "%.4g%% of total", v->fraction * 100.0);
+        strbuf_append(buf, len, "%.15g%%", v->fraction * 100.0);
 }
 
 void
@@ -288,15 +288,14 @@ quota_format(const struct quota_env *q, char *buf, size_t len)
 {
     if (q->all.kind != QUOTA_NONE) {
         format_quota_value(&q->all, buf, len);
-        strbuf_append(buf, len, " on every device");
         return;
     }
     for (int k = 0; k < q->n_entries; k++) {
         const struct quota_entry *e = &q->entries[k];
         if (e->by_uuid)
-            strbuf_append(buf, len, "%s%s: ", k > 0 ? ", " : "", e->uuid);
+            strbuf_append(buf, len, "%s%s:", k > 0 ? "," : "", e->uuid);
         else
-            strbuf_append(buf, len, "%sdevice %d: ", k > 0 ? ", " : "", e->ordinal);
+            strbuf_append(buf, len, "%s%d:", k > 0 ? "," : "", e->ordinal);
         format_quota_value(&e->value, buf, len);
     }
     if (q->n_entries == 0)

@@ -155,10 +155,11 @@ for s in $STRATEGIES; do
     case $min in
     '' | *[!0-9]*) fail "--min-limit $s" "no min_limit_bytes"; continue ;;
     esac
-    run replay --strategy "$s" --limit "$min" --json "$TRACE"
-    expect_ok "--strategy $s --limit min_limit ($min)"
+    # --json's integer bytes go back with their unit, B.
+    run replay --strategy "$s" --limit "${min}B" --json "$TRACE"
+    expect_ok "--strategy $s --limit min_limit (${min}B)"
     jcheck "--strategy $s --limit min_limit: no OOM" 1 "o['ooms'] == 0"
-    run replay --strategy "$s" --limit "$((min - 1048576))" --json "$TRACE"
+    run replay --strategy "$s" --limit "$((min - 1048576))B" --json "$TRACE"
     jcheck "--strategy $s --limit min_limit - 1 MiB: OOMs" 1 "o['ooms'] > 0"
 done
 run replay --limit 100M --json "$TRACE"

@@ -110,8 +110,9 @@ assert rows["VRAM_STRATEGY"]["default_from"] == "vram", rows["VRAM_STRATEGY"]
 assert rows["TF_DEVICE_MIN_SYS_MEMORY_IN_MB"]["default_from"] == "TensorFlow", rows
 assert "default_from" not in rows["VRAM_LIMIT"], rows["VRAM_LIMIT"]
 EOF
+# A malformed value: flagged in the output, exit 2 (vram env, --json, --check).
 VRAM_STRATEGY=nope run env --json
-if [ "$rc" -eq 0 ] && /usr/bin/python3 -c '
+if [ "$rc" -eq 2 ] && /usr/bin/python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
 r = [v for v in d["variables"] if v["name"] == "VRAM_STRATEGY"][0]

@@ -66,7 +66,7 @@ expect_error "--limit without a value" 2 "run: option '--limit' needs a value"
 run -- $P --limit 6X -- touch "$TMP/ran"
 expect_error "--limit 6X" 2 "run: --limit: VRAM_LIMIT='6X': '6X': unknown unit 'X' (expected"
 if [ -e "$TMP/ran" ]; then fail "--limit 6X runs nothing" "the command ran"; else pass "--limit 6X runs nothing"; fi
-for bad in 0 150% 1.5 "6G,4G" "0:6G,0:4G" "0:6G," "64:1G" "GPU-8c6f:1G" "6 G"; do
+for bad in 0 150% 1.5 "6G,4G" "0:6G,0:4G" "0:6G," "64:1G" "GPU-8c6f:1G" "6 " 80 "0:6G,1:4096"; do
     run -- $P --limit "$bad" -- true
     expect_error "--limit '$bad'" 2 "run: --limit: VRAM_LIMIT='$bad': "
 done
@@ -125,9 +125,12 @@ expect_no "no limit: VRAM_LIMIT stays unset" "^VRAM_LIMIT="
 
 # HAMi's limits would be turned off by the group: they become VRAM_LIMIT.
 run CUDA_DEVICE_MEMORY_LIMIT=6144m -- $P -- env
-expect_line "HAMi's limit carried over" "VRAM_LIMIT=6442450944"
+expect_line "HAMi's limit carried over" "VRAM_LIMIT=6G"
 run CUDA_DEVICE_MEMORY_LIMIT_1=1g -- $P -- env
-expect_line "HAMi's device limit carried over" "VRAM_LIMIT=1:1073741824"
+expect_line "HAMi's device limit carried over" "VRAM_LIMIT=1:1G"
+# HAMi's bare numbers are bytes, carried over exactly.
+run CUDA_DEVICE_MEMORY_LIMIT=6442450945 -- $P -- env
+expect_line "HAMi's bare bytes carried over" "VRAM_LIMIT=6442450945B"
 run CUDA_DEVICE_MEMORY_LIMIT=junk -- $P --limit 1G -- env
 expect_line "HAMi's ignored under --limit" "VRAM_LIMIT=1G"
 
@@ -142,8 +145,8 @@ expect_line "options after the command" "--limit"
 run -- $P echo hello --report
 expect_line "command without --" "hello --report"
 
-# ---- the default library: ../lib/libvram-preload.so beside the binary ----
-DEFAULT=$(cd "$(dirname "$VRAM")/.." && pwd)/lib/libvram-preload.so
+# ---- the default library: ../lib/libvram-preload.so.0 beside the binary ----
+DEFAULT=$(cd "$(dirname "$VRAM")/.." && pwd)/lib/libvram-preload.so.0
 if [ -e "$DEFAULT" ] && [ -n "$SANITIZE" ]; then
     # Found (else exit 1), without loading it into an unsanitized program.
     run -- --limit 4G -- "$TMP/no-such-command"

@@ -93,7 +93,7 @@ for m in vram_device_memory_total_bytes vram_device_memory_used_bytes vram_group
     check "prometheus output has $m" "grep -q '^# TYPE $m ' $TMP/prom"
 done
 check "counter typed as counter" "grep -q '^# TYPE vram_oom_refusals_total counter' $TMP/prom"
-check "group used value" "grep -q 'vram_group_used_bytes{gpu=\"\",UUID=\"$U\",modelName=\"\",Hostname=\"[^\"]*\",uuid=\"$U\",group=\"$G\"} 100663296' $TMP/prom"
+check "group used value" "grep -q 'vram_group_used_bytes{gpu=\"\",UUID=\"$U\",modelName=\"\",Hostname=\"[^\"]*\",group=\"$G\"} 100663296' $TMP/prom"
 
 "$VRAM" stat --config >"$TMP/cfg"
 check "stat --config prints the env table with sources" "grep -q '^VRAM_BACKEND .*default' $TMP/cfg"
@@ -117,7 +117,7 @@ if [ -n "$NVML_DIR" ]; then
     check "with NVML: the table shows GPU 0 by index and name" "grep -Eq '^ +0 +NVIDIA Fake GPU 0 ' $TMP/nt"
     check "with NVML: the table fits 80 columns" "! awk 'length > 80' $TMP/nt | grep -q ."
     LD_LIBRARY_PATH="$NVML_DIR" "$VRAM" stat --prometheus >"$TMP/np"
-    check "with NVML: series carry dcgm-exporter's labels" "grep -q '^vram_device_memory_total_bytes{gpu=\"0\",UUID=\"GPU-facecda0-0001-4000-8000-000000000000\",modelName=\"NVIDIA Fake GPU 0\",Hostname=\"$(hostname)\",' $TMP/np"
+    check "with NVML: series carry dcgm-exporter's labels" "grep -q '^vram_device_memory_total_bytes{gpu=\"0\",UUID=\"GPU-facecda0-0001-4000-8000-000000000000\",modelName=\"NVIDIA Fake GPU 0\",Hostname=\"$(hostname)\"} ' $TMP/np"
     "$VRAM" stat --json --no-nvml >"$TMP/nj2"
     check "--no-nvml: nvml false" "grep -q '\"nvml\":false' $TMP/nj2"
 fi

@@ -5,7 +5,10 @@
 # quota show; a growing process gets a positive trend; sort keys switch;
 # a killed process disappears; q quits and the terminal is restored (the
 # shell prompt is back, the alternate screen left); a command name made
-# of terminal escapes shows as text. Exit 77 without tmux.
+# of terminal escapes shows as text. Piped, and with --once (in tmux too),
+# one plain snapshot: the same lines, every process, no escape code, exit 0
+# at once. A terminal curses cannot use: one line, exit 1. Exit 77 without
+# tmux.
 # Usage: test_top.sh VRAM LEDGER_FILL
 set -u
 VRAM=$1
@@ -135,5 +138,35 @@ kill -TERM "$(cat "$TMP/top.pid")"
 check "SIGTERM quits with status 0" "TERM-EXIT=0"
 tmux -S "$SOCK" send-keys -t "$S" "'$VRAM' top --interval 0 ; echo BAD-EXIT=\$?" Enter
 check "bad interval: exit 2" "BAD-EXIT=2"
+
+# --once on the terminal: the snapshot, then the prompt at once.
+tmux -S "$SOCK" send-keys -t "$S" "clear; '$VRAM' top --once --no-nvml --sort pid; echo ONCE-EXIT=\$?" Enter
+check "--once in a terminal: exits 0 by itself" "ONCE-EXIT=0"
+check "--once: the snapshot's process rows" "^ +- +$still .* $G .* 48.0 .*512.0"
+check "--once: its header, without the keys line" "^vram top -- .*sort: pid\$"
+if grep -q "^keys:" "$TMP/screen"; then bad "--once: no keys line"; else pass "--once: no keys line"; fi
+# A terminal curses cannot use: one line that points at --once, exit 1.
+tmux -S "$SOCK" send-keys -t "$S" "clear; TERM=no-such-terminal '$VRAM' top --no-nvml 2>'$TMP/noterm'; echo NOTERM-EXIT=\$?" Enter
+check "an unusable terminal: exit 1" "NOTERM-EXIT=1"
+if [ "$(wc -l <"$TMP/noterm")" -eq 1 ] && grep -q "^vram: top: cannot use this terminal .*--once" "$TMP/noterm"; then
+    pass "an unusable terminal: one line naming --once"
+else
+    fail "an unusable terminal: one line naming --once" "$(cat "$TMP/noterm")"
+fi
+
+# Piped: one plain snapshot (a process that waited for keys would be cut
+# by timeout: exit 124).
+timeout 20 "$VRAM" top --no-nvml >"$TMP/piped" 2>"$TMP/err"
+rc=$?
+check_file() { if eval "$2"; then pass "$1"; else fail "$1" "false: $2"; sed 's/^/     out: /' "$TMP/piped" | head -n 12; fi; }
+check_file "piped: exit 0 at once (exit $rc)" "[ $rc -eq 0 ]"
+check_file "piped: no escape code" "! grep -q \"\$(printf '\\033')\" '$TMP/piped'"
+check_file "piped: the header and the tables" "grep -q '^vram top -- ' '$TMP/piped' && grep -q '^GPU NAME ' '$TMP/piped' && grep -q '^GPU  *PID USER' '$TMP/piped'"
+check_file "piped: the group with its quota" "grep -qE '^    group $G +quota +512.0 MiB' '$TMP/piped'"
+check_file "piped: every process, the trend '-' (one sample)" \
+    "grep -qE '^ +- +$still .* 48.0 .* - ' '$TMP/piped' && grep -qE '^ +- +$grower ' '$TMP/piped'"
+check_file "piped: no trailing spaces" "! grep -q ' \$' '$TMP/piped'"
+timeout 20 "$VRAM" top --no-nvml 2>"$TMP/err" | head -n 1 >"$TMP/piped"
+check_file "vram top | head -n 1: the header" "grep -q '^vram top -- ' '$TMP/piped'"
 
 test_end

@@ -10,9 +10,13 @@
 **  - a refusal is one line (never empty, never a newline in it) and leaves
 **    the output alone;
 **  - what is accepted is in range: a size parses back from its decimal
-**    form, a fraction is in (0, 1], an integer within its bounds, a group
-**    name of the allowed characters, a quota's per-device limit at most
-**    the device's memory.
+**    form in bytes ("NB"), from its bare decimal form where a bare number
+**    is bytes, and exactly from the form vram offers for a setting
+**    (size_format_setting), and what size_format prints parses (below 1
+**    EiB, the largest unit a setting takes being the PiB); a
+**    fraction is in (0, 1], an integer within its bounds, a group name of
+**    the allowed characters, a quota's per-device limit at most the
+**    device's memory.
 ** Built without libFuzzer, replay.c's main() runs the corpus once.
 */
 #include <inttypes.h>
@@ -56,12 +60,22 @@ fuzz_size(const char *text)
     }
     char back[32], shown[32];
     uint64_t w = 0;
-    snprintf(back, sizeof back, "%" PRIu64, v);
+    snprintf(back, sizeof back, "%" PRIu64 "B", v);
     if (size_parse(back, &w) != VRAM_OK || w != v)
-        fail("a size does not parse back from its decimal form", text);
+        fail("a size does not parse back from its decimal form in bytes", text);
+    snprintf(back, sizeof back, "%" PRIu64, v);
+    if (size_parse_as(back, SIZE_BARE_BYTES, &w) != VRAM_OK || w != v)
+        fail("a size does not parse back from its bare decimal form as bytes", text);
+    size_format_setting(v, back, sizeof back);
+    if (size_parse(back, &w) != VRAM_OK || w != v || strchr(back, ' ') != NULL)
+        fail("a size does not parse back from its setting's form", text);
     size_format(v, shown, sizeof shown);
     if (strchr(shown, '\n') != NULL)
         fail("a size prints on more than one line", text);
+    /* Below 1 EiB: above, size_format says EiB, a unit no setting takes
+    ** (and the last of them round up past 2^64). */
+    if (v < (1ULL << 60) && size_parse(shown, &w) != VRAM_OK)
+        fail("a size as vram prints it does not parse", text);
 }
 
 static void

@@ -265,7 +265,9 @@ job() {
     timeout 120 srun --quiet "$@" >"$TMP/out" 2>"$TMP/err"
     rc=$?
 }
-MIB64=$((64 * 1024 * 1024))
+# The quota as the plug-in writes VRAM_LIMIT: exact, with its unit (a
+# number without one is refused there).
+MIB64=64M
 jobid() { sed -n 's/^env rank=[0-9?]* job=\([0-9]*\) .*/\1/p' "$TMP/out" | head -n 1; }
 # ledger_gone JOBID: the job's ledger leaves /dev/shm (60 s at most).
 ledger_gone() {
@@ -393,8 +395,8 @@ for bad in 6X 0 2G -1G ""; do
         fail "srun --gpu-mem='$bad' is refused" "exit $rc, ran: $([ -e "$W/ran" ] && echo yes || echo no)"
     fi
 done
-if grep -q "above this cluster's maximum of 1.00 GiB" "$TMP/err" 2>/dev/null ||
-    { job -n1 --gpu-mem=2G true; grep -q "above this cluster's maximum of 1.00 GiB" "$TMP/err"; }; then
+if grep -q "above this cluster's maximum of 1G per GPU" "$TMP/err" 2>/dev/null ||
+    { job -n1 --gpu-mem=2G true; grep -q "above this cluster's maximum of 1G per GPU" "$TMP/err"; }; then
     pass "the message for --gpu-mem=2G names the maximum (max=1G)"
 else
     fail "the message for --gpu-mem=2G names the maximum" "no such line"

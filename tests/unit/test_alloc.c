@@ -465,7 +465,16 @@ test_oom_line(void **state)
     assert_non_null(strstr(line, "tried to allocate 500.00 MiB"));
     assert_non_null(strstr(line, "700.00 MiB in use"));
     assert_non_null(strstr(line, "cap 1.00 GiB"));
-    assert_non_null(strstr(line, "VRAM_MEMORY_LIMIT=2.00 GiB")); /* the setting to try */
+    /* The setting to try, as it can be pasted into a shell: no space. */
+    const char *hint = strstr(line, "try VRAM_MEMORY_LIMIT=");
+    assert_non_null(hint);
+    char value[32];
+    size_t n = strcspn(hint + 22, " ;");
+    assert_true(n > 0 && n < sizeof value);
+    memcpy(value, hint + 22, n);
+    value[n] = '\0';
+    assert_string_equal(value, "2G");
+    assert_true(hint[22 + n] == '\0'); /* the end of the line */
     assert_null(strchr(line, '\n'));
     assert_int_equal(stats_of(dev).num_ooms, 1);
 
@@ -480,6 +489,24 @@ test_oom_line(void **state)
     assert_non_null(strstr(buf, "more than the GPU has"));
     /* Huge requests are an OOM, not an overflow. */
     assert_int_equal(vram_alloc(dev, SIZE_MAX, NULL, &q), VRAM_E_OOM);
+    vram_close(ctx);
+}
+
+/* Under expandable, the headroom to leave, as a pasteable setting. */
+static void
+test_oom_headroom_setting(void **state)
+{
+    (void)state;
+    vram_context *ctx = sim_open(1, 16 * GiB, false);
+    vram_device *dev = sim_device(ctx, VRAM_STRATEGY_EXPANDABLE, 3 * GiB);
+    void *p;
+    assert_int_equal(vram_alloc(dev, 2 * GiB, NULL, &p), VRAM_OK);
+    char buf[400];
+    assert_int_equal(vram_explain_oom(dev, 512 * MiB, buf, sizeof buf), VRAM_OK);
+    /* 2.5 GiB needed, 1/8 more, rounded up to whole GiB. */
+    assert_non_null(strstr(buf, "leave headroom with VRAM_MEMORY_LIMIT=3G"));
+    assert_null(strstr(buf, "VRAM_MEMORY_LIMIT=3.00"));
+    assert_int_equal(vram_free(dev, p), VRAM_OK);
     vram_close(ctx);
 }
 
@@ -550,6 +577,7 @@ main(void)
         cmocka_unit_test(test_growth_tracks_demand),
         cmocka_unit_test(test_release_free_regions_before_oom),
         cmocka_unit_test(test_oom_line),
+        cmocka_unit_test(test_oom_headroom_setting),
         cmocka_unit_test(test_oom_suggests_expandable_for_preallocate),
         cmocka_unit_test(test_dump),
     };

@@ -269,7 +269,13 @@ test_sim_memory(void **state)
     (void)state;
     assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "80G"})).sim_memory == 80 * GiB);
     assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "80GB"})).sim_memory == 80 * GiB);
-    assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "1"})).sim_memory == 1);
+    assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "1B"})).sim_memory == 1);
+    assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "140.40 GiB"})).sim_memory ==
+                150753352089ULL);
+    /* A number without a unit is refused with the forms to write. */
+    one_fails("VRAM_SIM_MEMORY", "80",
+              "VRAM_SIM_MEMORY='80': '80': a size needs a unit: 80G (GiB), 80M (MiB) or "
+              "80B (bytes)");
     assert_true(load_ok(VARS({"VRAM_SIM_MEMORY", "143771M"})).sim_memory ==
                 VRAM_SIM_DEFAULT_MEMORY);
     one_fails("VRAM_SIM_MEMORY", "0", "must be more than 0");
@@ -496,7 +502,7 @@ test_limit_all(void **state)
     assert_int_equal(e.limit_all.n, 2);
     assert_true(e.limit_all.bytes[0] == 3 * GiB && e.limit_all.bytes[1] == 3 * GiB);
 
-    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "1.5G+512M+1024"}));
+    e = load_ok(VARS({"VRAM_MEMORY_LIMIT", "1.5G+512M+1024B"}));
     assert_int_equal(e.limit_all.n, 3);
     assert_true(e.limit_all.bytes[0] == GiB + GiB / 2);
     assert_true(e.limit_all.bytes[1] == 512 * MiB);
@@ -589,7 +595,12 @@ test_limit_rejects(void **state)
         {"0:3G+", "empty size"},
         {"0:1:6G", "unexpected ':'"},
         {"0:6G;1:4G", "'6G;1:4G': unexpected ';1:4G' after the unit"},
-        {"6 G", "unexpected ' '"},
+        {"6 ", "unexpected ' '"},
+        /* A number without a unit: TensorFlow's memory_limit counts MiB,
+        ** earlier versions of vram bytes; the message gives both forms. */
+        {"1024", "'1024': a size needs a unit: 1024G (GiB), 1024M (MiB) or 1024B"},
+        {"0:6G,1:4096", "'4096': a size needs a unit"},
+        {"3G+1073741824", "1073741824B for bytes (= 1G), as earlier versions read"},
         {"16384P", "too large"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -765,7 +776,7 @@ test_print_defaults(void **state)
     assert_null(strstr(out, "environment"));
     assert_null(strstr(out, "error"));
     assert_line(out, "VRAM_BACKEND", "cuda", NULL);
-    assert_line(out, "VRAM_SIM_MEMORY", "140.40 GiB", NULL);
+    assert_line(out, "VRAM_SIM_MEMORY", "143771M", NULL);
     assert_line(out, "VRAM_STRATEGY", "expandable", "default (vram)");
     assert_line(out, "VRAM_MEMORY_LIMIT", "unset", "default (TensorFlow)");
     assert_line(out, "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "unset", "default (TensorFlow)");
@@ -796,17 +807,33 @@ test_print_values_and_errors(void **state)
     assert_line(out, "VRAM_ALLOW_GROWTH", "true", "environment");
     assert_line(out, "TF_FORCE_GPU_ALLOW_GROWTH", "unset", "default");
     assert_line(out, "VRAM_MEMORY_FRACTION", "0.5", "environment");
-    assert_line(out, "VRAM_MEMORY_LIMIT",
-                "device 0: 3.00 GiB + 3.00 GiB, device 2: 6.00 GiB", "environment");
-    assert_line(out, "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "500 MiB", "environment");
+    assert_line(out, "VRAM_MEMORY_LIMIT", "0:3G+3G,2:6G", "environment");
+    assert_line(out, "TF_DEVICE_MIN_SYS_MEMORY_IN_MB", "500", "environment");
     assert_line(out, "VRAM_TRACE", "/tmp/t.csv", "environment");
     free(out);
 
     out =
         capture_print(VARS({"VRAM_MEMORY_LIMIT", "3G+3G"}, {"VRAM_STRATEGY", "growth"}));
-    assert_line(out, "VRAM_MEMORY_LIMIT", "3.00 GiB + 3.00 GiB on every device", NULL);
+    assert_line(out, "VRAM_MEMORY_LIMIT", "3G+3G", NULL);
     assert_line(out, "VRAM_STRATEGY", "growth", "environment");
     free(out);
+
+    /* Every value shown pastes back into its variable as the same value. */
+    out = capture_print(VARS({"VRAM_MEMORY_LIMIT", "0:1.5G+3072M,3:6144m"},
+                             {"VRAM_SIM_MEMORY", "140.40 GiB"},
+                             {"VRAM_MEMORY_FRACTION", "12.5%"}));
+    assert_line(out, "VRAM_MEMORY_LIMIT", "0:1536M+3G,3:6G", NULL);
+    assert_line(out, "VRAM_SIM_MEMORY", "150753352089B", NULL);
+    assert_line(out, "VRAM_MEMORY_FRACTION", "0.125", NULL);
+    free(out);
+    struct vram_env a = load_ok(VARS({"VRAM_MEMORY_LIMIT", "0:1536M+3G,3:6G"},
+                                     {"VRAM_SIM_MEMORY", "150753352089B"},
+                                     {"VRAM_MEMORY_FRACTION", "0.125"}));
+    struct vram_env b = load_ok(VARS({"VRAM_MEMORY_LIMIT", "0:1.5G+3072M,3:6144m"},
+                                     {"VRAM_SIM_MEMORY", "140.40 GiB"},
+                                     {"VRAM_MEMORY_FRACTION", "12.5%"}));
+    assert_memory_equal(&a.limit, &b.limit, sizeof a.limit);
+    assert_true(a.sim_memory == b.sim_memory && a.fraction == b.fraction);
 
     /* A conflict is shown on the strategy row. */
     out = capture_print(
@@ -1015,7 +1042,7 @@ test_quota_sizes(void **state)
     (void)state;
     static const char *const six[] = {"6G",         "6g",         "6GB",     "6GiB",
                                       "6144m",      "6144M",      "6144MiB", "6291456K",
-                                      "6442450944", "6442450944B"};
+                                      "6.00 GiB",   "6442450944B"};
     for (size_t i = 0; i < sizeof six / sizeof six[0]; i++) {
         struct quota_env q = quota_ok(VARS({"VRAM_LIMIT", six[i]}));
         assert_true(q.active);
@@ -1026,8 +1053,15 @@ test_quota_sizes(void **state)
     }
     assert_bytes(quota_ok(VARS({"VRAM_LIMIT", "1.5G"})).all, GiB + GiB / 2);
     assert_bytes(quota_ok(VARS({"VRAM_LIMIT", "512M"})).all, 512 * MiB);
-    /* A whole number without a unit is bytes, even 1. */
-    assert_bytes(quota_ok(VARS({"VRAM_LIMIT", "1"})).all, 1);
+    /* A whole number without a unit is refused, with the forms to write:
+    ** earlier versions read it as bytes (1 byte for "1"). */
+    assert_bytes(quota_ok(VARS({"VRAM_LIMIT", "1B"})).all, 1);
+    quota_fails(VARS({"VRAM_LIMIT", "1"}), "VRAM_LIMIT='1': ",
+                "a size needs a unit: 1G (GiB), 1M (MiB) or 1B (bytes)");
+    quota_fails(VARS({"VRAM_LIMIT", "6442450944"}), "VRAM_LIMIT='6442450944': ",
+                "6442450944B for bytes (= 6G), as earlier versions read a bare number");
+    quota_fails(VARS({"VRAM_LIMIT", "0:80,1:4G"}), "VRAM_LIMIT='0:80,1:4G': ",
+                "'80': a size needs a unit");
 }
 
 static void
@@ -1109,7 +1143,7 @@ test_quota_rejects(void **state)
         const char *reason;
     } cases[] = {
         {"6X", "'6X': unknown unit 'X'"},
-        {"6 G", "unexpected ' '"},
+        {"6 ", "unexpected ' '"},
         {" 6G", "must start with a digit"},
         {"-6G", "must start with a digit"},
         {"0", "'0': a limit must be more than 0"},
@@ -1293,7 +1327,8 @@ test_quota_hami(void **state)
     /* Malformed, when they apply: fail closed, naming the variable. */
     quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "6X"}),
                 "CUDA_DEVICE_MEMORY_LIMIT='6X': ",
-                "unknown unit 'X' (expected a size above 0, e.g. 6144m)");
+                "unknown unit 'X' (expected a size above 0, e.g. 6144m (a number "
+                "without a unit is bytes, as in HAMi))");
     quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "0"}),
                 "CUDA_DEVICE_MEMORY_LIMIT='0': ", "must be more than 0");
     quota_fails(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "50%"}),
@@ -1529,19 +1564,25 @@ test_print_quota(void **state)
         VARS({"VRAM_LIMIT", "GPU-8c6f1e2a:6G,1:50%"}, {"VRAM_GROUP", "exp42"},
              {"CUDA_DEVICE_MEMORY_LIMIT", "6144m"}, {"CUDA_DEVICE_MEMORY_LIMIT_3", "2g"},
              {"VRAM_PRELOAD_LIBRARY", "/x/libvram-preload.so"}, {"LD_PRELOAD", "/a.so"}));
-    assert_line(out, "VRAM_LIMIT", "GPU-8c6f1e2a: 6.00 GiB, device 1: 50% of total",
-                "environment");
+    assert_line(out, "VRAM_LIMIT", "GPU-8c6f1e2a:6G,1:50%", "environment");
     assert_line(out, "VRAM_GROUP", "exp42", "environment");
-    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "6.00 GiB (ignored: VRAM_LIMIT is set)",
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "6G (ignored: VRAM_LIMIT is set)",
                 "environment");
     assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT_<i>",
-                "device 3: 2.00 GiB (ignored: VRAM_LIMIT is set)", "environment");
+                "device 3: 2G (ignored: VRAM_LIMIT is set)", "environment");
     assert_line(out, "VRAM_PRELOAD_LIBRARY", "/x/libvram-preload.so", "environment");
     assert_line(out, "LD_PRELOAD", "/a.so", "environment");
     free(out);
 
     out = capture_print(VARS({"VRAM_LIMIT", "75%"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}));
-    assert_line(out, "VRAM_LIMIT", "75% of total on every device", NULL);
+    assert_line(out, "VRAM_LIMIT", "75%", NULL);
+    free(out);
+
+    /* HAMi's bare numbers are bytes, and shown as VRAM_LIMIT would take them. */
+    out = capture_print(VARS({"CUDA_DEVICE_MEMORY_LIMIT", "6442450944"},
+                             {"CUDA_DEVICE_MEMORY_LIMIT_1", "1000"}));
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "6G", "environment");
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT_<i>", "device 1: 1000B", "environment");
     free(out);
 
     out = capture_print(VARS({"VRAM_GROUP", "g"}, {"CUDA_DEVICE_MEMORY_LIMIT", "1g"}));
@@ -1550,9 +1591,9 @@ test_print_quota(void **state)
 
     out = capture_print(
         VARS({"CUDA_DEVICE_MEMORY_LIMIT", "1g"}, {"CUDA_DEVICE_MEMORY_LIMIT_0", "512m"}));
-    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "1.00 GiB", "environment");
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT", "1G", "environment");
     assert_null(strstr(out, "ignored"));
-    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT_<i>", "device 0: 512.00 MiB",
+    assert_line(out, "CUDA_DEVICE_MEMORY_LIMIT_<i>", "device 0: 512M",
                 "environment");
     free(out);
 

@@ -166,6 +166,25 @@ test_user_beats_group_and_default(void **state)
     assert_int_equal(line, 1);
 }
 
+/* A limit as vram prints it ("20.00 GiB", a space before the unit) is
+** one limit, so that a size shown can be pasted into the file. */
+static void
+test_printed_sizes(void **state)
+{
+    (void)state;
+    struct policy_who w = alice();
+    int line;
+    assert_true(limit_of("user alice 20.00 GiB\n", &w, &line) == 20 * GiB);
+    assert_true(limit_of("default 40 GiB # forty\n", &w, &line) == 40 * GiB);
+    assert_true(limit_of("group ml 512 M\n", &w, &line) == 512 * MiB);
+    parse_bad("user alice 20 GiB extra\n",
+              "policy.conf:1: 'user' takes a name and a limit (e.g. user alice 40G)");
+    parse_bad("default 40 20G\n",
+              "policy.conf:1: 'default' takes one limit (e.g. default 40G)");
+    parse_bad("default 40G GiB\n",
+              "policy.conf:1: 'default' takes one limit (e.g. default 40G)");
+}
+
 static void
 test_largest_group(void **state)
 {
@@ -390,6 +409,20 @@ test_malformed(void **state)
               "policy.conf:1: 'user' takes a name and a limit (e.g. user alice 40G)");
     parse_bad("group ml 4G extra\n",
               "policy.conf:1: 'group' takes a name and a limit (e.g. group ml 50%)");
+    /* A number without a unit: refused with the forms to write (earlier
+    ** versions read it as bytes). */
+    parse_bad("default 40\n",
+              "policy.conf:1: default: '40': a size needs a unit: 40G (GiB), 40M (MiB) "
+              "or 40B (bytes) (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or "
+              "GPU-8c6f1e2a:6G)");
+    parse_bad("user alice 42949672960\n",
+              "policy.conf:1: user alice: '42949672960': a size needs a unit: "
+              "42949672960B for bytes (= 40G), as earlier versions read a bare number "
+              "(expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G)");
+    parse_bad("group ml 0:40G,1:20\n",
+              "policy.conf:1: group ml: '20': a size needs a unit: 20G (GiB), 20M "
+              "(MiB) or 20B (bytes) (expected e.g. 6G, 50%, 0.5, 0:6G,1:4G or "
+              "GPU-8c6f1e2a:6G)");
     parse_bad("user alice 0\n",
               "policy.conf:1: user alice: '0': a limit must be more than 0 (expected e.g. "
               "6G, 50%, 0.5, 0:6G,1:4G or GPU-8c6f1e2a:6G)");
@@ -627,6 +660,7 @@ main(void)
         cmocka_unit_test(test_default),
         cmocka_unit_test(test_context),
         cmocka_unit_test(test_user_beats_group_and_default),
+        cmocka_unit_test(test_printed_sizes),
         cmocka_unit_test(test_largest_group),
         cmocka_unit_test(test_keys_name_gpus),
         cmocka_unit_test(test_user_rule_not_naming_gpu_falls_through),

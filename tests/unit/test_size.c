@@ -38,11 +38,12 @@ test_size_accepts(void **state)
         const char *text;
         uint64_t bytes;
     } cases[] = {
-        {"0", 0},
-        {"1", 1},
-        {"1073741824", GiB},
-        {"18446744073709551615", UINT64_MAX},
-        {"00012", 12},
+        {"0", 0}, /* 0 needs no unit */
+        {"000", 0},
+        {"1B", 1},
+        {"1073741824B", GiB},
+        {"18446744073709551615B", UINT64_MAX},
+        {"00012B", 12},
         {"512B", 512},
         {"512b", 512},
         {"6k", 6 * KiB},
@@ -84,6 +85,12 @@ test_size_accepts(void **state)
         {"0.00000000000000000001P", 0}, /* 0.011 bytes */
         {"1.0G", GiB},
         {"16383P", 16383 * PiB},
+        /* One space before the unit, as size_format prints sizes. */
+        {"5.00 GiB", 5 * GiB},
+        {"6 G", 6 * GiB},
+        {"512 B", 512},
+        {"1.50 MiB", MiB + MiB / 2},
+        {"140.40 GiB", 150753352089ULL}, /* floor(140.40 x 2^30) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint64_t v = SENTINEL_U64;
@@ -128,7 +135,10 @@ test_size_rejects(void **state)
         {"", "empty"},
         {" 6G", "must start with a digit"},
         {"6G ", "after the unit"},
-        {"6 G", "unexpected ' '"},
+        {"6 ", "unexpected ' '"},
+        {"6  G", "unexpected ' '"},
+        {"6\tG", "unexpected byte 0x09"},
+        {"6 .5G", "unexpected ' '"},
         {"\t6G", "must start with a digit"},
         {"+6G", "must start with a digit"},
         {"-6G", "must start with a digit"},
@@ -161,9 +171,18 @@ test_size_rejects(void **state)
         {"6_000", "unexpected '_'"},
         {"1e9", "unknown unit 'e'"},
         {"6G\n", "after the unit"},
+        {"18446744073709551616B", "too large"},
         {"18446744073709551616", "too large"},
         {"99999999999999999999", "too large"},
         {"99999999999999999999999999999999999999", "too large"},
+        /* A number without a unit: the forms that say what was meant. */
+        {"80", "'80': a size needs a unit: 80G (GiB), 80M (MiB) or 80B (bytes)"},
+        {"1", "1G (GiB), 1M (MiB) or 1B (bytes)"},
+        {"00012", "00012G"},
+        {"1048575", "1048575B (bytes)"},
+        {"8589934592", "'8589934592': a size needs a unit: 8589934592B for bytes (= 8G), "
+                       "as earlier versions read a bare number"},
+        {"1073741825", "'1073741825': a size needs a unit: 1073741825B for bytes, as"},
         {"16384P", "too large"},
         {"16777216T", "too large"},
         {"17179869184G", "too large"},
@@ -377,23 +396,97 @@ test_size_format(void **state)
     assert_int_equal(one, 'x');
 }
 
-/* What size_format prints, size_parse reads back (to the printed precision). */
+/* What size_format prints, size_parse reads back as it stands ("6.00
+** GiB", with its space), to the printed precision. */
 static void
 test_size_round_trip(void **state)
 {
     (void)state;
     static const uint64_t sizes[] = {0, 1, 1023, 6 * GiB, 512 * MiB, 3 * TiB, 7 * PiB};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        char buf[32], *sp;
+        char buf[32];
         size_format(sizes[i], buf, sizeof buf);
-        /* "6.00 GiB" -> "6.00GiB" */
-        sp = strchr(buf, ' ');
-        assert_non_null(sp);
-        memmove(sp, sp + 1, strlen(sp));
         uint64_t v;
-        assert_int_equal(size_parse(buf, &v), VRAM_OK);
-        assert_true(v == sizes[i]);
+        if (size_parse(buf, &v) != VRAM_OK || v != sizes[i])
+            fail_msg("'%s' does not read back as %llu (%s)", buf,
+                     (unsigned long long)sizes[i], vram_last_error());
     }
+    /* Rounded: within half a unit of the last digit printed. */
+    char buf[32];
+    uint64_t v;
+    size_format(143771 * MiB, buf, sizeof buf);
+    assert_int_equal(size_parse(buf, &v), VRAM_OK);
+    assert_true(v <= 143771 * MiB + GiB / 200 && v + GiB / 200 >= 143771 * MiB);
+}
+
+/* A number without a unit means what the setting's convention says. */
+static void
+test_size_bare(void **state)
+{
+    (void)state;
+    uint64_t v = SENTINEL_U64;
+    assert_int_equal(size_parse_as("80", SIZE_BARE_REFUSED, &v), VRAM_E_PARSE);
+    assert_true(v == SENTINEL_U64);
+    assert_int_equal(size_parse_as("80", SIZE_BARE_BYTES, &v), VRAM_OK);
+    assert_true(v == 80);
+    assert_int_equal(size_parse_as("6144", SIZE_BARE_MIB, &v), VRAM_OK);
+    assert_true(v == 6 * GiB);
+    assert_int_equal(size_parse_as("18446744073709551615", SIZE_BARE_BYTES, &v), VRAM_OK);
+    assert_true(v == UINT64_MAX);
+    /* MiB past 2^64 bytes is too large, not wrapped. */
+    v = SENTINEL_U64;
+    assert_int_equal(size_parse_as("17592186044416", SIZE_BARE_MIB, &v), VRAM_E_PARSE);
+    assert_non_null(strstr(vram_last_error(), "too large"));
+    assert_true(v == SENTINEL_U64);
+    /* A unit means the same under every convention. */
+    static const enum size_bare all[] = {SIZE_BARE_REFUSED, SIZE_BARE_BYTES,
+                                         SIZE_BARE_MIB};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        assert_int_equal(size_parse_as("6G", all[i], &v), VRAM_OK);
+        assert_true(v == 6 * GiB);
+        assert_int_equal(size_parse_as("512B", all[i], &v), VRAM_OK);
+        assert_true(v == 512);
+        assert_int_equal(size_parse_as("0", all[i], &v), VRAM_OK);
+        assert_true(v == 0);
+        assert_int_equal(size_parse_as("1.5", all[i], &v), VRAM_E_PARSE);
+    }
+}
+
+/* The form offered for a setting: exact, no space, the largest unit. */
+static void
+test_size_format_setting(void **state)
+{
+    (void)state;
+    static const struct {
+        uint64_t bytes;
+        const char *text;
+    } cases[] = {
+        {0, "0"},
+        {1, "1B"},
+        {1000, "1000B"},
+        {1024, "1K"},
+        {1536, "1536B"}, /* never a fraction: 1.5K */
+        {MiB + MiB / 2, "1536K"},
+        {5 * GiB, "5G"},
+        {GiB + GiB / 2, "1536M"},
+        {143771 * MiB, "143771M"},
+        {GiB + 1, "1073741825B"},
+        {TiB, "1T"},
+        {3 * PiB, "3P"},
+        {1ULL << 60, "1024P"},
+        {UINT64_MAX, "18446744073709551615B"},
+    };
+    char buf[32];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_ptr_equal(size_format_setting(cases[i].bytes, buf, sizeof buf), buf);
+        if (strcmp(buf, cases[i].text) != 0)
+            fail_msg("%llu bytes: '%s', expected '%s'",
+                     (unsigned long long)cases[i].bytes, buf, cases[i].text);
+        uint64_t v;
+        if (size_parse(buf, &v) != VRAM_OK || v != cases[i].bytes)
+            fail_msg("'%s' does not read back exactly", buf);
+    }
+    assert_null(size_format_setting(1, NULL, 0));
 }
 
 int
@@ -404,7 +497,8 @@ main(void)
         cmocka_unit_test(test_size_rejects),     cmocka_unit_test(test_size_messages),
         cmocka_unit_test(test_text_excerpt),     cmocka_unit_test(test_fraction_accepts),
         cmocka_unit_test(test_fraction_rejects), cmocka_unit_test(test_size_format),
-        cmocka_unit_test(test_size_round_trip),
+        cmocka_unit_test(test_size_round_trip), cmocka_unit_test(test_size_bare),
+        cmocka_unit_test(test_size_format_setting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

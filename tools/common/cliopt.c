@@ -8,6 +8,7 @@
 ** print itself in glibc's words ("unrecognized option") without the
 ** command's name.
 */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 
 #include "cliopt.h"
 #include "base/size.h"
+#include "base/strbuf.h"
 #include "base/text.h"
 #include "vram.h"
 
@@ -28,6 +30,9 @@
 /* Width of the option column of --help (GNU's habit: 2 + 28). */
 #define HELP_OPT_COL 30
 #define HELP_WIDTH 79
+
+/* Longest name cliopt_nearest compares (longer ones are never near). */
+#define NEAREST_MAX 64
 
 /* "vram stat" -> writes "vram: stat: " to stderr; "vram" -> "vram: ". */
 static void
@@ -62,9 +67,11 @@ cliopt_size(const struct cli_command *cmd, const char *name, const char *text,
 {
     uint64_t v;
     if (size_parse(text, &v) != VRAM_OK) {
-        /* size_parse's message quotes the value itself. */
-        cliopt_usage_error(cmd, "--%s: %s; expected a size such as 6G, 6Gi, 6GiB or 512M",
-                           name, vram_last_error());
+        /* size_parse's message quotes the value itself; for a number
+        ** without a unit it gives the forms to write. */
+        bool bare = text[0] != '\0' && strspn(text, "0123456789") == strlen(text);
+        cliopt_usage_error(cmd, "--%s: %s%s", name, vram_last_error(),
+                           bare ? "" : "; expected a size such as 6G, 6Gi, 6GiB or 512M");
         return false;
     }
     if (v == 0) {
@@ -113,8 +120,130 @@ cliopt_strategy_names(FILE *out, const char *sep, const char *last)
 void
 cliopt_sizes_note(FILE *out, const char *example)
 {
-    fprintf(out, "Sizes are 1024-based: 1073741824, 512M, %s, %si, %siB and %sB alike.\n",
+    fprintf(out,
+            "Sizes are 1024-based: %s, %si, %siB and %sB alike; 512M, 1.5G,\n"
+            "\"5.00 GiB\"; a number needs a unit (B for bytes: 1073741824B).\n",
             example, example, example, example);
+}
+
+/* ------------------------------------------------------------------ */
+/* "Did you mean": the nearest name                                     */
+/* ------------------------------------------------------------------ */
+
+/* The edit distance of A and B (insert, delete, replace, or swap two
+** neighbours: one each), both at most NEAREST_MAX characters. */
+static size_t
+edit_distance(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    static_assert(NEAREST_MAX < 128, "three rows on the stack");
+    size_t d[3][NEAREST_MAX + 1]; /* rows i-2, i-1, i (mod 3) */
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t *cur = d[i % 3], *prev = d[(i - 1) % 3], *prev2 = d[(i + 1) % 3];
+        cur[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            size_t v = prev[j - 1] + cost;
+            if (prev[j] + 1 < v)
+                v = prev[j] + 1;
+            if (cur[j - 1] + 1 < v)
+                v = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                prev2[j - 2] + 1 < v)
+                v = prev2[j - 2] + 1;
+            cur[j] = v;
+        }
+    }
+    return d[na % 3][nb];
+}
+
+const char *
+cliopt_nearest(const char *text, cliopt_names each, const void *ctx)
+{
+    size_t n = strlen(text);
+    if (n == 0 || n > NEAREST_MAX)
+        return NULL;
+    const char *prefix_of = NULL, *best = NULL;
+    size_t prefixes = 0, best_d = SIZE_MAX;
+    for (size_t i = 0;; i++) {
+        const char *name = each(i, ctx);
+        if (name == NULL)
+            break;
+        if (strncmp(name, text, n) == 0) {
+            prefix_of = name;
+            prefixes++;
+        }
+        if (strlen(name) > NEAREST_MAX)
+            continue;
+        size_t d = edit_distance(text, name);
+        if (d < best_d) {
+            best_d = d;
+            best = name;
+        }
+    }
+    if (prefixes == 1)
+        return prefix_of;
+    size_t most = n / 3;
+    most = most < 1 ? 1 : most > 3 ? 3 : most;
+    return best != NULL && best_d > 0 && best_d <= most ? best : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The values of an option                                              */
+/* ------------------------------------------------------------------ */
+
+/* The numbers a small CLIOPT_COUNT range lists. */
+static const char *const small_numbers[] = {"0",  "1",  "2",  "3",  "4",  "5",
+                                            "6",  "7",  "8",  "9",  "10", "11",
+                                            "12", "13", "14", "15", "16"};
+#define SMALL_NUMBERS (sizeof small_numbers / sizeof small_numbers[0])
+
+const char *
+cliopt_value(const struct cli_opt *o, size_t i)
+{
+    if (o->values != NULL)
+        return o->values(i);
+    if (o->store == CLIOPT_STRATEGY) {
+        size_t n = sizeof all_strategies / sizeof all_strategies[0];
+        return i < n ? vram_strategy_name(all_strategies[i]) : NULL;
+    }
+    if (o->store == CLIOPT_COUNT && o->max < SMALL_NUMBERS && o->min <= o->max)
+        return i <= o->max - o->min ? small_numbers[o->min + i] : NULL;
+    return NULL;
+}
+
+static const char *
+option_value_of(size_t i, const void *ctx)
+{
+    return cliopt_value(ctx, i);
+}
+
+bool
+cliopt_choice(const struct cli_command *cmd, const struct cli_opt *o, const char *text,
+              size_t *index)
+{
+    for (size_t i = 0; cliopt_value(o, i) != NULL; i++) {
+        if (strcmp(text, cliopt_value(o, i)) == 0) {
+            *index = i;
+            return true;
+        }
+    }
+    char known[512] = "", shown[TEXT_EXCERPT_LEN], hint[96] = "";
+    size_t n = 0;
+    while (cliopt_value(o, n) != NULL)
+        n++;
+    for (size_t i = 0; i < n; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+        strbuf_append(known, sizeof known, "%s%s", sep, cliopt_value(o, i));
+    }
+    const char *near = cliopt_nearest(text, option_value_of, o);
+    if (near != NULL)
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+    cliopt_usage_error(cmd, "--%s '%s': expected %s%s", o->name,
+                       text_excerpt(text, shown, sizeof shown), known, hint);
+    return false;
 }
 
 bool
@@ -122,14 +251,19 @@ cliopt_strategy(const struct cli_command *cmd, const char *text, vram_strategy *
 {
     if (vram_strategy_parse(text, out) == VRAM_OK)
         return true;
-    char known[256] = "", shown[TEXT_EXCERPT_LEN];
+    static const struct cli_opt strategy = {0, "strategy", 0, "NAME", "",
+                                            .store = CLIOPT_STRATEGY};
+    char known[256] = "", shown[TEXT_EXCERPT_LEN], hint[96] = "";
     FILE *f = fmemopen(known, sizeof known - 1, "w");
     if (f != NULL) {
         cliopt_strategy_names(f, ", ", " or ");
         fclose(f);
     }
-    cliopt_usage_error(cmd, "--strategy: unknown strategy '%s' (expected %s)",
-                       text_excerpt(text, shown, sizeof shown), known);
+    const char *near = cliopt_nearest(text, option_value_of, &strategy);
+    if (near != NULL)
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+    cliopt_usage_error(cmd, "--strategy: unknown strategy '%s' (expected %s)%s",
+                       text_excerpt(text, shown, sizeof shown), known, hint);
     return false;
 }
 
@@ -197,6 +331,17 @@ spelled(const char *arg, char *buf, size_t len)
     return buf;
 }
 
+/* The I-th long option of the table CTX (struct option[], NULL-ended). */
+static const char *
+long_name_of(size_t i, const void *ctx)
+{
+    const struct option *lo = ctx;
+    for (size_t k = 0; k < i; k++)
+        if (lo[k].name == NULL)
+            return NULL;
+    return lo[i].name;
+}
+
 /* The line for getopt_long's '?' (unknown, ambiguous, or a value given to a
 ** flag) or ':' (a value missing). */
 static int
@@ -220,22 +365,129 @@ option_error(struct cliopt_iter *it, int c)
         return cliopt_usage_error(cmd, "option '%s' takes no value",
                                   spelled(arg, name, sizeof name));
     if (is_long) {
-        /* getopt_long also says '?' for a prefix of several names. */
+        /* getopt_long also says '?' for a prefix of several names: name
+        ** them; an unknown one gets the nearest, if one is. */
         spelled(arg, name, sizeof name);
         size_t len = strlen(name + 2), hits = 0;
+        char which[256] = "";
         for (const struct option *lo = it->longopts; lo->name != NULL; lo++)
-            hits += strncmp(lo->name, name + 2, len) == 0;
-        return cliopt_usage_error(cmd, "%s option '%s'", hits > 1 ? "ambiguous" : "unknown",
-                                  name);
+            if (strncmp(lo->name, name + 2, len) == 0)
+                strbuf_append(which, sizeof which, "%s--%s", hits++ > 0 ? ", " : "",
+                              lo->name);
+        if (hits > 1)
+            return cliopt_usage_error(cmd, "ambiguous option '%s' (%s)", name, which);
+        const char *near = cliopt_nearest(name + 2, long_name_of, it->longopts);
+        if (near != NULL)
+            return cliopt_usage_error(cmd, "unknown option '%s' (did you mean '--%s'?)",
+                                      name, near);
+        return cliopt_usage_error(cmd, "unknown option '%s'", name);
+    }
+    /* "-limit": a long option written with one dash. glibc leaves optind
+    ** on a cluster of short options it has not finished. */
+    if (optind < it->argc && optopt != 0 && it->argv[optind][0] == '-' &&
+        it->argv[optind][1] == optopt)
+        arg = it->argv[optind];
+    if (arg[0] == '-' && arg[1] != '-' && strlen(arg) > 2) {
+        spelled(arg, name, sizeof name);
+        const char *near = cliopt_nearest(name + 1, long_name_of, it->longopts);
+        if (near != NULL && strlen(name + 1) > 1)
+            return cliopt_usage_error(cmd, "unknown option '%s' (did you mean '--%s'?)",
+                                      name, near);
     }
     if (optopt > 0x20 && optopt < 0x7f)
         return cliopt_usage_error(cmd, "unknown option '-%c'", optopt);
     return cliopt_usage_error(cmd, "unknown option '%s'", spelled(arg, name, sizeof name));
 }
 
+/* ------------------------------------------------------------------ */
+/* What completion asks                                                 */
+/* ------------------------------------------------------------------ */
+
+/* What option O's value is, for completion: "values" (then the values),
+** "files", "dirs", "none", or "flag" (O takes no value), to OUT. */
+static void
+complete_values(const struct cli_opt *o, FILE *out)
+{
+    if (o->metavar == NULL) {
+        fputs("flag\n", out);
+        return;
+    }
+    if (cliopt_value(o, 0) != NULL) {
+        fputs("values\n", out);
+        for (size_t i = 0; cliopt_value(o, i) != NULL; i++)
+            fprintf(out, "%s\n", cliopt_value(o, i));
+        return;
+    }
+    const char *m = o->metavar != NULL ? o->metavar : "";
+    if (strstr(m, "FILE") != NULL || strstr(m, "PATH") != NULL)
+        fputs("files\n", out);
+    else if (strcmp(m, "DIR") == 0)
+        fputs("dirs\n", out);
+    else
+        fputs("none\n", out);
+}
+
+/*
+** ARGV as a question of completion ("CMD --complete-...": see cliopt.h),
+** answered on standard output; CLIOPT_EXIT with IT's status then, else
+** CLIOPT_END (not such a question).
+*/
+static enum cliopt_kind
+complete(struct cliopt_iter *it)
+{
+    const struct cli_command *cmd = it->cmd;
+    const char *q = it->argc >= 2 ? it->argv[1] : "";
+    if (strncmp(q, "--complete-", 11) != 0)
+        return CLIOPT_END;
+    if (it->argc == 2 && strcmp(q, "--complete-options") == 0) {
+        for (const struct option *lo = it->longopts; lo->name != NULL; lo++)
+            printf("--%s\n", lo->name);
+    } else if (it->argc == 2 && strcmp(q, "--complete-operands") == 0) {
+        if (cmd->operands != NULL) {
+            fputs("values\n", stdout);
+            for (size_t i = 0; cmd->operands(i) != NULL; i++)
+                printf("%s\n", cmd->operands(i));
+        } else {
+            const char *kind = cmd->no_operands       ? "none"
+                               : cmd->stop_at_operand ? "command"
+                                                      : "files";
+            printf("%s\n", kind);
+        }
+    } else if (it->argc == 3 && strcmp(q, "--complete-values") == 0) {
+        const char *want = it->argv[2];
+        want += strncmp(want, "--", 2) == 0 ? 2 : want[0] == '-' ? 1 : 0;
+        const struct cli_opt *o = NULL;
+        if (strcmp(want, "help") == 0 || strcmp(want, "version") == 0 ||
+            strcmp(want, "h") == 0 || strcmp(want, "V") == 0) {
+            fputs("flag\n", stdout);
+            it->status = fflush(stdout) == 0 ? CLI_EXIT_OK : 1;
+            return CLIOPT_EXIT;
+        }
+        for (size_t i = 0; i < cmd->n_opts && i < CLIOPT_MAX && o == NULL; i++)
+            if (strcmp(cmd->opts[i].name, want) == 0 ||
+                (want[0] != '\0' && want[1] == '\0' &&
+                 cmd->opts[i].short_name == want[0]))
+                o = &cmd->opts[i];
+        if (o == NULL) {
+            char shown[TEXT_EXCERPT_LEN];
+            text_excerpt(it->argv[2], shown, sizeof shown);
+            it->status =
+                cliopt_usage_error(cmd, "--complete-values: no option '%s'", shown);
+            return CLIOPT_EXIT;
+        }
+        complete_values(o, stdout);
+    } else {
+        return CLIOPT_END;
+    }
+    it->status = fflush(stdout) == 0 ? CLI_EXIT_OK : 1;
+    return CLIOPT_EXIT;
+}
+
 enum cliopt_kind
 cliopt_next(struct cliopt_iter *it, const struct cli_opt **opt, const char **value)
 {
+    if (it->next == 1 && !it->options_done && complete(it) == CLIOPT_EXIT)
+        return CLIOPT_EXIT;
     if (!it->options_done) {
         int c = getopt_long(it->argc, it->argv, it->shortopts, it->longopts, NULL);
         it->next = optind;

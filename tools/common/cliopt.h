@@ -13,7 +13,22 @@
 ** unambiguous prefixes of long names (getopt_long's rule), "--" (all
 ** that follows is an operand) and "-" (an operand). A bad option is one
 ** line on standard error naming the option and the command, then
-** "(try 'vram CMD --help')", and exit status 2.
+** "(try 'vram CMD --help')", and exit status 2; a mistyped one names the
+** nearest ("did you mean '--limit'?"), as does a mistyped value of an
+** option whose values are listed.
+**
+** Completion (contrib/bash-completion/vram) asks the program itself, so
+** that it offers exactly what the parser accepts. As the only argument
+** after the command (never taken for an option, so no prefix of a real
+** option is made ambiguous):
+**   --complete-options        every long option, one a line
+**   --complete-values NAME    what option NAME (--limit, -d) takes: a first
+**                             line "values" then one value a line, or
+**                             "files", "dirs", "none" (free text: a size, a
+**                             number) or "flag" (no value)
+**   --complete-operands       what the operands are: "values" and the words,
+**                             "files", "command" (a command line) or "none"
+** each exit 0 (2 for an option NAME the command does not have).
 */
 #ifndef VRAM_TOOLS_CLIOPT_H
 #define VRAM_TOOLS_CLIOPT_H
@@ -65,6 +80,11 @@ struct cli_opt {
     double lo, hi;      /* the bounds of CLIOPT_SECONDS */
     uint64_t min, max;  /* the bounds of CLIOPT_COUNT */
     bool notify;        /* stored, and then given to the handler too */
+    /* The values the option accepts, from the table its parser reads: the
+    ** I-th, or NULL past the last (completion, "did you mean", cliopt_choice).
+    ** NULL: none listed; CLIOPT_STRATEGY lists the strategies, and
+    ** CLIOPT_COUNT a range of at most 16 numbers, without one. */
+    const char *(*values)(size_t i);
 };
 
 /* A command's option table, for struct cli_command. */
@@ -88,6 +108,10 @@ struct cli_command {
     /* With stop_at_operand: the command line after the options may be
     ** missing (vram tune --trace FILE); cliopt_parse's *REST is then NULL. */
     bool command_optional;
+    /* The words an operand may be (vram admin's verbs), as the values of
+    ** an option; NULL: operands are files, or a command line with
+    ** stop_at_operand. */
+    const char *(*operands)(size_t i);
 };
 
 enum cliopt_kind {
@@ -154,9 +178,10 @@ void cliopt_help(const struct cli_command *cmd, FILE *out);
 int cliopt_usage_error(const struct cli_command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Parse TEXT as a size (src/base/size.c: 6G, 6Gi, 6GiB, 512M, 1073741824)
-** for option NAME of CMD into *OUT; a bad one, or 0, is a usage error
-** (false, the line printed). */
+/* Parse TEXT as a size (src/base/size.c: 6G, 6Gi, 6GiB, 512M,
+** 1073741824B; a number without a unit is refused with the forms to
+** write) for option NAME of CMD into *OUT; a bad one, or 0, is a usage
+** error (false, the line printed). */
 bool cliopt_size(const struct cli_command *cmd, const char *name, const char *text,
                  uint64_t *out);
 
@@ -172,8 +197,27 @@ bool cliopt_strategy(const struct cli_command *cmd, const char *text, vram_strat
 /* Every strategy name to OUT: SEP between them, LAST before the last. */
 void cliopt_strategy_names(FILE *out, const char *sep, const char *last);
 
+/* The I-th value option O accepts (its values, or what its store implies),
+** NULL past the last. */
+const char *cliopt_value(const struct cli_opt *o, size_t i);
+
+/* TEXT as one of the values of option O of CMD (which must list them):
+** its index into *INDEX; otherwise the usage error "--NAME 'TEXT':
+** expected A, B or C (did you mean 'B'?)" (false, the line printed). */
+bool cliopt_choice(const struct cli_command *cmd, const struct cli_opt *o,
+                   const char *text, size_t *index);
+
+/* The I-th of N NAMES: the form cliopt_nearest takes. */
+typedef const char *(*cliopt_names)(size_t i, const void *ctx);
+
+/* Among the names EACH gives (with CTX), the one TEXT is most likely a
+** typo of: the only one it is a prefix of, else the nearest by edit
+** distance (a swap of two neighbours counts one) if within a third of its
+** length (at least 1, at most 3); NULL when none is near. */
+const char *cliopt_nearest(const char *text, cliopt_names each, const void *ctx);
+
 /* The note every command that takes a size prints after its options:
-** "Sizes are 1024-based: 1073741824, 512M, 6G, 6Gi, 6GiB and 6GB alike."
+** "Sizes are 1024-based: 6G, 6Gi, 6GiB and 6GB alike; 512M, 1.5G, ..."
 ** with EXAMPLE ("6G") as the example size. */
 void cliopt_sizes_note(FILE *out, const char *example);
 

@@ -56,10 +56,22 @@
 VRAM_COMMAND_LIST(X)
 #undef X
 
-/* The preload library installed beside this binary (../lib/libvram-preload.so
-** from the directory of bin/vram) into BUF; false if there is none (BUF
-** then holds the path tried, or ""). */
+/* The preload library's file name, its SONAME ("libvram-preload.so.0"),
+** from the build (cmake/Install.cmake): what vram run, record and admin
+** look for beside the binary, and what /etc/ld.so.preload names. */
+#ifndef VRAM_PRELOAD_NAME
+#define VRAM_PRELOAD_NAME "libvram-preload.so.0"
+#endif
+
+/* The preload library installed beside this binary (VRAM_PRELOAD_NAME in
+** the library directory, from the directory of bin/vram) into BUF; false
+** if there is none (BUF then holds the path tried, or ""). */
 bool cli_default_preload(char *buf, size_t len);
+
+/* The number of malformed variables among those vram reads (the rows
+** `vram env` flags), the first one's line ("NAME='value': why") into
+** FIRST (LEN bytes). (cmd_env.c; `vram doctor` too.) */
+int cli_env_errors(char *first, size_t len);
 
 /* Print "vram: " + the formatted message + newline to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

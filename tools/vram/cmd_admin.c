@@ -41,7 +41,10 @@
 #include "base/size.h"
 #include "vram.h"
 
-#define PRELOAD_NAME "libvram-preload.so"
+/* Every vram preload library: libvram-preload.so, and its versioned
+** names (libvram-preload.so.0, ...), which earlier versions and this one
+** wrote into /etc/ld.so.preload. */
+#define PRELOAD_STEM "libvram-preload.so"
 #define LD_PRELOAD_FILE "/etc/ld.so.preload"
 #define CGROUP_DIR "/sys/fs/cgroup"
 #define MAX_PRELOAD_FILE (64 * 1024) /* a larger /etc/ld.so.preload is refused */
@@ -58,6 +61,21 @@ struct admin {
 
 #define AT(member) offsetof(struct admin, member)
 
+/* The I-th action of `vram admin`, NULL past the last. */
+static const char *
+verb_value(size_t i)
+{
+    static const char *const verbs[] = {"enable", "disable", "status", "check"};
+    return i < sizeof verbs / sizeof verbs[0] ? verbs[i] : NULL;
+}
+
+static const char *
+verb_of(size_t i, const void *ctx)
+{
+    (void)ctx;
+    return verb_value(i);
+}
+
 static const struct cli_opt opt_table[] = {
     {0, "user", 0, "NAME", "check: also print NAME's limit on each GPU",
      .store = CLIOPT_STRING, .field = AT(user)},
@@ -65,7 +83,8 @@ static const struct cli_opt opt_table[] = {
      "work on DIR/etc/ld.so.preload, DIR/etc/vram/policy.conf and DIR/sys/fs/cgroup",
      .store = CLIOPT_STRING, .field = AT(root)},
     {0, "preload", 0, "PATH",
-     "enable: the library to preload (default: lib/libvram-preload.so beside bin/vram)",
+     "enable: the library to preload (default: " VRAM_PRELOAD_NAME " in the library "
+     "directory beside bin/vram)",
      .store = CLIOPT_STRING, .field = AT(preload)},
 };
 
@@ -82,6 +101,7 @@ static const struct cli_command admin_cmd = {
              "  check    validate the policy file; with --user, that user's limits\n",
     CLIOPT_TABLE(opt_table),
     .exit_status = "0 ok, 1 failure, 2 bad usage or a policy that does not pass.",
+    .operands = verb_value,
 };
 
 /* ------------------------------------------------------------------ */
@@ -270,13 +290,26 @@ read_preload_file(const char *path, char **out)
     return true;
 }
 
-/* Whether ENTRY (one word of the file) is a vram preload library. */
+/* Whether ENTRY (one word of the file, N bytes) is a vram preload library:
+** its file name is PRELOAD_STEM, optionally followed by ".N" version parts. */
 static bool
 is_vram_entry(const char *entry, size_t n)
 {
-    size_t m = strlen(PRELOAD_NAME);
-    return n >= m && memcmp(entry + n - m, PRELOAD_NAME, m) == 0 &&
-           (n == m || entry[n - m - 1] == '/');
+    const char *base = entry;
+    for (size_t i = 0; i < n; i++)
+        if (entry[i] == '/')
+            base = entry + i + 1;
+    size_t b = n - (size_t)(base - entry), m = strlen(PRELOAD_STEM);
+    if (b < m || memcmp(base, PRELOAD_STEM, m) != 0)
+        return false;
+    for (size_t i = m; i < b; i++) {
+        bool dot = base[i] == '.';
+        if (!dot && (base[i] < '0' || base[i] > '9'))
+            return false;
+        if (dot && (i + 1 == b || base[i + 1] == '.'))
+            return false; /* a version part is digits */
+    }
+    return b == m || base[m] == '.';
 }
 
 /*
@@ -592,7 +625,7 @@ do_enable(const struct admin *a)
         snprintf(given, sizeof given, "%s", a->preload);
     else if (!cli_default_preload(given, sizeof given)) {
         cli_error("admin: enable: no preload library at %s (give --preload PATH)",
-                  given[0] != '\0' ? given : "lib/" PRELOAD_NAME);
+                  given[0] != '\0' ? given : "lib/" VRAM_PRELOAD_NAME);
         return 1;
     }
     if (realpath(given, lib) == NULL) {
@@ -837,7 +870,11 @@ cmd_admin(int argc, char **argv)
         return do_status(&a);
     if (strcmp(verb, "check") == 0)
         return do_check(&a);
-    return cliopt_usage_error(&admin_cmd,
-                              "unknown action '%s' (expected enable, disable, status or check)",
-                              verb);
+    char shown[TEXT_EXCERPT_LEN], hint[64] = "";
+    const char *near = cliopt_nearest(verb, verb_of, NULL);
+    if (near != NULL)
+        snprintf(hint, sizeof hint, " (did you mean '%s'?)", near);
+    return cliopt_usage_error(
+        &admin_cmd, "unknown action '%s' (expected enable, disable, status or check)%s",
+        text_excerpt(verb, shown, sizeof shown), hint);
 }

@@ -155,14 +155,26 @@ env_capped(const struct vram_env *env)
 
 /* ---- without a trace ---- */
 
+/* Every variable vram reads (the allocator's, the quota enforcer's and
+** vram run's, as `vram env` shows them); *ENV_OK says whether the
+** allocator's load, which the next checks stand on, succeeded. */
 static void
 check_environment(struct report *rep, bool *env_ok, struct vram_env *env)
 {
     vram_status s = env_load(NULL, NULL, env);
     *env_ok = s == VRAM_OK;
-    if (!*env_ok) {
+    char first[512];
+    snprintf(first, sizeof first, "%s", *env_ok ? "" : vram_last_error());
+    int bad = cli_env_errors(first, *env_ok ? sizeof first : 0);
+    if (bad == 0 && !*env_ok)
+        bad = 1;
+    if (bad > 0) {
         struct check *c = add_check(rep, "environment", V_PROBLEM);
-        snprintf(c->evidence, sizeof c->evidence, "%s", vram_last_error());
+        if (bad > 1)
+            snprintf(c->evidence, sizeof c->evidence, "%s (and %d more malformed)", first,
+                     bad - 1);
+        else
+            snprintf(c->evidence, sizeof c->evidence, "%s", first);
         snprintf(c->next, sizeof c->next,
                  "fix that variable; `vram env` shows every setting and where it came "
                  "from, `vram env --markdown` documents them");
@@ -170,7 +182,7 @@ check_environment(struct report *rep, bool *env_ok, struct vram_env *env)
     }
     struct check *c = add_check(rep, "environment", V_OK);
     snprintf(c->evidence, sizeof c->evidence,
-             "every VRAM_* and TF_* setting is well-formed");
+             "every setting vram reads is well-formed (`vram env` lists them)");
     snprintf(c->next, sizeof c->next, "nothing");
 }
 

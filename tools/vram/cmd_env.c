@@ -28,7 +28,8 @@ static const struct cli_opt opt_table[] = {
     {MODE_MARKDOWN, "markdown", 0, NULL,
      "print the documentation of every variable as Markdown", .store = CLIOPT_CALL},
     {MODE_CHECK, "check", 0, NULL,
-     "exit 0 if the environment is valid, else 2 naming the bad value",
+     "print nothing and exit 0 if every variable is well-formed, else 2 naming the "
+     "first malformed one",
      .store = CLIOPT_CALL},
 };
 
@@ -39,8 +40,8 @@ static const struct cli_command env_cmd = {
              "value and its source: environment, or default with whose default it is\n"
              "(vram's, TensorFlow's rule, PyTorch's, ...).\n",
     CLIOPT_TABLE(opt_table),
-    .exit_status = "0 ok, 1 output could not be written, 2 bad usage or (with --check) a "
-                   "malformed variable.",
+    .exit_status = "0 ok, 1 output could not be written, 2 bad usage or a malformed "
+                   "variable (the table is printed all the same, the variable flagged).",
     .no_operands = true,
 };
 
@@ -64,9 +65,16 @@ env_option(void *ctx, const struct cli_opt *opt, const char *value)
     return CLIOPT_GO_ON;
 }
 
+/* The JSON rows being made, and how many were malformed. */
+struct json_rows {
+    json_object *vars;
+    int bad;
+};
+
 static void
 json_row(void *ctx, const struct env_row *row)
 {
+    struct json_rows *rows = ctx;
     json_object *o = json_object_new_object();
     json_object_object_add(o, "name", json_object_new_string(row->name));
     if (row->source != NULL) {
@@ -79,19 +87,52 @@ json_row(void *ctx, const struct env_row *row)
         const char *why =
             strncmp(row->value, "error: ", 7) == 0 ? row->value + 7 : row->value;
         json_object_object_add(o, "error", json_object_new_string(why));
+        rows->bad++;
     }
-    json_object_array_add(ctx, o);
+    json_object_array_add(rows->vars, o);
 }
 
+/* What cli_env_errors counts. */
+struct env_errors {
+    int bad;
+    char *first;
+    size_t len;
+};
+
 static void
+error_row(void *ctx, const struct env_row *row)
+{
+    struct env_errors *e = ctx;
+    if (row->source != NULL)
+        return;
+    if (e->bad++ == 0 && e->len > 0) {
+        const char *value = row->value;
+        const char *why = strncmp(value, "error: ", 7) == 0 ? value + 7 : value;
+        snprintf(e->first, e->len, "%s", why);
+    }
+}
+
+int
+cli_env_errors(char *first, size_t len)
+{
+    struct env_errors e = {0, first, len};
+    if (len > 0)
+        first[0] = '\0';
+    env_each(NULL, NULL, error_row, &e); /* LEN 0: FIRST is left alone */
+    return e.bad;
+}
+
+/* The table as JSON; the number of malformed variables. */
+static int
 print_json(void)
 {
     json_object *root = json_object_new_object();
-    json_object *vars = json_object_new_array();
-    env_each(NULL, NULL, json_row, vars);
-    json_object_object_add(root, "variables", vars);
+    struct json_rows rows = {json_object_new_array(), 0};
+    env_each(NULL, NULL, json_row, &rows);
+    json_object_object_add(root, "variables", rows.vars);
     puts(json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY));
     json_object_put(root);
+    return rows.bad;
 }
 
 int
@@ -102,28 +143,32 @@ cmd_env(int argc, char **argv)
     if (rc != CLIOPT_GO_ON)
         return rc;
 
+    int bad = 0;
     switch (a.mode) {
     case MODE_CHECK: {
-        struct vram_env env;
-        if (env_load(NULL, NULL, &env) != VRAM_OK) {
-            cli_error("%s", vram_last_error());
-            return 2;
-        }
-        return 0;
+        char first[1024];
+        int n = cli_env_errors(first, sizeof first);
+        if (n == 0)
+            return 0;
+        if (n > 1)
+            cli_error("%s (and %d more malformed: see 'vram env')", first, n - 1);
+        else
+            cli_error("%s", first);
+        return 2;
     }
     case MODE_MARKDOWN:
         env_markdown(stdout);
         break;
     case MODE_JSON:
-        print_json();
+        bad = print_json();
         break;
     case MODE_PRINT:
-        env_print(stdout, NULL, NULL);
+        bad = env_print(stdout, NULL, NULL);
         break;
     }
     if (fflush(stdout) != 0 || ferror(stdout)) {
         cli_error("writing to standard output: %s", strerror(errno));
         return 1;
     }
-    return 0;
+    return bad > 0 ? 2 : 0;
 }

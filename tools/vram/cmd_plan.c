@@ -48,6 +48,34 @@ struct plan_args {
 
 #define AT(member) offsetof(struct plan_args, member)
 
+/* The values of --arch, --precision, --optimizer and --attention, from the
+** model's own names (src/plan/plan.h): the I-th, NULL past the last
+** (completion and "did you mean"; the model's parsers decide). */
+static const char *
+arch_value(size_t i)
+{
+    return i < PLAN_N_ARCH ? plan_arch_name((enum plan_arch)i) : NULL;
+}
+
+static const char *
+precision_value(size_t i)
+{
+    return i <= PLAN_BF16 ? plan_precision_name((enum plan_precision)i) : NULL;
+}
+
+static const char *
+optimizer_value(size_t i)
+{
+    return i <= PLAN_ADAMW ? plan_optimizer_name((enum plan_optimizer)i) : NULL;
+}
+
+static const char *
+attention_value(size_t i)
+{
+    static const char *const names[] = {"sdpa", "eager"}; /* PLAN_SDPA, PLAN_EAGER */
+    return i < sizeof names / sizeof names[0] ? names[i] : NULL;
+}
+
 /* A size of the model or the job: a whole number from 1 to 2^40 (0, the
 ** default, meaning not given). */
 #define COUNT_MAX (1ULL << 40)
@@ -68,7 +96,7 @@ static const struct cli_opt opt_table[] = {
     {0, "config", 0, "FILE|DIR", "Hugging Face config.json, or the model directory",
      .store = CLIOPT_STRING, .field = AT(config)},
     {0, "arch", 0, "NAME", "without --config: a model_type listed below",
-     .store = CLIOPT_STRING, .field = AT(arch)},
+     .store = CLIOPT_STRING, .field = AT(arch), .values = arch_value},
     COUNT_OPT("layers", layers, "transformer layers (overrides the config)"),
     COUNT_OPT("hidden", hidden, "hidden size"),
     COUNT_OPT("heads", heads, "attention heads"),
@@ -81,14 +109,14 @@ static const struct cli_opt opt_table[] = {
     COUNT_OPT("batch", job.batch, "sequences per optimizer step (per data-parallel rank)"),
     COUNT_OPT("seq", job.seq, "tokens per sequence"),
     {OPT_PRECISION, "precision", 0, "P", "fp32 (default), mixed-fp16, mixed-bf16, fp16, bf16",
-     .store = CLIOPT_CALL},
+     .store = CLIOPT_CALL, .values = precision_value},
     {OPT_OPTIMIZER, "optimizer", 0, "O", "sgd, sgd-momentum, adam, adamw (default)",
-     .store = CLIOPT_CALL},
+     .store = CLIOPT_CALL, .values = optimizer_value},
     COUNT_OPT("accum", job.accum, "gradient accumulation steps (default 1; divides --batch)"),
     {0, "checkpointing", 0, NULL, "activation checkpointing on every layer",
      .store = CLIOPT_SET, .field = AT(job.checkpointing)},
     {OPT_ATTENTION, "attention", 0, "A", "sdpa (default; fused, math for fp32 GQA) or eager",
-     .store = CLIOPT_CALL},
+     .store = CLIOPT_CALL, .values = attention_value},
     COUNT_OPT("data-parallel", job.data_parallel, "data-parallel ranks (default 1)"),
     {0, "zero", 0, "STAGE", "ZeRO stage 0 (default), 1, 2 or 3",
      .store = CLIOPT_COUNT, .field = AT(zero), .min = 0, .max = 3},
@@ -105,6 +133,19 @@ static const struct cli_opt opt_table[] = {
 /* Headroom of the recommended cap above the predicted total: 12.5%, the
 ** middle of the seeds' 10-15% rule. */
 #define HEADROOM_DIV 8
+
+/* The exit status of a prediction that does not fit --gpu-memory (the
+** report is printed all the same), so that a script can tell it from a
+** failure (1) and from bad input (2). */
+#define PLAN_EXIT_NO_FIT 3
+
+/* The exit status of a prediction of TOTAL bytes: 0, or PLAN_EXIT_NO_FIT
+** when GPU_MEMORY (0: not given) is smaller. */
+static int
+fit_status(uint64_t total, uint64_t gpu_memory)
+{
+    return gpu_memory != 0 && total > gpu_memory ? PLAN_EXIT_NO_FIT : 0;
+}
 
 static void
 plan_notes(FILE *out)
@@ -136,7 +177,9 @@ static const struct cli_command plan_cmd = {
              "steps with --precision and --optimizer. See docs/PLAN.md.\n",
     CLIOPT_TABLE(opt_table),
     .notes = plan_notes,
-    .exit_status = "0 ok, 1 failure, 2 bad usage or bad input.",
+    .exit_status = "0 ok (and, with --gpu-memory, the job fits); 3 the job does not fit "
+                   "--gpu-memory (the report is printed all the same); 1 failure; 2 bad "
+                   "usage or bad input. With --model, the tracer's status.",
     .no_operands = true,
 };
 
@@ -519,7 +562,7 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
         }
         printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
         json_object_put(root);
-        return 0;
+        return fit_status(r.total_bytes, gpu_memory);
     }
     char a[32];
     printf("%s, %llu parameters; generate: batch %llu, prompt %llu + %llu new tokens, %s\n",
@@ -547,7 +590,7 @@ report_generate(const struct plan_model *m, const struct plan_gen_job *j, uint64
         printf("cap to give the job (12.5%% headroom): %s\n",
                fmt(recommended, a, sizeof a));
     }
-    return 0;
+    return fit_status(r.total_bytes, gpu_memory);
 }
 
 /* One option of `vram plan` that the table does not store (cliopt_handler). */
@@ -556,6 +599,10 @@ plan_option(void *ctx, const struct cli_opt *o, const char *value)
 {
     struct plan_args *pa = ctx;
     struct plan_job *job = &pa->job;
+    size_t k;
+    /* A value the option does not list: the values, and the nearest. */
+    if (o->values != NULL && !cliopt_choice(&plan_cmd, o, value, &k))
+        return CLI_EXIT_USAGE;
     switch (o->id) {
     case OPT_PRECISION:
         pa->precision_set = true;
@@ -720,7 +767,7 @@ cmd_plan(int argc, char **argv)
         json_object_object_add(root, "what_ifs", wa);
         printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN));
         json_object_put(root);
-        return 0;
+        return fit_status(r.total_bytes, pa.gpu_memory);
     }
 
     char a[32], b2[32];
@@ -747,5 +794,5 @@ cmd_plan(int argc, char **argv)
     for (size_t k = 0; k < nw; k++)
         if (w[k].ok)
             printf("what if %-14s total %s\n", w[k].name, fmt(w[k].r.total_bytes, a, sizeof a));
-    return 0;
+    return fit_status(r.total_bytes, pa.gpu_memory);
 }

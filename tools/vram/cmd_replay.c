@@ -82,12 +82,36 @@ struct replay_args {
 
 #define AT(member) offsetof(struct replay_args, set.member)
 
+/* The values of --backend, --strategy and --driver-costs: the I-th, NULL
+** past the last (completion, and the check of the first and last). */
+static const char *
+backend_value(size_t i)
+{
+    static const char *const names[] = {"sim", "cuda"}; /* VRAM_BACKEND_SIM, _CUDA */
+    return i < sizeof names / sizeof names[0] ? names[i] : NULL;
+}
+
+static const char *
+strategy_value(size_t i)
+{
+    return i < N_STRATEGIES ? vram_strategy_name(all_strategies[i])
+           : i == N_STRATEGIES ? "all"
+                               : NULL;
+}
+
+static const char *
+driver_costs_value(size_t i)
+{
+    return i == 0 ? "h200" : NULL; /* the models of the simulated driver's costs */
+}
+
 static const struct cli_opt opt_table[] = {
     {OPT_BACKEND, "backend", 0, "sim|cuda",
      "replay on the simulated device (default) or on the GPU through the CUDA "
-     "driver", .store = CLIOPT_CALL},
+     "driver", .store = CLIOPT_CALL, .values = backend_value},
     {OPT_STRATEGY, "strategy", 0, "NAME[,NAME...]|all",
-     "strategies to replay under (default: growth)", .store = CLIOPT_CALL},
+     "strategies to replay under (default: growth)", .store = CLIOPT_CALL,
+     .values = strategy_value},
     {0, "limit", 0, "SIZE", "cap of each device (memory_limit), e.g. 6G; default: none",
      .store = CLIOPT_SIZE, .field = AT(limit_bytes)},
     {OPT_DEVICE_MEMORY, "device-memory", 0, "SIZE",
@@ -105,7 +129,8 @@ static const struct cli_opt opt_table[] = {
     {OPT_DRIVER_COSTS, "driver-costs", 0, "MODEL",
      "--backend sim only: every backend call takes what the CUDA driver's costs "
      "on MODEL (h200: measured on an NVIDIA H200), so that ns/op models the "
-     "GPU's whole time, driver calls included", .store = CLIOPT_CALL},
+     "GPU's whole time, driver calls included", .store = CLIOPT_CALL,
+     .values = driver_costs_value},
     {0, "json", 0, NULL, "print one JSON object per line (sizes in bytes)",
      .store = CLIOPT_SET, .field = AT(json)},
 };
@@ -678,16 +703,13 @@ replay_arg(void *ctx, const struct cli_opt *o, const char *value)
         return CLIOPT_GO_ON;
     }
     switch (o->id) {
-    case OPT_BACKEND:
-        if (strcmp(value, "sim") == 0) {
-            set->backend = VRAM_BACKEND_SIM;
-        } else if (strcmp(value, "cuda") == 0) {
-            set->backend = VRAM_BACKEND_CUDA;
-        } else {
-            return cliopt_usage_error(&replay_cmd, "--backend '%s': expected sim or cuda",
-                                      value);
-        }
+    case OPT_BACKEND: {
+        size_t k;
+        if (!cliopt_choice(&replay_cmd, o, value, &k))
+            return CLI_EXIT_USAGE;
+        set->backend = k == 0 ? VRAM_BACKEND_SIM : VRAM_BACKEND_CUDA;
         break;
+    }
     case OPT_STRATEGY:
         if (!parse_strategies(value, set))
             return CLI_EXIT_USAGE;
@@ -695,12 +717,13 @@ replay_arg(void *ctx, const struct cli_opt *o, const char *value)
     case OPT_DEVICE_MEMORY:
         set->device_memory_given = true;
         break;
-    case OPT_DRIVER_COSTS:
-        if (strcmp(value, "h200") != 0)
-            return cliopt_usage_error(
-                &replay_cmd, "--driver-costs '%s': the known model is h200", value);
-        replay_driver_costs = "h200";
+    case OPT_DRIVER_COSTS: {
+        size_t k;
+        if (!cliopt_choice(&replay_cmd, o, value, &k))
+            return CLI_EXIT_USAGE;
+        replay_driver_costs = driver_costs_value(k);
         break;
+    }
     }
     return CLIOPT_GO_ON;
 }

@@ -66,8 +66,6 @@ enum {
 /* How often a command being stopped is checked for its exit, ms. */
 #define RUN_STOP_POLL_MS 50
 
-#define PRELOAD_NAME "libvram-preload.so"
-
 /* Where `make install` puts the preload library, relative to the vram
 ** binary's directory (set by cmake/Install.cmake from GNUInstallDirs:
 ** "../lib/x86_64-linux-gnu" under /usr on Debian, "../lib" elsewhere). */
@@ -109,7 +107,8 @@ static const struct cli_opt opt_table[] = {
      .store = CLIOPT_SET, .field = AT(report)},
     {0, "preload", 0, "PATH",
      "the preload library (default: VRAM_PRELOAD_LIBRARY, else the installed "
-     PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR "/, or ../lib/ in a build)",
+     VRAM_PRELOAD_NAME " beside the vram binary: " VRAM_BINDIR_TO_LIBDIR
+     "/, or ../lib/ in a build)",
      .store = CLIOPT_STRING, .field = AT(preload)},
 };
 
@@ -117,8 +116,9 @@ static void
 run_notes(FILE *out)
 {
     fprintf(out,
-            "Sizes are 1024-based: 6G, 6Gi, 6GiB and 6GB are the same; a fraction is of\n"
-            "each device's total memory. Without --limit, VRAM_LIMIT from the\n"
+            "Sizes are 1024-based: 6G, 6Gi, 6GiB and 6GB are the same, and need a unit\n"
+            "(1073741824B for bytes); a fraction (50%%, 0.5) is of each device's total\n"
+            "memory. Without --limit, VRAM_LIMIT from the\n"
             "environment (or HAMi's CUDA_DEVICE_MEMORY_LIMIT[_<i>]) applies; with no\n"
             "limit from any source the command runs unlimited, and vram says so.\n"
             "VRAM_MEMORY_LIMIT is another thing: the cap of the vram allocator inside\n"
@@ -130,7 +130,7 @@ run_notes(FILE *out)
 static const struct cli_command run_cmd = {
     .prog = "vram run",
     .synopsis = "[OPTIONS] [--] COMMAND [ARGS...]",
-    .about = "Run COMMAND with the quota enforcer (" PRELOAD_NAME ") preloaded, so\n"
+    .about = "Run COMMAND with the quota enforcer (" VRAM_PRELOAD_NAME ") preloaded, so\n"
              "that COMMAND and every process it starts share one GPU memory quota\n"
              "per device. Past the quota an allocation fails as out of memory.\n",
     CLIOPT_TABLE(opt_table),
@@ -192,7 +192,7 @@ set_var(const char *name, const char *value)
 }
 
 /*
-** HAMi's limits as a VRAM_LIMIT value of exact byte counts, into BUF.
+** HAMi's limits as a VRAM_LIMIT value of exact sizes ("6G", "1000B"), into BUF.
 ** Needed because the group vram run sets turns HAMi's variables off (they
 ** count only while VRAM_LIMIT and VRAM_GROUP are both unset), and a limit
 ** must not vanish on the way. Both an all-devices limit and per-device
@@ -203,8 +203,9 @@ hami_as_limit(const struct quota_env *q, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
+    char size[32];
     if (q->n_entries == 0) {
-        snprintf(buf, len, "%llu", (unsigned long long)q->all.bytes);
+        snprintf(buf, len, "%s", size_format_setting(q->all.bytes, size, sizeof size));
         return;
     }
     for (int i = 0; i < 16; i++) {
@@ -214,8 +215,8 @@ hami_as_limit(const struct quota_env *q, char *buf, size_t len)
                 bytes = q->entries[k].value.bytes;
         if (bytes == 0 || used >= len)
             continue;
-        int w = snprintf(buf + used, len - used, "%s%d:%llu", used > 0 ? "," : "", i,
-                         (unsigned long long)bytes);
+        int w = snprintf(buf + used, len - used, "%s%d:%s", used > 0 ? "," : "", i,
+                         size_format_setting(bytes, size, sizeof size));
         if (w > 0)
             used += (size_t)w;
     }
@@ -328,8 +329,8 @@ set_quota_env(const struct run_args *a, const char *group)
 
 
 /*
-** The default library: libvram-preload.so in the installed library
-** directory relative to the running vram binary (/usr/bin/vram ->
+** The default library: VRAM_PRELOAD_NAME (libvram-preload.so.0) in the
+** installed library directory relative to the running vram binary (/usr/bin/vram ->
 ** /usr/lib/x86_64-linux-gnu/), else in ../lib (the build tree:
 ** build/bin/vram -> build/lib/). Into BUF; false if there is none (BUF
 ** then holds the first path tried, or "").
@@ -337,7 +338,8 @@ set_quota_env(const struct run_args *a, const char *group)
 bool
 cli_default_preload(char *buf, size_t len)
 {
-    const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" PRELOAD_NAME, "../lib/" PRELOAD_NAME};
+    const char *rels[] = {VRAM_BINDIR_TO_LIBDIR "/" VRAM_PRELOAD_NAME,
+                          "../lib/" VRAM_PRELOAD_NAME};
     char first[PATH_MAX] = "";
     for (size_t i = 0; i < sizeof rels / sizeof rels[0]; i++) {
         if (installed_path(rels[i], buf, len))

@@ -50,7 +50,8 @@ static const struct cli_command stat_cmd = {
         "GPU memory per device (index, name, use), per group (quota, use, refusals)\n"
         "and per process, once, from the vram ledgers of the calling user and NVML.\n",
     CLIOPT_TABLE(opt_table),
-    .exit_status = "0 ok, 1 failure, 2 bad usage.",
+    .exit_status = "0 ok, 1 failure, 2 bad usage (or, with --config, a malformed "
+                   "variable).",
     .no_operands = true,
 };
 
@@ -375,11 +376,14 @@ stat_option(void *ctx, const struct cli_opt *opt, const char *value)
 {
     (void)ctx;
     (void)value;
+    int bad = 0;
     if (opt->id == OPT_CONFIG)
-        env_print(stdout, NULL, NULL);
+        bad = env_print(stdout, NULL, NULL);
     else
         metrics_markdown(stdout);
-    return fflush(stdout) == 0 ? 0 : 1;
+    if (fflush(stdout) != 0)
+        return 1;
+    return bad > 0 ? 2 : 0; /* a malformed setting, as `vram env` says */
 }
 
 bool

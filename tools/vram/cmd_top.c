@@ -12,8 +12,14 @@
 ** Keys: q quits; s cycles the sort key; u, p, t, i sort by used, peak,
 ** trend, pid; r reverses. SIGINT, SIGTERM and SIGHUP quit too: the loop
 ** notices the flag within 100 ms and endwin() restores the terminal.
+**
+** With standard output not a terminal (`vram top | head`, a cron job's
+** log), or with --once, the same lines are printed once as plain text,
+** without curses and without a line cut, and the command exits: no
+** escape code reaches a pipe or a file.
 */
 #include <errno.h>
+#include <limits.h>
 #include <ncurses.h>
 #include <pwd.h>
 #include <signal.h>
@@ -22,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cliopt.h"
 #include "cmd.h"
@@ -32,6 +39,13 @@
 
 enum sort_key { SORT_USED, SORT_PEAK, SORT_TREND, SORT_PID, SORT_COUNT };
 static const char *const sort_names[SORT_COUNT] = {"used", "peak", "trend", "pid"};
+
+/* The I-th value of --sort (cliopt's completion and its check). */
+static const char *
+sort_value(size_t i)
+{
+    return i < SORT_COUNT ? sort_names[i] : NULL;
+}
 
 /* The signal that asked us to quit; 0 = none. Written by the handler only. */
 static volatile sig_atomic_t top_quit_signal;
@@ -158,6 +172,8 @@ struct frame {
     int used;        /* rows drawn last time */
     bool changed;    /* a row was written since the last refresh */
     struct shown *row;
+    FILE *plain;     /* not NULL: a snapshot, each row printed there as text
+                        (no curses, no size, nothing remembered) */
 };
 
 /* T's frame for the terminal's size now, new (the screen erased) when
@@ -201,7 +217,8 @@ frame_free(struct top *t)
 static bool
 frame_same(const struct frame *f, int row, int col, const struct row_key *key)
 {
-    return f != NULL && row < f->lines && f->row[row].valid && f->row[row].keyed &&
+    return f != NULL && f->plain == NULL && row < f->lines && f->row[row].valid &&
+           f->row[row].keyed &&
            f->row[row].col == col && memcmp(&f->row[row].key, key, sizeof *key) == 0;
 }
 
@@ -213,6 +230,14 @@ static void
 put_row(struct frame *f, int row, int col, bool bold, const char *text,
         const struct row_key *key)
 {
+    if (f != NULL && f->plain != NULL) {
+        /* Rows come in order; trailing spaces of padded columns go. */
+        size_t n = strlen(text);
+        while (n > 0 && text[n - 1] == ' ')
+            n--;
+        fprintf(f->plain, "%*s%.*s\n", n > 0 ? col : 0, "", (int)n, text);
+        return;
+    }
     if (row >= LINES)
         return;
     struct shown *s = f != NULL && row < f->lines ? &f->row[row] : NULL;
@@ -309,8 +334,11 @@ proc_row(struct top *t, struct frame *f, int row, const struct mon_proc *p,
     else
         snprintf(idx, sizeof idx, "-");
     double per_min = p->trend_bytes_per_minute / (1024.0 * 1024.0);
-    snprintf(trend, sizeof trend, per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f",
-             per_min);
+    if (p->n_history < 2)
+        snprintf(trend, sizeof trend, "-"); /* one sample: no slope yet */
+    else
+        snprintf(trend, sizeof trend,
+                 per_min > -999.95 && per_min < 9999.95 ? "%.1f" : "%.0f", per_min);
     char buf[512];
     snprintf(buf, sizeof buf, "%3s %7ld %-6.6s %-10.10s %-10.10s %7s %7s %7s %7s  %s %7s %7s",
              idx, (long)p->pid, user, p->comm, p->group[0] ? p->group : "(no vram)", cur, peak,
@@ -323,20 +351,33 @@ proc_row(struct top *t, struct frame *f, int row, const struct mon_proc *p,
 ** the host memory columns come last but the graph): the GPUs by index and name
 ** (the UUID cut to its first group; `vram stat --json` has it whole), each
 ** with its groups, then the processes (ORDER: V's, sorted here) with their
-** GPU's index first.
+** GPU's index first. With SNAPSHOT not NULL, the same lines once as plain
+** text there, every process listed, nothing cut.
 */
 static void
-draw(struct top *t, const struct mon_view *v, const struct mon_proc **order)
+draw(struct top *t, const struct mon_view *v, const struct mon_proc **order,
+     FILE *snapshot)
 {
-    struct frame *f = frame_get(t);
+    struct frame plain = {.lines = INT_MAX, .plain = snapshot};
+    struct frame *f = snapshot != NULL ? &plain : frame_get(t);
+    int last_row = snapshot != NULL ? INT_MAX : LINES;
     if (f == NULL)
         erase(); /* no frame: every row is written */
     int row = 0;
-    line(f, row++, 0, false, "vram top -- %d GPU%s%s, %d process%s; sort: %s%s; every %.1f s",
-         v->n_devices, v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "", v->n_procs,
-         v->n_procs == 1 ? "" : "es", sort_names[t->sort], t->reverse ? " (reversed)" : "",
-         t->interval_s);
-    line(f, row++, 0, false, "keys: q quit, s/u/p/t/i sort by next/used/peak/trend/pid, r reverse");
+    if (snapshot != NULL) {
+        line(f, row++, 0, false, "vram top -- %d GPU%s%s, %d process%s; sort: %s%s",
+             v->n_devices, v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "",
+             v->n_procs, v->n_procs == 1 ? "" : "es", sort_names[t->sort],
+             t->reverse ? " (reversed)" : "");
+    } else {
+        line(f, row++, 0, false,
+             "vram top -- %d GPU%s%s, %d process%s; sort: %s%s; every %.1f s",
+             v->n_devices, v->n_devices == 1 ? "" : "s", v->nvml ? " (NVML)" : "",
+             v->n_procs, v->n_procs == 1 ? "" : "es", sort_names[t->sort],
+             t->reverse ? " (reversed)" : "", t->interval_s);
+        line(f, row++, 0, false,
+             "keys: q quit, s/u/p/t/i sort by next/used/peak/trend/pid, r reverse");
+    }
     if (v->n_unread > 0)
         line(f, row++, 0, false, "not read: %s%s", v->unread[0],
              v->n_unread > 1 ? " (and more)" : "");
@@ -367,12 +408,14 @@ draw(struct top *t, const struct mon_view *v, const struct mon_proc **order)
     line(f, row++, 0, true, "%3s %7s %-6s %-10s %-10s %7s %7s %7s %7s  %-5s %7s %7s", "GPU",
          "PID", "USER", "COMMAND", "GROUP", "MiB", "PEAK", "QUOTA", "MiB/min", "HIST", "PINNED",
          "RSS");
-    for (int i = 0; i < v->n_procs && row < LINES; i++, row++) {
+    for (int i = 0; i < v->n_procs && row < last_row; i++, row++) {
         struct row_key k;
         row_key_of(v, order[i], &k);
         if (!frame_same(f, row, 0, &k))
             proc_row(t, f, row, order[i], &k);
     }
+    if (snapshot != NULL)
+        return;
     if (f == NULL) {
         refresh();
         return;
@@ -403,24 +446,34 @@ order_of(const struct mon_view *v, const struct mon_proc **order)
 struct top_args {
     struct top t;
     bool nvml;
+    bool once; /* one plain snapshot, even on a terminal */
 };
 
 #define AT(member) offsetof(struct top_args, member)
 
 static const struct cli_opt opt_table[] = {
     CMD_OPT_INTERVAL('d', AT(t.interval_s)),
-    {0, "sort", 0, "KEY", "used, peak, trend or pid (default used)", .store = CLIOPT_CALL},
+    {0, "sort", 0, "KEY", "used, peak, trend or pid (default used)", .store = CLIOPT_CALL,
+     .values = sort_value},
+    {0, "once", 0, NULL,
+     "print one plain snapshot and exit (what top does when standard output is not a "
+     "terminal)",
+     .store = CLIOPT_SET, .field = AT(once)},
     CMD_OPT_NO_NVML(AT(nvml)),
 };
 
 static const struct cli_command top_cmd = {
     .prog = "vram top",
-    .synopsis = "[-d SECONDS] [--sort KEY] [--no-nvml]",
+    .synopsis = "[-d SECONDS] [--sort KEY] [--once] [--no-nvml]",
     .about = "GPU memory per device (index, name), group and process, live in the\n"
              "terminal. Keys: q quit, s cycle the sort key, u/p/t/i sort by\n"
-             "used/peak/trend/pid, r reverse.\n",
+             "used/peak/trend/pid, r reverse. With standard output not a terminal\n"
+             "(a pipe, a file), or with --once, one snapshot of the same lines as\n"
+             "plain text (every process, no line cut, no escape codes), then exit;\n"
+             "its trend is '-' (one sample has no slope).\n",
     CLIOPT_TABLE(opt_table),
-    .exit_status = "0 ok, 1 failure (no terminal, no monitor), 2 bad usage.",
+    .exit_status = "0 ok, 1 failure (a terminal that cannot be used, no monitor, output "
+                   "that cannot be written), 2 bad usage.",
     .no_operands = true,
 };
 
@@ -429,13 +482,9 @@ static int
 top_option(void *ctx, const struct cli_opt *opt, const char *value)
 {
     struct top_args *a = ctx;
-    (void)opt;
-    int k = 0;
-    while (k < SORT_COUNT && strcmp(value, sort_names[k]) != 0)
-        k++;
-    if (k == SORT_COUNT)
-        return cliopt_usage_error(&top_cmd, "--sort '%s': expected used, peak, trend or pid",
-                                  value);
+    size_t k;
+    if (!cliopt_choice(&top_cmd, opt, value, &k))
+        return CLI_EXIT_USAGE;
     a->t.sort = (enum sort_key)k;
     return CLIOPT_GO_ON;
 }
@@ -462,6 +511,16 @@ cmd_top(int argc, char **argv)
         monitor_close(m);
         return 1;
     }
+    if (a.once || !isatty(STDOUT_FILENO)) {
+        order_of(sample, order);
+        draw(&t, sample, order, stdout);
+        rc = fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;
+        if (rc != 0)
+            cli_error("top: writing the snapshot: %s", strerror(errno));
+        free(order);
+        monitor_close(m);
+        return rc;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -469,19 +528,24 @@ cmd_top(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
 
-    if (initscr() == NULL) {
-        cli_error("top: cannot initialise the terminal");
+    /* newterm, not initscr: initscr ends the process on a terminal it
+    ** cannot use (TERM unset or unknown); this says so in one line. */
+    SCREEN *screen = newterm(NULL, stdout, stdin);
+    if (screen == NULL) {
+        cli_error("top: cannot use this terminal (TERM unset or unknown); --once prints "
+                  "one plain snapshot instead");
         free(order);
         monitor_close(m);
         return 1;
     }
+    set_term(screen);
     cbreak();
     noecho();
     curs_set(0);
     keypad(stdscr, TRUE);
     timeout(100);
     order_of(sample, order);
-    draw(&t, sample, order);
+    draw(&t, sample, order, NULL);
     double next = now_mono_s() + t.interval_s;
     rc = 0;
     while (top_quit_signal == 0) {
@@ -507,9 +571,10 @@ cmd_top(int argc, char **argv)
             redraw = true;
         }
         if (redraw)
-            draw(&t, sample, order);
+            draw(&t, sample, order, NULL);
     }
     endwin();
+    delscreen(screen);
     if (rc != 0)
         cli_error("top: %s", vram_last_error());
     frame_free(&t);

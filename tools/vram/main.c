@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/size.h"
 #include "base/text.h"
 #include "cliopt.h"
 #include "cmd.h"
@@ -61,6 +62,27 @@ find_command(const char *name)
     return NULL;
 }
 
+/* The I-th word `vram` takes first: a command, then help and version. */
+static const char *
+command_word(size_t i)
+{
+    static const char *const more[] = {"help", "version"};
+    size_t n = sizeof commands / sizeof commands[0];
+    if (i < n)
+        return commands[i].name;
+    return i - n < sizeof more / sizeof more[0] ? more[i - n] : NULL;
+}
+
+static const char *
+command_word_of(size_t i, const void *ctx)
+{
+    (void)ctx;
+    return command_word(i);
+}
+
+/* "unknown command 'NAME'", and the nearest command if one is near. */
+static int unknown_command(const char *what, const char *name);
+
 static void
 commands_notes(FILE *out)
 {
@@ -81,7 +103,20 @@ static const struct cli_command vram_cmd = {
     .notes = commands_notes,
     .exit_status = "that of the command; 2 bad usage.",
     .stop_at_operand = true,
+    .operands = command_word,
 };
+
+static int
+unknown_command(const char *what, const char *name)
+{
+    char shown[TEXT_EXCERPT_LEN];
+    const char *near = cliopt_nearest(name, command_word_of, NULL);
+    text_excerpt(name, shown, sizeof shown);
+    if (near != NULL)
+        return cliopt_usage_error(
+            &vram_cmd, "%sunknown command '%s' (did you mean '%s'?)", what, shown, near);
+    return cliopt_usage_error(&vram_cmd, "%sunknown command '%s'", what, shown);
+}
 
 /* `vram help [COMMAND]`: the command's --help, or the list. */
 static int
@@ -95,7 +130,7 @@ help(int argc, char **argv)
         return cliopt_usage_error(&vram_cmd, "help takes one command name");
     const struct command *c = find_command(argv[1]);
     if (c == NULL)
-        return cliopt_usage_error(&vram_cmd, "help: unknown command '%s'", argv[1]);
+        return unknown_command("help: ", argv[1]);
     char *args[] = {argv[1], "--help", NULL};
     return c->run(2, args);
 }
@@ -133,5 +168,5 @@ main(int argc, char **argv)
     const struct command *c = find_command(name);
     if (c != NULL)
         return c->run(n, args);
-    return cliopt_usage_error(&vram_cmd, "unknown command '%s'", name);
+    return unknown_command("", name);
 }
