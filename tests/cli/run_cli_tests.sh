@@ -238,7 +238,7 @@ done
 # 9400 is NVIDIA dcgm-exporter's: vram's service must not take it, and no
 # file may name it but as dcgm-exporter's.
 port=$("$VRAM" exporter --help | sed -n 's/.*(default 127\.0\.0\.1:\([0-9]*\)).*/\1/p' | head -n 1)
-unit=$ROOT/contrib/systemd/vram-exporter.service
+unit=$ROOT/contrib/systemd/vram-exporter.service.in
 if [ -n "$port" ] && grep -q "^ExecStart=.* exporter --listen 127\.0\.0\.1:$port " "$unit"; then
     pass "the systemd unit listens on the exporter's default port ($port)"
 else

@@ -230,12 +230,17 @@ static void
 put_row(struct frame *f, int row, int col, bool bold, const char *text,
         const struct row_key *key)
 {
+    /* The one place text leaves top, on a terminal or as a snapshot: made
+    ** safe here (base/text.h: a command name, a group name or a UUID is
+    ** another process's or a ledger's bytes). */
+    char safe[TEXT_SAFE_LEN(512)];
+    text_safe(text, 512, safe, sizeof safe);
     if (f != NULL && f->plain != NULL) {
         /* Rows come in order; trailing spaces of padded columns go. */
-        size_t n = strlen(text);
-        while (n > 0 && text[n - 1] == ' ')
+        size_t n = strlen(safe);
+        while (n > 0 && safe[n - 1] == ' ')
             n--;
-        fprintf(f->plain, "%*s%.*s\n", n > 0 ? col : 0, "", (int)n, text);
+        fprintf(f->plain, "%*s%.*s\n", n > 0 ? col : 0, "", (int)n, safe);
         return;
     }
     if (row >= LINES)
@@ -253,11 +258,7 @@ put_row(struct frame *f, int row, int col, bool bold, const char *text,
     int room = COLS - 1 - col;
     if (bold)
         attron(A_BOLD);
-    /* The one place text reaches the terminal: made safe here (base/text.h:
-    ** a command name, a group name or a UUID is another process's or a
-    ** ledger's bytes), then cut to the room, never inside a character. */
-    char safe[TEXT_SAFE_LEN(512)];
-    text_safe(text, 512, safe, sizeof safe);
+    /* Cut to the room, never inside a character. */
     int cut = (int)strlen(safe);
     if (cut > room && room > 0) {
         cut = room;
